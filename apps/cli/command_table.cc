@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// The dcp subcommands and the one place that maps errors to exit statuses.
+#include "apps/cli/command_table.h"
+
+#include <exception>
+#include <new>
+#include <sstream>
+
+#include "apps/cli/args.h"
+#include "dcp/core/error.h"
+#include "dcp/core/parse.h"
+
+namespace dcp::cli {
+namespace {
+
+constexpr Command kCommands[] = {
+    {"workload", "build the block model of a batch: token blocks, work units, costs", run_workload},
+    {"batches", "sample or pack realistic batches of sequence lengths", run_batches},
+};
+
+std::string overview() {
+  std::string text =
+      "dcp: dynamic context parallelism for long-context training\n\n"
+      "usage: dcp <command> [flags]    (dcp <command> --help for its flags)\n\ncommands:\n";
+  for (const Command& command : kCommands) {
+    std::string name = "  " + std::string(command.name);
+    name.append(name.size() < 14 ? 14 - name.size() : 1, ' ');
+    text += name + std::string(command.summary) + "\n";
+  }
+  return text;
+}
+
+}  // namespace
+
+std::span<const Command> commands() { return kCommands; }
+
+int run_main(std::span<const std::string> argv, std::ostream& out, std::ostream& err) {
+  if (argv.empty() || argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
+    out << overview();
+    return argv.empty() ? 2 : 0;
+  }
+  if (argv[0] == "--version") {
+    out << "dcp 0.1.0\n";
+    return 0;
+  }
+  const Command* command = nullptr;
+  for (const Command& candidate : kCommands) {
+    if (candidate.name == argv[0]) command = &candidate;
+  }
+  if (command == nullptr) {
+    err << "dcp: error: unknown command " << quoted(argv[0]) << " (dcp --help lists them)\n";
+    return 2;
+  }
+  const std::string prefix = "dcp " + std::string(command->name) + ": error: ";
+  std::ostringstream buffered;
+  try {
+    const int status = command->run(argv.subspan(1), buffered);
+    out << buffered.str();
+    out.flush();
+    return status;
+  } catch (const InvalidInput& e) {  // UsageError included
+    err << prefix << e.what() << "\n";
+    return 2;
+  } catch (const Error& e) {
+    err << prefix << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    err << prefix << "out of memory\n";
+    return 1;
+  } catch (const std::exception& e) {
+    err << prefix << "internal error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace dcp::cli

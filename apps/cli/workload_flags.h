@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: Apache-2.0
+// Flags that describe one batch's attention workload, shared by every command that plans a batch.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "apps/cli/args.h"
+#include "dcp/dcp.h"
+
+namespace dcp::cli {
+
+// --seqlens/--seqlens-file/--dist (+ --tokens, --length-scale, --seed), --heads, --kv-heads,
+// --head-dim, --dtype, --scale, --block-size, --head-block-size, --devices, --mask/--mask-file.
+const std::vector<FlagSpec>& workload_flags();
+
+// The batch given by exactly one of --seqlens, --seqlens-file, --dist.
+SequenceBatch batch_from_flags(const Args& args);
+AttentionShape shape_from_flags(const Args& args);
+MaskSource mask_from_flags(const Args& args);
+WorkloadOptions workload_options_from_flags(const Args& args);
+// All of the above, built; every InvalidInput names the flag it came from.
+BuiltWorkload workload_from_flags(const Args& args);
+
+// Sequence lengths in a text file, separated by commas or whitespace.
+std::vector<TokenCount> read_lengths_file(const std::string& path);
+
+}  // namespace dcp::cli

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// Generators of realistic sequence lengths for long-context training, one per modelled dataset.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "dcp/core/ids.h"
+#include "dcp/core/rng.h"
+
+namespace dcp {
+
+// The modelled length distributions. None of them ships a dataset: each is a small parametric
+// model whose parameters come from published statistics, so that experiments need no downloads
+// and every run is reproducible from a seed. Lengths are unscaled; batch_packing.h scales them.
+//
+// kLongDataCollections ("ldc"): a synthetic stand-in for Long-Data-Collections
+//   (togethercomputer/Long-Data-Collections), NOT the dataset. That collection mixes long
+//   pretraining documents (books, arXiv) with short fine-tuning QA, which the DCP paper (Fig. 2)
+//   shows as skewed and long-tailed with many short sequences. Model: a mixture; with probability
+//   0.7 a short document, log-normal(mu = ln 1000, sigma = 1.0) truncated to [16, 16384]; with
+//   probability 0.3 a long document, log-uniform on [16384, 131072].
+// kLongAlign ("longalign"): LongAlign-10k-like (THUDM/LongAlign-10k, whose dataset card gives
+//   "8k-64k" tokens). Model: log-uniform on [8192, 65536], i.e. exp(uniform(ln 8192, ln 65536)).
+// kProLong ("prolong"): ProLong-like (princeton-nlp ProLong data). Model: log-normal(mu = 7.68,
+//   sigma = 0.74) truncated to [575, 340149] by rejection; the bounds are the sample's extremes.
+//   The sample's stated median is 1913 and mean 3052; this truncated model has median ~2240 and
+//   mean ~2940 (the lower cut raises the median), so it is a little more concentrated than the
+//   sample.
+// kMagiHistogram ("magi"): the document-length histogram of the real dataset in MagiAttention's
+//   benchmarks (SandAI-org/MagiAttention), percent of documents per bucket: [1, 200] 18.6%,
+//   [201, 1024] 52.8%, [1025, 4096] 23.0%, [4097, 16384] 4.3%, [16385, 65536] 0.99%,
+//   [65537, 196608] 0.31%. Model: pick a bucket by those weights (normalised), then log-uniform
+//   within it. Median ~530; 71.4% of documents are at most 1024 tokens.
+// kWlb ("wlb"): the length distribution of WLB-LLM's 128K-context training job (WLB-LLM, OSDI'25),
+//   reconstructed as log-normal(mu = 7.8, sigma = 1.06) truncated to [1, 131072] (median ~2440).
+//
+// Every sampled length is rounded to the nearest integer and is at least 1.
+enum class LengthDistributionKind {
+  kLongDataCollections,
+  kLongAlign,
+  kProLong,
+  kMagiHistogram,
+  kWlb
+};
+
+// The name used on command lines and in result files: "ldc", "longalign", "prolong", "magi", "wlb".
+std::string_view to_string(LengthDistributionKind kind);
+
+// The inverse of to_string. Throws InvalidInput naming the text and the known names.
+LengthDistributionKind parse_length_distribution(std::string_view name);
+
+// Every kind, in declaration order.
+const std::vector<LengthDistributionKind>& all_length_distributions();
+
+// One line: what the distribution models and its parameters.
+std::string_view describe(LengthDistributionKind kind);
+
+// The closed range [min, max] every sampled (unscaled) length lies in.
+struct LengthSupport {
+  TokenCount min = 1;
+  TokenCount max = 1;
+};
+LengthSupport support(LengthDistributionKind kind);
+
+// Draws one length (>= 1, unscaled). Deterministic given the generator's state; consumes a
+// kind-dependent number of draws from `rng`.
+TokenCount sample_length(LengthDistributionKind kind, Rng& rng);
+
+// `count` lengths drawn in order from Rng(seed); equal to calling sample_length `count` times.
+std::vector<TokenCount> sample_lengths(LengthDistributionKind kind, std::size_t count,
+                                       std::uint64_t seed);
+
+}  // namespace dcp

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// The dcp library facade: what the command line, benchmarks and (later) Python bindings call.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dcp/core/error.h"
+#include "dcp/data/batch_packing.h"
+#include "dcp/data/length_distribution.h"
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/block_size_heuristic.h"
+#include "dcp/model/mask_file.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/sequence_batch.h"
+#include "dcp/model/tensor.h"
+#include "dcp/model/workload.h"
+
+namespace dcp {
+
+// Where a batch's mask comes from: a built-in spec, or a user's .npy mask file.
+struct MaskSource {
+  MaskSpec spec;
+  std::string file;  // when not empty, the file is used and spec is ignored
+
+  std::string describe() const { return file.empty() ? to_string(spec) : "file " + file; }
+};
+
+std::vector<SequenceMask> build_masks(const MaskSource& source, const SequenceBatch& batch);
+
+struct WorkloadOptions {
+  TokenCount block_size = 0;  // 0: chosen by choose_block_size with `auto_block`
+  std::int32_t head_block_size = 1;
+  BlockSizeOptions auto_block;
+};
+
+struct BuiltWorkload {
+  Workload workload;
+  std::optional<BlockSizeChoice> block_size_choice;  // set when the heuristic chose B
+};
+
+// Builds the block model of one batch. Throws InvalidInput for invalid shapes, masks or sizes.
+BuiltWorkload make_workload(const AttentionShape& shape, SequenceBatch batch,
+                            std::vector<SequenceMask> masks, const WorkloadOptions& options);
+
+}  // namespace dcp

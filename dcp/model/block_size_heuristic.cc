@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// Chooses the token block size B for a batch when the user gives none.
+#include "dcp/model/block_size_heuristic.h"
+
+#include <algorithm>
+#include <bit>
+#include <functional>
+#include <queue>
+#include <string>
+
+#include "dcp/core/error.h"
+#include "dcp/model/workload.h"
+
+namespace dcp {
+
+double lpt_imbalance(std::vector<std::int64_t> items, std::int32_t bins) {
+  std::sort(items.begin(), items.end(), std::greater<>());
+  std::priority_queue<std::int64_t, std::vector<std::int64_t>, std::greater<>> loads;
+  for (std::int32_t i = 0; i < bins; ++i) loads.push(0);
+  std::int64_t total = 0;
+  for (const std::int64_t item : items) {
+    const std::int64_t least = loads.top();
+    loads.pop();
+    loads.push(least + item);
+    total += item;
+  }
+  std::int64_t max_load = 0;
+  while (!loads.empty()) {
+    max_load = std::max(max_load, loads.top());
+    loads.pop();
+  }
+  if (total == 0) return 1.0;
+  return static_cast<double>(max_load) * bins / static_cast<double>(total);
+}
+
+BlockSizeChoice choose_block_size(const AttentionShape& shape, const SequenceBatch& batch,
+                                  const std::vector<SequenceMask>& masks,
+                                  std::int32_t head_block_size, const BlockSizeOptions& options) {
+  if (options.devices < 1) {
+    throw InvalidInput("devices must be >= 1, got " + std::to_string(options.devices));
+  }
+  if (!(options.eps_memory >= 0) || !(options.eps_compute >= 0)) {
+    throw InvalidInput("imbalance epsilons must be >= 0");
+  }
+  if (options.min_block < 1 || options.min_block > options.max_block) {
+    throw InvalidInput("block size range [" + std::to_string(options.min_block) + ", " +
+                       std::to_string(options.max_block) + "] is empty");
+  }
+  const auto top = std::min<TokenCount>(
+      options.max_block, static_cast<TokenCount>(std::bit_ceil(static_cast<std::uint64_t>(batch.max_length()))));
+  const TokenCount bottom = std::min(options.min_block, top);
+
+  BlockSizeChoice best;
+  double best_score = 0;
+  // Step 1: from the largest candidate down, the first that meets both targets wins.
+  for (TokenCount b = top; b >= bottom; b /= 2) {
+    const Workload workload(shape, batch, masks, b, head_block_size);
+    std::vector<std::int64_t> tokens;
+    tokens.reserve(workload.blocks().blocks().size());
+    for (const TokenBlock& block : workload.blocks().blocks()) tokens.push_back(block.tokens);
+    std::vector<std::int64_t> work;
+    work.reserve(static_cast<std::size_t>(workload.work_unit_count()));
+    for (HeadBlockIndex h = 0; h < workload.heads().count(); ++h) {
+      for (const Tile& tile : workload.tiles()) work.push_back(tile.pairs);
+    }
+    BlockSizeChoice choice;
+    choice.block_size = b;
+    choice.memory_imbalance = lpt_imbalance(std::move(tokens), options.devices);
+    choice.compute_imbalance = lpt_imbalance(std::move(work), options.devices);
+    choice.meets_targets = choice.memory_imbalance <= 1 + options.eps_memory + 1e-12 &&
+                           choice.compute_imbalance <= 1 + options.eps_compute + 1e-12;
+    const double score = std::max(choice.memory_imbalance / (1 + options.eps_memory),
+                                  choice.compute_imbalance / (1 + options.eps_compute));
+    choice.candidates_tried = best.candidates_tried + 1;
+    // Step 2: otherwise remember the candidate closest to its targets (larger B on ties).
+    if (best.block_size == 0 || score < best_score) {
+      best = choice;
+      best_score = score;
+    }
+    best.candidates_tried = choice.candidates_tried;
+    if (choice.meets_targets) return choice;
+    if (b == 1) break;
+  }
+  return best;
+}
+
+}  // namespace dcp

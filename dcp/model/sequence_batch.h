@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+// A batch of packed sequences: their lengths and where each starts in the packed token order.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "dcp/core/ids.h"
+
+namespace dcp {
+
+class SequenceBatch {
+ public:
+  // Throws InvalidInput if the batch is empty or a length is < 1 (naming its index and value).
+  explicit SequenceBatch(std::vector<TokenCount> lengths);
+
+  SeqIndex size() const { return static_cast<SeqIndex>(lengths_.size()); }
+  TokenCount length(SeqIndex seq) const { return lengths_[static_cast<std::size_t>(seq)]; }
+  // First packed token of a sequence; offset(size()) is the total.
+  TokenCount offset(SeqIndex seq) const { return offsets_[static_cast<std::size_t>(seq)]; }
+  TokenCount total_tokens() const { return offsets_.back(); }
+  TokenCount max_length() const { return max_length_; }
+  std::span<const TokenCount> lengths() const { return lengths_; }
+
+ private:
+  std::vector<TokenCount> lengths_;
+  std::vector<TokenCount> offsets_;
+  TokenCount max_length_ = 0;
+};
+
+}  // namespace dcp

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tensors a token block owns in forward and backward, and their sizes.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "dcp/core/ids.h"
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/block_layout.h"
+
+namespace dcp {
+
+// Forward reads Q and KV and writes O and LSE; backward reads Q, KV, O, LSE and dO and writes
+// dQ and dKV. KV (and dKV) is per kv head block; the others are per q head block.
+enum class TensorKind { kQ, kKV, kO, kLse, kDO, kDQ, kDKV };
+
+std::string_view to_string(TensorKind kind);
+const std::vector<TensorKind>& all_tensor_kinds();
+bool is_per_kv_head_block(TensorKind kind);
+
+// Bytes one token of `kind` takes for one head block of it (kv head block for KV and dKV).
+// Q, O, dO, dQ: h * d * dtype; KV, dKV: 2 * kv_block_size * d * dtype; LSE: h * 4 (always fp32).
+std::int64_t bytes_per_token(TensorKind kind, const AttentionShape& shape, const HeadBlocking& heads);
+
+// Bytes one token of `kind` takes over all heads.
+std::int64_t bytes_per_token_all_heads(TensorKind kind, const AttentionShape& shape,
+                                       const HeadBlocking& heads);
+
+// Forward FLOPs of one work unit: 4 * pairs * head_dim per q head (QK^T and PV, 2 FLOPs per
+// multiply-add), times the heads of the head block.
+inline std::int64_t forward_flops(PairCount pairs, const AttentionShape& shape,
+                                  const HeadBlocking& heads) {
+  return 4 * pairs * shape.head_dim * heads.head_block_size();
+}
+// Backward FLOPs: 2.5x forward (dV, dP, dQ, dK plus the recomputed S), i.e. 10 * pairs * d per head.
+inline std::int64_t backward_flops(PairCount pairs, const AttentionShape& shape,
+                                   const HeadBlocking& heads) {
+  return 10 * pairs * shape.head_dim * heads.head_block_size();
+}
+
+}  // namespace dcp

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Time to build the block model (masks, token blocks, work units) of 131072-token batches.
-#include <benchmark/benchmark.h>
-
 #include <string>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "dcp/dcp.h"
 

@@ -7,8 +7,7 @@
 #include <vector>
 
 #include "dcp/core/error.h"
-#include "dcp/data/batch_packing.h"
-#include "dcp/data/length_distribution.h"
+
 #include "dcp/model/attention_shape.h"
 #include "dcp/model/block_size_heuristic.h"
 #include "dcp/model/mask_file.h"
@@ -16,6 +15,9 @@
 #include "dcp/model/sequence_batch.h"
 #include "dcp/model/tensor.h"
 #include "dcp/model/workload.h"
+
+#include "dcp/data/batch_packing.h"
+#include "dcp/data/length_distribution.h"
 
 namespace dcp {
 

@@ -21,8 +21,8 @@ Args::Args(std::span<const FlagSpec> specs, std::span<const std::string> argv,
     }
     const std::size_t eq = arg.find('=');
     const std::string name = arg.substr(0, eq);
-    const auto spec = std::find_if(specs.begin(), specs.end(),
-                                   [&](const FlagSpec& s) { return s.name == name; });
+    const auto spec =
+        std::find_if(specs.begin(), specs.end(), [&](const FlagSpec& s) { return s.name == name; });
     if (spec == specs.end()) throw UsageError("unknown flag " + quoted(name));
     if (values_.count(name) != 0) throw UsageError(name + " is given twice");
     std::string value;
@@ -74,8 +74,10 @@ std::string format_help(std::string_view usage, std::string_view summary,
   for (const FlagSpec& spec : specs) {
     std::string left = "  " + std::string(spec.name);
     if (!spec.value_name.empty()) left += " " + std::string(spec.value_name);
-    if (left.size() < 28) left.append(28 - left.size(), ' ');
-    else left += "  ";
+    if (left.size() < 28)
+      left.append(28 - left.size(), ' ');
+    else
+      left += "  ";
     out += left + std::string(spec.help) + "\n";
   }
   return out;

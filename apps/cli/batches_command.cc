@@ -3,9 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/parse.h"
+
 #include "apps/cli/command_table.h"
 #include "apps/cli/workload_flags.h"
-#include "dcp/core/parse.h"
 
 namespace dcp::cli {
 
@@ -24,11 +25,12 @@ int run_batches(std::span<const std::string> argv, std::ostream& out) {
   };
   const Args args(specs, argv);
   if (args.flag("--help")) {
-    out << format_help("dcp batches (--dist NAME | --lengths-file F) [flags]",
-                       "Prints batches of sequence lengths, one batch per line, comma-separated: "
-                       "lengths shuffled with the seed, packed greedily up to the token budget, and "
-                       "kept only if at least --min-fill full (the DCP paper's protocol).",
-                       specs);
+    out << format_help(
+        "dcp batches (--dist NAME | --lengths-file F) [flags]",
+        "Prints batches of sequence lengths, one batch per line, comma-separated: "
+        "lengths shuffled with the seed, packed greedily up to the token budget, and "
+        "kept only if at least --min-fill full (the DCP paper's protocol).",
+        specs);
     return 0;
   }
   if (args.flag("--list")) {
@@ -52,7 +54,8 @@ int run_batches(std::span<const std::string> argv, std::ostream& out) {
   std::vector<std::vector<TokenCount>> batches;
   if (const auto name = args.get("--dist")) {
     const auto kind = with_flag("--dist", [&] { return parse_length_distribution(*name); });
-    batches = with_flag("--dist " + *name, [&] { return sample_batches(kind, count, packing, seed); });
+    batches =
+        with_flag("--dist " + *name, [&] { return sample_batches(kind, count, packing, seed); });
   } else {
     const std::string path = *args.get("--lengths-file");
     const auto lengths = with_flag("--lengths-file", [&] { return read_lengths_file(path); });

@@ -6,9 +6,10 @@
 #include <new>
 #include <sstream>
 
-#include "apps/cli/args.h"
 #include "dcp/core/error.h"
 #include "dcp/core/parse.h"
+
+#include "apps/cli/args.h"
 
 namespace dcp::cli {
 namespace {

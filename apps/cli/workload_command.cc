@@ -5,9 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/json_writer.h"
+
 #include "apps/cli/command_table.h"
 #include "apps/cli/workload_flags.h"
-#include "dcp/core/json_writer.h"
 
 namespace dcp::cli {
 namespace {
@@ -95,7 +96,8 @@ void write_json(const BuiltWorkload& built, const MaskSource& mask, double build
     json.field("unmasked_pairs", w.sequence_pairs(seq));
     json.field("density", w.density(seq));
     json.field("token_blocks", std::int64_t{w.blocks().blocks_in(seq)});
-    json.field("work_units", std::int64_t{stats[static_cast<std::size_t>(seq)].tiles} * head_blocks);
+    json.field("work_units",
+               std::int64_t{stats[static_cast<std::size_t>(seq)].tiles} * head_blocks);
     json.end_object();
   }
   json.end_array();
@@ -112,7 +114,8 @@ void write_text(const BuiltWorkload& built, const MaskSource& mask, double build
   const HeadBlockIndex head_blocks = w.heads().count();
   const double pairs = static_cast<double>(w.unmasked_pairs());
   double dense = 0;
-  for (const TokenCount length : w.batch().lengths()) dense += static_cast<double>(length) * static_cast<double>(length);
+  for (const TokenCount length : w.batch().lengths())
+    dense += static_cast<double>(length) * static_cast<double>(length);
   out << "batch        " << w.batch().size() << " sequences, " << w.batch().total_tokens()
       << " tokens (longest " << w.batch().max_length() << ")\n";
   out << "shape        " << to_string(w.shape()) << ", softmax scale "
@@ -122,16 +125,17 @@ void write_text(const BuiltWorkload& built, const MaskSource& mask, double build
   if (built.block_size_choice) {
     const BlockSizeChoice& c = *built.block_size_choice;
     out << " (chosen: LPT imbalance memory " << fixed(c.memory_imbalance, 3) << ", compute "
-        << fixed(c.compute_imbalance, 3) << (c.meets_targets ? ", within targets" : ", best reachable")
-        << ")";
+        << fixed(c.compute_imbalance, 3)
+        << (c.meets_targets ? ", within targets" : ", best reachable") << ")";
   } else {
     out << " (given)";
   }
   out << "\n";
   out << "head blocks  " << head_blocks << " of " << w.heads().head_block_size() << " q heads\n";
-  out << "work units   " << w.work_unit_count() << " (" << std::int64_t{w.full_tile_count()} * head_blocks
-      << " full, " << std::int64_t{w.tile_count() - w.full_tile_count()} * head_blocks
-      << " partial) from " << w.tile_count() << " tiles\n";
+  out << "work units   " << w.work_unit_count() << " ("
+      << std::int64_t{w.full_tile_count()} * head_blocks << " full, "
+      << std::int64_t{w.tile_count() - w.full_tile_count()} * head_blocks << " partial) from "
+      << w.tile_count() << " tiles\n";
   out << "pairs        " << w.unmasked_pairs() << " per head, density " << fixed(pairs / dense, 4)
       << "\n";
   out << "flops        forward " << human(static_cast<double>(w.forward_flops())) << ", backward "

@@ -25,9 +25,10 @@ const std::vector<FlagSpec>& workload_flags() {
       {"--block-size", "N|auto", "tokens per token block [auto: see docs/block_model.md]"},
       {"--head-block-size", "N", "q heads per head block [1]"},
       {"--devices", "N", "devices the automatic block size plans for [8]"},
-      {"--mask", "SPEC", "causal | full | sliding_window:window=W | lambda:sink=S,window=W | "
-                         "shared_question:question=F,answers=N | causal_blockwise:block=C,local=K "
-                         "[causal]"},
+      {"--mask", "SPEC",
+       "causal | full | sliding_window:window=W | lambda:sink=S,window=W | "
+       "shared_question:question=F,answers=N | causal_blockwise:block=C,local=K "
+       "[causal]"},
       {"--mask-file", "FILE", "int32 .npy (total tokens, K, 2) of per-row key intervals"},
   };
   return flags;
@@ -52,8 +53,8 @@ std::vector<TokenCount> read_lengths_file(const std::string& path) {
 }
 
 SequenceBatch batch_from_flags(const Args& args) {
-  const int sources = int{args.has("--seqlens")} + int{args.has("--seqlens-file")} +
-                      int{args.has("--dist")};
+  const int sources =
+      int{args.has("--seqlens")} + int{args.has("--seqlens-file")} + int{args.has("--dist")};
   if (sources != 1) {
     throw UsageError("give the batch with exactly one of --seqlens, --seqlens-file, --dist");
   }
@@ -71,7 +72,8 @@ SequenceBatch batch_from_flags(const Args& args) {
   packing.scale = args.get_double("--length-scale", 1.0);
   const auto seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
   with_flag("--length-scale/--tokens", [&] { validate(packing); });
-  const auto batches = with_flag("--dist " + name, [&] { return sample_batches(kind, 1, packing, seed); });
+  const auto batches =
+      with_flag("--dist " + name, [&] { return sample_batches(kind, 1, packing, seed); });
   return SequenceBatch(batches.front());
 }
 
@@ -89,9 +91,9 @@ AttentionShape shape_from_flags(const Args& args) {
       throw UsageError("--scale " + quoted(*args.get("--scale")) + ": must be > 0");
     }
   }
-  with_flag("--heads " + std::to_string(shape.q_heads) + " --kv-heads " +
-                std::to_string(shape.kv_heads),
-            [&] { validate(shape); });
+  with_flag(
+      "--heads " + std::to_string(shape.q_heads) + " --kv-heads " + std::to_string(shape.kv_heads),
+      [&] { validate(shape); });
   return shape;
 }
 
@@ -122,10 +124,11 @@ BuiltWorkload workload_from_flags(const Args& args) {
   const AttentionShape shape = shape_from_flags(args);
   const MaskSource mask = mask_from_flags(args);
   const WorkloadOptions options = workload_options_from_flags(args);
-  std::vector<SequenceMask> masks = with_flag(
-      mask.file.empty() ? "--mask" : "--mask-file", [&] { return build_masks(mask, batch); });
-  return with_flag("--head-block-size " + std::to_string(options.head_block_size),
-                   [&] { return make_workload(shape, std::move(batch), std::move(masks), options); });
+  std::vector<SequenceMask> masks = with_flag(mask.file.empty() ? "--mask" : "--mask-file",
+                                              [&] { return build_masks(mask, batch); });
+  return with_flag("--head-block-size " + std::to_string(options.head_block_size), [&] {
+    return make_workload(shape, std::move(batch), std::move(masks), options);
+  });
 }
 
 }  // namespace dcp::cli

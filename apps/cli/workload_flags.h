@@ -5,8 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/cli/args.h"
 #include "dcp/dcp.h"
+
+#include "apps/cli/args.h"
 
 namespace dcp::cli {
 

@@ -29,16 +29,21 @@ std::size_t item_size_of(const std::string& descr) {
   // Multi-byte types must be little-endian; single bytes carry '|'.
   if (single_byte ? order != '|' : order != '<') return 0;
   switch (kind) {
-    case 'b': return size == 1 ? 1 : 0;
+    case 'b':
+      return size == 1 ? 1 : 0;
     case 'i':
-    case 'u': return (size == 1 || size == 2 || size == 4 || size == 8) ? size : 0;
-    case 'f': return (size == 2 || size == 4 || size == 8) ? size : 0;
-    default: return 0;
+    case 'u':
+      return (size == 1 || size == 2 || size == 4 || size == 8) ? size : 0;
+    case 'f':
+      return (size == 2 || size == 4 || size == 8) ? size : 0;
+    default:
+      return 0;
   }
 }
 
 // Finds `'key':` in the header dict and returns the text after the colon, trimmed.
-std::string_view header_value(std::string_view header, std::string_view key, const std::string& name) {
+std::string_view header_value(std::string_view header, std::string_view key,
+                              const std::string& name) {
   std::string quoted_key = "'" + std::string(key) + "'";
   std::size_t pos = header.find(quoted_key);
   if (pos == std::string_view::npos) {
@@ -135,7 +140,8 @@ NpyArray parse_npy(const std::vector<std::byte>& bytes, const std::string& name)
          std::to_string(available));
   }
   if (available > expected) {
-    fail(std::to_string(available - expected) + " bytes after the data that the shape does not cover");
+    fail(std::to_string(available - expected) +
+         " bytes after the data that the shape does not cover");
   }
   array.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(data_start), bytes.end());
   return array;

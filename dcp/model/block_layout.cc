@@ -20,7 +20,8 @@ BlockLayout::BlockLayout(const SequenceBatch& batch, TokenCount block_size)
     const TokenCount length = batch.length(seq);
     const TokenCount count = (length + block_size - 1) / block_size;
     if (total + count > INT32_MAX) {
-      throw InvalidInput("block size " + std::to_string(block_size) + " gives more than 2^31 token blocks");
+      throw InvalidInput("block size " + std::to_string(block_size) +
+                         " gives more than 2^31 token blocks");
     }
     for (TokenCount b = 0; b < count; ++b) {
       const TokenCount begin = b * block_size;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dcp/core/ids.h"
+
 #include "dcp/model/attention_shape.h"
 #include "dcp/model/sequence_batch.h"
 
@@ -15,9 +16,9 @@ namespace dcp {
 // O and LSE of these tokens live together on one device.
 struct TokenBlock {
   SeqIndex seq = 0;
-  LocalBlockIndex index = 0;  // within the sequence
-  TokenCount begin = 0;       // first token, sequence-local
-  TokenCount tokens = 0;      // 1..B
+  LocalBlockIndex index = 0;    // within the sequence
+  TokenCount begin = 0;         // first token, sequence-local
+  TokenCount tokens = 0;        // 1..B
   TokenCount packed_begin = 0;  // first token in the packed batch
 };
 
@@ -43,8 +44,8 @@ class BlockLayout {
   std::vector<TokenBlock> blocks_;
 };
 
-// q heads in blocks of h consecutive heads. With GQA group size g = q_heads / kv_heads, a head block
-// reads kv head block kv_block_of(k): one kv head when h <= g, h / g kv heads when h > g.
+// q heads in blocks of h consecutive heads. With GQA group size g = q_heads / kv_heads, a head
+// block reads kv head block kv_block_of(k): one kv head when h <= g, h / g kv heads when h > g.
 class HeadBlocking {
  public:
   // Throws InvalidInput unless h >= 1, h divides q_heads, and h divides g or g divides h (otherwise

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dcp/core/error.h"
+
 #include "dcp/model/workload.h"
 
 namespace dcp {
@@ -47,7 +48,8 @@ BlockSizeChoice choose_block_size(const AttentionShape& shape, const SequenceBat
                        std::to_string(options.max_block) + "] is empty");
   }
   const auto top = std::min<TokenCount>(
-      options.max_block, static_cast<TokenCount>(std::bit_ceil(static_cast<std::uint64_t>(batch.max_length()))));
+      options.max_block,
+      static_cast<TokenCount>(std::bit_ceil(static_cast<std::uint64_t>(batch.max_length()))));
   const TokenCount bottom = std::min(options.min_block, top);
 
   BlockSizeChoice best;

@@ -12,11 +12,11 @@
 namespace dcp {
 
 struct BlockSizeOptions {
-  std::int32_t devices = 8;       // devices the batch will be placed on
-  double eps_memory = 0.2;        // target: LPT memory imbalance <= 1 + eps_memory
-  double eps_compute = 0.1;       // target: LPT compute imbalance <= 1 + eps_compute
-  TokenCount min_block = 256;     // smaller tiles waste attention-kernel throughput
-  TokenCount max_block = 4096;    // larger ones starve the pipeline of stages
+  std::int32_t devices = 8;     // devices the batch will be placed on
+  double eps_memory = 0.2;      // target: LPT memory imbalance <= 1 + eps_memory
+  double eps_compute = 0.1;     // target: LPT compute imbalance <= 1 + eps_compute
+  TokenCount min_block = 256;   // smaller tiles waste attention-kernel throughput
+  TokenCount max_block = 4096;  // larger ones starve the pipeline of stages
 };
 
 struct BlockSizeChoice {
@@ -28,12 +28,12 @@ struct BlockSizeChoice {
 };
 
 // The largest power of two B in [min_block, max_block] (capped at the next power of two above the
-// longest sequence) whose token blocks and work units both pack onto `devices` within the targets by
-// longest-processing-time-first. The reference system looks only at memory and starts at the longest
-// sequence; one 128K causal sequence on 8 devices then gets B = 16384, and 36 tiles of very unequal
-// work. Looking at the exact per-tile pair counts makes the choice mask-aware. If no candidate
-// meets both targets, the one with the smallest worse-of-the-two ratio to its target wins.
-// Throws InvalidInput for devices < 1, a negative epsilon, or min_block > max_block or < 1.
+// longest sequence) whose token blocks and work units both pack onto `devices` within the targets
+// by longest-processing-time-first. The reference system looks only at memory and starts at the
+// longest sequence; one 128K causal sequence on 8 devices then gets B = 16384, and 36 tiles of very
+// unequal work. Looking at the exact per-tile pair counts makes the choice mask-aware. If no
+// candidate meets both targets, the one with the smallest worse-of-the-two ratio to its target
+// wins. Throws InvalidInput for devices < 1, a negative epsilon, or min_block > max_block or < 1.
 BlockSizeChoice choose_block_size(const AttentionShape& shape, const SequenceBatch& batch,
                                   const std::vector<SequenceMask>& masks,
                                   std::int32_t head_block_size, const BlockSizeOptions& options);

@@ -10,17 +10,17 @@
 namespace dcp {
 
 // Rows are added in order: each add() continues where the previous one stopped, starting at 0.
-// Intervals given to add() may be empty on some rows, unsorted and overlapping; the builder cuts the
-// row range wherever their order, overlap or emptiness changes and merges each piece's intervals
-// into the normal form SequenceMask documents. Cost per add(): O(K^2 log K) for K intervals,
-// independent of the number of rows.
+// Intervals given to add() may be empty on some rows, unsorted and overlapping; the builder cuts
+// the row range wherever their order, overlap or emptiness changes and merges each piece's
+// intervals into the normal form SequenceMask documents. Cost per add(): O(K^2 log K) for K
+// intervals, independent of the number of rows.
 class MaskBuilder {
  public:
   explicit MaskBuilder(TokenCount length);
 
   // Rows [row_begin, row_end) attend to the union of `raw` (evaluated per row). Requires
-  // row_begin == rows_added() and row_end <= length. Intervals must stay inside [0, length] on these
-  // rows wherever they are non-empty (asserted in debug builds; callers validate user input).
+  // row_begin == rows_added() and row_end <= length. Intervals must stay inside [0, length] on
+  // these rows wherever they are non-empty (asserted in debug builds; callers validate user input).
   void add(TokenCount row_begin, TokenCount row_end, std::span<const AffineInterval> raw);
   // One row with constant intervals (the mask-file path).
   void add_row(TokenCount row, std::span<const Interval> intervals);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "dcp/core/error.h"
+
 #include "dcp/model/mask_builder.h"
 
 namespace dcp {

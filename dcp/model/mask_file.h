@@ -6,14 +6,15 @@
 #include <vector>
 
 #include "dcp/core/npy.h"
+
 #include "dcp/model/sequence_batch.h"
 #include "dcp/model/sequence_mask.h"
 
 namespace dcp {
 
 // Reads a mask file for `batch`: rows are the batch's tokens in packed order, intervals are in
-// sequence-local positions, unused slots are [0, 0) (any empty interval is ignored). Intervals may be
-// unsorted and overlapping. Throws InvalidInput naming the file and the offending row, slot and
+// sequence-local positions, unused slots are [0, 0) (any empty interval is ignored). Intervals may
+// be unsorted and overlapping. Throws InvalidInput naming the file and the offending row, slot and
 // values for a wrong dtype (not int32), rank (not 3), last extent (not 2), K < 1, a row count
 // other than the batch's token count, start > end, or an interval outside [0, L].
 std::vector<SequenceMask> load_mask_file(const std::string& path, const SequenceBatch& batch);

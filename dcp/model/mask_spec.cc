@@ -9,6 +9,7 @@
 
 #include "dcp/core/error.h"
 #include "dcp/core/parse.h"
+
 #include "dcp/model/mask_builder.h"
 
 namespace dcp {
@@ -52,7 +53,7 @@ std::string known_kinds() {
 constexpr AffineInterval prefix_through_row() { return {0, 1, 0, 1}; }  // [0, i+1)
 constexpr AffineInterval constant(TokenCount b, TokenCount e) { return {b, e, 0, 0}; }
 constexpr AffineInterval trailing_window(TokenCount w) { return {1 - w, 1, 1, 1}; }  // [i-w+1, i+1)
-constexpr AffineInterval from_through_row(TokenCount b) { return {b, 1, 0, 1}; }  // [b, i+1)
+constexpr AffineInterval from_through_row(TokenCount b) { return {b, 1, 0, 1}; }     // [b, i+1)
 
 // Adds rows [row_begin, row_end) cut at the sequence end; the formulas below place row ranges by
 // parameters (window, sink, block) that may exceed L. Empty ranges are skipped.
@@ -109,9 +110,11 @@ MaskSpec parse_mask_spec(std::string_view text) {
     const std::string_view value = trim(item.substr(eq + 1));
     if (std::find(info->keys.begin(), info->keys.end(), key) == info->keys.end()) {
       std::string keys;
-      for (const std::string_view k : info->keys) keys += (keys.empty() ? "" : ", ") + std::string(k);
+      for (const std::string_view k : info->keys)
+        keys += (keys.empty() ? "" : ", ") + std::string(k);
       throw InvalidInput(where + ": " + std::string(info->name) + " takes no parameter " +
-                         quoted(key) + (keys.empty() ? " (it has none)" : " (it takes: " + keys + ")"));
+                         quoted(key) +
+                         (keys.empty() ? " (it has none)" : " (it takes: " + keys + ")"));
     }
     if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
       throw InvalidInput(where + ": parameter " + quoted(key) + " is given twice");
@@ -148,8 +151,11 @@ std::string to_string(const MaskSpec& spec) {
   std::string out(to_string(spec.kind));
   switch (spec.kind) {
     case MaskKind::kCausal:
-    case MaskKind::kFull: break;
-    case MaskKind::kSlidingWindow: out += ":window=" + std::to_string(spec.window); break;
+    case MaskKind::kFull:
+      break;
+    case MaskKind::kSlidingWindow:
+      out += ":window=" + std::to_string(spec.window);
+      break;
     case MaskKind::kLambda:
       out += ":sink=" + std::to_string(spec.sink) + ",window=" + std::to_string(spec.window);
       break;
@@ -170,8 +176,12 @@ SequenceMask build_sequence_mask(const MaskSpec& spec, TokenCount length) {
   MaskBuilder builder(length);
   const TokenCount L = length;
   switch (spec.kind) {
-    case MaskKind::kCausal: add_clipped(builder, 0, L, {prefix_through_row()}, L); break;
-    case MaskKind::kFull: add_clipped(builder, 0, L, {constant(0, L)}, L); break;
+    case MaskKind::kCausal:
+      add_clipped(builder, 0, L, {prefix_through_row()}, L);
+      break;
+    case MaskKind::kFull:
+      add_clipped(builder, 0, L, {constant(0, L)}, L);
+      break;
     case MaskKind::kSlidingWindow: {
       // Step 0: rows i < W see [0, i+1); step 1: later rows see [i-W+1, i+1).
       const TokenCount w = spec.window;
@@ -191,7 +201,8 @@ SequenceMask build_sequence_mask(const MaskSpec& spec, TokenCount length) {
       const TokenCount lo = std::min(s, w);
       const TokenCount hi = std::max(s, w);
       add_clipped(builder, 0, lo, {sink_early, window_early}, L);
-      add_clipped(builder, lo, hi, {s <= w ? sink_late : sink_early, s <= w ? window_early : window_late}, L);
+      add_clipped(builder, lo, hi,
+                  {s <= w ? sink_late : sink_early, s <= w ? window_early : window_late}, L);
       add_clipped(builder, hi, L, {sink_late, window_late}, L);
       break;
     }
@@ -204,7 +215,8 @@ SequenceMask build_sequence_mask(const MaskSpec& spec, TokenCount length) {
       for (TokenCount k = 0; k < n; ++k) {
         const TokenCount start = q + k * a;
         const TokenCount stop = k + 1 < n ? start + a : L;
-        if (start < stop) add_clipped(builder, start, stop, {constant(0, q), from_through_row(start)}, L);
+        if (start < stop)
+          add_clipped(builder, start, stop, {constant(0, q), from_through_row(start)}, L);
         if (a == 0) break;  // the remaining answers are empty; the loop would only repeat `start`
       }
       if (builder.rows_added() < L) {
@@ -239,7 +251,8 @@ SequenceMask build_sequence_mask(const MaskSpec& spec, TokenCount length) {
 std::vector<SequenceMask> build_batch_mask(const MaskSpec& spec, const SequenceBatch& batch) {
   std::vector<SequenceMask> masks;
   masks.reserve(static_cast<std::size_t>(batch.size()));
-  for (SeqIndex s = 0; s < batch.size(); ++s) masks.push_back(build_sequence_mask(spec, batch.length(s)));
+  for (SeqIndex s = 0; s < batch.size(); ++s)
+    masks.push_back(build_sequence_mask(spec, batch.length(s)));
   return masks;
 }
 

@@ -69,8 +69,9 @@ SequenceMask::SequenceMask(TokenCount length, std::vector<MaskSegment> segments,
 
 std::size_t SequenceMask::segment_of(TokenCount row) const {
   assert(row >= 0 && row < length_);
-  const auto it = std::upper_bound(segments_.begin(), segments_.end(), row,
-                                   [](TokenCount r, const MaskSegment& s) { return r < s.row_end; });
+  const auto it =
+      std::upper_bound(segments_.begin(), segments_.end(), row,
+                       [](TokenCount r, const MaskSegment& s) { return r < s.row_end; });
   return static_cast<std::size_t>(it - segments_.begin());
 }
 

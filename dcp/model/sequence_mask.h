@@ -60,9 +60,9 @@ class SequenceMask {
   TokenCount length() const { return length_; }
   std::span<const MaskSegment> segments() const { return segments_; }
   std::span<const AffineInterval> intervals(const MaskSegment& segment) const {
-    return std::span<const AffineInterval>(intervals_).subspan(
-        static_cast<std::size_t>(segment.first_interval),
-        static_cast<std::size_t>(segment.interval_count));
+    return std::span<const AffineInterval>(intervals_)
+        .subspan(static_cast<std::size_t>(segment.first_interval),
+                 static_cast<std::size_t>(segment.interval_count));
   }
 
   // Index of the segment holding `row`; requires 0 <= row < length().

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dcp/core/ids.h"
+
 #include "dcp/model/attention_shape.h"
 #include "dcp/model/block_layout.h"
 
@@ -22,7 +23,8 @@ bool is_per_kv_head_block(TensorKind kind);
 
 // Bytes one token of `kind` takes for one head block of it (kv head block for KV and dKV).
 // Q, O, dO, dQ: h * d * dtype; KV, dKV: 2 * kv_block_size * d * dtype; LSE: h * 4 (always fp32).
-std::int64_t bytes_per_token(TensorKind kind, const AttentionShape& shape, const HeadBlocking& heads);
+std::int64_t bytes_per_token(TensorKind kind, const AttentionShape& shape,
+                             const HeadBlocking& heads);
 
 // Bytes one token of `kind` takes over all heads.
 std::int64_t bytes_per_token_all_heads(TensorKind kind, const AttentionShape& shape,
@@ -34,7 +36,8 @@ inline std::int64_t forward_flops(PairCount pairs, const AttentionShape& shape,
                                   const HeadBlocking& heads) {
   return 4 * pairs * shape.head_dim * heads.head_block_size();
 }
-// Backward FLOPs: 2.5x forward (dV, dP, dQ, dK plus the recomputed S), i.e. 10 * pairs * d per head.
+// Backward FLOPs: 2.5x forward (dV, dP, dQ, dK plus the recomputed S), i.e. 10 * pairs * d per
+// head.
 inline std::int64_t backward_flops(PairCount pairs, const AttentionShape& shape,
                                    const HeadBlocking& heads) {
   return 10 * pairs * shape.head_dim * heads.head_block_size();

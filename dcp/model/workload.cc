@@ -6,15 +6,19 @@
 #include <string>
 
 #include "dcp/core/error.h"
+
 #include "dcp/model/tensor.h"
 
 namespace dcp {
 
 std::string_view to_string(TileKind kind) {
   switch (kind) {
-    case TileKind::kEmpty: return "empty";
-    case TileKind::kPartial: return "partial";
-    case TileKind::kFull: return "full";
+    case TileKind::kEmpty:
+      return "empty";
+    case TileKind::kPartial:
+      return "partial";
+    case TileKind::kFull:
+      return "full";
   }
   return "?";
 }
@@ -28,8 +32,9 @@ const AttentionShape& validated(const AttentionShape& shape) {
 
 }  // namespace
 
-Workload::Workload(const AttentionShape& shape, SequenceBatch batch, std::vector<SequenceMask> masks,
-                   TokenCount block_size, std::int32_t head_block_size)
+Workload::Workload(const AttentionShape& shape, SequenceBatch batch,
+                   std::vector<SequenceMask> masks, TokenCount block_size,
+                   std::int32_t head_block_size)
     : shape_(validated(shape)),
       batch_(std::move(batch)),
       masks_(std::move(masks)),
@@ -73,10 +78,11 @@ void Workload::build_tiles(SeqIndex seq, std::vector<PairCount>& scratch,
     const TokenCount row_end = std::min(length, row_begin + b);
     while (segments[first_segment].row_end <= row_begin) ++first_segment;
     touched.clear();
-    // Step 1: per mask segment overlapping the q block, per interval: the keys it reaches over these
-    // rows form one range [begin(first row), end(last row)), since bounds only grow and no row of a
-    // segment is empty; each kv block in that range gets its exact pair count in O(1).
-    for (std::size_t s = first_segment; s < segments.size() && segments[s].row_begin < row_end; ++s) {
+    // Step 1: per mask segment overlapping the q block, per interval: the keys it reaches over
+    // these rows form one range [begin(first row), end(last row)), since bounds only grow and no
+    // row of a segment is empty; each kv block in that range gets its exact pair count in O(1).
+    for (std::size_t s = first_segment; s < segments.size() && segments[s].row_begin < row_end;
+         ++s) {
       const TokenCount a = std::max(segments[s].row_begin, row_begin);
       const TokenCount z = std::min(segments[s].row_end, row_end);
       for (const AffineInterval& interval : seq_mask.intervals(segments[s])) {

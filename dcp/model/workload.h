@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dcp/core/ids.h"
+
 #include "dcp/model/attention_shape.h"
 #include "dcp/model/block_layout.h"
 #include "dcp/model/sequence_batch.h"

@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // The dcp command line end to end: outputs, and exit status 2 with a one-line error for bad input.
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include "dcp/core/npy.h"
 
 #include "apps/cli/command_table.h"
-#include "dcp/core/npy.h"
+#include <sys/wait.h>
 
 namespace dcp::cli {
 namespace {
@@ -51,7 +52,8 @@ TEST(WorkloadCommand, PrintsTheRequiredJsonFields) {
   EXPECT_EQ(json_value(r.out, "work_units"), "66048");
   EXPECT_EQ(json_value(r.out, "full_work_units"), std::to_string(128 * 127 / 2 * 8));
   EXPECT_EQ(json_value(r.out, "unmasked_pairs"), std::to_string(131072LL * 131073 / 2));
-  EXPECT_EQ(json_value(r.out, "flops_forward"), std::to_string(4 * (131072LL * 131073 / 2) * 128 * 8));
+  EXPECT_EQ(json_value(r.out, "flops_forward"),
+            std::to_string(4 * (131072LL * 131073 / 2) * 128 * 8));
   EXPECT_NE(r.out.find("\"per_sequence\": ["), std::string::npos);
   EXPECT_NE(r.out.find("\"density\": "), std::string::npos);
 }
@@ -65,7 +67,8 @@ TEST(WorkloadCommand, PrintsAReadableSummaryForSampledBatchesAndMaskFiles) {
   const std::string path = (std::filesystem::temp_directory_path() / "dcp_cli_mask.npy").string();
   const std::vector<std::int32_t> causal = {0, 1, 0, 2, 0, 3, 0, 1};
   write_npy(path, "<i4", {4, 1, 2}, causal.data(), causal.size() * 4);
-  const Result from_file = run({"workload", "--seqlens", "3,1", "--mask-file", path, "--block-size", "2", "--json"});
+  const Result from_file =
+      run({"workload", "--seqlens", "3,1", "--mask-file", path, "--block-size", "2", "--json"});
   ASSERT_EQ(from_file.status, 0) << from_file.err;
   EXPECT_EQ(json_value(from_file.out, "unmasked_pairs"), "7");
   const Result wrong_count = run({"workload", "--seqlens", "3,2", "--mask-file", path});
@@ -76,30 +79,43 @@ TEST(WorkloadCommand, PrintsAReadableSummaryForSampledBatchesAndMaskFiles) {
 }
 
 TEST(WorkloadCommand, RejectsBadInputWithExitStatus2NamingTheFlagAndValue) {
-  expect_usage_error({"workload", "--seqlens", "10", "--mask", "bogus"}, "--mask: 'bogus': unknown mask kind 'bogus'");
-  expect_usage_error({"workload", "--seqlens", "10", "--mask", "sliding_window:window=0"}, "window must be >= 1");
-  expect_usage_error({"workload", "--seqlens", "10", "--mask", "shared_question:answers=0"}, "answers must be >= 1");
-  expect_usage_error({"workload", "--seqlens", "10", "--mask", "shared_question:question=1.5"}, "question must be in [0, 1)");
-  expect_usage_error({"workload", "--seqlens", "10", "--mask", "causal_blockwise:block=0"}, "block must be >= 1");
-  expect_usage_error({"workload", "--seqlens", "10", "--heads", "6", "--kv-heads", "4"}, "--heads 6 --kv-heads 4");
-  expect_usage_error({"workload", "--seqlens", "10", "--head-block-size", "3"}, "--head-block-size 3");
-  expect_usage_error({"workload", "--seqlens", "10", "--block-size", "0"}, "--block-size '0': must be >= 1");
+  expect_usage_error({"workload", "--seqlens", "10", "--mask", "bogus"},
+                     "--mask: 'bogus': unknown mask kind 'bogus'");
+  expect_usage_error({"workload", "--seqlens", "10", "--mask", "sliding_window:window=0"},
+                     "window must be >= 1");
+  expect_usage_error({"workload", "--seqlens", "10", "--mask", "shared_question:answers=0"},
+                     "answers must be >= 1");
+  expect_usage_error({"workload", "--seqlens", "10", "--mask", "shared_question:question=1.5"},
+                     "question must be in [0, 1)");
+  expect_usage_error({"workload", "--seqlens", "10", "--mask", "causal_blockwise:block=0"},
+                     "block must be >= 1");
+  expect_usage_error({"workload", "--seqlens", "10", "--heads", "6", "--kv-heads", "4"},
+                     "--heads 6 --kv-heads 4");
+  expect_usage_error({"workload", "--seqlens", "10", "--head-block-size", "3"},
+                     "--head-block-size 3");
+  expect_usage_error({"workload", "--seqlens", "10", "--block-size", "0"},
+                     "--block-size '0': must be >= 1");
   expect_usage_error({"workload", "--seqlens", "10,0"}, "sequence 1 has length 0");
   expect_usage_error({"workload", "--seqlens", "10,-5"}, "--seqlens '10,-5'");
   expect_usage_error({"workload", "--seqlens", ""}, "--seqlens");
   expect_usage_error({"workload"}, "exactly one of --seqlens");
-  expect_usage_error({"workload", "--seqlens", "5", "--heads", "x"}, "--heads: 'x' is not an integer");
-  expect_usage_error({"workload", "--seqlens", "5", "--dtype", "int8"}, "--dtype: unknown dtype 'int8'");
+  expect_usage_error({"workload", "--seqlens", "5", "--heads", "x"},
+                     "--heads: 'x' is not an integer");
+  expect_usage_error({"workload", "--seqlens", "5", "--dtype", "int8"},
+                     "--dtype: unknown dtype 'int8'");
   expect_usage_error({"workload", "--seqlens", "5", "--frobnicate"}, "unknown flag '--frobnicate'");
   expect_usage_error({"workload", "--seqlens"}, "--seqlens needs a value");
-  expect_usage_error({"workload", "--seqlens", "5", "--mask-file", "/nonexistent.npy"}, "--mask-file: /nonexistent.npy: cannot open");
-  expect_usage_error({"workload", "--seqlens", "5", "--mask", "causal", "--mask-file", "x.npy"}, "at most one of --mask");
+  expect_usage_error({"workload", "--seqlens", "5", "--mask-file", "/nonexistent.npy"},
+                     "--mask-file: /nonexistent.npy: cannot open");
+  expect_usage_error({"workload", "--seqlens", "5", "--mask", "causal", "--mask-file", "x.npy"},
+                     "at most one of --mask");
   expect_usage_error({"workload", "--dist", "zipf"}, "unknown length distribution 'zipf'");
   expect_usage_error({"frobnicate"}, "unknown command 'frobnicate'");
 }
 
 TEST(BatchesCommand, PrintsCountBatchesWithinTheBudgetAndIsDeterministic) {
-  const Result a = run({"batches", "--dist", "ldc", "--tokens", "131072", "--count", "50", "--seed", "0"});
+  const Result a =
+      run({"batches", "--dist", "ldc", "--tokens", "131072", "--count", "50", "--seed", "0"});
   ASSERT_EQ(a.status, 0) << a.err;
   std::istringstream lines(a.out);
   std::string line;
@@ -114,15 +130,21 @@ TEST(BatchesCommand, PrintsCountBatchesWithinTheBudgetAndIsDeterministic) {
     EXPECT_GE(sum, 98304);
   }
   EXPECT_EQ(count, 50);
-  EXPECT_EQ(run({"batches", "--dist", "ldc", "--tokens", "131072", "--count", "50", "--seed", "0"}).out, a.out);
-  EXPECT_NE(run({"batches", "--dist", "ldc", "--tokens", "131072", "--count", "50", "--seed", "1"}).out, a.out);
-  expect_usage_error({"batches", "--dist", "ldc", "--seed", "abc"}, "--seed: 'abc' is not an integer");
+  EXPECT_EQ(
+      run({"batches", "--dist", "ldc", "--tokens", "131072", "--count", "50", "--seed", "0"}).out,
+      a.out);
+  EXPECT_NE(
+      run({"batches", "--dist", "ldc", "--tokens", "131072", "--count", "50", "--seed", "1"}).out,
+      a.out);
+  expect_usage_error({"batches", "--dist", "ldc", "--seed", "abc"},
+                     "--seed: 'abc' is not an integer");
   expect_usage_error({"batches", "--dist", "ldc", "--count", "0"}, "--count '0': must be >= 1");
   expect_usage_error({"batches"}, "exactly one of --dist and --lengths-file");
 }
 
 TEST(DcpBinary, ExitsWith2AndPrintsNothingOnStdoutForBadInput) {
-  const std::string command = std::string(DCP_BINARY) + " workload --seqlens 10 --mask nope 2>/dev/null";
+  const std::string command =
+      std::string(DCP_BINARY) + " workload --seqlens 10 --mask nope 2>/dev/null";
   FILE* pipe = popen(command.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   char buffer[256];

@@ -2,9 +2,9 @@
 // The JSON writer nests, separates and escapes correctly.
 #include "dcp/core/json_writer.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
+
+#include <gtest/gtest.h>
 
 namespace dcp {
 namespace {
@@ -13,7 +13,13 @@ TEST(JsonWriter, WritesNestedObjectsAndArraysCompactly) {
   JsonWriter json(0);
   json.begin_object();
   json.field("a", std::int64_t{1});
-  json.key("list").begin_array().value(std::int64_t{2}).value("x").begin_object().end_object().end_array();
+  json.key("list")
+      .begin_array()
+      .value(std::int64_t{2})
+      .value("x")
+      .begin_object()
+      .end_object()
+      .end_array();
   json.field("ok", true);
   json.key("none").null();
   json.key("empty").begin_array().end_array();

@@ -2,10 +2,10 @@
 // .npy files round-trip, and every way a file can be broken is a clear InvalidInput.
 #include "dcp/core/npy.h"
 
-#include <gtest/gtest.h>
-
 #include <cstring>
 #include <filesystem>
+
+#include <gtest/gtest.h>
 
 #include "dcp/core/error.h"
 #include "dcp/core/rng.h"
@@ -42,11 +42,15 @@ TEST(Npy, WriteThenReadRoundTrips) {
 }
 
 TEST(Npy, ReadsOneDimensionalAndScalarShapes) {
-  const NpyArray vec = parse_npy(bytes_of(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }\n",
-                                                   std::string(8, '\0'))), "v");
+  const NpyArray vec =
+      parse_npy(bytes_of(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }\n",
+                                  std::string(8, '\0'))),
+                "v");
   EXPECT_EQ(vec.shape, (std::vector<std::int64_t>{2}));
-  const NpyArray scalar = parse_npy(bytes_of(npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (), }\n",
-                                                      std::string(8, '\0'))), "s");
+  const NpyArray scalar =
+      parse_npy(bytes_of(npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (), }\n",
+                                  std::string(8, '\0'))),
+                "s");
   EXPECT_TRUE(scalar.shape.empty());
   EXPECT_EQ(scalar.element_count(), 1);
 }
@@ -69,19 +73,24 @@ TEST(Npy, RejectsBrokenFilesWithAClearMessage) {
   expect_invalid(npy_file(header, std::string(17, '\0')), "bytes after the data");
   expect_invalid(npy_file(header, std::string(16, '\0'), 9), "unsupported format version 9");
   expect_invalid(npy_file(header, "").substr(0, 20), "truncated header");
-  expect_invalid(npy_file("{'descr': '>i4', 'fortran_order': False, 'shape': (1,), }\n", std::string(4, '\0')),
-                 "unsupported dtype '>i4'");
-  expect_invalid(npy_file("{'descr': '<i4', 'fortran_order': True, 'shape': (1,), }\n", std::string(4, '\0')),
-                 "Fortran");
+  expect_invalid(
+      npy_file("{'descr': '>i4', 'fortran_order': False, 'shape': (1,), }\n", std::string(4, '\0')),
+      "unsupported dtype '>i4'");
+  expect_invalid(
+      npy_file("{'descr': '<i4', 'fortran_order': True, 'shape': (1,), }\n", std::string(4, '\0')),
+      "Fortran");
   expect_invalid(npy_file("{'descr': '<i4', 'fortran_order': False}\n", ""), "no 'shape'");
-  expect_invalid(npy_file("{'descr': '<i4', 'fortran_order': False, 'shape': (-1,), }\n", ""), "negative");
-  expect_invalid(npy_file("{'descr': '<i4', 'fortran_order': False, 'shape': (4611686018427387904, 8), }\n", ""),
-                 "too large");
+  expect_invalid(npy_file("{'descr': '<i4', 'fortran_order': False, 'shape': (-1,), }\n", ""),
+                 "negative");
+  expect_invalid(
+      npy_file("{'descr': '<i4', 'fortran_order': False, 'shape': (4611686018427387904, 8), }\n",
+               ""),
+      "too large");
 }
 
 TEST(Npy, SurvivesEveryTruncationAndRandomCorruption) {
-  const std::string good =
-      npy_file("{'descr': '<i4', 'fortran_order': False, 'shape': (3, 1, 2), }\n", std::string(24, '\1'));
+  const std::string good = npy_file(
+      "{'descr': '<i4', 'fortran_order': False, 'shape': (3, 1, 2), }\n", std::string(24, '\1'));
   for (std::size_t cut = 0; cut < good.size(); ++cut) {
     EXPECT_THROW(parse_npy(bytes_of(good.substr(0, cut)), "cut.npy"), InvalidInput) << cut;
   }
@@ -94,15 +103,14 @@ TEST(Npy, SurvivesEveryTruncationAndRandomCorruption) {
     }
     try {
       const NpyArray array = parse_npy(bytes_of(bad), "fuzz.npy");
-      EXPECT_EQ(array.data.size(), static_cast<std::size_t>(array.element_count()) * array.item_size());
+      EXPECT_EQ(array.data.size(),
+                static_cast<std::size_t>(array.element_count()) * array.item_size());
     } catch (const InvalidInput&) {
     }
   }
 }
 
-TEST(Npy, MissingFileIsAnIoError) {
-  EXPECT_THROW(read_npy("/nonexistent/dcp.npy"), IoError);
-}
+TEST(Npy, MissingFileIsAnIoError) { EXPECT_THROW(read_npy("/nonexistent/dcp.npy"), IoError); }
 
 }  // namespace
 }  // namespace dcp

@@ -2,9 +2,9 @@
 // Token blocks cover every token once; head blocks map onto their kv heads.
 #include "dcp/model/block_layout.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
+
+#include <gtest/gtest.h>
 
 #include "dcp/core/error.h"
 

@@ -5,17 +5,21 @@
 #include <gtest/gtest.h>
 
 #include "dcp/core/error.h"
+
 #include "dcp/model/mask_spec.h"
 
 namespace dcp {
 namespace {
 
-BlockSizeChoice choose(const std::vector<TokenCount>& lengths, const char* mask, std::int32_t devices) {
+BlockSizeChoice choose(const std::vector<TokenCount>& lengths, const char* mask,
+                       std::int32_t devices, std::int32_t head_block_size = 1,
+                       TokenCount max_block = 4096) {
   const SequenceBatch batch(lengths);
   BlockSizeOptions options;
   options.devices = devices;
-  return choose_block_size(AttentionShape{}, batch, build_batch_mask(parse_mask_spec(mask), batch), 1,
-                           options);
+  options.max_block = max_block;
+  return choose_block_size(AttentionShape{}, batch, build_batch_mask(parse_mask_spec(mask), batch),
+                           head_block_size, options);
 }
 
 TEST(LptImbalance, IsMaxOverMeanOfLargestFirstPacking) {
@@ -26,12 +30,15 @@ TEST(LptImbalance, IsMaxOverMeanOfLargestFirstPacking) {
   EXPECT_DOUBLE_EQ(lpt_imbalance({4}, 4), 4.0);  // three devices idle
 }
 
-TEST(BlockSizeHeuristic, SplitsOneLongCausalSequenceFinerThanMemoryAloneWould) {
-  // Memory alone balances at B = 16384 (8 blocks on 8 devices), but the 36 causal tiles then cannot
-  // balance compute; the heuristic must go below that.
-  const BlockSizeChoice choice = choose({131072}, "causal", 8);
+TEST(BlockSizeHeuristic, GoesFinerThanAMemoryOnlyRuleWhenComputeWouldBeUnbalanced) {
+  // 96K + 16K + 16K causal tokens on 4 devices, all 8 q heads in one head block. At B = 32768 the
+  // token blocks (3 x 32K, 2 x 16K) pack perfectly, which is where the reference's memory-only rule
+  // stops; but the 96K sequence's 6 tiles and the short ones' 2 do not balance compute (LPT 1.26).
+  const std::vector<TokenCount> lengths = {98304, 16384, 16384};
+  EXPECT_DOUBLE_EQ(lpt_imbalance({32768, 32768, 32768, 16384, 16384}, 4), 1.0);
+  const BlockSizeChoice choice = choose(lengths, "causal", 4, /*head_block_size=*/8, 65536);
   EXPECT_TRUE(choice.meets_targets);
-  EXPECT_LE(choice.block_size, 4096);
+  EXPECT_LT(choice.block_size, 32768);
   EXPECT_LE(choice.memory_imbalance, 1.2 + 1e-9);
   EXPECT_LE(choice.compute_imbalance, 1.1 + 1e-9);
 }

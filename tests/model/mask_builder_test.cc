@@ -2,11 +2,12 @@
 // MaskBuilder normalises raw affine intervals exactly and keeps masks compact.
 #include "dcp/model/mask_builder.h"
 
-#include <gtest/gtest.h>
-
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "dcp/core/rng.h"
+
 #include "tests/testing/brute_force_mask.h"
 #include "tests/testing/mask_checks.h"
 
@@ -44,7 +45,8 @@ TEST(MaskBuilder, NormalisesRandomUnsortedOverlappingAffineIntervals) {
       for (int k = 0; k < count; ++k) raw.push_back(random_affine(rng, length, row, end));
       for (TokenCount i = row; i < end; ++i) {
         for (const AffineInterval& x : raw) {
-          for (TokenCount j = std::max<TokenCount>(0, x.begin_at(i)); j < std::min(length, x.end_at(i)); ++j) {
+          for (TokenCount j = std::max<TokenCount>(0, x.begin_at(i));
+               j < std::min(length, x.end_at(i)); ++j) {
             expected[static_cast<std::size_t>(i * length + j)] = 1;
           }
         }
@@ -103,7 +105,8 @@ TEST(CountIntervalPairs, MatchesEnumerationForEverySlopeCombination) {
     }
     ASSERT_EQ(count_interval_pairs(x, r0, r1, c0, c1), expected)
         << "[" << x.begin0 << "+" << int{x.begin_slope} << "i, " << x.end0 << "+"
-        << int{x.end_slope} << "i) rows [" << r0 << "," << r1 << ") cols [" << c0 << "," << c1 << ")";
+        << int{x.end_slope} << "i) rows [" << r0 << "," << r1 << ") cols [" << c0 << "," << c1
+        << ")";
   }
 }
 

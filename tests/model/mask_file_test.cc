@@ -2,17 +2,19 @@
 // Mask files: arbitrary per-row intervals round-trip exactly; malformed files are rejected clearly.
 #include "dcp/model/mask_file.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include <gtest/gtest.h>
+
 #include "dcp/core/error.h"
 #include "dcp/core/npy.h"
 #include "dcp/core/rng.h"
+
 #include "dcp/model/mask_spec.h"
+
 #include "tests/testing/brute_force_mask.h"
 #include "tests/testing/mask_checks.h"
 
@@ -55,11 +57,13 @@ TEST(MaskFile, RandomPerRowIntervalsMatchTheirUnionElementByElement) {
           if (rng.uniform_int(0, 3) == 0) s = e = 0;  // unused slot
           values.push_back(static_cast<std::int32_t>(s));
           values.push_back(static_cast<std::int32_t>(e));
-          for (TokenCount j = s; j < e; ++j) expected.back()[static_cast<std::size_t>(i * length + j)] = 1;
+          for (TokenCount j = s; j < e; ++j)
+            expected.back()[static_cast<std::size_t>(i * length + j)] = 1;
         }
       }
     }
-    const auto masks = masks_from_array(int32_array({batch.total_tokens(), slots, 2}, values), batch, "t");
+    const auto masks =
+        masks_from_array(int32_array({batch.total_tokens(), slots, 2}, values), batch, "t");
     ASSERT_EQ(masks.size(), lengths.size());
     for (std::size_t s = 0; s < masks.size(); ++s) {
       testing::expect_normal_form(masks[s]);
@@ -69,7 +73,8 @@ TEST(MaskFile, RandomPerRowIntervalsMatchTheirUnionElementByElement) {
 }
 
 TEST(MaskFile, WrittenBuiltInMasksLoadBackIdenticallyAndCompactly) {
-  const std::string path = (std::filesystem::temp_directory_path() / "dcp_mask_file_test.npy").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "dcp_mask_file_test.npy").string();
   const SequenceBatch batch({700, 33, 1});
   for (const char* spec : {"causal", "lambda:sink=5,window=40", "shared_question",
                            "causal_blockwise:block=32,local=2"}) {
@@ -88,12 +93,15 @@ TEST(MaskFile, RejectsMalformedArraysNamingTheProblem) {
   const SequenceBatch batch({2, 1});
   const std::vector<std::int32_t> ok = {0, 1, 0, 2, 0, 1};
   EXPECT_EQ(error_of(int32_array({3, 1, 2}, ok), batch), "(accepted)");
-  EXPECT_NE(error_of(int32_array({2, 1, 2}, {0, 1, 0, 2}), batch).find("has 2 rows, but the batch has 3 tokens"),
+  EXPECT_NE(error_of(int32_array({2, 1, 2}, {0, 1, 0, 2}), batch)
+                .find("has 2 rows, but the batch has 3 tokens"),
             std::string::npos);
-  EXPECT_NE(error_of(int32_array({3, 2}, ok), batch).find("has 2 dimensions, expected 3"), std::string::npos);
+  EXPECT_NE(error_of(int32_array({3, 2}, ok), batch).find("has 2 dimensions, expected 3"),
+            std::string::npos);
   EXPECT_NE(error_of(int32_array({3, 1, 2}, {0, 1, 0, 3, 0, 1}), batch).find("is outside [0, 2]"),
             std::string::npos);
-  EXPECT_NE(error_of(int32_array({3, 1, 2}, {0, 1, -1, 2, 0, 1}), batch).find("token 1 (sequence 0, row 1)"),
+  EXPECT_NE(error_of(int32_array({3, 1, 2}, {0, 1, -1, 2, 0, 1}), batch)
+                .find("token 1 (sequence 0, row 1)"),
             std::string::npos);
   EXPECT_NE(error_of(int32_array({3, 1, 2}, {1, 0, 0, 2, 0, 1}), batch).find("start > end"),
             std::string::npos);
@@ -101,8 +109,10 @@ TEST(MaskFile, RejectsMalformedArraysNamingTheProblem) {
   NpyArray wrong_dtype = int32_array({3, 1, 2}, ok);
   wrong_dtype.descr = "<f4";
   EXPECT_NE(error_of(wrong_dtype, batch).find("dtype is '<f4', expected '<i4'"), std::string::npos);
-  EXPECT_NE(error_of(int32_array({3, 0, 2}, {}), batch).find("0 intervals per row"), std::string::npos);
-  EXPECT_NE(error_of(int32_array({3, 1, 3}, {0, 1, 0, 0, 2, 0, 0, 1, 0}), batch).find("last dimension is 3"),
+  EXPECT_NE(error_of(int32_array({3, 0, 2}, {}), batch).find("0 intervals per row"),
+            std::string::npos);
+  EXPECT_NE(error_of(int32_array({3, 1, 3}, {0, 1, 0, 0, 2, 0, 0, 1, 0}), batch)
+                .find("last dimension is 3"),
             std::string::npos);
 }
 

@@ -6,6 +6,7 @@
 
 #include "dcp/core/error.h"
 #include "dcp/core/rng.h"
+
 #include "tests/testing/brute_force_mask.h"
 #include "tests/testing/mask_checks.h"
 
@@ -43,8 +44,8 @@ TEST_P(EveryMaskKind, CountsPairsOfRandomRectanglesExactly) {
       if (r0 > r1) std::swap(r0, r1);
       if (c0 > c1) std::swap(c0, c1);
       ASSERT_EQ(mask.count_pairs(r0, r1, c0, c1), dense_count(dense, length, r0, r1, c0, c1))
-          << to_string(spec) << " L=" << length << " rows [" << r0 << "," << r1 << ") cols ["
-          << c0 << "," << c1 << ")";
+          << to_string(spec) << " L=" << length << " rows [" << r0 << "," << r1 << ") cols [" << c0
+          << "," << c1 << ")";
     }
   }
 }
@@ -58,7 +59,9 @@ TEST_P(EveryMaskKind, KeepsFewSegmentsForLongSequences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MaskSpec, EveryMaskKind, ::testing::ValuesIn(all_mask_kinds()),
-                         [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+                         [](const auto& param_info) {
+                           return std::string(to_string(param_info.param));
+                         });
 
 TEST(MaskSpec, CausalOfLengthLHasLTimesLPlusOneOverTwoPairs) {
   for (const TokenCount length : {1, 2, 7, 1000, 131072, 1 << 20}) {
@@ -82,9 +85,9 @@ TEST(MaskSpec, ParsesDefaultsAndParameters) {
 }
 
 TEST(MaskSpec, CanonicalStringParsesBackToTheSameSpec) {
-  for (const char* text : {"causal", "full", "sliding_window:window=9", "lambda:sink=3,window=7",
-                           "shared_question:question=0.25,answers=3",
-                           "causal_blockwise:block=16,local=0"}) {
+  for (const char* text :
+       {"causal", "full", "sliding_window:window=9", "lambda:sink=3,window=7",
+        "shared_question:question=0.25,answers=3", "causal_blockwise:block=16,local=0"}) {
     const MaskSpec spec = parse_mask_spec(text);
     EXPECT_EQ(to_string(spec), text);
     EXPECT_EQ(to_string(parse_mask_spec(to_string(spec))), text);

@@ -2,15 +2,17 @@
 // Work units against per-element enumeration, and the closed forms of causal attention.
 #include "dcp/model/workload.h"
 
-#include <gtest/gtest.h>
-
 #include <map>
 #include <tuple>
 
+#include <gtest/gtest.h>
+
 #include "dcp/core/error.h"
 #include "dcp/core/rng.h"
+
 #include "dcp/model/mask_spec.h"
 #include "dcp/model/tensor.h"
+
 #include "tests/testing/brute_force_mask.h"
 #include "tests/testing/mask_checks.h"
 
@@ -46,9 +48,9 @@ TEST(Workload, TilesMatchPerElementEnumerationOnRandomBatches) {
       const auto dense = testing::dense_mask(spec, length);
       for (TokenCount q = 0; q * block < length; ++q) {
         for (TokenCount kv = 0; kv * block < length; ++kv) {
-          const PairCount pairs = testing::dense_count(dense, length, q * block,
-                                                       std::min(length, (q + 1) * block), kv * block,
-                                                       std::min(length, (kv + 1) * block));
+          const PairCount pairs =
+              testing::dense_count(dense, length, q * block, std::min(length, (q + 1) * block),
+                                   kv * block, std::min(length, (kv + 1) * block));
           if (pairs > 0) expected[{seq, q, kv}] = pairs;
           expected_total += pairs;
         }
@@ -58,7 +60,8 @@ TEST(Workload, TilesMatchPerElementEnumerationOnRandomBatches) {
     ASSERT_EQ(workload.unmasked_pairs(), expected_total);
     auto it = expected.begin();  // std::map order == (seq, q_block, kv_block), the tile order
     for (const Tile& tile : workload.tiles()) {
-      ASSERT_EQ(std::make_tuple(tile.seq, TokenCount{tile.q_block}, TokenCount{tile.kv_block}), it->first);
+      ASSERT_EQ(std::make_tuple(tile.seq, TokenCount{tile.q_block}, TokenCount{tile.kv_block}),
+                it->first);
       ASSERT_EQ(tile.pairs, it->second);
       const TokenCount length = batch.length(tile.seq);
       const TokenCount rows = std::min(length, (tile.q_block + 1) * block) - tile.q_block * block;
@@ -102,8 +105,9 @@ TEST(Workload, WorkUnitIdsAreHeadBlockMajorOverTiles) {
 
 TEST(Workload, RejectsMasksThatDoNotMatchTheBatch) {
   const SequenceBatch batch({10, 20});
-  EXPECT_THROW(Workload(shape_8_2(), batch, build_batch_mask(MaskSpec{}, SequenceBatch({10})), 4, 1),
-               InvalidInput);
+  EXPECT_THROW(
+      Workload(shape_8_2(), batch, build_batch_mask(MaskSpec{}, SequenceBatch({10})), 4, 1),
+      InvalidInput);
   EXPECT_THROW(
       Workload(shape_8_2(), batch, build_batch_mask(MaskSpec{}, SequenceBatch({10, 21})), 4, 1),
       InvalidInput);

@@ -22,9 +22,15 @@ inline std::vector<char> dense_mask(const MaskSpec& spec, TokenCount L) {
   };
   for (TokenCount i = 0; i < L; ++i) {
     switch (spec.kind) {
-      case MaskKind::kCausal: set_range(i, 0, i + 1); break;
-      case MaskKind::kFull: set_range(i, 0, L); break;
-      case MaskKind::kSlidingWindow: set_range(i, std::max<TokenCount>(0, i - spec.window + 1), i + 1); break;
+      case MaskKind::kCausal:
+        set_range(i, 0, i + 1);
+        break;
+      case MaskKind::kFull:
+        set_range(i, 0, L);
+        break;
+      case MaskKind::kSlidingWindow:
+        set_range(i, std::max<TokenCount>(0, i - spec.window + 1), i + 1);
+        break;
       case MaskKind::kLambda:
         set_range(i, 0, std::min(spec.sink, i + 1));
         set_range(i, std::max<TokenCount>(0, i - spec.window + 1), i + 1);

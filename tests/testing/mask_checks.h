@@ -2,11 +2,12 @@
 // Test helpers: random mask specs and a check of SequenceMask's normal-form invariants.
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "dcp/core/rng.h"
+
 #include "dcp/model/mask_spec.h"
 #include "dcp/model/sequence_mask.h"
 

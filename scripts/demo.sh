@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The main job: builds dcp (release) and runs it on a sampled, realistic 128K-token batch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install_deps.sh
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$(nproc)" --target dcp
+dcp=build/release/apps/dcp
+
+echo "== a LongDataCollections-like batch of 131072 tokens (dcp batches --dist ldc --count 1 --seed 0)"
+batch=$("$dcp" batches --dist ldc --tokens 131072 --count 1 --seed 0)
+echo "$batch"
+echo
+for mask in causal lambda:sink=64,window=4096 shared_question causal_blockwise; do
+  echo "== dcp workload --mask $mask (8 q heads, 2 kv heads, head dim 128, bf16, 32 devices)"
+  "$dcp" workload --seqlens "$batch" --mask "$mask" --devices 32
+  echo
+done

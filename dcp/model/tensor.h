@@ -30,6 +30,13 @@ std::int64_t bytes_per_token(TensorKind kind, const AttentionShape& shape,
 std::int64_t bytes_per_token_all_heads(TensorKind kind, const AttentionShape& shape,
                                        const HeadBlocking& heads);
 
+// Bytes of one tensor of a token block over all heads: what moves when the block's tensor is
+// needed on another device for every head block.
+inline std::int64_t token_block_bytes(TensorKind kind, const TokenBlock& block,
+                                      const AttentionShape& shape, const HeadBlocking& heads) {
+  return block.tokens * bytes_per_token_all_heads(kind, shape, heads);
+}
+
 // Forward FLOPs of one work unit: 4 * pairs * head_dim per q head (QK^T and PV, 2 FLOPs per
 // multiply-add), times the heads of the head block.
 inline std::int64_t forward_flops(PairCount pairs, const AttentionShape& shape,

@@ -128,6 +128,8 @@ TEST(TensorBytes, FollowTheShapeDtypeAndHeadBlocking) {
   EXPECT_EQ(bytes_per_token(TensorKind::kKV, shape, eight), 2 * 2 * 128 * 4);
   EXPECT_EQ(bytes_per_token_all_heads(TensorKind::kO, shape, eight), 8 * 128 * 4);
   EXPECT_EQ(bytes_per_token_all_heads(TensorKind::kLse, shape, eight), 8 * 4);
+  const BlockLayout layout(SequenceBatch({1500}), 1024);
+  EXPECT_EQ(token_block_bytes(TensorKind::kQ, layout.block(1), shape, eight), 476 * 8 * 128 * 4);
 }
 
 }  // namespace

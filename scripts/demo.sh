@@ -5,8 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install_deps.sh
-cmake --preset release >/dev/null
-cmake --build --preset release -j "$(nproc)" --target dcp
+echo "building dcp (release) ..."
+mkdir -p build
+if ! { cmake --preset release && cmake --build --preset release -j "$(nproc)" --target dcp; } >build/demo-build.log 2>&1; then
+  cat build/demo-build.log >&2
+  echo "build failed; the log above is also in build/demo-build.log" >&2
+  exit 1
+fi
 dcp=build/release/apps/dcp
 
 echo "== a LongDataCollections-like batch of 131072 tokens (dcp batches --dist ldc --count 1 --seed 0)"

@@ -70,15 +70,15 @@ double Args::get_double(std::string_view name, double fallback) const {
 
 std::string format_help(std::string_view usage, std::string_view summary,
                         std::span<const FlagSpec> specs) {
-  std::string out = "usage: " + std::string(usage) + "\n\n" + std::string(summary) + "\n\nflags:\n";
+  // Appends only: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string(...) at -O2.
+  std::string out = "usage: ";
+  out.append(usage).append("\n\n").append(summary).append("\n\nflags:\n");
   for (const FlagSpec& spec : specs) {
-    std::string left = "  " + std::string(spec.name);
-    if (!spec.value_name.empty()) left += " " + std::string(spec.value_name);
-    if (left.size() < 28)
-      left.append(28 - left.size(), ' ');
-    else
-      left += "  ";
-    out += left + std::string(spec.help) + "\n";
+    std::string left = "  ";
+    left.append(spec.name);
+    if (!spec.value_name.empty()) left.append(" ").append(spec.value_name);
+    left.append(left.size() < 28 ? 28 - left.size() : 2, ' ');
+    out.append(left).append(spec.help).append("\n");
   }
   return out;
 }

@@ -44,7 +44,7 @@ std::size_t item_size_of(const std::string& descr) {
 // Finds `'key':` in the header dict and returns the text after the colon, trimmed.
 std::string_view header_value(std::string_view header, std::string_view key,
                               const std::string& name) {
-  std::string quoted_key = "'" + std::string(key) + "'";
+  const std::string quoted_key = quoted(key);
   std::size_t pos = header.find(quoted_key);
   if (pos == std::string_view::npos) {
     throw InvalidInput(name + ": .npy header has no " + quoted_key + " entry");

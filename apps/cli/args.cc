@@ -51,13 +51,17 @@ std::string Args::get_or(std::string_view name, std::string_view fallback) const
   return value ? *value : std::string(fallback);
 }
 
-std::int64_t Args::get_int(std::string_view name, std::int64_t fallback, std::int64_t min) const {
+std::int64_t Args::get_int(std::string_view name, std::int64_t fallback, std::int64_t min,
+                           std::int64_t max) const {
   const auto text = get(name);
   if (!text) return fallback;
   const std::string flag = std::string(name) + " " + quoted(*text);
   const std::int64_t value = parse_int(*text, name);
-  if (value < min) {
-    throw UsageError(flag + ": must be >= " + std::to_string(min));
+  if (value < min || value > max) {
+    throw UsageError(flag + ": must be " +
+                     (max == INT64_MAX
+                          ? ">= " + std::to_string(min)
+                          : "in [" + std::to_string(min) + ", " + std::to_string(max) + "]"));
   }
   return value;
 }

@@ -38,7 +38,8 @@ class Args {
   std::optional<std::string> get(std::string_view name) const;
   std::string get_or(std::string_view name, std::string_view fallback) const;
   // Integer flag with a lower bound; the error names the flag and the value.
-  std::int64_t get_int(std::string_view name, std::int64_t fallback, std::int64_t min) const;
+  std::int64_t get_int(std::string_view name, std::int64_t fallback, std::int64_t min,
+                       std::int64_t max = INT64_MAX) const;
   double get_double(std::string_view name, double fallback) const;
   bool flag(std::string_view name) const { return has(name); }
   const std::vector<std::string>& positional() const { return positional_; }

@@ -43,12 +43,12 @@ int run_batches(std::span<const std::string> argv, std::ostream& out) {
     throw UsageError("give exactly one of --dist and --lengths-file");
   }
   PackingOptions packing;
-  packing.tokens_per_batch = args.get_int("--tokens", packing.tokens_per_batch, 1);
+  packing.tokens_per_batch = args.get_int("--tokens", packing.tokens_per_batch, 1, kMaxBatchTokens);
   packing.scale = args.get_double("--length-scale", 1.0);
   packing.min_fill = args.get_double("--min-fill", packing.min_fill);
   packing.max_length = args.get_int("--max-length", 0, 1);
   with_flag("--tokens/--length-scale/--min-fill/--max-length", [&] { validate(packing); });
-  const auto count = static_cast<std::size_t>(args.get_int("--count", 10, 1));
+  const auto count = static_cast<std::size_t>(args.get_int("--count", 10, 1, 1 << 20));
   const auto seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
 
   std::vector<std::vector<TokenCount>> batches;

@@ -138,8 +138,8 @@ void write_text(const BuiltWorkload& built, const MaskSource& mask, double build
       << w.tile_count() << " tiles\n";
   out << "pairs        " << w.unmasked_pairs() << " per head, density " << fixed(pairs / dense, 4)
       << "\n";
-  out << "flops        forward " << human(static_cast<double>(w.forward_flops())) << ", backward "
-      << human(static_cast<double>(w.backward_flops())) << "\n";
+  out << "flops        forward " << human(w.forward_flops()) << ", backward "
+      << human(w.backward_flops()) << "\n";
   out << "bytes/token ";
   for (const TensorKind kind : all_tensor_kinds()) {
     out << " " << to_string(kind) << " " << bytes_per_token_all_heads(kind, w.shape(), w.heads());

@@ -68,7 +68,7 @@ SequenceBatch batch_from_flags(const Args& args) {
   const std::string name = *args.get("--dist");
   const auto kind = with_flag("--dist", [&] { return parse_length_distribution(name); });
   PackingOptions packing;
-  packing.tokens_per_batch = args.get_int("--tokens", packing.tokens_per_batch, 1);
+  packing.tokens_per_batch = args.get_int("--tokens", packing.tokens_per_batch, 1, kMaxBatchTokens);
   packing.scale = args.get_double("--length-scale", 1.0);
   const auto seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
   with_flag("--length-scale/--tokens", [&] { validate(packing); });
@@ -79,9 +79,11 @@ SequenceBatch batch_from_flags(const Args& args) {
 
 AttentionShape shape_from_flags(const Args& args) {
   AttentionShape shape;
-  shape.q_heads = static_cast<std::int32_t>(args.get_int("--heads", shape.q_heads, 1));
-  shape.kv_heads = static_cast<std::int32_t>(args.get_int("--kv-heads", shape.kv_heads, 1));
-  shape.head_dim = static_cast<std::int32_t>(args.get_int("--head-dim", shape.head_dim, 1));
+  shape.q_heads = static_cast<std::int32_t>(args.get_int("--heads", shape.q_heads, 1, kMaxHeads));
+  shape.kv_heads =
+      static_cast<std::int32_t>(args.get_int("--kv-heads", shape.kv_heads, 1, kMaxHeads));
+  shape.head_dim =
+      static_cast<std::int32_t>(args.get_int("--head-dim", shape.head_dim, 1, kMaxHeadDim));
   if (const auto dtype = args.get("--dtype")) {
     shape.dtype = with_flag("--dtype", [&] { return parse_dtype(*dtype); });
   }
@@ -114,8 +116,9 @@ WorkloadOptions workload_options_from_flags(const Args& args) {
   WorkloadOptions options;
   const std::string block = args.get_or("--block-size", "auto");
   if (block != "auto") options.block_size = args.get_int("--block-size", 0, 1);
-  options.head_block_size = static_cast<std::int32_t>(args.get_int("--head-block-size", 1, 1));
-  options.auto_block.devices = static_cast<std::int32_t>(args.get_int("--devices", 8, 1));
+  options.head_block_size =
+      static_cast<std::int32_t>(args.get_int("--head-block-size", 1, 1, kMaxHeads));
+  options.auto_block.devices = static_cast<std::int32_t>(args.get_int("--devices", 8, 1, 1 << 20));
   return options;
 }
 
@@ -124,9 +127,12 @@ BuiltWorkload workload_from_flags(const Args& args) {
   const AttentionShape shape = shape_from_flags(args);
   const MaskSource mask = mask_from_flags(args);
   const WorkloadOptions options = workload_options_from_flags(args);
+  with_flag("--head-block-size " + std::to_string(options.head_block_size),
+            [&] { HeadBlocking(shape, options.head_block_size); });
   std::vector<SequenceMask> masks = with_flag(mask.file.empty() ? "--mask" : "--mask-file",
                                               [&] { return build_masks(mask, batch); });
-  return with_flag("--head-block-size " + std::to_string(options.head_block_size), [&] {
+  // What is left to fail is the size of the model the block size gives.
+  return with_flag("--block-size " + args.get_or("--block-size", "auto"), [&] {
     return make_workload(shape, std::move(batch), std::move(masks), options);
   });
 }

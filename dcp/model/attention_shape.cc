@@ -35,18 +35,21 @@ double AttentionShape::effective_scale() const {
 }
 
 void validate(const AttentionShape& shape) {
-  if (shape.q_heads < 1) {
-    throw InvalidInput("q heads must be >= 1, got " + std::to_string(shape.q_heads));
+  if (shape.q_heads < 1 || shape.q_heads > kMaxHeads) {
+    throw InvalidInput("q heads must be in [1, " + std::to_string(kMaxHeads) + "], got " +
+                       std::to_string(shape.q_heads));
   }
-  if (shape.kv_heads < 1) {
-    throw InvalidInput("kv heads must be >= 1, got " + std::to_string(shape.kv_heads));
+  if (shape.kv_heads < 1 || shape.kv_heads > kMaxHeads) {
+    throw InvalidInput("kv heads must be in [1, " + std::to_string(kMaxHeads) + "], got " +
+                       std::to_string(shape.kv_heads));
   }
   if (shape.q_heads % shape.kv_heads != 0) {
     throw InvalidInput("q heads " + std::to_string(shape.q_heads) +
                        " is not divisible by kv heads " + std::to_string(shape.kv_heads));
   }
-  if (shape.head_dim < 1) {
-    throw InvalidInput("head dim must be >= 1, got " + std::to_string(shape.head_dim));
+  if (shape.head_dim < 1 || shape.head_dim > kMaxHeadDim) {
+    throw InvalidInput("head dim must be in [1, " + std::to_string(kMaxHeadDim) + "], got " +
+                       std::to_string(shape.head_dim));
   }
   if (!std::isfinite(shape.softmax_scale) || shape.softmax_scale < 0.0) {
     throw InvalidInput("softmax scale must be a positive number, got " +

@@ -17,6 +17,10 @@ std::string_view to_string(DType dtype);
 DType parse_dtype(std::string_view name);
 std::int64_t bytes_of(DType dtype);
 
+// Bounds that keep every size and FLOP figure far from integer overflow.
+inline constexpr std::int32_t kMaxHeads = 1 << 14;
+inline constexpr std::int32_t kMaxHeadDim = 1 << 14;
+
 struct AttentionShape {
   std::int32_t q_heads = 8;
   std::int32_t kv_heads = 2;
@@ -30,7 +34,8 @@ struct AttentionShape {
   double effective_scale() const;
 };
 
-// Throws InvalidInput naming the field unless heads and head_dim are >= 1, q_heads is a multiple
+// Throws InvalidInput naming the field unless heads and head_dim are in [1, kMaxHeads] and
+// [1, kMaxHeadDim], q_heads is a multiple
 // of kv_heads, and the scale is finite and not negative.
 void validate(const AttentionShape& shape);
 

@@ -19,9 +19,10 @@ BlockLayout::BlockLayout(const SequenceBatch& batch, TokenCount block_size)
     first_.push_back(static_cast<BlockId>(total));
     const TokenCount length = batch.length(seq);
     const TokenCount count = (length + block_size - 1) / block_size;
-    if (total + count > INT32_MAX) {
+    if (total + count > kMaxTokenBlocks) {
       throw InvalidInput("block size " + std::to_string(block_size) +
-                         " gives more than 2^31 token blocks");
+                         " cuts the batch into more than " + std::to_string(kMaxTokenBlocks) +
+                         " token blocks");
     }
     for (TokenCount b = 0; b < count; ++b) {
       const TokenCount begin = b * block_size;

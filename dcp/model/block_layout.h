@@ -22,10 +22,13 @@ struct TokenBlock {
   TokenCount packed_begin = 0;  // first token in the packed batch
 };
 
+// Token blocks in one batch at most: beyond this a block size is a mistake, not a plan.
+inline constexpr BlockId kMaxTokenBlocks = 1 << 24;
+
 // Numbering: BlockId runs over sequence 0's blocks, then sequence 1's, ...
 class BlockLayout {
  public:
-  // Throws InvalidInput if block_size < 1 or a sequence would need more than 2^31 - 1 blocks.
+  // Throws InvalidInput if block_size < 1 or the batch would need more than kMaxTokenBlocks blocks.
   BlockLayout(const SequenceBatch& batch, TokenCount block_size);
 
   TokenCount block_size() const { return block_size_; }

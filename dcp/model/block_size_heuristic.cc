@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <string>
 
@@ -56,7 +57,16 @@ BlockSizeChoice choose_block_size(const AttentionShape& shape, const SequenceBat
   double best_score = 0;
   // Step 1: from the largest candidate down, the first that meets both targets wins.
   for (TokenCount b = top; b >= bottom; b /= 2) {
-    const Workload workload(shape, batch, masks, b, head_block_size);
+    std::optional<Workload> built;
+    try {
+      built.emplace(shape, batch, masks, b, head_block_size);
+    } catch (const InvalidInput&) {
+      // Too many blocks or tiles: smaller candidates would only have more. Invalid shapes fail
+      // on the first candidate and reach the caller.
+      if (best.block_size == 0) throw;
+      break;
+    }
+    const Workload& workload = *built;
     std::vector<std::int64_t> tokens;
     tokens.reserve(workload.blocks().blocks().size());
     for (const TokenBlock& block : workload.blocks().blocks()) tokens.push_back(block.tokens);

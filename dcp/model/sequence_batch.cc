@@ -21,8 +21,10 @@ SequenceBatch::SequenceBatch(std::vector<TokenCount> lengths) : lengths_(std::mo
       throw InvalidInput("sequence " + std::to_string(i) + " has length " +
                          std::to_string(lengths_[i]) + "; lengths must be >= 1");
     }
-    if (lengths_[i] > (INT64_MAX >> 2) - offsets_.back()) {
-      throw InvalidInput("sequence " + std::to_string(i) + " makes the batch too long");
+    if (lengths_[i] > kMaxBatchTokens - offsets_.back()) {
+      throw InvalidInput("sequence " + std::to_string(i) + " (length " +
+                         std::to_string(lengths_[i]) + ") brings the batch past " +
+                         std::to_string(kMaxBatchTokens) + " tokens");
     }
     offsets_.push_back(offsets_.back() + lengths_[i]);
   }

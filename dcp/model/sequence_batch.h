@@ -9,9 +9,14 @@
 
 namespace dcp {
 
+// Tokens in one batch at most. Mask files hold int32 positions, and every pair count of a batch
+// this size fits in 64 bits.
+inline constexpr TokenCount kMaxBatchTokens = TokenCount{1} << 31;
+
 class SequenceBatch {
  public:
-  // Throws InvalidInput if the batch is empty or a length is < 1 (naming its index and value).
+  // Throws InvalidInput if the batch is empty, a length is < 1 (naming its index and value), or the
+  // batch holds more than kMaxBatchTokens tokens.
   explicit SequenceBatch(std::vector<TokenCount> lengths);
 
   SeqIndex size() const { return static_cast<SeqIndex>(lengths_.size()); }

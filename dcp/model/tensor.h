@@ -39,15 +39,16 @@ inline std::int64_t token_block_bytes(TensorKind kind, const TokenBlock& block,
 
 // Forward FLOPs of one work unit: 4 * pairs * head_dim per q head (QK^T and PV, 2 FLOPs per
 // multiply-add), times the heads of the head block.
-inline std::int64_t forward_flops(PairCount pairs, const AttentionShape& shape,
-                                  const HeadBlocking& heads) {
-  return 4 * pairs * shape.head_dim * heads.head_block_size();
+// FLOPs are doubles: 4 * pairs * d * heads can leave int64 for the largest batches.
+inline double forward_flops(PairCount pairs, const AttentionShape& shape,
+                            const HeadBlocking& heads) {
+  return 4.0 * static_cast<double>(pairs) * shape.head_dim * heads.head_block_size();
 }
 // Backward FLOPs: 2.5x forward (dV, dP, dQ, dK plus the recomputed S), i.e. 10 * pairs * d per
 // head.
-inline std::int64_t backward_flops(PairCount pairs, const AttentionShape& shape,
-                                   const HeadBlocking& heads) {
-  return 10 * pairs * shape.head_dim * heads.head_block_size();
+inline double backward_flops(PairCount pairs, const AttentionShape& shape,
+                             const HeadBlocking& heads) {
+  return 2.5 * forward_flops(pairs, shape, heads);
 }
 
 }  // namespace dcp

@@ -3,6 +3,7 @@
 #include "dcp/model/workload.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "dcp/core/error.h"
@@ -50,6 +51,15 @@ Workload::Workload(const AttentionShape& shape, SequenceBatch batch,
                          std::to_string(mask(seq).length()) + ", the sequence " +
                          std::to_string(batch_.length(seq)));
     }
+  }
+  // Every tile holds at most B^2 pairs: reject hopeless block sizes before building anything.
+  const double b = static_cast<double>(blocks_.block_size());
+  double min_tiles = 0;
+  for (const SequenceMask& m : masks_)
+    min_tiles += std::ceil(static_cast<double>(m.total_pairs()) / (b * b));
+  if (min_tiles > kMaxTiles) {
+    throw InvalidInput("block size " + std::to_string(blocks_.block_size()) + " gives more than " +
+                       std::to_string(kMaxTiles) + " tiles; use a larger block size");
   }
   std::vector<PairCount> scratch;
   std::vector<LocalBlockIndex> touched;
@@ -99,6 +109,10 @@ void Workload::build_tiles(SeqIndex seq, std::vector<PairCount>& scratch,
     }
     // Step 2: emit the touched kv blocks in order as tiles and reset the scratch.
     std::sort(touched.begin(), touched.end());
+    if (tiles_.size() + touched.size() > static_cast<std::size_t>(kMaxTiles)) {
+      throw InvalidInput("block size " + std::to_string(b) + " gives more than " +
+                         std::to_string(kMaxTiles) + " tiles; use a larger block size");
+    }
     for (const LocalBlockIndex kv : touched) {
       auto& slot = scratch[static_cast<std::size_t>(kv)];
       const TokenCount kv_tokens = std::min(length, (kv + 1) * b) - kv * b;
@@ -131,11 +145,11 @@ double Workload::density(SeqIndex seq) const {
   return static_cast<double>(sequence_pairs(seq)) / (length * length);
 }
 
-std::int64_t Workload::forward_flops() const {
+double Workload::forward_flops() const {
   return dcp::forward_flops(total_pairs_, shape_, heads_) * heads_.count();
 }
 
-std::int64_t Workload::backward_flops() const {
+double Workload::backward_flops() const {
   return dcp::backward_flops(total_pairs_, shape_, heads_) * heads_.count();
 }
 

@@ -42,13 +42,16 @@ struct WorkUnit {
   PairCount pairs = 0;
 };
 
+// Tiles in one workload at most (24 bytes each): a larger block size is the fix, not more memory.
+inline constexpr TileId kMaxTiles = 1 << 26;
+
 // Everything the planner needs to know about one batch. Tiles are ordered by (seq, q_block,
 // kv_block); work unit ids are head-block-major: id = head_block * tile_count() + tile.
 class Workload {
  public:
   // Builds the tiles of every sequence with interval arithmetic per (q block, mask segment), never
   // per element. Throws InvalidInput if the shape, block size or head block size is invalid, or the
-  // masks do not match the batch (count or lengths).
+  // masks do not match the batch (count or lengths), or there would be more than kMaxTiles tiles.
   Workload(const AttentionShape& shape, SequenceBatch batch, std::vector<SequenceMask> masks,
            TokenCount block_size, std::int32_t head_block_size);
 
@@ -80,8 +83,8 @@ class Workload {
   double density(SeqIndex seq) const;
 
   // Forward and backward FLOPs of the whole batch over all q heads.
-  std::int64_t forward_flops() const;
-  std::int64_t backward_flops() const;
+  double forward_flops() const;
+  double backward_flops() const;
 
  private:
   void build_tiles(SeqIndex seq, std::vector<PairCount>& scratch,

@@ -111,6 +111,13 @@ TEST(WorkloadCommand, RejectsBadInputWithExitStatus2NamingTheFlagAndValue) {
                      "at most one of --mask");
   expect_usage_error({"workload", "--dist", "zipf"}, "unknown length distribution 'zipf'");
   expect_usage_error({"frobnicate"}, "unknown command 'frobnicate'");
+  expect_usage_error({"workload", "--seqlens", "5", "--heads", "2147483648"},
+                     "--heads '2147483648': must be in [1, 16384]");
+  expect_usage_error({"workload", "--seqlens", "3000000000"}, "brings the batch past");
+  expect_usage_error({"workload", "--seqlens", "1000000000"},
+                     "--block-size auto: block size 4096 gives more than");
+  expect_usage_error({"workload", "--seqlens", "100000", "--block-size", "1"},
+                     "--block-size 1: block size 1 cuts the batch into more than");
 }
 
 TEST(BatchesCommand, PrintsCountBatchesWithinTheBudgetAndIsDeterministic) {
@@ -138,7 +145,7 @@ TEST(BatchesCommand, PrintsCountBatchesWithinTheBudgetAndIsDeterministic) {
       a.out);
   expect_usage_error({"batches", "--dist", "ldc", "--seed", "abc"},
                      "--seed: 'abc' is not an integer");
-  expect_usage_error({"batches", "--dist", "ldc", "--count", "0"}, "--count '0': must be >= 1");
+  expect_usage_error({"batches", "--dist", "ldc", "--count", "0"}, "--count '0': must be in [1, ");
   expect_usage_error({"batches"}, "exactly one of --dist and --lengths-file");
 }
 

@@ -82,7 +82,7 @@ TEST(Workload, OneCausal128KSequenceWithBlock1024And8HeadsHas66048WorkUnits) {
   EXPECT_EQ(workload.work_unit_count(), 66048);
   EXPECT_EQ(workload.full_tile_count(), 128 * 127 / 2);  // all but the diagonal
   EXPECT_EQ(workload.unmasked_pairs(), PairCount{131072} * 131073 / 2);
-  EXPECT_EQ(workload.forward_flops(), 4 * (PairCount{131072} * 131073 / 2) * 128 * 8);
+  EXPECT_EQ(workload.forward_flops(), 4.0 * (PairCount{131072} * 131073 / 2) * 128 * 8);
   EXPECT_EQ(workload.backward_flops() * 2, workload.forward_flops() * 5);
 }
 

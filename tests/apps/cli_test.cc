@@ -116,7 +116,7 @@ TEST(WorkloadCommand, RejectsBadInputWithExitStatus2NamingTheFlagAndValue) {
   expect_usage_error({"workload", "--seqlens", "3000000000"}, "brings the batch past");
   expect_usage_error({"workload", "--seqlens", "1000000000"},
                      "--block-size auto: block size 4096 gives more than");
-  expect_usage_error({"workload", "--seqlens", "100000", "--block-size", "1"},
+  expect_usage_error({"workload", "--seqlens", "20000000", "--block-size", "1"},
                      "--block-size 1: block size 1 cuts the batch into more than");
 }
 

@@ -58,6 +58,10 @@ int run_main(std::span<const std::string> argv, std::ostream& out, std::ostream&
     const int status = command->run(argv.subspan(1), buffered);
     out << buffered.str();
     out.flush();
+    if (!out) {
+      err << prefix << "cannot write the output (stdout closed or full)\n";
+      return 1;
+    }
     return status;
   } catch (const InvalidInput& e) {  // UsageError included
     err << prefix << e.what() << "\n";

@@ -115,10 +115,10 @@ MaskSource mask_from_flags(const Args& args) {
 WorkloadOptions workload_options_from_flags(const Args& args) {
   WorkloadOptions options;
   const std::string block = args.get_or("--block-size", "auto");
-  if (block != "auto") options.block_size = args.get_int("--block-size", 0, 1);
+  if (block != "auto") options.block_size = args.get_int("--block-size", 0, 1, kMaxBatchTokens);
   options.head_block_size =
       static_cast<std::int32_t>(args.get_int("--head-block-size", 1, 1, kMaxHeads));
-  options.auto_block.devices = static_cast<std::int32_t>(args.get_int("--devices", 8, 1, 1 << 20));
+  options.auto_block.devices = static_cast<std::int32_t>(args.get_int("--devices", 8, 1, 1 << 16));
   return options;
 }
 

@@ -106,8 +106,13 @@ NpyArray parse_npy(const std::vector<std::byte>& bytes, const std::string& name)
   }
   // fortran_order: must be False.
   const std::string_view fortran = header_value(header, "fortran_order", name);
-  if (fortran.substr(0, 5) == "False") {
-  } else if (fortran.substr(0, 4) == "True") {
+  const auto word_is = [&](std::string_view word) {
+    return fortran.substr(0, word.size()) == word &&
+           (fortran.size() == word.size() || fortran[word.size()] == ',' ||
+            fortran[word.size()] == '}' || fortran[word.size()] == ' ');
+  };
+  if (word_is("False")) {
+  } else if (word_is("True")) {
     fail("Fortran-ordered arrays are not supported; save with np.ascontiguousarray");
   } else {
     fail("'fortran_order' is neither True nor False");

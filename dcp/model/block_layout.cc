@@ -18,7 +18,7 @@ BlockLayout::BlockLayout(const SequenceBatch& batch, TokenCount block_size)
   for (SeqIndex seq = 0; seq < batch.size(); ++seq) {
     first_.push_back(static_cast<BlockId>(total));
     const TokenCount length = batch.length(seq);
-    const TokenCount count = (length + block_size - 1) / block_size;
+    const TokenCount count = 1 + (length - 1) / block_size;  // no overflow for any block_size
     if (total + count > kMaxTokenBlocks) {
       throw InvalidInput("block size " + std::to_string(block_size) +
                          " cuts the batch into more than " + std::to_string(kMaxTokenBlocks) +

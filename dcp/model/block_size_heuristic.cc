@@ -14,6 +14,12 @@
 #include "dcp/model/workload.h"
 
 namespace dcp {
+namespace {
+
+// Work items one largest-first packing takes at most (32 MiB of weights).
+constexpr std::int64_t kMaxLptItems = std::int64_t{1} << 22;
+
+}  // namespace
 
 double lpt_imbalance(std::vector<std::int64_t> items, std::int32_t bins) {
   std::sort(items.begin(), items.end(), std::greater<>());
@@ -70,10 +76,17 @@ BlockSizeChoice choose_block_size(const AttentionShape& shape, const SequenceBat
     std::vector<std::int64_t> tokens;
     tokens.reserve(workload.blocks().blocks().size());
     for (const TokenBlock& block : workload.blocks().blocks()) tokens.push_back(block.tokens);
+    // Every head block has the same tiles. When tiles x head blocks is too many items to pack,
+    // head blocks are packed in groups of `copies` (a coarser, so never optimistic, estimate).
+    const std::int64_t head_blocks = workload.heads().count();
+    const std::int64_t tiles = workload.tile_count();
+    const std::int64_t copies =
+        std::max<std::int64_t>(1, (head_blocks * tiles + kMaxLptItems - 1) / kMaxLptItems);
     std::vector<std::int64_t> work;
-    work.reserve(static_cast<std::size_t>(workload.work_unit_count()));
-    for (HeadBlockIndex h = 0; h < workload.heads().count(); ++h) {
-      for (const Tile& tile : workload.tiles()) work.push_back(tile.pairs);
+    work.reserve(static_cast<std::size_t>(tiles * ((head_blocks + copies - 1) / copies)));
+    for (std::int64_t first = 0; first < head_blocks; first += copies) {
+      const std::int64_t group = std::min(copies, head_blocks - first);
+      for (const Tile& tile : workload.tiles()) work.push_back(tile.pairs * group);
     }
     BlockSizeChoice choice;
     choice.block_size = b;

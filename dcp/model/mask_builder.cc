@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cassert>
 #include <optional>
+#include <string>
+
+#include "dcp/core/error.h"
 
 namespace dcp {
 namespace {
@@ -57,7 +60,13 @@ void MaskBuilder::add(TokenCount row_begin, TokenCount row_end,
   // Step 1: cut wherever emptiness, order or overlap of any interval pair can change.
   cuts_.clear();
   cuts_.push_back(row_begin);
-  for (std::size_t a = 0; a < raw.size(); ++a) {
+  // One row, or constant intervals (every slope 0), never need a cut: skip the O(K^2) scan that
+  // would make a mask-file row with thousands of intervals quadratic.
+  const bool constant_rows =
+      row_end - row_begin == 1 || std::all_of(raw.begin(), raw.end(), [](const AffineInterval& x) {
+        return x.begin_slope == 0 && x.end_slope == 0;
+      });
+  for (std::size_t a = 0; a < (constant_rows ? 0 : raw.size()); ++a) {
     const AffineInterval& x = raw[a];
     add_sign_cuts(x.end0 - x.begin0, x.end_slope - x.begin_slope, row_begin, row_end, cuts_);
     for (std::size_t b = 0; b < raw.size(); ++b) {
@@ -144,6 +153,12 @@ void MaskBuilder::append_segment(TokenCount row_begin, TokenCount row_end,
         return;
       }
     }
+  }
+  if (static_cast<std::int64_t>(segments_.size()) >= kMaxMaskSegments ||
+      static_cast<std::int64_t>(intervals_.size() + normalised.size()) > kMaxMaskIntervals) {
+    throw InvalidInput("the mask of a " + std::to_string(length_) +
+                       "-token sequence needs more than " + std::to_string(kMaxMaskSegments) +
+                       " row segments or " + std::to_string(kMaxMaskIntervals) + " intervals");
   }
   segments_.push_back({row_begin, row_end, static_cast<std::int32_t>(intervals_.size()),
                        static_cast<std::int32_t>(normalised.size())});

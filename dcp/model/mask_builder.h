@@ -2,12 +2,18 @@
 // Builds a normalised SequenceMask from raw, possibly unsorted or overlapping, affine intervals.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
 #include "dcp/model/sequence_mask.h"
 
 namespace dcp {
+
+// Row segments and intervals of one sequence's mask at most. Built-in kinds need a handful; a mask
+// file needs at most one segment per row. Beyond this a mask costs gigabytes to hold.
+inline constexpr std::int64_t kMaxMaskSegments = std::int64_t{1} << 24;
+inline constexpr std::int64_t kMaxMaskIntervals = std::int64_t{1} << 26;
 
 // Rows are added in order: each add() continues where the previous one stopped, starting at 0.
 // Intervals given to add() may be empty on some rows, unsorted and overlapping; the builder cuts
@@ -22,6 +28,7 @@ class MaskBuilder {
   // row_begin == rows_added() and row_end <= length. Intervals must stay inside [0, length] on
   // these rows wherever they are non-empty (asserted in debug builds; callers validate user input).
   void add(TokenCount row_begin, TokenCount row_end, std::span<const AffineInterval> raw);
+  // Throws InvalidInput once the mask would exceed kMaxMaskSegments or kMaxMaskIntervals.
   // One row with constant intervals (the mask-file path).
   void add_row(TokenCount row, std::span<const Interval> intervals);
 

@@ -69,6 +69,10 @@ void write_mask_file(const std::string& path, const std::vector<SequenceMask>& m
   std::int64_t slots = 1;
   TokenCount rows = 0;
   for (const SequenceMask& mask : masks) {
+    if (mask.length() > INT32_MAX) {
+      throw InvalidInput("a mask file holds int32 positions; a sequence of " +
+                         std::to_string(mask.length()) + " tokens does not fit");
+    }
     rows += mask.length();
     for (const MaskSegment& segment : mask.segments()) {
       slots = std::max<std::int64_t>(slots, segment.interval_count);

@@ -3,6 +3,7 @@
 #include "dcp/model/mask_spec.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
@@ -160,9 +161,10 @@ std::string to_string(const MaskSpec& spec) {
       out += ":sink=" + std::to_string(spec.sink) + ",window=" + std::to_string(spec.window);
       break;
     case MaskKind::kSharedQuestion: {
+      // Shortest text that parses back to the same double, so printed specs reproduce the mask.
       char buffer[32];
-      std::snprintf(buffer, sizeof(buffer), "%g", spec.question);
-      out += ":question=" + std::string(buffer) + ",answers=" + std::to_string(spec.answers);
+      const auto end = std::to_chars(buffer, buffer + sizeof(buffer), spec.question).ptr;
+      out += ":question=" + std::string(buffer, end) + ",answers=" + std::to_string(spec.answers);
       break;
     }
     case MaskKind::kCausalBlockwise:
@@ -210,6 +212,10 @@ SequenceMask build_sequence_mask(const MaskSpec& spec, TokenCount length) {
       const TokenCount q = spec.question_tokens(L);
       const TokenCount n = spec.answers;
       const TokenCount a = (L - q) / n;
+      if (a > 0 && n > kMaxMaskSegments) {
+        throw InvalidInput(to_string(spec) + ": " + std::to_string(n) + " answers need more than " +
+                           std::to_string(kMaxMaskSegments) + " row segments");
+      }
       add_clipped(builder, 0, q, {prefix_through_row()}, L);
       // Answers of zero tokens (more answers than tokens) cover no row; the last takes the rest.
       for (TokenCount k = 0; k < n; ++k) {
@@ -227,7 +233,7 @@ SequenceMask build_sequence_mask(const MaskSpec& spec, TokenCount length) {
     }
     case MaskKind::kCausalBlockwise: {
       const TokenCount c = spec.block;
-      const TokenCount blocks = (L + c - 1) / c;
+      const TokenCount blocks = 1 + (L - 1) / c;
       if (blocks <= 2) {
         add_clipped(builder, 0, L, {prefix_through_row()}, L);
         break;
@@ -235,7 +241,8 @@ SequenceMask build_sequence_mask(const MaskSpec& spec, TokenCount length) {
       const TokenCount last_block_start = (blocks - 1) * c;
       // First block causal; middle rows below (K+1)*C start their local part at C, later ones at
       // i-K*C; the last block is causal again.
-      const TokenCount k_c = spec.local * c;
+      // local >= blocks reaches back past the first block already; clamping avoids overflow.
+      const TokenCount k_c = std::min<TokenCount>(spec.local, blocks) * c;
       add_clipped(builder, 0, c, {prefix_through_row()}, L);
       add_clipped(builder, c, std::min(k_c + c, last_block_start),
                   {constant(0, c), from_through_row(c)}, L);

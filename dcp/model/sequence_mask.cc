@@ -21,7 +21,9 @@ PairCount sum_positive_part(TokenCount c, TokenCount k, TokenCount a, TokenCount
   // Arithmetic series: (b - a) terms from f(a) to f(b - 1).
   const TokenCount first = c + k * a;
   const TokenCount last = c + k * (b - 1);
-  return (b - a) * (first + last) / 2;
+  // Halve before multiplying: when the term count is odd, first + last is even.
+  const TokenCount terms = b - a;
+  return terms % 2 == 0 ? terms / 2 * (first + last) : (first + last) / 2 * terms;
 }
 
 }  // namespace

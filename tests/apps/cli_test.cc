@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The dcp command line end to end: outputs, and exit status 2 with a one-line error for bad input.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -94,7 +95,7 @@ TEST(WorkloadCommand, RejectsBadInputWithExitStatus2NamingTheFlagAndValue) {
   expect_usage_error({"workload", "--seqlens", "10", "--head-block-size", "3"},
                      "--head-block-size 3");
   expect_usage_error({"workload", "--seqlens", "10", "--block-size", "0"},
-                     "--block-size '0': must be >= 1");
+                     "--block-size '0': must be in [1, ");
   expect_usage_error({"workload", "--seqlens", "10,0"}, "sequence 1 has length 0");
   expect_usage_error({"workload", "--seqlens", "10,-5"}, "--seqlens '10,-5'");
   expect_usage_error({"workload", "--seqlens", ""}, "--seqlens");
@@ -147,6 +148,14 @@ TEST(BatchesCommand, PrintsCountBatchesWithinTheBudgetAndIsDeterministic) {
                      "--seed: 'abc' is not an integer");
   expect_usage_error({"batches", "--dist", "ldc", "--count", "0"}, "--count '0': must be in [1, ");
   expect_usage_error({"batches"}, "exactly one of --dist and --lengths-file");
+}
+
+TEST(DcpBinary, FailsWhenItCannotWriteItsOutput) {
+  const std::string command =
+      std::string(DCP_BINARY) + " batches --dist ldc --count 3 >/dev/full 2>/dev/null";
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
 }
 
 TEST(DcpBinary, ExitsWith2AndPrintsNothingOnStdoutForBadInput) {

@@ -30,6 +30,12 @@ TEST(BlockLayout, CutsEachSequenceIntoBlocksWithAPartialLastBlock) {
   EXPECT_EQ(covered, batch.total_tokens());
 }
 
+TEST(BlockLayout, ABlockSizeBeyondTheSequenceGivesOneBlock) {
+  const BlockLayout layout(SequenceBatch({1000}), INT64_MAX);
+  ASSERT_EQ(layout.block_count(), 1);
+  EXPECT_EQ(layout.block(0).tokens, 1000);
+}
+
 TEST(BlockLayout, RejectsABlockSizeOfZero) {
   EXPECT_THROW(BlockLayout(SequenceBatch({5}), 0), InvalidInput);
 }

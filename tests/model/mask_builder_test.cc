@@ -72,6 +72,20 @@ TEST(MaskBuilder, MergesRowByRowCausalIntoOneSegment) {
   EXPECT_EQ(mask.total_pairs(), length * (length + 1) / 2);
 }
 
+TEST(MaskBuilder, HandlesRowsWithTwentyThousandIntervals) {
+  // 100 rows of 20000 unit intervals (each of 200 distinct ones repeated): rows are normalised by
+  // sorting, not by comparing every pair, so this takes milliseconds, not minutes.
+  std::vector<Interval> row;
+  for (TokenCount k = 0; k < 20000; ++k) row.push_back({(k * 7) % 200 * 2, (k * 7) % 200 * 2 + 1});
+  MaskBuilder builder(400);
+  for (TokenCount i = 0; i < 100; ++i) builder.add_row(i, row);
+  const Interval none[] = {{0, 0}};
+  for (TokenCount i = 100; i < 400; ++i) builder.add_row(i, none);
+  const SequenceMask mask = std::move(builder).finish();
+  EXPECT_EQ(mask.segments().size(), 2u);
+  EXPECT_EQ(mask.total_pairs(), 100 * 200);
+}
+
 TEST(MaskBuilder, MergesTouchingAndDuplicateIntervalsOfARow) {
   MaskBuilder builder(10);
   const Interval row0[] = {{5, 7}, {0, 2}, {2, 4}, {6, 9}, {0, 1}};

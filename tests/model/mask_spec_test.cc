@@ -64,7 +64,8 @@ INSTANTIATE_TEST_SUITE_P(MaskSpec, EveryMaskKind, ::testing::ValuesIn(all_mask_k
                          });
 
 TEST(MaskSpec, CausalOfLengthLHasLTimesLPlusOneOverTwoPairs) {
-  for (const TokenCount length : {1, 2, 7, 1000, 131072, 1 << 20}) {
+  for (const TokenCount length : {TokenCount{1}, TokenCount{2}, TokenCount{7}, TokenCount{1000},
+                                  TokenCount{131072}, TokenCount{1} << 31}) {
     EXPECT_EQ(build_sequence_mask(parse_mask_spec("causal"), length).total_pairs(),
               length * (length + 1) / 2);
   }
@@ -84,10 +85,35 @@ TEST(MaskSpec, ParsesDefaultsAndParameters) {
   EXPECT_EQ(parse_mask_spec("sliding_window:window=1").window, 1);
 }
 
+TEST(MaskSpec, ExtremeParametersGiveTheLimitMaskWithoutOverflow) {
+  const TokenCount length = 10000;
+  const PairCount causal = length * (length + 1) / 2;
+  EXPECT_EQ(build_sequence_mask(
+                parse_mask_spec("causal_blockwise:block=1000,local=9223372036854775807"), length)
+                .total_pairs(),
+            causal);
+  EXPECT_EQ(
+      build_sequence_mask(parse_mask_spec("causal_blockwise:block=9223372036854775807"), length)
+          .total_pairs(),
+      causal);
+  EXPECT_EQ(
+      build_sequence_mask(parse_mask_spec("sliding_window:window=9223372036854775807"), length)
+          .total_pairs(),
+      causal);
+  EXPECT_EQ(build_sequence_mask(parse_mask_spec("lambda:sink=9223372036854775807,window=1"), length)
+                .total_pairs(),
+            causal);
+  EXPECT_EQ(build_sequence_mask(
+                parse_mask_spec("shared_question:question=0,answers=9223372036854775807"), length)
+                .total_pairs(),
+            causal);
+}
+
 TEST(MaskSpec, CanonicalStringParsesBackToTheSameSpec) {
   for (const char* text :
        {"causal", "full", "sliding_window:window=9", "lambda:sink=3,window=7",
-        "shared_question:question=0.25,answers=3", "causal_blockwise:block=16,local=0"}) {
+        "shared_question:question=0.25,answers=3", "causal_blockwise:block=16,local=0",
+        "shared_question:question=0.1234567,answers=4"}) {
     const MaskSpec spec = parse_mask_spec(text);
     EXPECT_EQ(to_string(spec), text);
     EXPECT_EQ(to_string(parse_mask_spec(to_string(spec))), text);

@@ -19,6 +19,9 @@
 #include "dcp/data/batch_packing.h"
 #include "dcp/data/length_distribution.h"
 
+#include "dcp/planner/placement/hierarchical_placer.h"
+#include "dcp/planner/placement/static_placements.h"
+
 namespace dcp {
 
 // Where a batch's mask comes from: a built-in spec, or a user's .npy mask file.

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+// One coarsening step: cluster strongly connected vertices and contract the clusters.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "dcp/core/rng.h"
+#include "dcp/planner/partition/hypergraph.h"
+
+namespace dcp {
+
+struct CoarseningOptions {
+  VertexWeight max_cluster_weight;  // a cluster never exceeds this in either dimension
+  std::int32_t max_rated_net_size = 1000;  // larger nets say little about locality and cost much
+};
+
+struct CoarseLevel {
+  Hypergraph graph;
+  std::vector<VertexId> coarse_of;  // fine vertex -> coarse vertex
+};
+
+// Visits vertices in a seeded random order; each unclustered vertex joins the neighbouring cluster
+// with the highest heavy-edge rating sum w(e) / (|e| - 1) over shared nets whose weight stays
+// within the cap. Contraction keeps each net once with its pins mapped and deduplicated and drops
+// nets left with one pin. Returns nothing when clustering cannot shrink the vertex count by 5%.
+std::optional<CoarseLevel> coarsen(const Hypergraph& graph, const CoarseningOptions& options, Rng& rng);
+
+}  // namespace dcp

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+// dcp's placement: nodes first, then the devices of each node.
+#include "dcp/planner/placement/hierarchical_placer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <queue>
+#include <string>
+
+#include "dcp/core/error.h"
+#include "dcp/planner/partition/balance.h"
+#include "dcp/planner/placement/block_hypergraph.h"
+
+namespace dcp {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The largest bin of a largest-first packing of `items` into `bins` bins.
+Weight packing_max(std::vector<Weight> items, std::int32_t bins) {
+  std::sort(items.begin(), items.end(), std::greater<>());
+  std::priority_queue<Weight, std::vector<Weight>, std::greater<>> loads;
+  for (std::int32_t i = 0; i < bins; ++i) loads.push(0);
+  Weight max_load = 0;
+  for (const Weight item : items) {
+    const Weight least = loads.top();
+    loads.pop();
+    loads.push(least + item);
+    max_load = std::max(max_load, least + item);
+  }
+  return max_load;
+}
+
+Weight scaled(Weight total, double factor, std::int32_t parts) {
+  return static_cast<Weight>(std::floor(static_cast<double>(total) * factor / parts));
+}
+
+}  // namespace
+
+void validate(const PlacementOptions& options) {
+  validate(options.cluster);
+  const auto check = [](double eps, const char* name) {
+    if (!std::isfinite(eps) || eps < 0) {
+      throw InvalidInput(std::string(name) + " must be a number >= 0, got " + std::to_string(eps));
+    }
+  };
+  check(options.eps_compute, "compute epsilon");
+  check(options.eps_memory, "memory epsilon");
+  if (options.node_eps_compute >= 0 || !std::isfinite(options.node_eps_compute)) {
+    check(options.node_eps_compute, "node compute epsilon");
+  }
+}
+
+PlacementResult place(const Workload& workload, const PlacementOptions& options) {
+  validate(options);
+  const auto start = std::chrono::steady_clock::now();
+  const ClusterShape& cluster = options.cluster;
+  const std::int32_t nodes = cluster.nodes;
+  const std::int32_t per_node = cluster.devices_per_node;
+  const std::int32_t devices = cluster.devices();
+  const auto partitioner = create_partitioner(options.partitioner);
+
+  PlacementResult result;
+  const BlockHypergraph block_graph = build_block_hypergraph(workload);
+  const Hypergraph& graph = block_graph.graph;
+  result.timings.hypergraph_ms = ms_since(start);
+
+  // Step 1: device caps. Compute units are small; memory comes in indivisible token blocks.
+  std::vector<Weight> block_memory;
+  Weight heaviest_compute = 0;
+  for (VertexId v = 0; v < graph.vertex_count(); ++v) {
+    if (graph.weight(v).memory > 0) block_memory.push_back(graph.weight(v).memory);
+    heaviest_compute = std::max(heaviest_compute, graph.weight(v).compute);
+  }
+  const VertexWeight& total = graph.total_weight();
+  result.compute_bound = std::max(heaviest_compute, scaled(total.compute, 1 + options.eps_compute, devices));
+  const Weight packing = packing_max(block_memory, devices);
+  result.memory_bound = scaled(total.memory, 1 + options.eps_memory, devices);
+  if (packing > result.memory_bound) {
+    result.memory_bound = packing;
+    result.memory_bound_is_packing = true;
+  }
+
+  // Step 2: nodes. Each level gets about half of the slack, (1 + d)^2 = 1 + eps, so that a node
+  // within its cap can always split into devices within theirs (d = sqrt(1 + eps) - 1).
+  const double split_compute = std::sqrt(1 + options.eps_compute) - 1;
+  const double split_memory = std::sqrt(1 + options.eps_memory) - 1;
+  const double node_slack = options.node_eps_compute >= 0 ? options.node_eps_compute : split_compute;
+  std::vector<PartId> node_of(static_cast<std::size_t>(graph.vertex_count()), 0);
+  const auto node_start = std::chrono::steady_clock::now();
+  if (nodes > 1) {
+    PartitionRequest request;
+    request.parts = nodes;
+    request.seed = options.seed;
+    const VertexWeight node_cap{
+        std::max(heaviest_compute, scaled(total.compute, 1 + node_slack, nodes)),
+        std::max(scaled(total.memory, 1 + split_memory, nodes), packing_max(block_memory, nodes))};
+    request.max_part_weight.assign(static_cast<std::size_t>(nodes), node_cap);
+    node_of = partitioner->partition(graph, request);
+  }
+  result.timings.node_partition_ms = ms_since(node_start);
+
+  // Step 3: devices of each node, on the node's sub-hypergraph. A net keeps only its pins in the
+  // node: a tensor owned elsewhere arrives once and is relayed, a partial output is reduced inside
+  // the node before it leaves, so inside the node it costs (devices using it - 1) either way.
+  const auto device_start = std::chrono::steady_clock::now();
+  std::vector<DeviceId> device_of(static_cast<std::size_t>(graph.vertex_count()), 0);
+  std::vector<VertexId> local_id(static_cast<std::size_t>(graph.vertex_count()), -1);
+  bool within = true;
+  for (std::int32_t node = 0; node < nodes; ++node) {
+    std::vector<VertexId> members;
+    Hypergraph::Builder builder;
+    VertexWeight node_load;
+    std::vector<Weight> node_blocks;
+    for (VertexId v = 0; v < graph.vertex_count(); ++v) {
+      if (node_of[static_cast<std::size_t>(v)] != node) continue;
+      local_id[static_cast<std::size_t>(v)] = static_cast<VertexId>(members.size());
+      members.push_back(v);
+      builder.add_vertex(graph.weight(v));
+      node_load += graph.weight(v);
+      if (graph.weight(v).memory > 0) node_blocks.push_back(graph.weight(v).memory);
+    }
+    std::vector<VertexId> pins;
+    for (NetId e = 0; e < graph.net_count(); ++e) {
+      pins.clear();
+      for (const VertexId v : graph.pins(e)) {
+        if (node_of[static_cast<std::size_t>(v)] == node) pins.push_back(local_id[static_cast<std::size_t>(v)]);
+      }
+      if (pins.size() >= 2) builder.add_net(graph.net_weight(e), pins);
+    }
+    const Hypergraph sub = std::move(builder).build();
+    PartitionRequest request;
+    request.parts = per_node;
+    request.seed = options.seed + static_cast<std::uint64_t>(node) + 1;
+    // Within the global caps unless the node was allowed more than its share (node_eps_compute
+    // above the split) or holds blocks no packing fits in them; then the node's own mean plus the
+    // device-level half of the slack.
+    const VertexWeight cap{
+        std::max(result.compute_bound, scaled(node_load.compute, 1 + split_compute, per_node)),
+        std::max({result.memory_bound, packing_max(node_blocks, per_node)})};
+    request.max_part_weight.assign(static_cast<std::size_t>(per_node), cap);
+    const std::vector<PartId> parts = per_node > 1 ? partitioner->partition(sub, request)
+                                                   : std::vector<PartId>(members.size(), 0);
+    std::vector<VertexWeight> loads(static_cast<std::size_t>(per_node));
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      device_of[static_cast<std::size_t>(members[i])] = node * per_node + parts[i];
+      loads[static_cast<std::size_t>(parts[i])] += sub.weight(static_cast<VertexId>(i));
+    }
+    for (const VertexWeight& load : loads) within = within && dcp::within(load, cap);
+    result.compute_bound = std::max(result.compute_bound, cap.compute);
+    result.memory_bound = std::max(result.memory_bound, cap.memory);
+  }
+  result.timings.device_partition_ms = ms_since(device_start);
+  result.within_bounds = within;
+
+  Placement& placement = result.placement;
+  placement.cluster = cluster;
+  placement.token_block_device.assign(device_of.begin(), device_of.begin() + block_graph.token_blocks);
+  placement.work_unit_device.assign(device_of.begin() + block_graph.token_blocks, device_of.end());
+  result.timings.total_ms = ms_since(start);
+  return result;
+}
+
+}  // namespace dcp

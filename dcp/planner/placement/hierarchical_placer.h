@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// dcp's placement: partition the block hypergraph across nodes, then across each node's devices.
+#pragma once
+
+#include <cstdint>
+
+#include "dcp/planner/partition/partitioner.h"
+#include "dcp/planner/placement/placement.h"
+
+namespace dcp {
+
+struct PlacementOptions {
+  ClusterShape cluster;
+  double eps_compute = 0.1;  // device compute <= (1 + eps) x mean
+  double eps_memory = 0.2;   // device memory <= (1 + eps) x mean, or the LPT packing bound
+  // Node compute <= (1 + eps) x mean node compute; negative means eps_compute. A node allowed more
+  // than its share moves fewer bytes between nodes, and its devices get (1 + eps_compute) x the
+  // node's own mean instead of the global one (reported as the compute bound).
+  double node_eps_compute = -1;
+  std::uint64_t seed = 0;
+  PartitionerKind partitioner = PartitionerKind::kMultilevel;
+};
+
+// Throws InvalidInput naming the field for a bad cluster or a negative (or non-finite) epsilon.
+void validate(const PlacementOptions& options);
+
+struct PlacementTimings {
+  double hypergraph_ms = 0;
+  double node_partition_ms = 0;
+  double device_partition_ms = 0;
+  double total_ms = 0;
+};
+
+struct PlacementResult {
+  Placement placement;
+  PlacementTimings timings;
+  // The per-device caps the partition was asked to respect, in the hypergraph's units (compute:
+  // pairs x heads; memory: bytes). memory_bound_is_packing: (1 + eps_memory) x mean was below what
+  // a largest-first packing of the indivisible token blocks can reach, so that packing's maximum is
+  // the bound instead.
+  std::int64_t compute_bound = 0;
+  std::int64_t memory_bound = 0;
+  bool memory_bound_is_packing = false;
+  bool within_bounds = false;  // every device within its caps
+};
+
+PlacementResult place(const Workload& workload, const PlacementOptions& options);
+
+}  // namespace dcp

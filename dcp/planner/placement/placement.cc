@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+// Placement validation and figures.
+#include "dcp/planner/placement/placement.h"
+
+#include <algorithm>
+#include <string>
+
+#include "dcp/core/error.h"
+#include "dcp/model/tensor.h"
+#include "dcp/planner/placement/block_hypergraph.h"
+
+namespace dcp {
+
+void validate(const ClusterShape& cluster) {
+  constexpr std::int32_t kMax = 1 << 16;
+  if (cluster.nodes < 1 || cluster.nodes > kMax) {
+    throw InvalidInput("nodes must be in [1, 65536], got " + std::to_string(cluster.nodes));
+  }
+  if (cluster.devices_per_node < 1 || cluster.devices_per_node > kMax) {
+    throw InvalidInput("devices per node must be in [1, 65536], got " +
+                       std::to_string(cluster.devices_per_node));
+  }
+  if (static_cast<std::int64_t>(cluster.nodes) * cluster.devices_per_node > kMax) {
+    throw InvalidInput(std::to_string(cluster.nodes) + " nodes x " +
+                       std::to_string(cluster.devices_per_node) + " devices exceeds 65536 devices");
+  }
+}
+
+void validate(const Placement& placement, const Workload& workload) {
+  const auto check = [&](const std::vector<DeviceId>& devices, std::int64_t expected, const char* what) {
+    if (static_cast<std::int64_t>(devices.size()) != expected) {
+      throw InvalidInput(std::string("placement has ") + std::to_string(devices.size()) + " " + what +
+                         ", the workload " + std::to_string(expected));
+    }
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      if (devices[i] < 0 || devices[i] >= placement.cluster.devices()) {
+        throw InvalidInput(std::string(what) + " " + std::to_string(i) + " is on device " +
+                           std::to_string(devices[i]) + ", outside [0, " +
+                           std::to_string(placement.cluster.devices()) + ")");
+      }
+    }
+  };
+  check(placement.token_block_device, workload.blocks().block_count(), "token blocks");
+  check(placement.work_unit_device, workload.work_unit_count(), "work units");
+}
+
+PlacementMetrics evaluate(const Workload& workload, const Placement& placement) {
+  validate(placement, workload);
+  const BlockHypergraph hypergraph = build_block_hypergraph(workload);
+  const Hypergraph& graph = hypergraph.graph;
+  const ClusterShape& cluster = placement.cluster;
+  PlacementMetrics metrics;
+  metrics.devices.resize(static_cast<std::size_t>(cluster.devices()));
+  for (DeviceId d = 0; d < cluster.devices(); ++d) {
+    metrics.devices[static_cast<std::size_t>(d)].device = d;
+    metrics.devices[static_cast<std::size_t>(d)].node = cluster.node_of(d);
+  }
+  for (BlockId b = 0; b < hypergraph.token_blocks; ++b) {
+    DeviceLoad& load = metrics.devices[static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(b)])];
+    load.memory += graph.weight(hypergraph.vertex_of_block(b)).memory;
+    ++load.token_blocks;
+  }
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    DeviceLoad& load = metrics.devices[static_cast<std::size_t>(placement.work_unit_device[static_cast<std::size_t>(w)])];
+    load.compute += forward_flops(workload.work_unit(w).pairs, workload.shape(), workload.heads());
+    ++load.work_units;
+  }
+
+  // Devices of each net, with the owner first; per node counts give inter- and intra-node bytes.
+  std::vector<DeviceId> devices;
+  std::vector<std::int32_t> per_node(static_cast<std::size_t>(cluster.nodes), 0);
+  const auto device_of = [&](VertexId v) {
+    return v < hypergraph.token_blocks
+               ? placement.token_block_device[static_cast<std::size_t>(v)]
+               : placement.work_unit_device[static_cast<std::size_t>(v - hypergraph.token_blocks)];
+  };
+  for (NetId e = 0; e < graph.net_count(); ++e) {
+    devices.clear();
+    for (const VertexId v : graph.pins(e)) devices.push_back(device_of(v));
+    const DeviceId owner = placement.token_block_device[static_cast<std::size_t>(hypergraph.net_owner[static_cast<std::size_t>(e)])];
+    std::sort(devices.begin(), devices.end());
+    devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+    const std::int64_t in = hypergraph.input_bytes[static_cast<std::size_t>(e)];
+    const std::int64_t out = hypergraph.output_bytes[static_cast<std::size_t>(e)];
+    std::int32_t nodes_reached = 0;
+    for (const DeviceId d : devices) {
+      if (per_node[static_cast<std::size_t>(cluster.node_of(d))]++ == 0) ++nodes_reached;
+      if (d == owner) continue;
+      DeviceLoad& reader = metrics.devices[static_cast<std::size_t>(d)];
+      DeviceLoad& home = metrics.devices[static_cast<std::size_t>(owner)];
+      reader.bytes_in += in;
+      home.bytes_out += in;
+      reader.bytes_out += out;
+      home.bytes_in += out;
+    }
+    const std::int64_t weight = graph.net_weight(e);
+    metrics.km1 += weight * static_cast<std::int64_t>(devices.size() - 1);
+    metrics.bytes_inter_node += weight * (nodes_reached - 1);
+    for (const DeviceId d : devices) {
+      std::int32_t& count = per_node[static_cast<std::size_t>(cluster.node_of(d))];
+      if (count > 0) {
+        metrics.bytes_intra_node += weight * (count - 1);
+        count = 0;
+      }
+    }
+  }
+
+  double max_compute = 0, sum_compute = 0;
+  std::int64_t max_memory = 0, sum_memory = 0;
+  for (const DeviceLoad& load : metrics.devices) {
+    max_compute = std::max(max_compute, load.compute);
+    sum_compute += load.compute;
+    max_memory = std::max(max_memory, load.memory);
+    sum_memory += load.memory;
+    metrics.devices_without_data += load.token_blocks == 0 ? 1 : 0;
+  }
+  const double n = cluster.devices();
+  metrics.imbalance_compute = sum_compute > 0 ? max_compute * n / sum_compute : 1.0;
+  metrics.imbalance_memory = sum_memory > 0 ? static_cast<double>(max_memory) * n / static_cast<double>(sum_memory) : 1.0;
+  return metrics;
+}
+
+}  // namespace dcp

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+// Zigzag and greedy largest-first placements.
+#include "dcp/planner/placement/static_placements.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace dcp {
+
+Placement zigzag_placement(const Workload& workload, const ClusterShape& cluster) {
+  const std::int64_t p = cluster.devices();
+  Placement placement;
+  placement.cluster = cluster;
+  placement.token_block_device.reserve(static_cast<std::size_t>(workload.blocks().block_count()));
+  for (const TokenBlock& block : workload.blocks().blocks()) {
+    const TokenCount length = workload.batch().length(block.seq);
+    const std::int64_t chunk = block.begin * 2 * p / length;  // chunk holding the first token
+    placement.token_block_device.push_back(static_cast<DeviceId>(chunk < p ? chunk : 2 * p - 1 - chunk));
+  }
+  placement.work_unit_device.reserve(static_cast<std::size_t>(workload.work_unit_count()));
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const WorkUnit unit = workload.work_unit(w);
+    const BlockId q = workload.blocks().block_id(unit.seq, unit.q_block);
+    placement.work_unit_device.push_back(placement.token_block_device[static_cast<std::size_t>(q)]);
+  }
+  return placement;
+}
+
+Placement greedy_placement(const Workload& workload, const ClusterShape& cluster, double eps_compute) {
+  const auto devices = static_cast<std::size_t>(cluster.devices());
+  Placement placement;
+  placement.cluster = cluster;
+  // Step 1: token blocks by LPT on tokens.
+  const auto& blocks = workload.blocks().blocks();
+  std::vector<BlockId> order(blocks.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](BlockId a, BlockId b) {
+    return blocks[static_cast<std::size_t>(a)].tokens > blocks[static_cast<std::size_t>(b)].tokens;
+  });
+  std::vector<std::int64_t> memory(devices, 0);
+  placement.token_block_device.assign(blocks.size(), 0);
+  for (const BlockId b : order) {
+    const auto d = static_cast<std::size_t>(std::min_element(memory.begin(), memory.end()) - memory.begin());
+    placement.token_block_device[static_cast<std::size_t>(b)] = static_cast<DeviceId>(d);
+    memory[d] += blocks[static_cast<std::size_t>(b)].tokens;
+  }
+  // Step 2: work units, heaviest first, next to their data when that keeps compute balanced.
+  const WorkUnitId units = workload.work_unit_count();
+  std::vector<WorkUnitId> unit_order(static_cast<std::size_t>(units));
+  std::iota(unit_order.begin(), unit_order.end(), 0);
+  std::stable_sort(unit_order.begin(), unit_order.end(), [&](WorkUnitId a, WorkUnitId b) {
+    return workload.work_unit(a).pairs > workload.work_unit(b).pairs;
+  });
+  double total = 0;
+  for (const Tile& tile : workload.tiles()) total += static_cast<double>(tile.pairs);
+  total *= workload.heads().count();
+  const double cap = (1 + eps_compute) * total / static_cast<double>(devices);
+  std::vector<double> compute(devices, 0);
+  placement.work_unit_device.assign(static_cast<std::size_t>(units), 0);
+  for (const WorkUnitId w : unit_order) {
+    const WorkUnit unit = workload.work_unit(w);
+    const auto pairs = static_cast<double>(unit.pairs);
+    const auto q = static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(workload.blocks().block_id(unit.seq, unit.q_block))]);
+    const auto kv = static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(workload.blocks().block_id(unit.seq, unit.kv_block))]);
+    std::size_t d = compute[kv] < compute[q] ? kv : q;
+    if (compute[d] + pairs > cap) {
+      d = static_cast<std::size_t>(std::min_element(compute.begin(), compute.end()) - compute.begin());
+    }
+    placement.work_unit_device[static_cast<std::size_t>(w)] = static_cast<DeviceId>(d);
+    compute[d] += pairs;
+  }
+  return placement;
+}
+
+}  // namespace dcp

@@ -6,12 +6,15 @@
 
 namespace dcp {
 
-std::optional<CoarseLevel> coarsen(const Hypergraph& graph, const CoarseningOptions& options, Rng& rng) {
+std::optional<CoarseLevel> coarsen(const Hypergraph& graph, const CoarseningOptions& options,
+                                   Rng& rng) {
   const VertexId n = graph.vertex_count();
   std::vector<VertexId> order(static_cast<std::size_t>(n));
   for (VertexId v = 0; v < n; ++v) order[static_cast<std::size_t>(v)] = v;
   for (std::size_t i = order.size(); i > 1; --i) {
-    std::swap(order[i - 1], order[static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(i - 1)))]);
+    std::swap(
+        order[i - 1],
+        order[static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(i - 1)))]);
   }
 
   // Step 1: clustering. cluster[v] is the representative vertex of v's cluster, or -1.
@@ -25,11 +28,14 @@ std::optional<CoarseLevel> coarsen(const Hypergraph& graph, const CoarseningOpti
     rated.clear();
     for (const NetId e : graph.nets(u)) {
       const auto pins = graph.pins(e);
-      if (pins.size() < 2 || pins.size() > static_cast<std::size_t>(options.max_rated_net_size)) continue;
-      const double score = static_cast<double>(graph.net_weight(e)) / static_cast<double>(pins.size() - 1);
+      if (pins.size() < 2 || pins.size() > static_cast<std::size_t>(options.max_rated_net_size))
+        continue;
+      const double score =
+          static_cast<double>(graph.net_weight(e)) / static_cast<double>(pins.size() - 1);
       for (const VertexId x : pins) {
         if (x == u) continue;
-        const VertexId c = cluster[static_cast<std::size_t>(x)] == -1 ? x : cluster[static_cast<std::size_t>(x)];
+        const VertexId c =
+            cluster[static_cast<std::size_t>(x)] == -1 ? x : cluster[static_cast<std::size_t>(x)];
         if (rating[static_cast<std::size_t>(c)] == 0.0) rated.push_back(c);
         rating[static_cast<std::size_t>(c)] += score;
       }
@@ -40,7 +46,13 @@ std::optional<CoarseLevel> coarsen(const Hypergraph& graph, const CoarseningOpti
     for (const VertexId c : rated) {
       const double r = rating[static_cast<std::size_t>(c)];
       rating[static_cast<std::size_t>(c)] = 0.0;
-      const VertexWeight& wc = cluster[static_cast<std::size_t>(c)] == -1 ? graph.weight(c) : cluster_weight[static_cast<std::size_t>(c)];
+      if (options.community != nullptr && (*options.community)[static_cast<std::size_t>(c)] !=
+                                              (*options.community)[static_cast<std::size_t>(u)]) {
+        continue;
+      }
+      const VertexWeight& wc = cluster[static_cast<std::size_t>(c)] == -1
+                                   ? graph.weight(c)
+                                   : cluster_weight[static_cast<std::size_t>(c)];
       if (wc.compute + wu.compute > options.max_cluster_weight.compute ||
           wc.memory + wu.memory > options.max_cluster_weight.memory) {
         continue;
@@ -68,7 +80,8 @@ std::optional<CoarseLevel> coarsen(const Hypergraph& graph, const CoarseningOpti
   Hypergraph::Builder builder;
   std::vector<VertexWeight> weights;
   for (VertexId v = 0; v < n; ++v) {
-    const VertexId rep = cluster[static_cast<std::size_t>(v)] == -1 ? v : cluster[static_cast<std::size_t>(v)];
+    const VertexId rep =
+        cluster[static_cast<std::size_t>(v)] == -1 ? v : cluster[static_cast<std::size_t>(v)];
     VertexId& id = id_of_rep[static_cast<std::size_t>(rep)];
     if (id == -1) {
       id = static_cast<VertexId>(weights.size());

@@ -6,13 +6,16 @@
 #include <vector>
 
 #include "dcp/core/rng.h"
+
 #include "dcp/planner/partition/hypergraph.h"
 
 namespace dcp {
 
 struct CoarseningOptions {
-  VertexWeight max_cluster_weight;  // a cluster never exceeds this in either dimension
+  VertexWeight max_cluster_weight;         // a cluster never exceeds this in either dimension
   std::int32_t max_rated_net_size = 1000;  // larger nets say little about locality and cost much
+  // When set, only vertices of the same community are clustered (a V-cycle keeps a partition).
+  const std::vector<PartId>* community = nullptr;
 };
 
 struct CoarseLevel {
@@ -24,6 +27,7 @@ struct CoarseLevel {
 // with the highest heavy-edge rating sum w(e) / (|e| - 1) over shared nets whose weight stays
 // within the cap. Contraction keeps each net once with its pins mapped and deduplicated and drops
 // nets left with one pin. Returns nothing when clustering cannot shrink the vertex count by 5%.
-std::optional<CoarseLevel> coarsen(const Hypergraph& graph, const CoarseningOptions& options, Rng& rng);
+std::optional<CoarseLevel> coarsen(const Hypergraph& graph, const CoarseningOptions& options,
+                                   Rng& rng);
 
 }  // namespace dcp

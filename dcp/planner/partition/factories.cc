@@ -4,6 +4,7 @@
 
 #include "dcp/core/error.h"
 #include "dcp/core/parse.h"
+
 #include "dcp/planner/partition/greedy_partitioner.h"
 #include "dcp/planner/partition/multilevel_partitioner.h"
 
@@ -11,8 +12,10 @@ namespace dcp {
 
 std::string_view to_string(PartitionerKind kind) {
   switch (kind) {
-    case PartitionerKind::kMultilevel: return "multilevel";
-    case PartitionerKind::kGreedy: return "greedy";
+    case PartitionerKind::kMultilevel:
+      return "multilevel";
+    case PartitionerKind::kGreedy:
+      return "greedy";
   }
   return "?";
 }
@@ -26,8 +29,10 @@ PartitionerKind parse_partitioner(std::string_view name) {
 
 std::unique_ptr<Partitioner> create_partitioner(PartitionerKind kind) {
   switch (kind) {
-    case PartitionerKind::kMultilevel: return std::make_unique<MultilevelPartitioner>();
-    case PartitionerKind::kGreedy: return std::make_unique<GreedyPartitioner>();
+    case PartitionerKind::kMultilevel:
+      return std::make_unique<MultilevelPartitioner>();
+    case PartitionerKind::kGreedy:
+      return std::make_unique<GreedyPartitioner>();
   }
   return nullptr;
 }

@@ -63,7 +63,8 @@ Weight fm_refine(PartitionedHypergraph& partition, const std::vector<VertexWeigh
       const auto [gain, neg_v, to, ver] = queue.top();
       queue.pop();
       const VertexId v = -neg_v;
-      if (locked[static_cast<std::size_t>(v)] || ver != version[static_cast<std::size_t>(v)]) continue;
+      if (locked[static_cast<std::size_t>(v)] || ver != version[static_cast<std::size_t>(v)])
+        continue;
       // The entry is current (every cache change re-keys the vertex), but caps may have filled.
       if (!fits(partition.part_weight(to), graph.weight(v), caps[static_cast<std::size_t>(to)])) {
         push(v);

@@ -8,7 +8,8 @@
 
 namespace dcp {
 
-std::vector<PartId> greedy_partition(const Hypergraph& graph, const PartitionRequest& request, Rng& rng) {
+std::vector<PartId> greedy_partition(const Hypergraph& graph, const PartitionRequest& request,
+                                     Rng& rng) {
   const PartId k = request.parts;
   const VertexId n = graph.vertex_count();
   const auto kk = static_cast<std::size_t>(k);
@@ -20,10 +21,13 @@ std::vector<PartId> greedy_partition(const Hypergraph& graph, const PartitionReq
   std::vector<VertexId> order(static_cast<std::size_t>(n));
   for (VertexId v = 0; v < n; ++v) order[static_cast<std::size_t>(v)] = v;
   for (std::size_t i = order.size(); i > 1; --i) {
-    std::swap(order[i - 1], order[static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(i - 1)))]);
+    std::swap(
+        order[i - 1],
+        order[static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(i - 1)))]);
   }
   std::vector<double> size(static_cast<std::size_t>(n));
-  for (VertexId v = 0; v < n; ++v) size[static_cast<std::size_t>(v)] = fill_ratio(graph.weight(v), mean_cap);
+  for (VertexId v = 0; v < n; ++v)
+    size[static_cast<std::size_t>(v)] = fill_ratio(graph.weight(v), mean_cap);
   std::stable_sort(order.begin(), order.end(), [&](VertexId a, VertexId b) {
     return size[static_cast<std::size_t>(a)] > size[static_cast<std::size_t>(b)];
   });
@@ -56,7 +60,8 @@ std::vector<PartId> greedy_partition(const Hypergraph& graph, const PartitionReq
         better = best == -1 || ok;
       } else if (ok) {
         better = score[static_cast<std::size_t>(p)] > score[static_cast<std::size_t>(best)] ||
-                 (score[static_cast<std::size_t>(p)] == score[static_cast<std::size_t>(best)] && f < best_fill);
+                 (score[static_cast<std::size_t>(p)] == score[static_cast<std::size_t>(best)] &&
+                  f < best_fill);
       } else {
         better = f < best_fill;
       }
@@ -68,7 +73,8 @@ std::vector<PartId> greedy_partition(const Hypergraph& graph, const PartitionReq
     }
     parts[static_cast<std::size_t>(v)] = best;
     load[static_cast<std::size_t>(best)] += w;
-    for (const NetId e : graph.nets(v)) ++pins_in[static_cast<std::size_t>(e) * kk + static_cast<std::size_t>(best)];
+    for (const NetId e : graph.nets(v))
+      ++pins_in[static_cast<std::size_t>(e) * kk + static_cast<std::size_t>(best)];
   }
   return parts;
 }

@@ -35,7 +35,8 @@ Hypergraph Hypergraph::Builder::build() && {
   h.incident_.resize(h.pins_.size());
   std::vector<std::int64_t> fill(h.incident_offsets_.begin(), h.incident_offsets_.end() - 1);
   for (NetId e = 0; e < h.net_count(); ++e) {
-    for (const VertexId v : h.pins(e)) h.incident_[static_cast<std::size_t>(fill[static_cast<std::size_t>(v)]++)] = e;
+    for (const VertexId v : h.pins(e))
+      h.incident_[static_cast<std::size_t>(fill[static_cast<std::size_t>(v)]++)] = e;
   }
   for (const VertexWeight& w : h.vertex_weights_) h.total_ += w;
   return h;

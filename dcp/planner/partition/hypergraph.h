@@ -53,7 +53,9 @@ class Hypergraph {
   NetId net_count() const { return static_cast<NetId>(net_weights_.size()); }
   std::int64_t pin_count() const { return static_cast<std::int64_t>(pins_.size()); }
 
-  const VertexWeight& weight(VertexId v) const { return vertex_weights_[static_cast<std::size_t>(v)]; }
+  const VertexWeight& weight(VertexId v) const {
+    return vertex_weights_[static_cast<std::size_t>(v)];
+  }
   Weight net_weight(NetId e) const { return net_weights_[static_cast<std::size_t>(e)]; }
   std::span<const VertexId> pins(NetId e) const {
     const auto b = static_cast<std::size_t>(net_offsets_[static_cast<std::size_t>(e)]);

@@ -22,11 +22,26 @@ bool better(bool balanced_a, Weight km1_a, bool balanced_b, Weight km1_b) {
 std::vector<PartId> MultilevelPartitioner::partition(const Hypergraph& graph,
                                                      const PartitionRequest& request) const {
   const PartId k = request.parts;
-  const std::vector<VertexWeight>& caps = request.max_part_weight;
-  if (k == 1 || graph.vertex_count() == 0) return std::vector<PartId>(static_cast<std::size_t>(graph.vertex_count()), 0);
+  if (k == 1 || graph.vertex_count() == 0) {
+    return std::vector<PartId>(static_cast<std::size_t>(graph.vertex_count()), 0);
+  }
   Rng rng(request.seed);
+  Cycle best = run_cycle(graph, request, nullptr, rng);
+  if (request.hint.size() == static_cast<std::size_t>(graph.vertex_count())) {
+    Cycle refined = run_cycle(graph, request, &request.hint, rng);
+    if (better(refined.balanced, refined.km1, best.balanced, best.km1)) best = std::move(refined);
+  }
+  return std::move(best.parts);
+}
 
-  // Step 1: coarsen.
+MultilevelPartitioner::Cycle MultilevelPartitioner::run_cycle(const Hypergraph& graph,
+                                                              const PartitionRequest& request,
+                                                              const std::vector<PartId>* hint,
+                                                              Rng& rng) const {
+  const PartId k = request.parts;
+  const std::vector<VertexWeight>& caps = request.max_part_weight;
+
+  // Step 1: coarsen; with a hint, only inside its parts, so that the hint survives to the top.
   VertexWeight smallest_cap = caps.front();
   for (const VertexWeight& cap : caps) {
     smallest_cap.compute = std::min(smallest_cap.compute, cap.compute);
@@ -42,29 +57,40 @@ std::vector<PartId> MultilevelPartitioner::partition(const Hypergraph& graph,
       std::max(heaviest.compute, smallest_cap.compute / options_.cluster_fraction_of_part),
       std::max(heaviest.memory, smallest_cap.memory / options_.cluster_fraction_of_part)};
   std::vector<CoarseLevel> levels;
+  std::vector<PartId> community;
+  if (hint != nullptr) community = *hint;
   const Hypergraph* current = &graph;
   const std::int64_t target = static_cast<std::int64_t>(options_.coarsest_vertices_per_part) * k;
-  while (current->vertex_count() > target && static_cast<std::int32_t>(levels.size()) < options_.max_levels) {
+  while (current->vertex_count() > target &&
+         static_cast<std::int32_t>(levels.size()) < options_.max_levels) {
+    coarsening.community = hint != nullptr ? &community : nullptr;
     std::optional<CoarseLevel> level = coarsen(*current, coarsening, rng);
     if (!level) break;
+    if (hint != nullptr) {
+      std::vector<PartId> coarse_community(static_cast<std::size_t>(level->graph.vertex_count()));
+      for (std::size_t v = 0; v < level->coarse_of.size(); ++v) {
+        coarse_community[static_cast<std::size_t>(level->coarse_of[v])] = community[v];
+      }
+      community = std::move(coarse_community);
+    }
     levels.push_back(std::move(*level));
     current = &levels.back().graph;
   }
 
-  // Step 2: initial partition of the coarsest level: several greedy tries, each rebalanced and
-  // refined; keep the best.
-  std::vector<PartId> parts;
-  bool best_balanced = false;
-  Weight best_km1 = 0;
-  for (std::int32_t t = 0; t < options_.initial_tries; ++t) {
+  // Step 2: the coarsest level: the hint itself, or several greedy tries; each rebalanced and
+  // refined, the best kept.
+  Cycle best;
+  const std::int32_t tries = hint != nullptr ? 1 : options_.initial_tries;
+  for (std::int32_t t = 0; t < tries; ++t) {
     Rng try_rng(rng.next_u64());
-    PartitionedHypergraph candidate(*current, k, greedy_partition(*current, request, try_rng));
+    PartitionedHypergraph candidate(
+        *current, k, hint != nullptr ? community : greedy_partition(*current, request, try_rng));
     const bool balanced = rebalance(candidate, caps);
     fm_refine(candidate, caps, options_.fm);
-    if (t == 0 || better(balanced, candidate.km1(), best_balanced, best_km1)) {
-      parts = candidate.parts();
-      best_balanced = balanced;
-      best_km1 = candidate.km1();
+    if (t == 0 || better(balanced, candidate.km1(), best.balanced, best.km1)) {
+      best.parts = candidate.parts();
+      best.balanced = balanced;
+      best.km1 = candidate.km1();
     }
   }
 
@@ -74,14 +100,16 @@ std::vector<PartId> MultilevelPartitioner::partition(const Hypergraph& graph,
     const std::vector<VertexId>& coarse_of = levels[i - 1].coarse_of;
     std::vector<PartId> projected(static_cast<std::size_t>(fine.vertex_count()));
     for (VertexId v = 0; v < fine.vertex_count(); ++v) {
-      projected[static_cast<std::size_t>(v)] = parts[static_cast<std::size_t>(coarse_of[static_cast<std::size_t>(v)])];
+      projected[static_cast<std::size_t>(v)] =
+          best.parts[static_cast<std::size_t>(coarse_of[static_cast<std::size_t>(v)])];
     }
     PartitionedHypergraph refined(fine, k, std::move(projected));
-    rebalance(refined, caps);
+    best.balanced = rebalance(refined, caps);
     fm_refine(refined, caps, options_.fm);
-    parts = refined.parts();
+    best.parts = refined.parts();
+    best.km1 = refined.km1();
   }
-  return parts;
+  return best;
 }
 
 }  // namespace dcp

@@ -20,13 +20,25 @@ struct MultilevelOptions {
 };
 
 // Coarsening, initial partitioning and refinement (greedy tries, rebalancing, k-way FM) as
-// documented in docs/partitioner.md. Deterministic for a given seed.
+// documented in docs/partitioner.md; with a hint, a second V-cycle refines the hint and the better
+// result wins. Deterministic for a given seed.
 class MultilevelPartitioner final : public Partitioner {
  public:
   explicit MultilevelPartitioner(MultilevelOptions options = {}) : options_(options) {}
-  std::vector<PartId> partition(const Hypergraph& graph, const PartitionRequest& request) const override;
+  std::vector<PartId> partition(const Hypergraph& graph,
+                                const PartitionRequest& request) const override;
 
  private:
+  struct Cycle {
+    std::vector<PartId> parts;
+    bool balanced = false;
+    Weight km1 = 0;
+  };
+  // One V-cycle: coarsen (inside the hint's parts if given), partition the coarsest level (the
+  // hint projected, or greedy tries), refine while uncoarsening.
+  Cycle run_cycle(const Hypergraph& graph, const PartitionRequest& request,
+                  const std::vector<PartId>* hint, Rng& rng) const;
+
   MultilevelOptions options_;
 };
 

@@ -26,9 +26,12 @@ class PartitionedHypergraph {
   PartId k() const { return k_; }
   PartId part(VertexId v) const { return parts_[static_cast<std::size_t>(v)]; }
   const std::vector<PartId>& parts() const { return parts_; }
-  const VertexWeight& part_weight(PartId p) const { return part_weights_[static_cast<std::size_t>(p)]; }
+  const VertexWeight& part_weight(PartId p) const {
+    return part_weights_[static_cast<std::size_t>(p)];
+  }
   std::int32_t pin_count(NetId e, PartId p) const {
-    return pin_counts_[static_cast<std::size_t>(e) * static_cast<std::size_t>(k_) + static_cast<std::size_t>(p)];
+    return pin_counts_[static_cast<std::size_t>(e) * static_cast<std::size_t>(k_) +
+                       static_cast<std::size_t>(p)];
   }
   std::int32_t connectivity(NetId e) const { return connectivity_[static_cast<std::size_t>(e)]; }
   Weight km1() const { return km1_; }
@@ -36,7 +39,8 @@ class PartitionedHypergraph {
   Weight benefit(VertexId v) const { return benefit_[static_cast<std::size_t>(v)]; }
   Weight gain(VertexId v, PartId to) const {
     return benefit_[static_cast<std::size_t>(v)] - incident_weight_[static_cast<std::size_t>(v)] +
-           conn_[static_cast<std::size_t>(v) * static_cast<std::size_t>(k_) + static_cast<std::size_t>(to)];
+           conn_[static_cast<std::size_t>(v) * static_cast<std::size_t>(k_) +
+                 static_cast<std::size_t>(to)];
   }
   // True if v has a net with a pin in another part (only such vertices can gain).
   bool is_boundary(VertexId v) const;
@@ -51,10 +55,12 @@ class PartitionedHypergraph {
 
  private:
   std::int32_t& pins_in(NetId e, PartId p) {
-    return pin_counts_[static_cast<std::size_t>(e) * static_cast<std::size_t>(k_) + static_cast<std::size_t>(p)];
+    return pin_counts_[static_cast<std::size_t>(e) * static_cast<std::size_t>(k_) +
+                       static_cast<std::size_t>(p)];
   }
   Weight& conn(VertexId v, PartId p) {
-    return conn_[static_cast<std::size_t>(v) * static_cast<std::size_t>(k_) + static_cast<std::size_t>(p)];
+    return conn_[static_cast<std::size_t>(v) * static_cast<std::size_t>(k_) +
+                 static_cast<std::size_t>(p)];
   }
 
   const Hypergraph* graph_;

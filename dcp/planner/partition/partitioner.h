@@ -18,6 +18,9 @@ struct PartitionRequest {
   PartId parts = 1;
   std::vector<VertexWeight> max_part_weight;  // one per part
   std::uint64_t seed = 0;
+  // Optional: a partition to improve on (e.g. a structured placement). Partitioners that use it
+  // return a result no worse than the hint after their own refinement of it.
+  std::vector<PartId> hint;
 };
 
 // Whether adding `add` to a part keeps it within `cap` in every dimension `add` contributes to.

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "dcp/core/error.h"
+
 #include "dcp/model/tensor.h"
 
 namespace dcp {
@@ -24,7 +25,8 @@ BlockHypergraph build_block_hypergraph(const Workload& workload) {
 
   // Step 1: vertices.
   std::int64_t block_bytes_per_token = 0;
-  for (const TensorKind kind : {TensorKind::kQ, TensorKind::kKV, TensorKind::kO, TensorKind::kLse}) {
+  for (const TensorKind kind :
+       {TensorKind::kQ, TensorKind::kKV, TensorKind::kO, TensorKind::kLse}) {
     block_bytes_per_token += bytes_per_token_all_heads(kind, shape, heads);
   }
   for (const TokenBlock& block : blocks.blocks()) {
@@ -37,8 +39,8 @@ BlockHypergraph build_block_hypergraph(const Workload& workload) {
   // Step 2: nets. Tiles of one sequence are ordered by (q block, kv block), so the tiles of a q
   // block are a contiguous run; tiles of a kv block are collected per sequence.
   const std::int64_t q_bytes = bytes_per_token(TensorKind::kQ, shape, heads);
-  const std::int64_t o_bytes =
-      bytes_per_token(TensorKind::kO, shape, heads) + bytes_per_token(TensorKind::kLse, shape, heads);
+  const std::int64_t o_bytes = bytes_per_token(TensorKind::kO, shape, heads) +
+                               bytes_per_token(TensorKind::kLse, shape, heads);
   const std::int64_t kv_bytes = bytes_per_token(TensorKind::kKV, shape, heads);
   std::vector<VertexId> pins;
   std::vector<std::vector<TileId>> tiles_by_kv;
@@ -67,7 +69,8 @@ BlockHypergraph build_block_hypergraph(const Workload& workload) {
       for (HeadBlockIndex h = 0; h < heads.count(); ++h) {
         pins.assign(1, result.vertex_of_block(block));
         for (std::size_t t = run_begin; t < run; ++t) {
-          pins.push_back(result.vertex_of_work_unit(workload.work_unit_id(h, first + static_cast<TileId>(t))));
+          pins.push_back(
+              result.vertex_of_work_unit(workload.work_unit_id(h, first + static_cast<TileId>(t))));
         }
         add(block, NetKind::kQueryOutput, tokens * q_bytes, tokens * o_bytes);
       }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dcp/model/workload.h"
+
 #include "dcp/planner/partition/hypergraph.h"
 
 namespace dcp {
@@ -24,10 +25,10 @@ enum class NetKind : std::uint8_t { kQueryOutput, kKeyValue };
 struct BlockHypergraph {
   Hypergraph graph;
   BlockId token_blocks = 0;
-  std::vector<BlockId> net_owner;            // the token block of each net
+  std::vector<BlockId> net_owner;  // the token block of each net
   std::vector<NetKind> net_kind;
-  std::vector<std::int64_t> input_bytes;     // moved owner -> reader, per extra device
-  std::vector<std::int64_t> output_bytes;    // moved contributor -> owner, per extra device
+  std::vector<std::int64_t> input_bytes;   // moved owner -> reader, per extra device
+  std::vector<std::int64_t> output_bytes;  // moved contributor -> owner, per extra device
 
   VertexId vertex_of_block(BlockId block) const { return block; }
   VertexId vertex_of_work_unit(WorkUnitId unit) const {

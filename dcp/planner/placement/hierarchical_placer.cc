@@ -10,14 +10,19 @@
 #include <string>
 
 #include "dcp/core/error.h"
+
 #include "dcp/planner/partition/balance.h"
+#include "dcp/planner/partition/partitioned_hypergraph.h"
+#include "dcp/planner/partition/rebalancer.h"
 #include "dcp/planner/placement/block_hypergraph.h"
+#include "dcp/planner/placement/static_placements.h"
 
 namespace dcp {
 namespace {
 
 double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 // The largest bin of a largest-first packing of `items` into `bins` bins.
@@ -67,6 +72,11 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
   PlacementResult result;
   const BlockHypergraph block_graph = build_block_hypergraph(workload);
   const Hypergraph& graph = block_graph.graph;
+  // The zigzag placement is the structured starting point each level also refines (a second
+  // V-cycle): sequence locality for short sequences, balanced rows for long ones.
+  const Placement zigzag = zigzag_placement(workload, cluster);
+  std::vector<DeviceId> zigzag_of(zigzag.token_block_device);
+  zigzag_of.insert(zigzag_of.end(), zigzag.work_unit_device.begin(), zigzag.work_unit_device.end());
   result.timings.hypergraph_ms = ms_since(start);
 
   // Step 1: device caps. Compute units are small; memory comes in indivisible token blocks.
@@ -77,7 +87,8 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
     heaviest_compute = std::max(heaviest_compute, graph.weight(v).compute);
   }
   const VertexWeight& total = graph.total_weight();
-  result.compute_bound = std::max(heaviest_compute, scaled(total.compute, 1 + options.eps_compute, devices));
+  result.compute_bound =
+      std::max(heaviest_compute, scaled(total.compute, 1 + options.eps_compute, devices));
   const Weight packing = packing_max(block_memory, devices);
   result.memory_bound = scaled(total.memory, 1 + options.eps_memory, devices);
   if (packing > result.memory_bound) {
@@ -89,7 +100,8 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
   // within its cap can always split into devices within theirs (d = sqrt(1 + eps) - 1).
   const double split_compute = std::sqrt(1 + options.eps_compute) - 1;
   const double split_memory = std::sqrt(1 + options.eps_memory) - 1;
-  const double node_slack = options.node_eps_compute >= 0 ? options.node_eps_compute : split_compute;
+  const double node_slack =
+      options.node_eps_compute >= 0 ? options.node_eps_compute : split_compute;
   std::vector<PartId> node_of(static_cast<std::size_t>(graph.vertex_count()), 0);
   const auto node_start = std::chrono::steady_clock::now();
   if (nodes > 1) {
@@ -100,6 +112,9 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
         std::max(heaviest_compute, scaled(total.compute, 1 + node_slack, nodes)),
         std::max(scaled(total.memory, 1 + split_memory, nodes), packing_max(block_memory, nodes))};
     request.max_part_weight.assign(static_cast<std::size_t>(nodes), node_cap);
+    request.hint.resize(zigzag_of.size());
+    for (std::size_t v = 0; v < zigzag_of.size(); ++v)
+      request.hint[v] = cluster.node_of(zigzag_of[v]);
     node_of = partitioner->partition(graph, request);
   }
   result.timings.node_partition_ms = ms_since(node_start);
@@ -115,20 +130,19 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
     std::vector<VertexId> members;
     Hypergraph::Builder builder;
     VertexWeight node_load;
-    std::vector<Weight> node_blocks;
     for (VertexId v = 0; v < graph.vertex_count(); ++v) {
       if (node_of[static_cast<std::size_t>(v)] != node) continue;
       local_id[static_cast<std::size_t>(v)] = static_cast<VertexId>(members.size());
       members.push_back(v);
       builder.add_vertex(graph.weight(v));
       node_load += graph.weight(v);
-      if (graph.weight(v).memory > 0) node_blocks.push_back(graph.weight(v).memory);
     }
     std::vector<VertexId> pins;
     for (NetId e = 0; e < graph.net_count(); ++e) {
       pins.clear();
       for (const VertexId v : graph.pins(e)) {
-        if (node_of[static_cast<std::size_t>(v)] == node) pins.push_back(local_id[static_cast<std::size_t>(v)]);
+        if (node_of[static_cast<std::size_t>(v)] == node)
+          pins.push_back(local_id[static_cast<std::size_t>(v)]);
       }
       if (pins.size() >= 2) builder.add_net(graph.net_weight(e), pins);
     }
@@ -141,8 +155,11 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
     // device-level half of the slack.
     const VertexWeight cap{
         std::max(result.compute_bound, scaled(node_load.compute, 1 + split_compute, per_node)),
-        std::max({result.memory_bound, packing_max(node_blocks, per_node)})};
+        result.memory_bound};
     request.max_part_weight.assign(static_cast<std::size_t>(per_node), cap);
+    request.hint.clear();
+    for (const VertexId v : members)
+      request.hint.push_back(zigzag_of[static_cast<std::size_t>(v)] % per_node);
     const std::vector<PartId> parts = per_node > 1 ? partitioner->partition(sub, request)
                                                    : std::vector<PartId>(members.size(), 0);
     std::vector<VertexWeight> loads(static_cast<std::size_t>(per_node));
@@ -152,14 +169,24 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
     }
     for (const VertexWeight& load : loads) within = within && dcp::within(load, cap);
     result.compute_bound = std::max(result.compute_bound, cap.compute);
-    result.memory_bound = std::max(result.memory_bound, cap.memory);
+  }
+  // Step 4: a node can hold more blocks than its devices can pack within the memory cap (blocks
+  // are indivisible). Repair across nodes with the flat rebalancer; it moves the cheapest blocks.
+  if (!within && devices > 1) {
+    PartitionedHypergraph flat(graph, devices,
+                               std::vector<PartId>(device_of.begin(), device_of.end()));
+    const std::vector<VertexWeight> caps(static_cast<std::size_t>(devices),
+                                         VertexWeight{result.compute_bound, result.memory_bound});
+    within = rebalance(flat, caps);
+    std::copy(flat.parts().begin(), flat.parts().end(), device_of.begin());
   }
   result.timings.device_partition_ms = ms_since(device_start);
   result.within_bounds = within;
 
   Placement& placement = result.placement;
   placement.cluster = cluster;
-  placement.token_block_device.assign(device_of.begin(), device_of.begin() + block_graph.token_blocks);
+  placement.token_block_device.assign(device_of.begin(),
+                                      device_of.begin() + block_graph.token_blocks);
   placement.work_unit_device.assign(device_of.begin() + block_graph.token_blocks, device_of.end());
   result.timings.total_ms = ms_since(start);
   return result;

@@ -6,7 +6,9 @@
 #include <string>
 
 #include "dcp/core/error.h"
+
 #include "dcp/model/tensor.h"
+
 #include "dcp/planner/placement/block_hypergraph.h"
 
 namespace dcp {
@@ -27,10 +29,11 @@ void validate(const ClusterShape& cluster) {
 }
 
 void validate(const Placement& placement, const Workload& workload) {
-  const auto check = [&](const std::vector<DeviceId>& devices, std::int64_t expected, const char* what) {
+  const auto check = [&](const std::vector<DeviceId>& devices, std::int64_t expected,
+                         const char* what) {
     if (static_cast<std::int64_t>(devices.size()) != expected) {
-      throw InvalidInput(std::string("placement has ") + std::to_string(devices.size()) + " " + what +
-                         ", the workload " + std::to_string(expected));
+      throw InvalidInput(std::string("placement has ") + std::to_string(devices.size()) + " " +
+                         what + ", the workload " + std::to_string(expected));
     }
     for (std::size_t i = 0; i < devices.size(); ++i) {
       if (devices[i] < 0 || devices[i] >= placement.cluster.devices()) {
@@ -56,12 +59,14 @@ PlacementMetrics evaluate(const Workload& workload, const Placement& placement) 
     metrics.devices[static_cast<std::size_t>(d)].node = cluster.node_of(d);
   }
   for (BlockId b = 0; b < hypergraph.token_blocks; ++b) {
-    DeviceLoad& load = metrics.devices[static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(b)])];
+    DeviceLoad& load = metrics.devices[static_cast<std::size_t>(
+        placement.token_block_device[static_cast<std::size_t>(b)])];
     load.memory += graph.weight(hypergraph.vertex_of_block(b)).memory;
     ++load.token_blocks;
   }
   for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
-    DeviceLoad& load = metrics.devices[static_cast<std::size_t>(placement.work_unit_device[static_cast<std::size_t>(w)])];
+    DeviceLoad& load = metrics.devices[static_cast<std::size_t>(
+        placement.work_unit_device[static_cast<std::size_t>(w)])];
     load.compute += forward_flops(workload.work_unit(w).pairs, workload.shape(), workload.heads());
     ++load.work_units;
   }
@@ -77,7 +82,8 @@ PlacementMetrics evaluate(const Workload& workload, const Placement& placement) 
   for (NetId e = 0; e < graph.net_count(); ++e) {
     devices.clear();
     for (const VertexId v : graph.pins(e)) devices.push_back(device_of(v));
-    const DeviceId owner = placement.token_block_device[static_cast<std::size_t>(hypergraph.net_owner[static_cast<std::size_t>(e)])];
+    const DeviceId owner = placement.token_block_device[static_cast<std::size_t>(
+        hypergraph.net_owner[static_cast<std::size_t>(e)])];
     std::sort(devices.begin(), devices.end());
     devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
     const std::int64_t in = hypergraph.input_bytes[static_cast<std::size_t>(e)];
@@ -116,7 +122,8 @@ PlacementMetrics evaluate(const Workload& workload, const Placement& placement) 
   }
   const double n = cluster.devices();
   metrics.imbalance_compute = sum_compute > 0 ? max_compute * n / sum_compute : 1.0;
-  metrics.imbalance_memory = sum_memory > 0 ? static_cast<double>(max_memory) * n / static_cast<double>(sum_memory) : 1.0;
+  metrics.imbalance_memory =
+      sum_memory > 0 ? static_cast<double>(max_memory) * n / static_cast<double>(sum_memory) : 1.0;
   return metrics;
 }
 

@@ -36,8 +36,8 @@ void validate(const Placement& placement, const Workload& workload);
 struct DeviceLoad {
   DeviceId device = 0;
   std::int32_t node = 0;
-  double compute = 0;        // forward FLOPs of the work units placed here
-  std::int64_t memory = 0;   // bytes of the token blocks placed here (Q, KV, O, LSE of all heads)
+  double compute = 0;          // forward FLOPs of the work units placed here
+  std::int64_t memory = 0;     // bytes of the token blocks placed here (Q, KV, O, LSE of all heads)
   std::int64_t bytes_in = 0;   // forward pass: inputs fetched and partial outputs received
   std::int64_t bytes_out = 0;  // forward pass: inputs sent and partial outputs sent
   std::int32_t token_blocks = 0;

@@ -15,7 +15,8 @@ Placement zigzag_placement(const Workload& workload, const ClusterShape& cluster
   for (const TokenBlock& block : workload.blocks().blocks()) {
     const TokenCount length = workload.batch().length(block.seq);
     const std::int64_t chunk = block.begin * 2 * p / length;  // chunk holding the first token
-    placement.token_block_device.push_back(static_cast<DeviceId>(chunk < p ? chunk : 2 * p - 1 - chunk));
+    placement.token_block_device.push_back(
+        static_cast<DeviceId>(chunk < p ? chunk : 2 * p - 1 - chunk));
   }
   placement.work_unit_device.reserve(static_cast<std::size_t>(workload.work_unit_count()));
   for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
@@ -26,7 +27,8 @@ Placement zigzag_placement(const Workload& workload, const ClusterShape& cluster
   return placement;
 }
 
-Placement greedy_placement(const Workload& workload, const ClusterShape& cluster, double eps_compute) {
+Placement greedy_placement(const Workload& workload, const ClusterShape& cluster,
+                           double eps_compute) {
   const auto devices = static_cast<std::size_t>(cluster.devices());
   Placement placement;
   placement.cluster = cluster;
@@ -40,7 +42,8 @@ Placement greedy_placement(const Workload& workload, const ClusterShape& cluster
   std::vector<std::int64_t> memory(devices, 0);
   placement.token_block_device.assign(blocks.size(), 0);
   for (const BlockId b : order) {
-    const auto d = static_cast<std::size_t>(std::min_element(memory.begin(), memory.end()) - memory.begin());
+    const auto d =
+        static_cast<std::size_t>(std::min_element(memory.begin(), memory.end()) - memory.begin());
     placement.token_block_device[static_cast<std::size_t>(b)] = static_cast<DeviceId>(d);
     memory[d] += blocks[static_cast<std::size_t>(b)].tokens;
   }
@@ -60,11 +63,14 @@ Placement greedy_placement(const Workload& workload, const ClusterShape& cluster
   for (const WorkUnitId w : unit_order) {
     const WorkUnit unit = workload.work_unit(w);
     const auto pairs = static_cast<double>(unit.pairs);
-    const auto q = static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(workload.blocks().block_id(unit.seq, unit.q_block))]);
-    const auto kv = static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(workload.blocks().block_id(unit.seq, unit.kv_block))]);
+    const auto q = static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(
+        workload.blocks().block_id(unit.seq, unit.q_block))]);
+    const auto kv = static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(
+        workload.blocks().block_id(unit.seq, unit.kv_block))]);
     std::size_t d = compute[kv] < compute[q] ? kv : q;
     if (compute[d] + pairs > cap) {
-      d = static_cast<std::size_t>(std::min_element(compute.begin(), compute.end()) - compute.begin());
+      d = static_cast<std::size_t>(std::min_element(compute.begin(), compute.end()) -
+                                   compute.begin());
     }
     placement.work_unit_device[static_cast<std::size_t>(w)] = static_cast<DeviceId>(d);
     compute[d] += pairs;

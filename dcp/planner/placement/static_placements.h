@@ -15,6 +15,7 @@ Placement zigzag_placement(const Workload& workload, const ClusterShape& cluster
 // then work units, heaviest first, each on the less loaded of the devices holding its q block and
 // its kv block if that stays within (1 + eps_compute) x the mean compute, else on the least loaded
 // device.
-Placement greedy_placement(const Workload& workload, const ClusterShape& cluster, double eps_compute);
+Placement greedy_placement(const Workload& workload, const ClusterShape& cluster,
+                           double eps_compute);
 
 }  // namespace dcp

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+// The incremental km1 and gain cache equal a from-scratch recomputation after any moves.
+#include "dcp/planner/partition/partitioned_hypergraph.h"
+
+#include <gtest/gtest.h>
+
+#include "dcp/core/rng.h"
+
+namespace dcp {
+namespace {
+
+Hypergraph random_hypergraph(Rng& rng, VertexId n, NetId m) {
+  Hypergraph::Builder builder;
+  for (VertexId v = 0; v < n; ++v) builder.add_vertex({rng.uniform_int(0, 5), rng.uniform_int(0, 5)});
+  std::vector<VertexId> pins;
+  for (NetId e = 0; e < m; ++e) {
+    pins.clear();
+    const auto size = rng.uniform_int(1, std::min<std::int64_t>(n, 8));
+    while (static_cast<std::int64_t>(pins.size()) < size) {
+      const auto v = static_cast<VertexId>(rng.uniform_int(0, n - 1));
+      if (std::find(pins.begin(), pins.end(), v) == pins.end()) pins.push_back(v);
+    }
+    builder.add_net(rng.uniform_int(1, 100), pins);
+  }
+  return std::move(builder).build();
+}
+
+TEST(AGainCache, EqualsRecomputationAfterRandomMoves) {
+  Rng rng(11);
+  for (int trial = 0; trial < 30; ++trial) {
+    const auto k = static_cast<PartId>(rng.uniform_int(2, 6));
+    const Hypergraph graph = random_hypergraph(rng, static_cast<VertexId>(rng.uniform_int(2, 60)),
+                                               static_cast<NetId>(rng.uniform_int(1, 80)));
+    std::vector<PartId> parts(static_cast<std::size_t>(graph.vertex_count()));
+    for (auto& p : parts) p = static_cast<PartId>(rng.uniform_int(0, k - 1));
+    PartitionedHypergraph partition(graph, k, parts);
+    for (int move = 0; move < 200; ++move) {
+      const auto v = static_cast<VertexId>(rng.uniform_int(0, graph.vertex_count() - 1));
+      auto to = static_cast<PartId>(rng.uniform_int(0, k - 2));
+      if (to >= partition.part(v)) ++to;
+      const Weight predicted = partition.gain(v, to);
+      const Weight before = partition.km1();
+      partition.move(v, to);
+      ASSERT_EQ(before - partition.km1(), predicted) << "the gain predicts the km1 change";
+      ASSERT_EQ(partition.km1(), partition.recompute_km1());
+    }
+    for (VertexId v = 0; v < graph.vertex_count(); ++v) {
+      for (PartId p = 0; p < k; ++p) {
+        if (p != partition.part(v)) {
+          ASSERT_EQ(partition.gain(v, p), partition.recompute_gain(v, p));
+        }
+      }
+    }
+    VertexWeight sum;
+    for (PartId p = 0; p < k; ++p) sum += partition.part_weight(p);
+    EXPECT_EQ(sum, graph.total_weight());
+  }
+}
+
+TEST(APartitionedHypergraph, ReportsTouchedVerticesWhoseGainsChanged) {
+  Rng rng(5);
+  const Hypergraph graph = random_hypergraph(rng, 30, 40);
+  std::vector<PartId> parts(30);
+  for (auto& p : parts) p = static_cast<PartId>(rng.uniform_int(0, 2));
+  PartitionedHypergraph partition(graph, 3, parts);
+  for (int move = 0; move < 50; ++move) {
+    std::vector<std::vector<Weight>> before(30, std::vector<Weight>(3));
+    for (VertexId v = 0; v < 30; ++v) {
+      for (PartId p = 0; p < 3; ++p) before[static_cast<std::size_t>(v)][static_cast<std::size_t>(p)] = partition.gain(v, p);
+    }
+    const auto v = static_cast<VertexId>(rng.uniform_int(0, 29));
+    const PartId to = (partition.part(v) + 1) % 3;
+    std::vector<VertexId> touched;
+    partition.move(v, to, &touched);
+    for (VertexId u = 0; u < 30; ++u) {
+      bool changed = false;
+      for (PartId p = 0; p < 3; ++p) changed |= partition.gain(u, p) != before[static_cast<std::size_t>(u)][static_cast<std::size_t>(p)];
+      if (changed) {
+        EXPECT_NE(std::find(touched.begin(), touched.end(), u), touched.end()) << "vertex " << u;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dcp

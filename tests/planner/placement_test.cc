@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+// Placements: every vertex placed once, both caps held, figures consistent, deterministic.
+#include "dcp/planner/placement/placement.h"
+
+#include <gtest/gtest.h>
+
+#include "dcp/core/error.h"
+#include "dcp/core/rng.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/planner/partition/partitioned_hypergraph.h"
+#include "dcp/planner/placement/block_hypergraph.h"
+#include "dcp/planner/placement/hierarchical_placer.h"
+#include "dcp/planner/placement/static_placements.h"
+#include "tests/testing/mask_checks.h"
+
+namespace dcp {
+namespace {
+
+Workload random_workload(Rng& rng) {
+  std::vector<TokenCount> lengths;
+  for (auto s = rng.uniform_int(1, 6); s > 0; --s) lengths.push_back(rng.uniform_int(1, 3000));
+  const auto kind = all_mask_kinds()[static_cast<std::size_t>(rng.uniform_int(0, 5))];
+  const MaskSpec spec = testing::random_spec(kind, lengths[0], rng);
+  const SequenceBatch batch(lengths);
+  AttentionShape shape;
+  shape.q_heads = 4;
+  shape.kv_heads = 2;
+  return Workload(shape, batch, build_batch_mask(spec, batch), rng.uniform_int(64, 512),
+                  static_cast<std::int32_t>(rng.uniform_int(1, 2)));
+}
+
+std::vector<VertexWeight> device_loads(const Workload& workload, const Placement& placement) {
+  const BlockHypergraph bh = build_block_hypergraph(workload);
+  std::vector<VertexWeight> loads(static_cast<std::size_t>(placement.cluster.devices()));
+  for (BlockId b = 0; b < bh.token_blocks; ++b) {
+    loads[static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(b)])] += bh.graph.weight(b);
+  }
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    loads[static_cast<std::size_t>(placement.work_unit_device[static_cast<std::size_t>(w)])] +=
+        bh.graph.weight(bh.vertex_of_work_unit(w));
+  }
+  return loads;
+}
+
+TEST(HierarchicalPlacer, HoldsBothCapsAndConsistentFiguresOnRandomBatches) {
+  Rng rng(31);
+  const ClusterShape clusters[] = {{1, 1}, {1, 3}, {1, 6}, {2, 3}, {2, 4}, {3, 2}};
+  for (int trial = 0; trial < 24; ++trial) {
+    const Workload workload = random_workload(rng);
+    PlacementOptions options;
+    options.cluster = clusters[trial % 6];
+    options.seed = static_cast<std::uint64_t>(trial);
+    const PlacementResult result = place(workload, options);
+    ASSERT_NO_THROW(validate(result.placement, workload));
+    EXPECT_TRUE(result.within_bounds);
+    const auto loads = device_loads(workload, result.placement);
+    const BlockHypergraph bh = build_block_hypergraph(workload);
+    const auto devices = options.cluster.devices();
+    for (const VertexWeight& load : loads) {
+      EXPECT_LE(load.compute, result.compute_bound);
+      EXPECT_LE(load.memory, result.memory_bound);
+    }
+    // The memory bound is the epsilon bound unless indivisible blocks force the packing bound.
+    const double eps_bound = 1.2 * static_cast<double>(bh.graph.total_weight().memory) / devices;
+    if (!result.memory_bound_is_packing) {
+      EXPECT_LE(result.memory_bound, eps_bound + 1);
+    }
+
+    // km1 = inter + intra = the partition's km1 from scratch.
+    const PlacementMetrics metrics = evaluate(workload, result.placement);
+    EXPECT_EQ(metrics.km1, metrics.bytes_inter_node + metrics.bytes_intra_node);
+    std::vector<PartId> parts(result.placement.token_block_device.begin(), result.placement.token_block_device.end());
+    parts.insert(parts.end(), result.placement.work_unit_device.begin(), result.placement.work_unit_device.end());
+    EXPECT_EQ(metrics.km1, PartitionedHypergraph(bh.graph, devices, parts).recompute_km1());
+    std::int64_t in = 0, out = 0;
+    for (const DeviceLoad& load : metrics.devices) {
+      in += load.bytes_in;
+      out += load.bytes_out;
+    }
+    EXPECT_EQ(in, out) << "every byte sent is received";
+    EXPECT_EQ(in, metrics.km1);
+
+    // Same seed, same placement.
+    const PlacementResult again = place(workload, options);
+    EXPECT_EQ(again.placement.token_block_device, result.placement.token_block_device);
+    EXPECT_EQ(again.placement.work_unit_device, result.placement.work_unit_device);
+  }
+}
+
+TEST(HierarchicalPlacer, HandlesOneDeviceOneTokenAndMoreDevicesThanBlocks) {
+  const SequenceBatch one({1});
+  const Workload tiny(AttentionShape{}, one, build_batch_mask(MaskSpec{}, one), 16, 1);
+  for (const ClusterShape cluster : {ClusterShape{1, 1}, ClusterShape{2, 4}}) {
+    PlacementOptions options;
+    options.cluster = cluster;
+    const PlacementResult result = place(tiny, options);
+    EXPECT_TRUE(result.within_bounds);
+    const PlacementMetrics metrics = evaluate(tiny, result.placement);
+    EXPECT_EQ(metrics.devices_without_data, cluster.devices() - 1);
+    EXPECT_TRUE(cluster.devices() == 1 || result.memory_bound_is_packing);
+  }
+  const SequenceBatch few({300, 200});
+  const Workload small(AttentionShape{}, few, build_batch_mask(MaskSpec{}, few), 256, 1);
+  PlacementOptions options;
+  options.cluster = {1, 6};  // 3 token blocks on 6 devices
+  const PlacementResult result = place(small, options);
+  EXPECT_TRUE(result.within_bounds);
+  EXPECT_GE(evaluate(small, result.placement).devices_without_data, 3);
+}
+
+TEST(HierarchicalPlacer, RejectsBadOptions) {
+  const SequenceBatch batch({100});
+  const Workload workload(AttentionShape{}, batch, build_batch_mask(MaskSpec{}, batch), 16, 1);
+  PlacementOptions options;
+  options.cluster = {0, 8};
+  EXPECT_THROW(place(workload, options), InvalidInput);
+  options.cluster = {1, 8};
+  options.eps_compute = -0.1;
+  EXPECT_THROW(place(workload, options), InvalidInput);
+}
+
+TEST(ZigzagPlacement, PutsChunksRAndTwoPMinusOneMinusROnDeviceR) {
+  const SequenceBatch batch({8 * 64});
+  const Workload workload(AttentionShape{}, batch, build_batch_mask(MaskSpec{}, batch), 64, 1);
+  const Placement placement = zigzag_placement(workload, {1, 4});
+  // 8 blocks = 8 chunks of 64 tokens on 4 devices: 0 1 2 3 3 2 1 0.
+  EXPECT_EQ(placement.token_block_device, (std::vector<DeviceId>{0, 1, 2, 3, 3, 2, 1, 0}));
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const WorkUnit unit = workload.work_unit(w);
+    EXPECT_EQ(placement.work_unit_device[static_cast<std::size_t>(w)],
+              placement.token_block_device[static_cast<std::size_t>(unit.q_block)]);
+  }
+  const PlacementMetrics metrics = evaluate(workload, placement);
+  EXPECT_DOUBLE_EQ(metrics.imbalance_memory, 1.0);
+  EXPECT_DOUBLE_EQ(metrics.imbalance_compute, 1.0) << "zigzag balances causal work exactly here";
+}
+
+TEST(GreedyPlacement, BalancesMemoryLargestFirst) {
+  const SequenceBatch batch({1000, 900, 100, 50});
+  const Workload workload(AttentionShape{}, batch, build_batch_mask(MaskSpec{}, batch), 1024, 1);
+  const Placement placement = greedy_placement(workload, {1, 2}, 0.1);
+  // 1000 -> 0; 900 -> 1; 100 -> 1 (900 < 1000); 50 -> 0 (a tie at 1000 goes to the lower id).
+  EXPECT_EQ(placement.token_block_device, (std::vector<DeviceId>{0, 1, 1, 0}));
+}
+
+}  // namespace
+}  // namespace dcp

@@ -17,6 +17,8 @@ namespace {
 constexpr Command kCommands[] = {
     {"workload", "build the block model of a batch: token blocks, work units, costs", run_workload},
     {"batches", "sample or pack realistic batches of sequence lengths", run_batches},
+    {"partition", "place a batch's token blocks and work units on nodes and devices",
+     run_partition},
 };
 
 std::string overview() {

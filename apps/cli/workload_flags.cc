@@ -112,21 +112,22 @@ MaskSource mask_from_flags(const Args& args) {
   return source;
 }
 
-WorkloadOptions workload_options_from_flags(const Args& args) {
+WorkloadOptions workload_options_from_flags(const Args& args, std::int32_t devices) {
   WorkloadOptions options;
   const std::string block = args.get_or("--block-size", "auto");
   if (block != "auto") options.block_size = args.get_int("--block-size", 0, 1, kMaxBatchTokens);
   options.head_block_size =
       static_cast<std::int32_t>(args.get_int("--head-block-size", 1, 1, kMaxHeads));
-  options.auto_block.devices = static_cast<std::int32_t>(args.get_int("--devices", 8, 1, 1 << 16));
+  options.auto_block.devices =
+      static_cast<std::int32_t>(args.get_int("--devices", devices, 1, 1 << 16));
   return options;
 }
 
-BuiltWorkload workload_from_flags(const Args& args) {
+BuiltWorkload workload_from_flags(const Args& args, std::int32_t devices) {
   SequenceBatch batch = batch_from_flags(args);
   const AttentionShape shape = shape_from_flags(args);
   const MaskSource mask = mask_from_flags(args);
-  const WorkloadOptions options = workload_options_from_flags(args);
+  const WorkloadOptions options = workload_options_from_flags(args, devices);
   with_flag("--head-block-size " + std::to_string(options.head_block_size),
             [&] { HeadBlocking(shape, options.head_block_size); });
   std::vector<SequenceMask> masks = with_flag(mask.file.empty() ? "--mask" : "--mask-file",

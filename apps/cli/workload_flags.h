@@ -19,9 +19,10 @@ const std::vector<FlagSpec>& workload_flags();
 SequenceBatch batch_from_flags(const Args& args);
 AttentionShape shape_from_flags(const Args& args);
 MaskSource mask_from_flags(const Args& args);
-WorkloadOptions workload_options_from_flags(const Args& args);
+// `devices` is what the automatic block size plans for when --devices is not given.
+WorkloadOptions workload_options_from_flags(const Args& args, std::int32_t devices = 8);
 // All of the above, built; every InvalidInput names the flag it came from.
-BuiltWorkload workload_from_flags(const Args& args);
+BuiltWorkload workload_from_flags(const Args& args, std::int32_t devices = 8);
 
 // Sequence lengths in a text file, separated by commas or whitespace.
 std::vector<TokenCount> read_lengths_file(const std::string& path);

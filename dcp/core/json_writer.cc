@@ -46,6 +46,10 @@ std::string json_quote(std::string_view text) {
 
 void JsonWriter::newline() {
   if (indent_ <= 0) return;
+  if (inline_from_ >= 0 && static_cast<std::ptrdiff_t>(stack_.size()) > inline_from_) {
+    out_.push_back(' ');
+    return;
+  }
   out_.push_back('\n');
   out_.append(stack_.size() * static_cast<std::size_t>(indent_), ' ');
 }
@@ -90,8 +94,16 @@ JsonWriter& JsonWriter::begin_array() {
 JsonWriter& JsonWriter::end_object() {
   assert(!stack_.empty() && stack_.back().is_object && !after_key_);
   const bool empty = stack_.back().empty;
+  const bool in_line =
+      inline_from_ >= 0 && static_cast<std::ptrdiff_t>(stack_.size()) > inline_from_;
   stack_.pop_back();
-  if (!empty) newline();
+  if (!empty) {
+    if (in_line) {
+      out_.push_back(' ');
+    } else {
+      newline();
+    }
+  }
   out_.push_back('}');
   return *this;
 }
@@ -99,8 +111,16 @@ JsonWriter& JsonWriter::end_object() {
 JsonWriter& JsonWriter::end_array() {
   assert(!stack_.empty() && !stack_.back().is_object);
   const bool empty = stack_.back().empty;
+  const bool in_line =
+      inline_from_ >= 0 && static_cast<std::ptrdiff_t>(stack_.size()) > inline_from_;
   stack_.pop_back();
-  if (!empty) newline();
+  if (!empty) {
+    if (in_line) {
+      out_.push_back(' ');
+    } else {
+      newline();
+    }
+  }
   out_.push_back(']');
   return *this;
 }

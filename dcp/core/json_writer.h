@@ -2,6 +2,7 @@
 // A small streaming JSON writer: objects, arrays, strings, integers, doubles and booleans.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -39,6 +40,21 @@ class JsonWriter {
     return value(v);
   }
 
+  // While alive, the next value is written on one line (e.g. one row of a long table), whatever
+  // the indent. Scopes do not nest.
+  class Inline {
+   public:
+    explicit Inline(JsonWriter& writer) : writer_(writer) {
+      writer_.inline_from_ = static_cast<std::ptrdiff_t>(writer_.stack_.size());
+    }
+    ~Inline() { writer_.inline_from_ = -1; }
+    Inline(const Inline&) = delete;
+    Inline& operator=(const Inline&) = delete;
+
+   private:
+    JsonWriter& writer_;
+  };
+
   // The document so far; complete once every begin has its end.
   const std::string& str() const { return out_; }
 
@@ -54,6 +70,7 @@ class JsonWriter {
   std::string out_;
   std::vector<Level> stack_;
   bool after_key_ = false;
+  std::ptrdiff_t inline_from_ = -1;  // nesting depth below which newlines are suppressed
 };
 
 // Escapes a string as a JSON string literal, quotes included.

@@ -34,6 +34,17 @@ TEST(JsonWriter, EscapesStringsAndWritesNonFiniteAsNull) {
   EXPECT_EQ(json.str(), "[0.5,null,null]");
 }
 
+TEST(JsonWriter, WritesAnInlineScopeOnOneLine) {
+  JsonWriter json(2);
+  json.begin_object().key("rows").begin_array();
+  for (int i = 0; i < 2; ++i) {
+    JsonWriter::Inline one_line(json);
+    json.begin_array().value(std::int64_t{i}).value(std::int64_t{i + 1}).end_array();
+  }
+  json.end_array().end_object();
+  EXPECT_EQ(json.str(), "{\n  \"rows\": [\n    [ 0, 1 ],\n    [ 1, 2 ]\n  ]\n}");
+}
+
 TEST(JsonWriter, IndentsWhenAsked) {
   JsonWriter json(2);
   json.begin_object().field("k", std::int64_t{3}).end_object();

@@ -11,7 +11,8 @@ namespace {
 
 Hypergraph random_hypergraph(Rng& rng, VertexId n, NetId m) {
   Hypergraph::Builder builder;
-  for (VertexId v = 0; v < n; ++v) builder.add_vertex({rng.uniform_int(0, 5), rng.uniform_int(0, 5)});
+  for (VertexId v = 0; v < n; ++v)
+    builder.add_vertex({rng.uniform_int(0, 5), rng.uniform_int(0, 5)});
   std::vector<VertexId> pins;
   for (NetId e = 0; e < m; ++e) {
     pins.clear();
@@ -66,7 +67,8 @@ TEST(APartitionedHypergraph, ReportsTouchedVerticesWhoseGainsChanged) {
   for (int move = 0; move < 50; ++move) {
     std::vector<std::vector<Weight>> before(30, std::vector<Weight>(3));
     for (VertexId v = 0; v < 30; ++v) {
-      for (PartId p = 0; p < 3; ++p) before[static_cast<std::size_t>(v)][static_cast<std::size_t>(p)] = partition.gain(v, p);
+      for (PartId p = 0; p < 3; ++p)
+        before[static_cast<std::size_t>(v)][static_cast<std::size_t>(p)] = partition.gain(v, p);
     }
     const auto v = static_cast<VertexId>(rng.uniform_int(0, 29));
     const PartId to = (partition.part(v) + 1) % 3;
@@ -74,7 +76,9 @@ TEST(APartitionedHypergraph, ReportsTouchedVerticesWhoseGainsChanged) {
     partition.move(v, to, &touched);
     for (VertexId u = 0; u < 30; ++u) {
       bool changed = false;
-      for (PartId p = 0; p < 3; ++p) changed |= partition.gain(u, p) != before[static_cast<std::size_t>(u)][static_cast<std::size_t>(p)];
+      for (PartId p = 0; p < 3; ++p)
+        changed |= partition.gain(u, p) !=
+                   before[static_cast<std::size_t>(u)][static_cast<std::size_t>(p)];
       if (changed) {
         EXPECT_NE(std::find(touched.begin(), touched.end(), u), touched.end()) << "vertex " << u;
       }

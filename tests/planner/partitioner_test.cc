@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Partitioners respect both caps, find known optima on small instances and are deterministic.
+#include "dcp/planner/partition/partitioner.h"
+
 #include <gtest/gtest.h>
 
 #include "dcp/core/rng.h"
+
 #include "dcp/planner/partition/fm_refiner.h"
 #include "dcp/planner/partition/multilevel_partitioner.h"
 #include "dcp/planner/partition/partitioned_hypergraph.h"
-#include "dcp/planner/partition/partitioner.h"
 
 namespace dcp {
 namespace {
@@ -79,7 +81,8 @@ TEST_P(EveryPartitioner, RespectsBothCapsAndIsDeterministicOnRandomHypergraphs) 
       ASSERT_EQ(parts.size(), static_cast<std::size_t>(n));
       PartitionedHypergraph partition(graph, k, parts);
       for (PartId p = 0; p < k; ++p) {
-        EXPECT_LE(partition.part_weight(p).compute, request.max_part_weight[0].compute) << "k=" << k;
+        EXPECT_LE(partition.part_weight(p).compute, request.max_part_weight[0].compute)
+            << "k=" << k;
         EXPECT_LE(partition.part_weight(p).memory, request.max_part_weight[0].memory) << "k=" << k;
       }
       EXPECT_EQ(partitioner->partition(graph, request), parts) << "same seed, same partition";
@@ -89,7 +92,9 @@ TEST_P(EveryPartitioner, RespectsBothCapsAndIsDeterministicOnRandomHypergraphs) 
 
 INSTANTIATE_TEST_SUITE_P(Partitioners, EveryPartitioner,
                          ::testing::Values(PartitionerKind::kMultilevel, PartitionerKind::kGreedy),
-                         [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+                         [](const auto& param_info) {
+                           return std::string(to_string(param_info.param));
+                         });
 
 TEST(FmRefiner, RepairsSwappedVerticesWithinOneVertexOfSlack) {
   const Hypergraph graph = two_groups();

@@ -6,11 +6,14 @@
 
 #include "dcp/core/error.h"
 #include "dcp/core/rng.h"
+
 #include "dcp/model/mask_spec.h"
+
 #include "dcp/planner/partition/partitioned_hypergraph.h"
 #include "dcp/planner/placement/block_hypergraph.h"
 #include "dcp/planner/placement/hierarchical_placer.h"
 #include "dcp/planner/placement/static_placements.h"
+
 #include "tests/testing/mask_checks.h"
 
 namespace dcp {
@@ -33,7 +36,8 @@ std::vector<VertexWeight> device_loads(const Workload& workload, const Placement
   const BlockHypergraph bh = build_block_hypergraph(workload);
   std::vector<VertexWeight> loads(static_cast<std::size_t>(placement.cluster.devices()));
   for (BlockId b = 0; b < bh.token_blocks; ++b) {
-    loads[static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(b)])] += bh.graph.weight(b);
+    loads[static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(b)])] +=
+        bh.graph.weight(b);
   }
   for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
     loads[static_cast<std::size_t>(placement.work_unit_device[static_cast<std::size_t>(w)])] +=
@@ -69,8 +73,10 @@ TEST(HierarchicalPlacer, HoldsBothCapsAndConsistentFiguresOnRandomBatches) {
     // km1 = inter + intra = the partition's km1 from scratch.
     const PlacementMetrics metrics = evaluate(workload, result.placement);
     EXPECT_EQ(metrics.km1, metrics.bytes_inter_node + metrics.bytes_intra_node);
-    std::vector<PartId> parts(result.placement.token_block_device.begin(), result.placement.token_block_device.end());
-    parts.insert(parts.end(), result.placement.work_unit_device.begin(), result.placement.work_unit_device.end());
+    std::vector<PartId> parts(result.placement.token_block_device.begin(),
+                              result.placement.token_block_device.end());
+    parts.insert(parts.end(), result.placement.work_unit_device.begin(),
+                 result.placement.work_unit_device.end());
     EXPECT_EQ(metrics.km1, PartitionedHypergraph(bh.graph, devices, parts).recompute_km1());
     std::int64_t in = 0, out = 0;
     for (const DeviceLoad& load : metrics.devices) {

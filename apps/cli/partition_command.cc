@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dcp partition`: place one batch on nodes x devices and compare with the zigzag and greedy
+// placements.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "apps/cli/command_table.h"
+#include "apps/cli/workload_flags.h"
+#include "dcp/core/json_writer.h"
+#include "dcp/core/parse.h"
+
+namespace dcp::cli {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+double eps_flag(const Args& args, std::string_view name, double fallback) {
+  const double value = args.get_double(name, fallback);
+  if (value < 0) {
+    throw UsageError(std::string(name) + " " + quoted(*args.get(name)) + ": must be >= 0");
+  }
+  return value;
+}
+
+void write_figures(JsonWriter& json, const PlacementMetrics& m) {
+  json.field("imbalance_compute", m.imbalance_compute);
+  json.field("imbalance_memory", m.imbalance_memory);
+  json.field("bytes_inter_node", m.bytes_inter_node);
+  json.field("bytes_intra_node", m.bytes_intra_node);
+  json.field("km1", m.km1);
+  json.field("devices_without_data", std::int64_t{m.devices_without_data});
+  json.key("devices").begin_array();
+  for (const DeviceLoad& d : m.devices) {
+    JsonWriter::Inline one_line(json);
+    json.begin_object();
+    json.field("node", std::int64_t{d.node});
+    json.field("device", std::int64_t{d.device});
+    json.field("compute", d.compute);
+    json.field("memory", d.memory);
+    json.field("bytes_in", d.bytes_in);
+    json.field("bytes_out", d.bytes_out);
+    json.end_object();
+  }
+  json.end_array();
+}
+
+std::string mb(std::int64_t bytes) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.1f", static_cast<double>(bytes) / 1e6);
+  return buffer;
+}
+
+}  // namespace
+
+int run_partition(std::span<const std::string> argv, std::ostream& out) {
+  std::vector<FlagSpec> specs = workload_flags();
+  specs.push_back({"--nodes", "N", "nodes [1]"});
+  specs.push_back({"--devices-per-node", "D", "devices per node [8]"});
+  specs.push_back({"--eps-compute", "E", "device compute <= (1 + E) x mean [0.1]"});
+  specs.push_back({"--eps-memory", "E", "device memory <= (1 + E) x mean, or the packing bound [0.2]"});
+  specs.push_back({"--node-eps-compute", "E", "node compute slack [sqrt(1 + eps-compute) - 1]"});
+  specs.push_back({"--partitioner", "NAME", "multilevel | greedy [multilevel]"});
+  specs.push_back({"--json", "", "print one JSON object instead of the tables"});
+  specs.push_back({"--help", "", "show this help"});
+  const Args args(specs, argv);
+  if (args.flag("--help")) {
+    out << format_help("dcp partition (--seqlens L,... | --seqlens-file F | --dist NAME) [flags]",
+                       "Places the token blocks and work units of one batch on nodes x devices with "
+                       "dcp's hierarchical hypergraph partitioner, under compute and memory balance, "
+                       "and compares with the zigzag and greedy placements. --seed seeds both the "
+                       "sampled batch and the partitioner.",
+                       specs);
+    return 0;
+  }
+  PlacementOptions options;
+  options.cluster.nodes = static_cast<std::int32_t>(args.get_int("--nodes", 1, 1, 1 << 16));
+  options.cluster.devices_per_node =
+      static_cast<std::int32_t>(args.get_int("--devices-per-node", 8, 1, 1 << 16));
+  with_flag("--nodes/--devices-per-node", [&] { validate(options.cluster); });
+  options.eps_compute = eps_flag(args, "--eps-compute", 0.1);
+  options.eps_memory = eps_flag(args, "--eps-memory", 0.2);
+  options.node_eps_compute = args.has("--node-eps-compute") ? eps_flag(args, "--node-eps-compute", 0) : -1;
+  options.seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
+  if (const auto name = args.get("--partitioner")) {
+    options.partitioner = with_flag("--partitioner", [&] { return parse_partitioner(*name); });
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  const BuiltWorkload built = workload_from_flags(args, options.cluster.devices());
+  const Workload& workload = built.workload;
+  const double workload_ms = ms_since(start);
+  const PlacementResult result = place(workload, options);
+  const PlacementMetrics dcp_figures = evaluate(workload, result.placement);
+  const auto baseline_start = std::chrono::steady_clock::now();
+  const PlacementMetrics zigzag = evaluate(workload, zigzag_placement(workload, options.cluster));
+  const PlacementMetrics greedy =
+      evaluate(workload, greedy_placement(workload, options.cluster, options.eps_compute));
+  const double baselines_ms = ms_since(baseline_start);
+
+  if (args.flag("--json")) {
+    JsonWriter json;
+    json.begin_object();
+    json.field("nodes", std::int64_t{options.cluster.nodes});
+    json.field("devices_per_node", std::int64_t{options.cluster.devices_per_node});
+    json.field("block_size", workload.blocks().block_size());
+    json.field("token_block_count", std::int64_t{workload.blocks().block_count()});
+    json.field("work_unit_count", workload.work_unit_count());
+    json.field("within_bounds", result.within_bounds);
+    json.field("memory_bound_is_packing", result.memory_bound_is_packing);
+    write_figures(json, dcp_figures);
+    json.key("placement").begin_object();
+    json.key("token_blocks").begin_array();
+    for (BlockId b = 0; b < workload.blocks().block_count(); ++b) {
+      const TokenBlock& block = workload.blocks().block(b);
+      JsonWriter::Inline one_line(json);
+      json.begin_array().value(std::int64_t{block.seq}).value(std::int64_t{block.index});
+      json.value(std::int64_t{result.placement.token_block_device[static_cast<std::size_t>(b)]}).end_array();
+    }
+    json.end_array();
+    json.key("work_units").begin_array();
+    for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+      const WorkUnit unit = workload.work_unit(w);
+      JsonWriter::Inline one_line(json);
+      json.begin_array().value(std::int64_t{unit.seq}).value(std::int64_t{unit.head_block});
+      json.value(std::int64_t{unit.q_block}).value(std::int64_t{unit.kv_block});
+      json.value(std::int64_t{result.placement.work_unit_device[static_cast<std::size_t>(w)]}).end_array();
+    }
+    json.end_array();
+    json.end_object();
+    json.key("baselines").begin_object();
+    json.key("zigzag").begin_object();
+    write_figures(json, zigzag);
+    json.end_object();
+    json.key("greedy").begin_object();
+    write_figures(json, greedy);
+    json.end_object();
+    json.end_object();
+    json.key("timing_ms").begin_object();
+    json.field("workload", workload_ms);
+    json.field("hypergraph", result.timings.hypergraph_ms);
+    json.field("partition_nodes", result.timings.node_partition_ms);
+    json.field("partition_devices", result.timings.device_partition_ms);
+    json.field("placement", result.timings.total_ms);
+    json.field("baselines", baselines_ms);
+    json.end_object();
+    json.end_object();
+    out << json.str() << "\n";
+    return 0;
+  }
+
+  char line[200];
+  out << "batch      " << workload.batch().size() << " sequences, " << workload.batch().total_tokens()
+      << " tokens; B = " << workload.blocks().block_size() << ", " << workload.blocks().block_count()
+      << " token blocks, " << workload.work_unit_count() << " work units\n";
+  out << "cluster    " << options.cluster.nodes << " nodes x " << options.cluster.devices_per_node
+      << " devices; dcp placement " << (result.within_bounds ? "within" : "OUTSIDE")
+      << " its bounds" << (result.memory_bound_is_packing ? " (memory: largest-first packing bound)" : "")
+      << "\n\n";
+  std::snprintf(line, sizeof(line), "%6s %5s %13s %11s %10s %10s %7s %8s\n", "device", "node",
+                "fwd TFLOP", "memory MB", "in MB", "out MB", "blocks", "units");
+  out << line;
+  for (const DeviceLoad& d : dcp_figures.devices) {
+    std::snprintf(line, sizeof(line), "%6d %5d %13.3f %11s %10s %10s %7d %8lld\n", d.device, d.node,
+                  d.compute / 1e12, mb(d.memory).c_str(), mb(d.bytes_in).c_str(), mb(d.bytes_out).c_str(),
+                  d.token_blocks, static_cast<long long>(d.work_units));
+    out << line;
+  }
+  out << "\n";
+  std::snprintf(line, sizeof(line), "%-8s %14s %14s %15s %15s %12s\n", "strategy", "compute imb",
+                "memory imb", "inter-node MB", "intra-node MB", "idle devs");
+  out << line;
+  const auto row = [&](const char* name, const PlacementMetrics& m) {
+    std::snprintf(line, sizeof(line), "%-8s %14.3f %14.3f %15s %15s %12d\n", name, m.imbalance_compute,
+                  m.imbalance_memory, mb(m.bytes_inter_node).c_str(), mb(m.bytes_intra_node).c_str(),
+                  m.devices_without_data);
+    out << line;
+  };
+  row("dcp", dcp_figures);
+  row("zigzag", zigzag);
+  row("greedy", greedy);
+  std::snprintf(line, sizeof(line),
+                "\ntime ms    workload %.1f, hypergraph %.1f, nodes %.1f, devices %.1f, placement "
+                "total %.1f, baselines %.1f\n",
+                workload_ms, result.timings.hypergraph_ms, result.timings.node_partition_ms,
+                result.timings.device_partition_ms, result.timings.total_ms, baselines_ms);
+  out << line;
+  return 0;
+}
+
+}  // namespace dcp::cli

@@ -18,8 +18,11 @@ echo "== a LongDataCollections-like batch of 131072 tokens (dcp batches --dist l
 batch=$("$dcp" batches --dist ldc --tokens 131072 --count 1 --seed 0)
 echo "$batch"
 echo
-for mask in causal lambda:sink=64,window=4096 shared_question causal_blockwise; do
-  echo "== dcp workload --mask $mask (8 q heads, 2 kv heads, head dim 128, bf16, 32 devices)"
-  "$dcp" workload --seqlens "$batch" --mask "$mask" --devices 32
+echo "== dcp workload --mask causal (8 q heads, 2 kv heads, head dim 128, bf16, 32 devices)"
+"$dcp" workload --seqlens "$batch" --mask causal --devices 32
+echo
+for mask in causal lambda:sink=64,window=4096; do
+  echo "== dcp partition --mask $mask --nodes 4 --devices-per-node 8 --block-size 1024"
+  "$dcp" partition --seqlens "$batch" --mask "$mask" --nodes 4 --devices-per-node 8 --block-size 1024 | tail -6
   echo
 done

@@ -6,16 +6,18 @@
 #include <string>
 #include <vector>
 
-#include "apps/cli/command_table.h"
-#include "apps/cli/workload_flags.h"
 #include "dcp/core/json_writer.h"
 #include "dcp/core/parse.h"
+
+#include "apps/cli/command_table.h"
+#include "apps/cli/workload_flags.h"
 
 namespace dcp::cli {
 namespace {
 
 double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 double eps_flag(const Args& args, std::string_view name, double fallback) {
@@ -61,19 +63,21 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
   specs.push_back({"--nodes", "N", "nodes [1]"});
   specs.push_back({"--devices-per-node", "D", "devices per node [8]"});
   specs.push_back({"--eps-compute", "E", "device compute <= (1 + E) x mean [0.1]"});
-  specs.push_back({"--eps-memory", "E", "device memory <= (1 + E) x mean, or the packing bound [0.2]"});
+  specs.push_back(
+      {"--eps-memory", "E", "device memory <= (1 + E) x mean, or the packing bound [0.2]"});
   specs.push_back({"--node-eps-compute", "E", "node compute slack [sqrt(1 + eps-compute) - 1]"});
   specs.push_back({"--partitioner", "NAME", "multilevel | greedy [multilevel]"});
   specs.push_back({"--json", "", "print one JSON object instead of the tables"});
   specs.push_back({"--help", "", "show this help"});
   const Args args(specs, argv);
   if (args.flag("--help")) {
-    out << format_help("dcp partition (--seqlens L,... | --seqlens-file F | --dist NAME) [flags]",
-                       "Places the token blocks and work units of one batch on nodes x devices with "
-                       "dcp's hierarchical hypergraph partitioner, under compute and memory balance, "
-                       "and compares with the zigzag and greedy placements. --seed seeds both the "
-                       "sampled batch and the partitioner.",
-                       specs);
+    out << format_help(
+        "dcp partition (--seqlens L,... | --seqlens-file F | --dist NAME) [flags]",
+        "Places the token blocks and work units of one batch on nodes x devices with "
+        "dcp's hierarchical hypergraph partitioner, under compute and memory balance, "
+        "and compares with the zigzag and greedy placements. --seed seeds both the "
+        "sampled batch and the partitioner.",
+        specs);
     return 0;
   }
   PlacementOptions options;
@@ -83,7 +87,8 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
   with_flag("--nodes/--devices-per-node", [&] { validate(options.cluster); });
   options.eps_compute = eps_flag(args, "--eps-compute", 0.1);
   options.eps_memory = eps_flag(args, "--eps-memory", 0.2);
-  options.node_eps_compute = args.has("--node-eps-compute") ? eps_flag(args, "--node-eps-compute", 0) : -1;
+  options.node_eps_compute =
+      args.has("--node-eps-compute") ? eps_flag(args, "--node-eps-compute", 0) : -1;
   options.seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
   if (const auto name = args.get("--partitioner")) {
     options.partitioner = with_flag("--partitioner", [&] { return parse_partitioner(*name); });
@@ -118,7 +123,8 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
       const TokenBlock& block = workload.blocks().block(b);
       JsonWriter::Inline one_line(json);
       json.begin_array().value(std::int64_t{block.seq}).value(std::int64_t{block.index});
-      json.value(std::int64_t{result.placement.token_block_device[static_cast<std::size_t>(b)]}).end_array();
+      json.value(std::int64_t{result.placement.token_block_device[static_cast<std::size_t>(b)]})
+          .end_array();
     }
     json.end_array();
     json.key("work_units").begin_array();
@@ -127,7 +133,8 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
       JsonWriter::Inline one_line(json);
       json.begin_array().value(std::int64_t{unit.seq}).value(std::int64_t{unit.head_block});
       json.value(std::int64_t{unit.q_block}).value(std::int64_t{unit.kv_block});
-      json.value(std::int64_t{result.placement.work_unit_device[static_cast<std::size_t>(w)]}).end_array();
+      json.value(std::int64_t{result.placement.work_unit_device[static_cast<std::size_t>(w)]})
+          .end_array();
     }
     json.end_array();
     json.end_object();
@@ -153,20 +160,21 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
   }
 
   char line[200];
-  out << "batch      " << workload.batch().size() << " sequences, " << workload.batch().total_tokens()
-      << " tokens; B = " << workload.blocks().block_size() << ", " << workload.blocks().block_count()
-      << " token blocks, " << workload.work_unit_count() << " work units\n";
+  out << "batch      " << workload.batch().size() << " sequences, "
+      << workload.batch().total_tokens() << " tokens; B = " << workload.blocks().block_size()
+      << ", " << workload.blocks().block_count() << " token blocks, " << workload.work_unit_count()
+      << " work units\n";
   out << "cluster    " << options.cluster.nodes << " nodes x " << options.cluster.devices_per_node
       << " devices; dcp placement " << (result.within_bounds ? "within" : "OUTSIDE")
-      << " its bounds" << (result.memory_bound_is_packing ? " (memory: largest-first packing bound)" : "")
-      << "\n\n";
+      << " its bounds"
+      << (result.memory_bound_is_packing ? " (memory: largest-first packing bound)" : "") << "\n\n";
   std::snprintf(line, sizeof(line), "%6s %5s %13s %11s %10s %10s %7s %8s\n", "device", "node",
                 "fwd TFLOP", "memory MB", "in MB", "out MB", "blocks", "units");
   out << line;
   for (const DeviceLoad& d : dcp_figures.devices) {
     std::snprintf(line, sizeof(line), "%6d %5d %13.3f %11s %10s %10s %7d %8lld\n", d.device, d.node,
-                  d.compute / 1e12, mb(d.memory).c_str(), mb(d.bytes_in).c_str(), mb(d.bytes_out).c_str(),
-                  d.token_blocks, static_cast<long long>(d.work_units));
+                  d.compute / 1e12, mb(d.memory).c_str(), mb(d.bytes_in).c_str(),
+                  mb(d.bytes_out).c_str(), d.token_blocks, static_cast<long long>(d.work_units));
     out << line;
   }
   out << "\n";
@@ -174,9 +182,9 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
                 "memory imb", "inter-node MB", "intra-node MB", "idle devs");
   out << line;
   const auto row = [&](const char* name, const PlacementMetrics& m) {
-    std::snprintf(line, sizeof(line), "%-8s %14.3f %14.3f %15s %15s %12d\n", name, m.imbalance_compute,
-                  m.imbalance_memory, mb(m.bytes_inter_node).c_str(), mb(m.bytes_intra_node).c_str(),
-                  m.devices_without_data);
+    std::snprintf(line, sizeof(line), "%-8s %14.3f %14.3f %15s %15s %12d\n", name,
+                  m.imbalance_compute, m.imbalance_memory, mb(m.bytes_inter_node).c_str(),
+                  mb(m.bytes_intra_node).c_str(), m.devices_without_data);
     out << line;
   };
   row("dcp", dcp_figures);

@@ -40,7 +40,9 @@ void expect_usage_error(std::vector<std::string> argv, const std::string& fragme
 }
 
 std::string json_value(const std::string& json, const std::string& key) {
-  const std::size_t at = json.find("\"" + key + "\": ");
+  std::string pattern = "\"";
+  pattern.append(key).append("\": ");
+  const std::size_t at = json.find(pattern);
   if (at == std::string::npos) return "(missing)";
   const std::size_t start = at + key.size() + 4;
   return json.substr(start, json.find_first_of(",\n}", start) - start);
@@ -169,6 +171,63 @@ TEST(DcpBinary, ExitsWith2AndPrintsNothingOnStdoutForBadInput) {
   EXPECT_EQ(read, 0u);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 2);
+}
+
+}  // namespace
+}  // namespace dcp::cli
+
+namespace dcp::cli {
+namespace {
+
+TEST(PartitionCommand, PrintsPlacementAndBaselinesAsJson) {
+  const Result r = run({"partition", "--seqlens", "3000,500,200", "--block-size", "256", "--nodes",
+                        "2", "--devices-per-node", "3", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* key :
+       {"imbalance_compute", "imbalance_memory", "bytes_inter_node", "bytes_intra_node", "devices",
+        "placement", "token_blocks", "work_units", "baselines", "zigzag", "greedy"}) {
+    std::string quoted_key = "\"";
+    quoted_key.append(key).append("\"");
+    EXPECT_NE(r.out.find(quoted_key), std::string::npos) << key;
+  }
+  EXPECT_EQ(json_value(r.out, "within_bounds"), "true");
+  // Every token block appears once: 12 + 2 + 1 blocks of 256 tokens.
+  const std::size_t begin = r.out.find("\"token_blocks\": [");
+  const std::size_t end = r.out.find("]\n    ]", begin);
+  EXPECT_EQ(std::count(r.out.begin() + static_cast<std::ptrdiff_t>(begin),
+                       r.out.begin() + static_cast<std::ptrdiff_t>(end), '\n'),
+            15);
+  EXPECT_EQ(run({"partition", "--seqlens", "3000,500,200", "--block-size", "256", "--nodes", "2",
+                 "--devices-per-node", "3", "--json"})
+                .out.substr(0, begin),
+            r.out.substr(0, begin))
+      << "same inputs and seed, same placement";
+}
+
+TEST(PartitionCommand, RejectsBadClusterAndEpsilonWithExitStatus2) {
+  expect_usage_error({"partition", "--seqlens", "100", "--nodes", "0"},
+                     "--nodes '0': must be in [1, ");
+  expect_usage_error({"partition", "--seqlens", "100", "--devices-per-node", "-2"},
+                     "--devices-per-node '-2': must be in [1, ");
+  expect_usage_error({"partition", "--seqlens", "100", "--eps-compute", "-0.1"},
+                     "--eps-compute '-0.1': must be >= 0");
+  expect_usage_error({"partition", "--seqlens", "100", "--eps-memory", "x"},
+                     "--eps-memory: 'x' is not a finite number");
+  expect_usage_error({"partition", "--seqlens", "100", "--seed", "1.5"},
+                     "--seed: '1.5' is not an integer");
+  expect_usage_error({"partition", "--seqlens", "100", "--partitioner", "kahypar"},
+                     "unknown partitioner 'kahypar'");
+  expect_usage_error(
+      {"partition", "--seqlens", "100", "--nodes", "300", "--devices-per-node", "300"},
+      "exceeds 65536 devices");
+}
+
+TEST(PartitionCommand, SaysWhenSomeDevicesGetNoData) {
+  const Result r =
+      run({"partition", "--seqlens", "100", "--block-size", "64", "--devices-per-node", "4"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("idle devs"), std::string::npos);
+  EXPECT_NE(r.out.find("largest-first packing bound"), std::string::npos);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dcp/core/parse.h"
+
 #include "dcp/dcp.h"
 
 namespace dcp {
@@ -24,7 +25,9 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-double max_of(const std::vector<double>& values) { return *std::max_element(values.begin(), values.end()); }
+double max_of(const std::vector<double>& values) {
+  return *std::max_element(values.begin(), values.end());
+}
 
 int run(int argc, char** argv) {
   std::int64_t batches = 50;
@@ -35,35 +38,49 @@ int run(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const std::string value = argv[i + 1];
-    if (flag == "--batches") batches = parse_int(value, flag);
-    else if (flag == "--dists") dists = value;
-    else if (flag == "--masks") masks = value;
-    else if (flag == "--nodes") cluster.nodes = static_cast<std::int32_t>(parse_int(value, flag));
-    else if (flag == "--devices-per-node") cluster.devices_per_node = static_cast<std::int32_t>(parse_int(value, flag));
-    else if (flag == "--block-size") block_size = parse_int(value, flag);
-    else throw InvalidInput("unknown flag " + quoted(flag));
+    if (flag == "--batches")
+      batches = parse_int(value, flag);
+    else if (flag == "--dists")
+      dists = value;
+    else if (flag == "--masks")
+      masks = value;
+    else if (flag == "--nodes")
+      cluster.nodes = static_cast<std::int32_t>(parse_int(value, flag));
+    else if (flag == "--devices-per-node")
+      cluster.devices_per_node = static_cast<std::int32_t>(parse_int(value, flag));
+    else if (flag == "--block-size")
+      block_size = parse_int(value, flag);
+    else
+      throw InvalidInput("unknown flag " + quoted(flag));
   }
-  std::printf("%lld batches of 131072 tokens per row, %d nodes x %d devices, B = %lld, 8 q heads, 2 kv "
-              "heads, d = 128, bf16; medians (max) over batches\n\n",
-              static_cast<long long>(batches), cluster.nodes, cluster.devices_per_node,
-              static_cast<long long>(block_size));
-  std::printf("| dataset | mask | place ms | compute imb dcp | memory imb dcp | within bounds | inter-node MB dcp | zigzag | greedy | dcp / zigzag inter | compute imb zigzag |\n");
+  std::printf(
+      "%lld batches of 131072 tokens per row, %d nodes x %d devices, B = %lld, 8 q heads, 2 kv "
+      "heads, d = 128, bf16; medians (max) over batches\n\n",
+      static_cast<long long>(batches), cluster.nodes, cluster.devices_per_node,
+      static_cast<long long>(block_size));
+  std::printf(
+      "| dataset | mask | place ms | compute imb dcp | memory imb dcp | within bounds | inter-node "
+      "MB dcp | zigzag | greedy | dcp / zigzag inter | compute imb zigzag |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string_view dist : split(dists, ',')) {
     const auto kind = parse_length_distribution(dist);
-    const auto lengths = sample_batches(kind, static_cast<std::size_t>(batches), PackingOptions{}, 0);
+    const auto lengths =
+        sample_batches(kind, static_cast<std::size_t>(batches), PackingOptions{}, 0);
     for (const std::string_view mask : split(masks, ',')) {
       const MaskSpec spec = parse_mask_spec(mask);
       std::vector<double> ms, imb_c, imb_m, inter, inter_z, inter_g, ratio, imb_cz;
       int within = 0;
       for (const auto& batch_lengths : lengths) {
         const SequenceBatch batch(batch_lengths);
-        const Workload workload(AttentionShape{}, batch, build_batch_mask(spec, batch), block_size, 1);
+        const Workload workload(AttentionShape{}, batch, build_batch_mask(spec, batch), block_size,
+                                1);
         PlacementOptions options;
         options.cluster = cluster;
         const auto start = std::chrono::steady_clock::now();
         const PlacementResult result = place(workload, options);
-        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count());
         within += result.within_bounds ? 1 : 0;
         const PlacementMetrics m = evaluate(workload, result.placement);
         const PlacementMetrics z = evaluate(workload, zigzag_placement(workload, cluster));
@@ -74,12 +91,17 @@ int run(int argc, char** argv) {
         inter.push_back(static_cast<double>(m.bytes_inter_node) / 1e6);
         inter_z.push_back(static_cast<double>(z.bytes_inter_node) / 1e6);
         inter_g.push_back(static_cast<double>(g.bytes_inter_node) / 1e6);
-        ratio.push_back(z.bytes_inter_node > 0 ? static_cast<double>(m.bytes_inter_node) / static_cast<double>(z.bytes_inter_node) : 0.0);
+        ratio.push_back(z.bytes_inter_node > 0 ? static_cast<double>(m.bytes_inter_node) /
+                                                     static_cast<double>(z.bytes_inter_node)
+                                               : 0.0);
       }
-      std::printf("| %s | %s | %.0f (%.0f) | %.3f (%.3f) | %.3f (%.3f) | %d/%lld | %.0f | %.0f | %.0f | %.2f (%.2f) | %.3f |\n",
-                  std::string(dist).c_str(), std::string(mask).c_str(), median(ms), max_of(ms), median(imb_c),
-                  max_of(imb_c), median(imb_m), max_of(imb_m), within, static_cast<long long>(batches),
-                  median(inter), median(inter_z), median(inter_g), median(ratio), max_of(ratio), median(imb_cz));
+      std::printf(
+          "| %s | %s | %.0f (%.0f) | %.3f (%.3f) | %.3f (%.3f) | %d/%lld | %.0f | %.0f | %.0f | "
+          "%.2f (%.2f) | %.3f |\n",
+          std::string(dist).c_str(), std::string(mask).c_str(), median(ms), max_of(ms),
+          median(imb_c), max_of(imb_c), median(imb_m), max_of(imb_m), within,
+          static_cast<long long>(batches), median(inter), median(inter_z), median(inter_g),
+          median(ratio), max_of(ratio), median(imb_cz));
       std::fflush(stdout);
     }
   }

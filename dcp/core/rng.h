@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace dcp {
 
@@ -40,6 +42,15 @@ class Rng {
     std::uint64_t x = next_u64();
     while (x >= limit) x = next_u64();
     return lo + static_cast<std::int64_t>(x % n);
+  }
+
+  // Fisher-Yates shuffle driven by this generator (std::shuffle's sequence is not portable).
+  template <typename T>
+  void shuffle(std::vector<T>& items) {
+    for (std::size_t i = items.size(); i > 1; --i) {
+      const auto j = static_cast<std::size_t>(uniform_int(0, static_cast<std::int64_t>(i - 1)));
+      std::swap(items[i - 1], items[j]);
+    }
   }
 
   // Standard normal by Box-Muller (one value per call; the pair's second value is dropped so that

@@ -99,10 +99,7 @@ std::vector<std::vector<TokenCount>> pack_batches(std::span<const TokenCount> le
 
   // Shuffle before dropping, as the reference does, so the kept order depends on the whole input.
   Rng rng(seed);
-  for (std::size_t i = stream.size(); i > 1; --i) {
-    const auto j = static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(i - 1)));
-    std::swap(stream[i - 1], stream[j]);
-  }
+  rng.shuffle(stream);
 
   const TokenCount max_length = effective_max_length(options);
   const TokenCount min_tokens = min_batch_tokens(options);

@@ -11,11 +11,7 @@ std::optional<CoarseLevel> coarsen(const Hypergraph& graph, const CoarseningOpti
   const VertexId n = graph.vertex_count();
   std::vector<VertexId> order(static_cast<std::size_t>(n));
   for (VertexId v = 0; v < n; ++v) order[static_cast<std::size_t>(v)] = v;
-  for (std::size_t i = order.size(); i > 1; --i) {
-    std::swap(
-        order[i - 1],
-        order[static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(i - 1)))]);
-  }
+  rng.shuffle(order);
 
   // Step 1: clustering. cluster[v] is the representative vertex of v's cluster, or -1.
   std::vector<VertexId> cluster(static_cast<std::size_t>(n), -1);

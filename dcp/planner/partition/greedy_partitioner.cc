@@ -20,11 +20,7 @@ std::vector<PartId> greedy_partition(const Hypergraph& graph, const PartitionReq
 
   std::vector<VertexId> order(static_cast<std::size_t>(n));
   for (VertexId v = 0; v < n; ++v) order[static_cast<std::size_t>(v)] = v;
-  for (std::size_t i = order.size(); i > 1; --i) {
-    std::swap(
-        order[i - 1],
-        order[static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(i - 1)))]);
-  }
+  rng.shuffle(order);
   std::vector<double> size(static_cast<std::size_t>(n));
   for (VertexId v = 0; v < n; ++v)
     size[static_cast<std::size_t>(v)] = fill_ratio(graph.weight(v), mean_cap);

@@ -82,9 +82,12 @@ int run(int argc, char** argv) {
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                 .count());
         within += result.within_bounds ? 1 : 0;
-        const PlacementMetrics m = evaluate(workload, result.placement);
-        const PlacementMetrics z = evaluate(workload, zigzag_placement(workload, cluster));
-        const PlacementMetrics g = evaluate(workload, greedy_placement(workload, cluster, 0.1));
+        const BlockHypergraph hypergraph = build_block_hypergraph(workload);
+        const PlacementMetrics m = evaluate(workload, hypergraph, result.placement);
+        const PlacementMetrics z =
+            evaluate(workload, hypergraph, zigzag_placement(workload, cluster));
+        const PlacementMetrics g =
+            evaluate(workload, hypergraph, greedy_placement(workload, cluster, 0.1));
         imb_c.push_back(m.imbalance_compute);
         imb_m.push_back(m.imbalance_memory);
         imb_cz.push_back(z.imbalance_compute);

@@ -99,11 +99,13 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
   const Workload& workload = built.workload;
   const double workload_ms = ms_since(start);
   const PlacementResult result = place(workload, options);
-  const PlacementMetrics dcp_figures = evaluate(workload, result.placement);
+  const BlockHypergraph hypergraph = build_block_hypergraph(workload);
+  const PlacementMetrics dcp_figures = evaluate(workload, hypergraph, result.placement);
   const auto baseline_start = std::chrono::steady_clock::now();
-  const PlacementMetrics zigzag = evaluate(workload, zigzag_placement(workload, options.cluster));
-  const PlacementMetrics greedy =
-      evaluate(workload, greedy_placement(workload, options.cluster, options.eps_compute));
+  const PlacementMetrics zigzag =
+      evaluate(workload, hypergraph, zigzag_placement(workload, options.cluster));
+  const PlacementMetrics greedy = evaluate(
+      workload, hypergraph, greedy_placement(workload, options.cluster, options.eps_compute));
   const double baselines_ms = ms_since(baseline_start);
 
   if (args.flag("--json")) {

@@ -25,4 +25,11 @@ using TileId = std::int32_t;
 // Index of a work unit: a tile times a head block (see model/workload.h for the numbering).
 using WorkUnitId = std::int64_t;
 
+// Hypergraph partitioning (planner/partition): vertices, nets, parts and their weights. Vertex and
+// part ids are local to one (possibly coarsened or per-node) hypergraph.
+using VertexId = std::int32_t;
+using NetId = std::int32_t;
+using PartId = std::int32_t;
+using Weight = std::int64_t;
+
 }  // namespace dcp

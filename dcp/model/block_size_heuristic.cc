@@ -10,6 +10,7 @@
 #include <string>
 
 #include "dcp/core/error.h"
+#include "dcp/core/packing.h"
 
 #include "dcp/model/workload.h"
 
@@ -22,23 +23,11 @@ constexpr std::int64_t kMaxLptItems = std::int64_t{1} << 22;
 }  // namespace
 
 double lpt_imbalance(std::vector<std::int64_t> items, std::int32_t bins) {
-  std::sort(items.begin(), items.end(), std::greater<>());
-  std::priority_queue<std::int64_t, std::vector<std::int64_t>, std::greater<>> loads;
-  for (std::int32_t i = 0; i < bins; ++i) loads.push(0);
   std::int64_t total = 0;
-  for (const std::int64_t item : items) {
-    const std::int64_t least = loads.top();
-    loads.pop();
-    loads.push(least + item);
-    total += item;
-  }
-  std::int64_t max_load = 0;
-  while (!loads.empty()) {
-    max_load = std::max(max_load, loads.top());
-    loads.pop();
-  }
+  for (const std::int64_t item : items) total += item;
   if (total == 0) return 1.0;
-  return static_cast<double>(max_load) * bins / static_cast<double>(total);
+  return static_cast<double>(largest_first_max_load(std::move(items), bins)) * bins /
+         static_cast<double>(total);
 }
 
 BlockSizeChoice choose_block_size(const AttentionShape& shape, const SequenceBatch& batch,

@@ -60,7 +60,7 @@ Weight fm_refine(PartitionedHypergraph& partition, const std::vector<VertexWeigh
     std::size_t best_prefix = 0;
     std::int32_t since_best = 0;
     while (!queue.empty() && since_best < options.max_moves_without_improvement) {
-      const auto [gain, neg_v, to, ver] = queue.top();
+      [[maybe_unused]] const auto [gain_when_queued, neg_v, to, ver] = queue.top();
       queue.pop();
       const VertexId v = -neg_v;
       if (locked[static_cast<std::size_t>(v)] || ver != version[static_cast<std::size_t>(v)])
@@ -85,7 +85,6 @@ Weight fm_refine(PartitionedHypergraph& partition, const std::vector<VertexWeigh
       for (const VertexId u : touched) {
         if (!locked[static_cast<std::size_t>(u)]) push(u);
       }
-      static_cast<void>(gain);
     }
     // Roll back past the best prefix, newest first.
     for (std::size_t i = moves.size(); i > best_prefix; --i) {

@@ -6,12 +6,9 @@
 #include <span>
 #include <vector>
 
-namespace dcp {
+#include "dcp/core/ids.h"
 
-using VertexId = std::int32_t;
-using NetId = std::int32_t;
-using PartId = std::int32_t;
-using Weight = std::int64_t;
+namespace dcp {
 
 // The two balance dimensions every vertex carries.
 struct VertexWeight {

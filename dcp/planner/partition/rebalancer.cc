@@ -41,11 +41,10 @@ bool rebalance(PartitionedHypergraph& partition, const std::vector<VertexWeight>
       for (const Candidate& c : candidates) {
         const VertexWeight& load = partition.part_weight(p);
         if (compute_over ? load.compute <= cap.compute : load.memory <= cap.memory) break;
-        const auto [to, gain] = best_move(partition, c.v, caps);
+        const PartId to = best_move(partition, c.v, caps).first;
         if (to < 0) continue;
         partition.move(c.v, to);
         moved = true;
-        static_cast<void>(gain);
       }
     }
     if (all_within) return true;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "dcp/core/error.h"
+#include "dcp/core/packing.h"
 
 #include "dcp/planner/partition/balance.h"
 #include "dcp/planner/partition/partitioned_hypergraph.h"
@@ -23,21 +24,6 @@ namespace {
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
-}
-
-// The largest bin of a largest-first packing of `items` into `bins` bins.
-Weight packing_max(std::vector<Weight> items, std::int32_t bins) {
-  std::sort(items.begin(), items.end(), std::greater<>());
-  std::priority_queue<Weight, std::vector<Weight>, std::greater<>> loads;
-  for (std::int32_t i = 0; i < bins; ++i) loads.push(0);
-  Weight max_load = 0;
-  for (const Weight item : items) {
-    const Weight least = loads.top();
-    loads.pop();
-    loads.push(least + item);
-    max_load = std::max(max_load, least + item);
-  }
-  return max_load;
 }
 
 Weight scaled(Weight total, double factor, std::int32_t parts) {
@@ -72,12 +58,12 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
   PlacementResult result;
   const BlockHypergraph block_graph = build_block_hypergraph(workload);
   const Hypergraph& graph = block_graph.graph;
+  result.timings.hypergraph_ms = ms_since(start);
   // The zigzag placement is the structured starting point each level also refines (a second
   // V-cycle): sequence locality for short sequences, balanced rows for long ones.
   const Placement zigzag = zigzag_placement(workload, cluster);
   std::vector<DeviceId> zigzag_of(zigzag.token_block_device);
   zigzag_of.insert(zigzag_of.end(), zigzag.work_unit_device.begin(), zigzag.work_unit_device.end());
-  result.timings.hypergraph_ms = ms_since(start);
 
   // Step 1: device caps. Compute units are small; memory comes in indivisible token blocks.
   std::vector<Weight> block_memory;
@@ -89,7 +75,7 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
   const VertexWeight& total = graph.total_weight();
   result.compute_bound =
       std::max(heaviest_compute, scaled(total.compute, 1 + options.eps_compute, devices));
-  const Weight packing = packing_max(block_memory, devices);
+  const Weight packing = largest_first_max_load(block_memory, devices);
   result.memory_bound = scaled(total.memory, 1 + options.eps_memory, devices);
   if (packing > result.memory_bound) {
     result.memory_bound = packing;
@@ -110,7 +96,8 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
     request.seed = options.seed;
     const VertexWeight node_cap{
         std::max(heaviest_compute, scaled(total.compute, 1 + node_slack, nodes)),
-        std::max(scaled(total.memory, 1 + split_memory, nodes), packing_max(block_memory, nodes))};
+        std::max(scaled(total.memory, 1 + split_memory, nodes),
+                 largest_first_max_load(block_memory, nodes))};
     request.max_part_weight.assign(static_cast<std::size_t>(nodes), node_cap);
     request.hint.resize(zigzag_of.size());
     for (std::size_t v = 0; v < zigzag_of.size(); ++v)

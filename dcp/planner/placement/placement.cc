@@ -48,8 +48,12 @@ void validate(const Placement& placement, const Workload& workload) {
 }
 
 PlacementMetrics evaluate(const Workload& workload, const Placement& placement) {
+  return evaluate(workload, build_block_hypergraph(workload), placement);
+}
+
+PlacementMetrics evaluate(const Workload& workload, const BlockHypergraph& hypergraph,
+                          const Placement& placement) {
   validate(placement, workload);
-  const BlockHypergraph hypergraph = build_block_hypergraph(workload);
   const Hypergraph& graph = hypergraph.graph;
   const ClusterShape& cluster = placement.cluster;
   PlacementMetrics metrics;

@@ -8,6 +8,8 @@
 
 #include "dcp/model/workload.h"
 
+#include "dcp/planner/placement/block_hypergraph.h"
+
 namespace dcp {
 
 using DeviceId = std::int32_t;  // global: node * devices_per_node + local device
@@ -61,5 +63,10 @@ struct PlacementMetrics {
 };
 
 PlacementMetrics evaluate(const Workload& workload, const Placement& placement);
+
+// The same with the workload's block hypergraph already built (build_block_hypergraph), for
+// callers that evaluate several placements of one workload.
+PlacementMetrics evaluate(const Workload& workload, const BlockHypergraph& hypergraph,
+                          const Placement& placement);
 
 }  // namespace dcp

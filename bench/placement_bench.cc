@@ -84,8 +84,8 @@ int run(int argc, char** argv) {
         within += result.within_bounds ? 1 : 0;
         const BlockHypergraph hypergraph = build_block_hypergraph(workload);
         const PlacementMetrics m = evaluate(workload, hypergraph, result.placement);
-        const PlacementMetrics z =
-            evaluate(workload, hypergraph, zigzag_placement(workload, cluster));
+        const ZigzagBaseline zigzag = zigzag_baseline(workload, cluster);
+        const PlacementMetrics z = evaluate(zigzag.workload, zigzag.placement);
         const PlacementMetrics g =
             evaluate(workload, hypergraph, greedy_placement(workload, cluster, 0.1));
         imb_c.push_back(m.imbalance_compute);

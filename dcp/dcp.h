@@ -19,6 +19,7 @@
 #include "dcp/data/batch_packing.h"
 #include "dcp/data/length_distribution.h"
 
+#include "dcp/planner/partition/hmetis_format.h"
 #include "dcp/planner/placement/block_hypergraph.h"
 #include "dcp/planner/placement/hierarchical_placer.h"
 #include "dcp/planner/placement/static_placements.h"

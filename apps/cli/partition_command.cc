@@ -102,8 +102,8 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
   const BlockHypergraph hypergraph = build_block_hypergraph(workload);
   const PlacementMetrics dcp_figures = evaluate(workload, hypergraph, result.placement);
   const auto baseline_start = std::chrono::steady_clock::now();
-  const PlacementMetrics zigzag =
-      evaluate(workload, hypergraph, zigzag_placement(workload, options.cluster));
+  const ZigzagBaseline zigzag_cut = zigzag_baseline(workload, options.cluster);
+  const PlacementMetrics zigzag = evaluate(zigzag_cut.workload, zigzag_cut.placement);
   const PlacementMetrics greedy = evaluate(
       workload, hypergraph, greedy_placement(workload, options.cluster, options.eps_compute));
   const double baselines_ms = ms_since(baseline_start);

@@ -23,8 +23,8 @@ struct KindInfo {
 constexpr std::array<KindInfo, 5> kKinds = {{
     {LengthDistributionKind::kLongDataCollections,
      "ldc",
-     "Long-Data-Collections-like synthetic mix: 70% log-normal(mu=ln 1000, sigma=1.0) on "
-     "[16, 16384], 30% log-uniform on [16384, 131072]",
+     "Long-Data-Collections-like skewed, long-tailed lengths: log-normal(mu=ln 480, sigma=1.4) "
+     "truncated to [16, 131072]",
      {16, 131072}},
     {LengthDistributionKind::kLongAlign,
      "longalign",
@@ -106,14 +106,6 @@ TokenCount sample_magi(Rng& rng) {
   return round_length(log_uniform(rng, chosen->lo, chosen->hi));
 }
 
-TokenCount sample_ldc(Rng& rng) {
-  constexpr double kShortProbability = 0.7;
-  if (rng.uniform01() < kShortProbability) {
-    return truncated_log_normal(rng, std::log(1000.0), 1.0, 16, 16384);
-  }
-  return round_length(log_uniform(rng, 16384, 131072));
-}
-
 }  // namespace
 
 std::string_view to_string(LengthDistributionKind kind) { return info(kind).name; }
@@ -146,7 +138,7 @@ LengthSupport support(LengthDistributionKind kind) { return info(kind).support; 
 TokenCount sample_length(LengthDistributionKind kind, Rng& rng) {
   switch (kind) {
     case LengthDistributionKind::kLongDataCollections:
-      return sample_ldc(rng);
+      return truncated_log_normal(rng, std::log(480.0), 1.4, 16, 131072);
     case LengthDistributionKind::kLongAlign:
       return round_length(log_uniform(rng, 8192, 65536));
     case LengthDistributionKind::kProLong:

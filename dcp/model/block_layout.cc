@@ -2,6 +2,7 @@
 // Token blocks and head blocks.
 #include "dcp/model/block_layout.h"
 
+#include <algorithm>
 #include <string>
 
 #include "dcp/core/error.h"
@@ -9,13 +10,23 @@
 namespace dcp {
 
 BlockLayout::BlockLayout(const SequenceBatch& batch, TokenCount block_size)
-    : block_size_(block_size) {
-  if (block_size < 1) {
-    throw InvalidInput("block size must be >= 1, got " + std::to_string(block_size));
+    : BlockLayout(batch,
+                  std::vector<TokenCount>(static_cast<std::size_t>(batch.size()), block_size)) {}
+
+BlockLayout::BlockLayout(const SequenceBatch& batch, const std::vector<TokenCount>& block_sizes)
+    : block_sizes_(block_sizes) {
+  if (block_sizes.size() != static_cast<std::size_t>(batch.size())) {
+    throw InvalidInput("got " + std::to_string(block_sizes.size()) + " block sizes for " +
+                       std::to_string(batch.size()) + " sequences");
   }
   first_.reserve(static_cast<std::size_t>(batch.size()) + 1);
   std::int64_t total = 0;
   for (SeqIndex seq = 0; seq < batch.size(); ++seq) {
+    const TokenCount block_size = block_sizes[static_cast<std::size_t>(seq)];
+    if (block_size < 1) {
+      throw InvalidInput("block size must be >= 1, got " + std::to_string(block_size));
+    }
+    block_size_ = std::max(block_size_, block_size);
     first_.push_back(static_cast<BlockId>(total));
     const TokenCount length = batch.length(seq);
     const TokenCount count = 1 + (length - 1) / block_size;  // no overflow for any block_size

@@ -12,7 +12,8 @@
 
 namespace dcp {
 
-// B tokens of one sequence; the last block of a sequence holds the remainder. All heads' Q, K, V,
+// B tokens of one sequence (B may differ between sequences, see BlockLayout); the last block of a
+// sequence holds the remainder. All heads' Q, K, V,
 // O and LSE of these tokens live together on one device.
 struct TokenBlock {
   SeqIndex seq = 0;
@@ -28,10 +29,19 @@ inline constexpr BlockId kMaxTokenBlocks = 1 << 24;
 // Numbering: BlockId runs over sequence 0's blocks, then sequence 1's, ...
 class BlockLayout {
  public:
-  // Throws InvalidInput if block_size < 1 or the batch would need more than kMaxTokenBlocks blocks.
+  // Every sequence cut into blocks of block_size tokens. Throws InvalidInput if block_size < 1 or
+  // the batch would need more than kMaxTokenBlocks blocks.
   BlockLayout(const SequenceBatch& batch, TokenCount block_size);
 
+  // Sequence s cut into blocks of block_sizes[s] tokens: how static context parallelism cuts each
+  // sequence into a fixed number of chunks. Throws InvalidInput if the count differs from the
+  // batch's, a size is < 1, or there would be more than kMaxTokenBlocks blocks.
+  BlockLayout(const SequenceBatch& batch, const std::vector<TokenCount>& block_sizes);
+
+  // The largest block size: every block holds at most this many tokens.
   TokenCount block_size() const { return block_size_; }
+  // The block size of one sequence.
+  TokenCount block_size(SeqIndex seq) const { return block_sizes_[static_cast<std::size_t>(seq)]; }
   BlockId block_count() const { return static_cast<BlockId>(blocks_.size()); }
   LocalBlockIndex blocks_in(SeqIndex seq) const {
     return first_[static_cast<std::size_t>(seq) + 1] - first_[static_cast<std::size_t>(seq)];
@@ -42,8 +52,9 @@ class BlockLayout {
   const std::vector<TokenBlock>& blocks() const { return blocks_; }
 
  private:
-  TokenCount block_size_;
-  std::vector<BlockId> first_;  // per sequence, plus the total at the end
+  TokenCount block_size_ = 0;
+  std::vector<TokenCount> block_sizes_;  // per sequence
+  std::vector<BlockId> first_;           // per sequence, plus the total at the end
   std::vector<TokenBlock> blocks_;
 };
 

@@ -41,6 +41,21 @@ Workload::Workload(const AttentionShape& shape, SequenceBatch batch,
       masks_(std::move(masks)),
       blocks_(batch_, block_size),
       heads_(shape_, head_block_size) {
+  build();
+}
+
+Workload::Workload(const AttentionShape& shape, SequenceBatch batch,
+                   std::vector<SequenceMask> masks, const std::vector<TokenCount>& block_sizes,
+                   std::int32_t head_block_size)
+    : shape_(validated(shape)),
+      batch_(std::move(batch)),
+      masks_(std::move(masks)),
+      blocks_(batch_, block_sizes),
+      heads_(shape_, head_block_size) {
+  build();
+}
+
+void Workload::build() {
   if (masks_.size() != static_cast<std::size_t>(batch_.size())) {
     throw InvalidInput("the mask has " + std::to_string(masks_.size()) + " sequences, the batch " +
                        std::to_string(batch_.size()));
@@ -53,12 +68,15 @@ Workload::Workload(const AttentionShape& shape, SequenceBatch batch,
     }
   }
   // Every tile holds at most B^2 pairs: reject hopeless block sizes before building anything.
-  const double b = static_cast<double>(blocks_.block_size());
   double min_tiles = 0;
-  for (const SequenceMask& m : masks_)
-    min_tiles += std::ceil(static_cast<double>(m.total_pairs()) / (b * b));
+  TokenCount smallest = blocks_.block_size();
+  for (SeqIndex seq = 0; seq < batch_.size(); ++seq) {
+    const auto b = static_cast<double>(blocks_.block_size(seq));
+    min_tiles += std::ceil(static_cast<double>(mask(seq).total_pairs()) / (b * b));
+    smallest = std::min(smallest, blocks_.block_size(seq));
+  }
   if (min_tiles > kMaxTiles) {
-    throw InvalidInput("block size " + std::to_string(blocks_.block_size()) + " gives more than " +
+    throw InvalidInput("block size " + std::to_string(smallest) + " gives more than " +
                        std::to_string(kMaxTiles) + " tiles; use a larger block size");
   }
   std::vector<PairCount> scratch;
@@ -76,7 +94,7 @@ void Workload::build_tiles(SeqIndex seq, std::vector<PairCount>& scratch,
                            std::vector<LocalBlockIndex>& touched) {
   const SequenceMask& seq_mask = mask(seq);
   const TokenCount length = batch_.length(seq);
-  const TokenCount b = blocks_.block_size();
+  const TokenCount b = blocks_.block_size(seq);
   const LocalBlockIndex block_count = blocks_.blocks_in(seq);
   scratch.assign(static_cast<std::size_t>(block_count), 0);
   const auto segments = seq_mask.segments();

@@ -54,6 +54,9 @@ class Workload {
   // masks do not match the batch (count or lengths), or there would be more than kMaxTiles tiles.
   Workload(const AttentionShape& shape, SequenceBatch batch, std::vector<SequenceMask> masks,
            TokenCount block_size, std::int32_t head_block_size);
+  // The same with block size block_sizes[s] for sequence s (see BlockLayout).
+  Workload(const AttentionShape& shape, SequenceBatch batch, std::vector<SequenceMask> masks,
+           const std::vector<TokenCount>& block_sizes, std::int32_t head_block_size);
 
   const AttentionShape& shape() const { return shape_; }
   const SequenceBatch& batch() const { return batch_; }
@@ -87,6 +90,7 @@ class Workload {
   double backward_flops() const;
 
  private:
+  void build();
   void build_tiles(SeqIndex seq, std::vector<PairCount>& scratch,
                    std::vector<LocalBlockIndex>& touched);
 

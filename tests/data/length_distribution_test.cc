@@ -157,18 +157,32 @@ TEST(LengthDistribution, LongAlignIsLogUniformBetween8KAnd64K) {
   EXPECT_NEAR(fraction_at_most(lengths, 32768), 2.0 / 3.0, 0.02);
 }
 
-TEST(LengthDistribution, LdcMixesManyShortDocumentsWithALongTail) {
+TEST(LengthDistribution, LdcIsSkewedWithATokenWeightedMeanAQuarterOfLongAligns) {
   const std::vector<TokenCount> lengths =
       sample_lengths(LengthDistributionKind::kLongDataCollections, kDraws, 17);
-  // 30% long documents (>= 16384), the rest short with median ~1000.
-  EXPECT_NEAR(1.0 - fraction_at_most(lengths, 16384), 0.3, 0.02);
-  std::vector<TokenCount> short_lengths;
-  for (const TokenCount v : lengths) {
-    if (v < 16384) short_lengths.push_back(v);
-  }
-  EXPECT_NEAR(median(short_lengths), 997, 0.1 * 997);
-  // Skewed: the mean is far above the median.
-  EXPECT_GT(mean(lengths), 5.0 * median(lengths));
+  // log-normal(ln 480, 1.4) cut to [16, 131072]: median 487, 0.58% over 16K (numerical
+  // integration of the truncated density).
+  EXPECT_NEAR(median(lengths), 487, 0.1 * 487);
+  EXPECT_NEAR(1.0 - fraction_at_most(lengths, 16384), 0.0058, 0.002);
+  // The length the average token sits in: E[L^2] / E[L], ~8.1K here against (8192 + 65536) / 2 =
+  // 36.9K for LongAlign's log-uniform lengths.
+  const auto token_weighted_mean = [](const std::vector<TokenCount>& v) {
+    double sum = 0;
+    double squares = 0;
+    for (const TokenCount x : v) {
+      sum += static_cast<double>(x);
+      squares += static_cast<double>(x) * static_cast<double>(x);
+    }
+    return squares / sum;
+  };
+  const double ldc = token_weighted_mean(lengths);
+  EXPECT_NEAR(ldc, 8100, 0.15 * 8100);
+  const double longalign =
+      token_weighted_mean(sample_lengths(LengthDistributionKind::kLongAlign, kDraws, 17));
+  EXPECT_NEAR(longalign, 36864, 0.05 * 36864);
+  EXPECT_LT(ldc, 0.3 * longalign);
+  // Skewed: the mean is well above the median.
+  EXPECT_GT(mean(lengths), 2.0 * median(lengths));
 }
 
 }  // namespace

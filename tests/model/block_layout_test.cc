@@ -40,6 +40,20 @@ TEST(BlockLayout, RejectsABlockSizeOfZero) {
   EXPECT_THROW(BlockLayout(SequenceBatch({5}), 0), InvalidInput);
 }
 
+TEST(BlockLayout, CutsEachSequenceWithItsOwnBlockSize) {
+  const SequenceBatch batch({10, 7});
+  const BlockLayout layout(batch, std::vector<TokenCount>{4, 7});
+  EXPECT_EQ(layout.block_size(), 7) << "the largest";
+  EXPECT_EQ(layout.block_size(0), 4);
+  EXPECT_EQ(layout.block_size(1), 7);
+  ASSERT_EQ(layout.block_count(), 3 + 1);
+  EXPECT_EQ(layout.block(2).tokens, 2);
+  EXPECT_EQ(layout.block(3).packed_begin, 10);
+  EXPECT_EQ(layout.block(3).tokens, 7);
+  EXPECT_THROW(BlockLayout(batch, std::vector<TokenCount>{4}), InvalidInput);
+  EXPECT_THROW(BlockLayout(batch, std::vector<TokenCount>{4, 0}), InvalidInput);
+}
+
 TEST(SequenceBatch, RejectsAnEmptyBatchAndNonPositiveLengths) {
   EXPECT_THROW(SequenceBatch({}), InvalidInput);
   try {

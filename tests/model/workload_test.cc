@@ -27,6 +27,7 @@ AttentionShape shape_8_2() {
   return shape;
 }
 
+// Odd trials give every sequence its own block size.
 TEST(Workload, TilesMatchPerElementEnumerationOnRandomBatches) {
   Rng rng(2024);
   for (int trial = 0; trial < 150; ++trial) {
@@ -35,16 +36,23 @@ TEST(Workload, TilesMatchPerElementEnumerationOnRandomBatches) {
     for (int s = 0; s < count; ++s) lengths.push_back(rng.uniform_int(1, 160));
     const auto kind = all_mask_kinds()[static_cast<std::size_t>(rng.uniform_int(0, 5))];
     const MaskSpec spec = testing::random_spec(kind, lengths[0], rng);
-    const TokenCount block = rng.uniform_int(1, 70);
+    std::vector<TokenCount> block_of(lengths.size(), rng.uniform_int(1, 70));
+    if (trial % 2 == 1) {
+      for (TokenCount& b : block_of) b = rng.uniform_int(1, 70);
+    }
     const SequenceBatch batch(lengths);
-    const Workload workload(shape_8_2(), batch, build_batch_mask(spec, batch), block, 2);
-    SCOPED_TRACE(to_string(spec) + " B=" + std::to_string(block));
+    const Workload workload =
+        trial % 2 == 1
+            ? Workload(shape_8_2(), batch, build_batch_mask(spec, batch), block_of, 2)
+            : Workload(shape_8_2(), batch, build_batch_mask(spec, batch), block_of[0], 2);
+    SCOPED_TRACE(to_string(spec) + " B[0]=" + std::to_string(block_of[0]));
 
     // Oracle: every (seq, q block, kv block) with at least one allowed pair, counted per element.
     std::map<std::tuple<SeqIndex, TokenCount, TokenCount>, PairCount> expected;
     PairCount expected_total = 0;
     for (SeqIndex seq = 0; seq < batch.size(); ++seq) {
       const TokenCount length = batch.length(seq);
+      const TokenCount block = block_of[static_cast<std::size_t>(seq)];
       const auto dense = testing::dense_mask(spec, length);
       for (TokenCount q = 0; q * block < length; ++q) {
         for (TokenCount kv = 0; kv * block < length; ++kv) {
@@ -64,6 +72,7 @@ TEST(Workload, TilesMatchPerElementEnumerationOnRandomBatches) {
                 it->first);
       ASSERT_EQ(tile.pairs, it->second);
       const TokenCount length = batch.length(tile.seq);
+      const TokenCount block = block_of[static_cast<std::size_t>(tile.seq)];
       const TokenCount rows = std::min(length, (tile.q_block + 1) * block) - tile.q_block * block;
       const TokenCount cols = std::min(length, (tile.kv_block + 1) * block) - tile.kv_block * block;
       EXPECT_EQ(tile.kind == TileKind::kFull, tile.pairs == rows * cols);

@@ -128,7 +128,7 @@ TEST(HierarchicalPlacer, RejectsBadOptions) {
 TEST(ZigzagPlacement, PutsChunksRAndTwoPMinusOneMinusROnDeviceR) {
   const SequenceBatch batch({8 * 64});
   const Workload workload(AttentionShape{}, batch, build_batch_mask(MaskSpec{}, batch), 64, 1);
-  const Placement placement = zigzag_placement(workload, {1, 4});
+  const Placement placement = zigzag_block_placement(workload, {1, 4});
   // 8 blocks = 8 chunks of 64 tokens on 4 devices: 0 1 2 3 3 2 1 0.
   EXPECT_EQ(placement.token_block_device, (std::vector<DeviceId>{0, 1, 2, 3, 3, 2, 1, 0}));
   for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
@@ -139,6 +139,36 @@ TEST(ZigzagPlacement, PutsChunksRAndTwoPMinusOneMinusROnDeviceR) {
   const PlacementMetrics metrics = evaluate(workload, placement);
   EXPECT_DOUBLE_EQ(metrics.imbalance_memory, 1.0);
   EXPECT_DOUBLE_EQ(metrics.imbalance_compute, 1.0) << "zigzag balances causal work exactly here";
+}
+
+TEST(ZigzagBaseline, CutsEverySequenceIntoTwoPChunksWhateverTheBlockSize) {
+  // 4 devices, 8 chunks per sequence: 1000 tokens -> chunks of 125; 10 tokens -> chunks of 2 (the
+  // last three chunks empty: 5 blocks); 3 tokens -> chunks of 1 (3 blocks).
+  const SequenceBatch batch({1000, 10, 3});
+  const Workload workload(AttentionShape{}, batch, build_batch_mask(MaskSpec{}, batch), 1024, 1);
+  const ZigzagBaseline zigzag = zigzag_baseline(workload, {2, 2});
+  const BlockLayout& blocks = zigzag.workload.blocks();
+  ASSERT_EQ(blocks.block_count(), 8 + 5 + 3);
+  EXPECT_EQ(blocks.block_size(0), 125);
+  EXPECT_EQ(blocks.block_size(1), 2);
+  EXPECT_EQ(blocks.block(blocks.block_id(1, 4)).tokens, 2);
+  EXPECT_EQ(blocks.block_size(2), 1);
+  EXPECT_EQ(zigzag.placement.token_block_device,
+            (std::vector<DeviceId>{0, 1, 2, 3, 3, 2, 1, 0, 0, 1, 2, 3, 3, 0, 1, 2}));
+  EXPECT_EQ(zigzag.workload.unmasked_pairs(), workload.unmasked_pairs());
+  EXPECT_NO_THROW(validate(zigzag.placement, zigzag.workload));
+  for (WorkUnitId w = 0; w < zigzag.workload.work_unit_count(); ++w) {
+    const WorkUnit unit = zigzag.workload.work_unit(w);
+    EXPECT_EQ(
+        zigzag.placement.work_unit_device[static_cast<std::size_t>(w)],
+        zigzag.placement
+            .token_block_device[static_cast<std::size_t>(blocks.block_id(unit.seq, unit.q_block))]);
+  }
+  // Every device holds tokens of the 1000-token sequence, so its kv chunks cross nodes: chunk 0
+  // (device 0, node 0) is read by every later chunk, on both nodes.
+  const PlacementMetrics metrics = evaluate(zigzag.workload, zigzag.placement);
+  EXPECT_GT(metrics.bytes_inter_node, 0);
+  EXPECT_EQ(metrics.devices_without_data, 0);
 }
 
 TEST(GreedyPlacement, BalancesMemoryLargestFirst) {

@@ -46,6 +46,26 @@ void validate(const PlacementOptions& options) {
   }
 }
 
+DeviceCaps device_caps(const Hypergraph& graph, std::int32_t devices, double eps_compute,
+                       double eps_memory) {
+  std::vector<Weight> block_memory;
+  Weight heaviest_compute = 0;
+  for (VertexId v = 0; v < graph.vertex_count(); ++v) {
+    if (graph.weight(v).memory > 0) block_memory.push_back(graph.weight(v).memory);
+    heaviest_compute = std::max(heaviest_compute, graph.weight(v).compute);
+  }
+  const VertexWeight& total = graph.total_weight();
+  DeviceCaps caps;
+  caps.compute = std::max(heaviest_compute, scaled(total.compute, 1 + eps_compute, devices));
+  caps.memory = scaled(total.memory, 1 + eps_memory, devices);
+  const Weight packing = largest_first_max_load(block_memory, devices);
+  if (packing > caps.memory) {
+    caps.memory = packing;
+    caps.memory_is_packing = true;
+  }
+  return caps;
+}
+
 PlacementResult place(const Workload& workload, const PlacementOptions& options) {
   validate(options);
   const auto start = std::chrono::steady_clock::now();
@@ -61,7 +81,7 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
   result.timings.hypergraph_ms = ms_since(start);
   // The zigzag placement is the structured starting point each level also refines (a second
   // V-cycle): sequence locality for short sequences, balanced rows for long ones.
-  const Placement zigzag = zigzag_placement(workload, cluster);
+  const Placement zigzag = zigzag_block_placement(workload, cluster);
   std::vector<DeviceId> zigzag_of(zigzag.token_block_device);
   zigzag_of.insert(zigzag_of.end(), zigzag.work_unit_device.begin(), zigzag.work_unit_device.end());
 
@@ -73,14 +93,10 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
     heaviest_compute = std::max(heaviest_compute, graph.weight(v).compute);
   }
   const VertexWeight& total = graph.total_weight();
-  result.compute_bound =
-      std::max(heaviest_compute, scaled(total.compute, 1 + options.eps_compute, devices));
-  const Weight packing = largest_first_max_load(block_memory, devices);
-  result.memory_bound = scaled(total.memory, 1 + options.eps_memory, devices);
-  if (packing > result.memory_bound) {
-    result.memory_bound = packing;
-    result.memory_bound_is_packing = true;
-  }
+  const DeviceCaps bounds = device_caps(graph, devices, options.eps_compute, options.eps_memory);
+  result.compute_bound = bounds.compute;
+  result.memory_bound = bounds.memory;
+  result.memory_bound_is_packing = bounds.memory_is_packing;
 
   // Step 2: nodes. Each level gets about half of the slack, (1 + d)^2 = 1 + eps, so that a node
   // within its cap can always split into devices within theirs (d = sqrt(1 + eps) - 1).

@@ -6,10 +6,23 @@
 
 namespace dcp {
 
-// Zigzag (ring-flash-attention, TransformerEngine p2p with DualChunkSwap): every sequence is cut
-// into 2P chunks of L / 2P tokens; chunks r and 2P-1-r go to device r. A token block goes with the
-// chunk holding its first token; a work unit runs on the device of its q block.
-Placement zigzag_placement(const Workload& workload, const ClusterShape& cluster);
+// The static placement of zigzag ring context parallelism (ring-flash-attention's zigzag,
+// TransformerEngine p2p with DualChunkSwap) as those systems cut a packed batch: every sequence of
+// L tokens is cut into 2P chunks of ceil(L / 2P) tokens (the last ones shorter or empty, where
+// those systems pad), chunks r and 2P-1-r go to device r, and every work unit runs on the device
+// of its q chunk. Short sequences are therefore spread over all P devices too. It is expressed in
+// the block model with one token block per chunk, so that evaluate() measures it like any other
+// placement; `workload` is the input re-cut that way (same batch, masks, shape, head blocks).
+struct ZigzagBaseline {
+  Workload workload;
+  Placement placement;
+};
+ZigzagBaseline zigzag_baseline(const Workload& workload, const ClusterShape& cluster);
+
+// Zigzag at the granularity of the workload's own token blocks: a block goes with the zigzag chunk
+// holding its first token, a work unit with its q block. Not the baseline (a sequence shorter than
+// 2P blocks is not spread over all devices); the placer starts refinement from it.
+Placement zigzag_block_placement(const Workload& workload, const ClusterShape& cluster);
 
 // Greedy largest-first: token blocks, largest first, each on the device with the least memory;
 // then work units, heaviest first, each on the less loaded of the devices holding its q block and

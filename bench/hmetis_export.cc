@@ -97,7 +97,7 @@ int run(int argc, char** argv) {
         for (PartId p = 0; p < k; ++p)
           within = within && dcp::within(partitioned.part_weight(p), request.max_part_weight[0]);
 
-        char index[16];
+        char index[32];
         std::snprintf(index, sizeof(index), "%03zu", i);
         std::string name(dist);
         name.append("_").append(mask).append("_").append(index);

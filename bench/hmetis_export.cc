@@ -6,13 +6,18 @@
 //   build/release/bench/dcp_hmetis_export --out DIR [--batches N] [--dists ldc,longalign]
 //       [--masks causal,...] [--parts 32] [--block-size 1024] [--eps-compute 0.1]
 //       [--eps-memory 0.2] [--seed 0]
+//       [--head-groups 1|0] [--coarsest N --cluster-fraction N --tries N --vcycles N --fm-passes N
+//       --fm-moves N]
+// The last group overrides MultilevelOptions (multilevel_partitioner.h), for tuning.
 //
 // For each batch it writes DIR/<name>.hgr (nets weighted by bytes), DIR/<name>.weights (compute and
-// memory of every vertex, one line each) and one line of DIR/dcp.jsonl: the caps in both
+// memory of every vertex, one line each), DIR/<name>.dcp.part (dcp's part of every vertex, the
+// hMETIS partition file format) and one line of DIR/dcp.jsonl: the caps in both
 // dimensions (hierarchical_placer.h, device_caps), and km1, time and balance of dcp's multilevel
 // partitioner on that hypergraph with those caps (flat: all parts at once, one thread).
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,6 +28,7 @@
 
 #include "dcp/dcp.h"
 #include "dcp/planner/partition/balance.h"
+#include "dcp/planner/partition/multilevel_partitioner.h"
 #include "dcp/planner/partition/partitioned_hypergraph.h"
 
 namespace dcp {
@@ -38,6 +44,8 @@ int run(int argc, char** argv) {
   double eps_compute = 0.1;
   double eps_memory = 0.2;
   std::int64_t seed = 0;
+  MultilevelOptions tuning;
+  bool head_grouping = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const std::string value = argv[i + 1];
@@ -59,6 +67,20 @@ int run(int argc, char** argv) {
       eps_memory = parse_double(value, flag);
     else if (flag == "--seed")
       seed = parse_int(value, flag);
+    else if (flag == "--head-groups")
+      head_grouping = parse_int(value, flag) != 0;
+    else if (flag == "--coarsest")
+      tuning.coarsest_vertices_per_part = static_cast<std::int32_t>(parse_int(value, flag));
+    else if (flag == "--cluster-fraction")
+      tuning.cluster_fraction_of_part = static_cast<std::int32_t>(parse_int(value, flag));
+    else if (flag == "--tries")
+      tuning.initial_tries = static_cast<std::int32_t>(parse_int(value, flag));
+    else if (flag == "--vcycles")
+      tuning.vcycles = static_cast<std::int32_t>(parse_int(value, flag));
+    else if (flag == "--fm-passes")
+      tuning.fm.max_passes = static_cast<std::int32_t>(parse_int(value, flag));
+    else if (flag == "--fm-moves")
+      tuning.fm.max_moves_without_improvement = static_cast<std::int32_t>(parse_int(value, flag));
     else
       throw InvalidInput("unknown flag " + quoted(flag));
   }
@@ -66,7 +88,7 @@ int run(int argc, char** argv) {
   if (batches < 1 || parts < 1 || parts > 1024) {
     throw InvalidInput("--batches must be >= 1 and --parts in [1, 1024]");
   }
-  const auto partitioner = create_partitioner(PartitionerKind::kMultilevel);
+  const auto partitioner = std::make_unique<MultilevelPartitioner>(tuning);
   std::string summary;
   for (const std::string_view dist : split(dists, ',')) {
     const auto kind = parse_length_distribution(dist);
@@ -85,6 +107,7 @@ int run(int argc, char** argv) {
         PartitionRequest request;
         request.parts = k;
         request.seed = static_cast<std::uint64_t>(seed);
+        if (head_grouping) request.groups = head_groups(workload);
         request.max_part_weight.assign(static_cast<std::size_t>(k),
                                        VertexWeight{caps.compute, caps.memory});
         const auto start = std::chrono::steady_clock::now();
@@ -107,6 +130,9 @@ int run(int argc, char** argv) {
         std::ostringstream weights;
         write_vertex_weights(graph, weights);
         write_file_atomically(out_dir + "/" + name + ".weights", weights.str());
+        std::string parts_text;  // hMETIS partition file: the part of every vertex, one per line
+        for (const PartId p : part_of) parts_text.append(std::to_string(p)).append("\n");
+        write_file_atomically(out_dir + "/" + name + ".dcp.part", parts_text);
 
         JsonWriter json;
         {

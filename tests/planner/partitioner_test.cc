@@ -6,6 +6,7 @@
 
 #include "dcp/core/rng.h"
 
+#include "dcp/planner/partition/coarsening.h"
 #include "dcp/planner/partition/fm_refiner.h"
 #include "dcp/planner/partition/multilevel_partitioner.h"
 #include "dcp/planner/partition/partitioned_hypergraph.h"
@@ -73,6 +74,9 @@ TEST_P(EveryPartitioner, RespectsBothCapsAndIsDeterministicOnRandomHypergraphs) 
       PartitionRequest request;
       request.parts = k;
       request.seed = static_cast<std::uint64_t>(trial);
+      if (trial % 2 == 1) {  // groups of three compute vertices, as head groups are
+        for (VertexId v = 0; v < n; ++v) request.groups.push_back(v % 10 == 0 ? -1 : v / 3);
+      }
       request.max_part_weight = caps_for(graph, k, 0.5);
       // Memory comes in indivisible pieces: allow the heaviest one on top of the share.
       for (auto& cap : request.max_part_weight) cap.memory += 100;
@@ -129,6 +133,33 @@ TEST(FmRefiner, NeverWorsensKm1NorBreaksACapOnRandomStarts) {
     EXPECT_LE(partition.part_weight(0).compute, 5);
     EXPECT_LE(partition.part_weight(1).compute, 5);
   }
+}
+
+TEST(Coarsening, ContractSumsWeightsAndKeepsOnlyNetsThatStillJoinTwoClusters) {
+  const Hypergraph graph = two_groups();
+  // {0, 1, 2, 3} -> one cluster; 4 and 5 together; 6 and 7 alone.
+  const CoarseLevel level = contract(graph, {0, 0, 0, 0, 4, 4, 6, 7});
+  ASSERT_EQ(level.graph.vertex_count(), 4);
+  EXPECT_EQ(level.coarse_of, (std::vector<VertexId>{0, 0, 0, 0, 1, 1, 2, 3}));
+  EXPECT_EQ(level.graph.weight(0), (VertexWeight{4, 4}));
+  EXPECT_EQ(level.graph.weight(1), (VertexWeight{2, 2}));
+  // Net a lies inside cluster 0 and is dropped; b becomes {1, 2, 3}; the bridge {0, 1}.
+  ASSERT_EQ(level.graph.net_count(), 2);
+  EXPECT_EQ(level.graph.total_weight(), graph.total_weight());
+  const std::vector<VertexId> b(level.graph.pins(0).begin(), level.graph.pins(0).end());
+  EXPECT_EQ(b, (std::vector<VertexId>{1, 2, 3}));
+  EXPECT_EQ(level.graph.net_weight(1), 1);
+}
+
+TEST(MultilevelPartitioner, StartsFromGroupsButStillFindsTheOptimum) {
+  const Hypergraph graph = two_groups();
+  PartitionRequest request;
+  request.parts = 2;
+  request.max_part_weight = caps_for(graph, 2, 0.25);  // one vertex of slack: FM moves, no swaps
+  // A misleading grouping across the optimum's cut: refinement must split it.
+  request.groups = {-1, -1, -1, 7, 7, -1, -1, -1};
+  const auto parts = MultilevelPartitioner().partition(graph, request);
+  EXPECT_EQ(PartitionedHypergraph(graph, 2, parts).km1(), 1);
 }
 
 TEST(MultilevelPartitioner, IsNoWorseThanTheHintItIsGiven) {

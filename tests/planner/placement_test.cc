@@ -171,6 +171,31 @@ TEST(ZigzagBaseline, CutsEverySequenceIntoTwoPChunksWhateverTheBlockSize) {
   EXPECT_EQ(metrics.devices_without_data, 0);
 }
 
+TEST(HeadGroups, JoinTheWorkUnitsOfOneTileThatReadTheSameKvHeads) {
+  const SequenceBatch batch({300});
+  AttentionShape shape;
+  shape.q_heads = 8;
+  shape.kv_heads = 2;
+  const Workload workload(shape, batch, build_batch_mask(MaskSpec{}, batch), 100, 2);
+  const std::vector<std::int64_t> groups = head_groups(workload);
+  const BlockHypergraph hypergraph = build_block_hypergraph(workload);
+  ASSERT_EQ(groups.size(), static_cast<std::size_t>(hypergraph.graph.vertex_count()));
+  for (BlockId b = 0; b < workload.blocks().block_count(); ++b)
+    EXPECT_EQ(groups[static_cast<std::size_t>(hypergraph.vertex_of_block(b))], -1);
+  // Head blocks of 2 q heads, 4 q heads per kv head: head blocks {0, 1} read kv head 0.
+  for (WorkUnitId a = 0; a < workload.work_unit_count(); ++a) {
+    for (WorkUnitId b = 0; b < workload.work_unit_count(); ++b) {
+      const WorkUnit x = workload.work_unit(a);
+      const WorkUnit y = workload.work_unit(b);
+      const bool alike = x.tile == y.tile && workload.heads().kv_block_of(x.head_block) ==
+                                                 workload.heads().kv_block_of(y.head_block);
+      EXPECT_EQ(groups[static_cast<std::size_t>(hypergraph.vertex_of_work_unit(a))] ==
+                    groups[static_cast<std::size_t>(hypergraph.vertex_of_work_unit(b))],
+                alike);
+    }
+  }
+}
+
 TEST(GreedyPlacement, BalancesMemoryLargestFirst) {
   const SequenceBatch batch({1000, 900, 100, 50});
   const Workload workload(AttentionShape{}, batch, build_batch_mask(MaskSpec{}, batch), 1024, 1);

@@ -69,15 +69,22 @@ std::optional<CoarseLevel> coarsen(const Hypergraph& graph, const CoarseningOpti
   }
   if (static_cast<double>(clusters) > 0.95 * static_cast<double>(n)) return std::nullopt;
 
-  // Step 2: number coarse vertices in order of their first fine vertex (deterministic).
+  for (VertexId v = 0; v < n; ++v) {
+    if (cluster[static_cast<std::size_t>(v)] == -1) cluster[static_cast<std::size_t>(v)] = v;
+  }
+  return contract(graph, cluster);
+}
+
+CoarseLevel contract(const Hypergraph& graph, const std::vector<VertexId>& representative) {
+  const VertexId n = graph.vertex_count();
+  // Step 1: number coarse vertices in order of their first fine vertex (deterministic).
   CoarseLevel level;
   level.coarse_of.assign(static_cast<std::size_t>(n), -1);
   std::vector<VertexId> id_of_rep(static_cast<std::size_t>(n), -1);
   Hypergraph::Builder builder;
   std::vector<VertexWeight> weights;
   for (VertexId v = 0; v < n; ++v) {
-    const VertexId rep =
-        cluster[static_cast<std::size_t>(v)] == -1 ? v : cluster[static_cast<std::size_t>(v)];
+    const VertexId rep = representative[static_cast<std::size_t>(v)];
     VertexId& id = id_of_rep[static_cast<std::size_t>(rep)];
     if (id == -1) {
       id = static_cast<VertexId>(weights.size());
@@ -88,7 +95,7 @@ std::optional<CoarseLevel> coarsen(const Hypergraph& graph, const CoarseningOpti
   }
   for (const VertexWeight& w : weights) builder.add_vertex(w);
 
-  // Step 3: contract nets.
+  // Step 2: contract nets.
   std::vector<VertexId> pins;
   std::vector<char> seen(weights.size(), 0);
   for (NetId e = 0; e < graph.net_count(); ++e) {

@@ -30,4 +30,8 @@ struct CoarseLevel {
 std::optional<CoarseLevel> coarsen(const Hypergraph& graph, const CoarseningOptions& options,
                                    Rng& rng);
 
+// Contracts the clusters given by `representative` (vertices with the same value form one cluster;
+// values are vertex ids). Coarse vertices are numbered in order of their first fine vertex.
+CoarseLevel contract(const Hypergraph& graph, const std::vector<VertexId>& representative);
+
 }  // namespace dcp

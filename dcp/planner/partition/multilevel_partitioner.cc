@@ -3,6 +3,7 @@
 #include "dcp/planner/partition/multilevel_partitioner.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "dcp/planner/partition/balance.h"
 #include "dcp/planner/partition/greedy_partitioner.h"
@@ -30,6 +31,18 @@ std::vector<PartId> MultilevelPartitioner::partition(const Hypergraph& graph,
   if (request.hint.size() == static_cast<std::size_t>(graph.vertex_count())) {
     Cycle refined = run_cycle(graph, request, &request.hint, rng);
     if (better(refined.balanced, refined.km1, best.balanced, best.km1)) best = std::move(refined);
+  }
+  for (std::int32_t cycle = 0; cycle < options_.vcycles; ++cycle) {
+    Cycle again = run_cycle(graph, request, &best.parts, rng);
+    if (!better(again.balanced, again.km1, best.balanced, best.km1)) break;
+    best = std::move(again);
+  }
+  // Groups are a starting point; where no grouped cycle met the caps, try once without them.
+  if (!best.balanced && !request.groups.empty()) {
+    PartitionRequest ungrouped = request;
+    ungrouped.groups.clear();
+    Cycle plain = run_cycle(graph, ungrouped, nullptr, rng);
+    if (better(plain.balanced, plain.km1, best.balanced, best.km1)) best = std::move(plain);
   }
   return std::move(best.parts);
 }
@@ -60,6 +73,28 @@ MultilevelPartitioner::Cycle MultilevelPartitioner::run_cycle(const Hypergraph& 
   std::vector<PartId> community;
   if (hint != nullptr) community = *hint;
   const Hypergraph* current = &graph;
+  // The caller's groups are the first level, split where the hint's parts split them.
+  if (request.groups.size() == static_cast<std::size_t>(graph.vertex_count())) {
+    std::vector<VertexId> representative(static_cast<std::size_t>(graph.vertex_count()));
+    std::unordered_map<std::int64_t, VertexId> first_of;
+    for (VertexId v = 0; v < graph.vertex_count(); ++v) {
+      const std::int64_t group = request.groups[static_cast<std::size_t>(v)];
+      representative[static_cast<std::size_t>(v)] = v;
+      if (group < 0) continue;
+      const std::int64_t key =
+          group * k + (hint != nullptr ? community[static_cast<std::size_t>(v)] : 0);
+      representative[static_cast<std::size_t>(v)] = first_of.try_emplace(key, v).first->second;
+    }
+    CoarseLevel level = contract(graph, representative);
+    if (hint != nullptr) {
+      std::vector<PartId> coarse_community(static_cast<std::size_t>(level.graph.vertex_count()));
+      for (std::size_t v = 0; v < level.coarse_of.size(); ++v)
+        coarse_community[static_cast<std::size_t>(level.coarse_of[v])] = community[v];
+      community = std::move(coarse_community);
+    }
+    levels.push_back(std::move(level));
+    current = &levels.back().graph;
+  }
   const std::int64_t target = static_cast<std::int64_t>(options_.coarsest_vertices_per_part) * k;
   while (current->vertex_count() > target &&
          static_cast<std::int32_t>(levels.size()) < options_.max_levels) {

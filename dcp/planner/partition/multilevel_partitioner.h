@@ -10,12 +10,15 @@ namespace dcp {
 
 struct MultilevelOptions {
   // Coarsening stops at this many vertices per part (or when a step shrinks by less than 5%).
-  std::int32_t coarsest_vertices_per_part = 160;
+  std::int32_t coarsest_vertices_per_part = 10;
   // A cluster holds at most 1/this of a part's cap in each dimension (or one vertex, if larger).
   std::int32_t cluster_fraction_of_part = 8;
   std::int32_t max_levels = 30;
   // Greedy initial partitions tried on the coarsest level; the best after refinement is kept.
   std::int32_t initial_tries = 8;
+  // Extra V-cycles after the first: coarsen inside the best partition's parts (so that it
+  // survives to the top), refine it again on the way down, keep it if better.
+  std::int32_t vcycles = 3;
   FmOptions fm;
 };
 

@@ -21,6 +21,10 @@ struct PartitionRequest {
   // Optional: a partition to improve on (e.g. a structured placement). Partitioners that use it
   // return a result no worse than the hint after their own refinement of it.
   std::vector<PartId> hint;
+  // Optional: vertices with the same group id (>= 0) are alike by construction, e.g. the work units
+  // of one tile in the head blocks of one kv head block; a partitioner may start from them as
+  // clusters. -1: no group. Refinement may still separate a group.
+  std::vector<std::int64_t> groups;
 };
 
 // Whether adding `add` to a part keeps it within `cap` in every dimension `add` contributes to.

@@ -90,4 +90,15 @@ BlockHypergraph build_block_hypergraph(const Workload& workload) {
   return result;
 }
 
+std::vector<std::int64_t> head_groups(const Workload& workload) {
+  std::vector<std::int64_t> groups(static_cast<std::size_t>(workload.blocks().block_count()), -1);
+  groups.reserve(groups.size() + static_cast<std::size_t>(workload.work_unit_count()));
+  const HeadBlocking& heads = workload.heads();
+  for (HeadBlockIndex h = 0; h < heads.count(); ++h) {
+    for (TileId t = 0; t < workload.tile_count(); ++t)
+      groups.push_back(static_cast<std::int64_t>(t) * heads.kv_count() + heads.kv_block_of(h));
+  }
+  return groups;
+}
+
 }  // namespace dcp

@@ -38,4 +38,9 @@ struct BlockHypergraph {
 
 BlockHypergraph build_block_hypergraph(const Workload& workload);
 
+// Head symmetry: the work units of one tile in the head blocks that read the same kv head block
+// have the same nets up to the head and the same weight. Their group id (tile * kv head blocks +
+// kv head block) per vertex, -1 for token blocks: PartitionRequest::groups.
+std::vector<std::int64_t> head_groups(const Workload& workload);
+
 }  // namespace dcp

@@ -82,6 +82,7 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
   // The zigzag placement is the structured starting point each level also refines (a second
   // V-cycle): sequence locality for short sequences, balanced rows for long ones.
   const Placement zigzag = zigzag_block_placement(workload, cluster);
+  const std::vector<std::int64_t> groups = head_groups(workload);
   std::vector<DeviceId> zigzag_of(zigzag.token_block_device);
   zigzag_of.insert(zigzag_of.end(), zigzag.work_unit_device.begin(), zigzag.work_unit_device.end());
 
@@ -118,6 +119,7 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
     request.hint.resize(zigzag_of.size());
     for (std::size_t v = 0; v < zigzag_of.size(); ++v)
       request.hint[v] = cluster.node_of(zigzag_of[v]);
+    request.groups = groups;
     node_of = partitioner->partition(graph, request);
   }
   result.timings.node_partition_ms = ms_since(node_start);
@@ -161,8 +163,11 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
         result.memory_bound};
     request.max_part_weight.assign(static_cast<std::size_t>(per_node), cap);
     request.hint.clear();
-    for (const VertexId v : members)
+    request.groups.clear();
+    for (const VertexId v : members) {
       request.hint.push_back(zigzag_of[static_cast<std::size_t>(v)] % per_node);
+      request.groups.push_back(groups[static_cast<std::size_t>(v)]);
+    }
     const std::vector<PartId> parts = per_node > 1 ? partitioner->partition(sub, request)
                                                    : std::vector<PartId>(members.size(), 0);
     std::vector<VertexWeight> loads(static_cast<std::size_t>(per_node));

@@ -13,7 +13,7 @@
 // For each batch it writes DIR/<name>.hgr (nets weighted by bytes), DIR/<name>.weights (compute and
 // memory of every vertex, one line each), DIR/<name>.dcp.part (dcp's part of every vertex, the
 // hMETIS partition file format) and one line of DIR/dcp.jsonl: the caps in both
-// dimensions (hierarchical_placer.h, device_caps), and km1, time and balance of dcp's multilevel
+// dimensions (hierarchical_placer.h, part_caps), and km1, time and balance of dcp's multilevel
 // partitioner on that hypergraph with those caps (flat: all parts at once, one thread).
 #include <chrono>
 #include <cstdio>
@@ -103,7 +103,7 @@ int run(int argc, char** argv) {
         const BlockHypergraph block_graph = build_block_hypergraph(workload);
         const Hypergraph& graph = block_graph.graph;
         const auto k = static_cast<std::int32_t>(parts);
-        const DeviceCaps caps = device_caps(graph, k, eps_compute, eps_memory);
+        const PartCaps caps = part_caps(graph, k, eps_compute, eps_memory);
         PartitionRequest request;
         request.parts = k;
         request.seed = static_cast<std::uint64_t>(seed);

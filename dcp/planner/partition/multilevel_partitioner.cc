@@ -73,6 +73,17 @@ MultilevelPartitioner::Cycle MultilevelPartitioner::run_cycle(const Hypergraph& 
   std::vector<PartId> community;
   if (hint != nullptr) community = *hint;
   const Hypergraph* current = &graph;
+  // Adds a level; with a hint, each coarse vertex takes the part of its fine vertices.
+  const auto push_level = [&](CoarseLevel level) {
+    if (hint != nullptr) {
+      std::vector<PartId> coarse_community(static_cast<std::size_t>(level.graph.vertex_count()));
+      for (std::size_t v = 0; v < level.coarse_of.size(); ++v)
+        coarse_community[static_cast<std::size_t>(level.coarse_of[v])] = community[v];
+      community = std::move(coarse_community);
+    }
+    levels.push_back(std::move(level));
+    current = &levels.back().graph;
+  };
   // The caller's groups are the first level, split where the hint's parts split them.
   if (request.groups.size() == static_cast<std::size_t>(graph.vertex_count())) {
     std::vector<VertexId> representative(static_cast<std::size_t>(graph.vertex_count()));
@@ -85,15 +96,7 @@ MultilevelPartitioner::Cycle MultilevelPartitioner::run_cycle(const Hypergraph& 
           group * k + (hint != nullptr ? community[static_cast<std::size_t>(v)] : 0);
       representative[static_cast<std::size_t>(v)] = first_of.try_emplace(key, v).first->second;
     }
-    CoarseLevel level = contract(graph, representative);
-    if (hint != nullptr) {
-      std::vector<PartId> coarse_community(static_cast<std::size_t>(level.graph.vertex_count()));
-      for (std::size_t v = 0; v < level.coarse_of.size(); ++v)
-        coarse_community[static_cast<std::size_t>(level.coarse_of[v])] = community[v];
-      community = std::move(coarse_community);
-    }
-    levels.push_back(std::move(level));
-    current = &levels.back().graph;
+    push_level(contract(graph, representative));
   }
   const std::int64_t target = static_cast<std::int64_t>(options_.coarsest_vertices_per_part) * k;
   while (current->vertex_count() > target &&
@@ -101,15 +104,7 @@ MultilevelPartitioner::Cycle MultilevelPartitioner::run_cycle(const Hypergraph& 
     coarsening.community = hint != nullptr ? &community : nullptr;
     std::optional<CoarseLevel> level = coarsen(*current, coarsening, rng);
     if (!level) break;
-    if (hint != nullptr) {
-      std::vector<PartId> coarse_community(static_cast<std::size_t>(level->graph.vertex_count()));
-      for (std::size_t v = 0; v < level->coarse_of.size(); ++v) {
-        coarse_community[static_cast<std::size_t>(level->coarse_of[v])] = community[v];
-      }
-      community = std::move(coarse_community);
-    }
-    levels.push_back(std::move(*level));
-    current = &levels.back().graph;
+    push_level(std::move(*level));
   }
 
   // Step 2: the coarsest level: the hint itself, or several greedy tries; each rebalanced and

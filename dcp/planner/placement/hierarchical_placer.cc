@@ -46,8 +46,8 @@ void validate(const PlacementOptions& options) {
   }
 }
 
-DeviceCaps device_caps(const Hypergraph& graph, std::int32_t devices, double eps_compute,
-                       double eps_memory) {
+PartCaps part_caps(const Hypergraph& graph, std::int32_t parts, double eps_compute,
+                   double eps_memory) {
   std::vector<Weight> block_memory;
   Weight heaviest_compute = 0;
   for (VertexId v = 0; v < graph.vertex_count(); ++v) {
@@ -55,10 +55,10 @@ DeviceCaps device_caps(const Hypergraph& graph, std::int32_t devices, double eps
     heaviest_compute = std::max(heaviest_compute, graph.weight(v).compute);
   }
   const VertexWeight& total = graph.total_weight();
-  DeviceCaps caps;
-  caps.compute = std::max(heaviest_compute, scaled(total.compute, 1 + eps_compute, devices));
-  caps.memory = scaled(total.memory, 1 + eps_memory, devices);
-  const Weight packing = largest_first_max_load(block_memory, devices);
+  PartCaps caps;
+  caps.compute = std::max(heaviest_compute, scaled(total.compute, 1 + eps_compute, parts));
+  caps.memory = scaled(total.memory, 1 + eps_memory, parts);
+  const Weight packing = largest_first_max_load(block_memory, parts);
   if (packing > caps.memory) {
     caps.memory = packing;
     caps.memory_is_packing = true;
@@ -87,14 +87,7 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
   zigzag_of.insert(zigzag_of.end(), zigzag.work_unit_device.begin(), zigzag.work_unit_device.end());
 
   // Step 1: device caps. Compute units are small; memory comes in indivisible token blocks.
-  std::vector<Weight> block_memory;
-  Weight heaviest_compute = 0;
-  for (VertexId v = 0; v < graph.vertex_count(); ++v) {
-    if (graph.weight(v).memory > 0) block_memory.push_back(graph.weight(v).memory);
-    heaviest_compute = std::max(heaviest_compute, graph.weight(v).compute);
-  }
-  const VertexWeight& total = graph.total_weight();
-  const DeviceCaps bounds = device_caps(graph, devices, options.eps_compute, options.eps_memory);
+  const PartCaps bounds = part_caps(graph, devices, options.eps_compute, options.eps_memory);
   result.compute_bound = bounds.compute;
   result.memory_bound = bounds.memory;
   result.memory_bound_is_packing = bounds.memory_is_packing;
@@ -111,11 +104,9 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
     PartitionRequest request;
     request.parts = nodes;
     request.seed = options.seed;
-    const VertexWeight node_cap{
-        std::max(heaviest_compute, scaled(total.compute, 1 + node_slack, nodes)),
-        std::max(scaled(total.memory, 1 + split_memory, nodes),
-                 largest_first_max_load(block_memory, nodes))};
-    request.max_part_weight.assign(static_cast<std::size_t>(nodes), node_cap);
+    const PartCaps node_cap = part_caps(graph, nodes, node_slack, split_memory);
+    request.max_part_weight.assign(static_cast<std::size_t>(nodes),
+                                   VertexWeight{node_cap.compute, node_cap.memory});
     request.hint.resize(zigzag_of.size());
     for (std::size_t v = 0; v < zigzag_of.size(); ++v)
       request.hint[v] = cluster.node_of(zigzag_of[v]);

@@ -46,15 +46,16 @@ struct PlacementResult {
 
 PlacementResult place(const Workload& workload, const PlacementOptions& options);
 
-// The per-device caps place() enforces on a placement hypergraph, in its units: compute (1 + eps
-// compute) x mean (at least the heaviest work unit), memory (1 + eps memory) x mean or, where that
-// is below it, the maximum of a largest-first packing of the token blocks (memory_is_packing).
-struct DeviceCaps {
+// The caps place() enforces when `graph` is split into `parts` parts (devices, or nodes), in the
+// hypergraph's units: compute (1 + eps_compute) x mean (at least the heaviest work unit), memory
+// (1 + eps_memory) x mean or, where that is below it, the maximum of a largest-first packing of the
+// token blocks (memory_is_packing).
+struct PartCaps {
   Weight compute = 0;
   Weight memory = 0;
   bool memory_is_packing = false;
 };
-DeviceCaps device_caps(const Hypergraph& graph, std::int32_t devices, double eps_compute,
-                       double eps_memory);
+PartCaps part_caps(const Hypergraph& graph, std::int32_t parts, double eps_compute,
+                   double eps_memory);
 
 }  // namespace dcp

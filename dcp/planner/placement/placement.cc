@@ -13,21 +13,6 @@
 
 namespace dcp {
 
-void validate(const ClusterShape& cluster) {
-  constexpr std::int32_t kMax = 1 << 16;
-  if (cluster.nodes < 1 || cluster.nodes > kMax) {
-    throw InvalidInput("nodes must be in [1, 65536], got " + std::to_string(cluster.nodes));
-  }
-  if (cluster.devices_per_node < 1 || cluster.devices_per_node > kMax) {
-    throw InvalidInput("devices per node must be in [1, 65536], got " +
-                       std::to_string(cluster.devices_per_node));
-  }
-  if (static_cast<std::int64_t>(cluster.nodes) * cluster.devices_per_node > kMax) {
-    throw InvalidInput(std::to_string(cluster.nodes) + " nodes x " +
-                       std::to_string(cluster.devices_per_node) + " devices exceeds 65536 devices");
-  }
-}
-
 void validate(const Placement& placement, const Workload& workload) {
   const auto check = [&](const std::vector<DeviceId>& devices, std::int64_t expected,
                          const char* what) {

@@ -6,25 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "dcp/model/cluster.h"
 #include "dcp/model/workload.h"
 
 #include "dcp/planner/placement/block_hypergraph.h"
 
 namespace dcp {
-
-using DeviceId = std::int32_t;  // global: node * devices_per_node + local device
-
-struct ClusterShape {
-  std::int32_t nodes = 1;
-  std::int32_t devices_per_node = 1;
-
-  std::int32_t devices() const { return nodes * devices_per_node; }
-  std::int32_t node_of(DeviceId device) const { return device / devices_per_node; }
-};
-
-// Throws InvalidInput naming the field unless nodes and devices per node are in [1, 65536] and
-// their product is at most 65536.
-void validate(const ClusterShape& cluster);
 
 struct Placement {
   ClusterShape cluster;

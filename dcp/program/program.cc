@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// Names and sizes of Program parts.
+#include "dcp/program/program.h"
+
+namespace dcp {
+
+std::string_view to_string(Pass pass) {
+  return pass == Pass::kForward ? "forward" : "backward";
+}
+
+std::string_view to_string(SlotKind kind) {
+  switch (kind) {
+    case SlotKind::kQ: return "q";
+    case SlotKind::kKV: return "kv";
+    case SlotKind::kOut: return "out";
+    case SlotKind::kQGrad: return "qgrad";
+    case SlotKind::kDQ: return "dq";
+    case SlotKind::kDKV: return "dkv";
+  }
+  return "?";
+}
+
+bool is_output(SlotKind kind) {
+  return kind == SlotKind::kOut || kind == SlotKind::kDQ || kind == SlotKind::kDKV;
+}
+
+bool uses_q_heads(SlotKind kind) { return kind != SlotKind::kKV && kind != SlotKind::kDKV; }
+
+std::int64_t TileMask::pairs() const {
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i + 1 < intervals.size(); i += 2) total += intervals[i + 1] - intervals[i];
+  return total;
+}
+
+std::string_view opcode_name(const Instruction& instruction) {
+  struct Name {
+    std::string_view operator()(const Load&) const { return "load"; }
+    std::string_view operator()(const Store&) const { return "store"; }
+    std::string_view operator()(const Launch&) const { return "launch"; }
+    std::string_view operator()(const Wait&) const { return "wait"; }
+    std::string_view operator()(const AttnForward&) const { return "attn_fwd"; }
+    std::string_view operator()(const AttnBackward&) const { return "attn_bwd"; }
+    std::string_view operator()(const Merge&) const { return "merge"; }
+    std::string_view operator()(const Sum&) const { return "sum"; }
+    std::string_view operator()(const Free&) const { return "free"; }
+  };
+  return std::visit(Name{}, instruction);
+}
+
+std::int64_t value_bytes(const PlanHeader& header, SlotKind kind, std::int64_t tokens) {
+  const std::int64_t d = header.head_dim;
+  const std::int64_t h = header.head_block_size;
+  const std::int64_t hk = header.kv_heads_per_block;
+  const std::int64_t data = bytes_of(header.dtype);
+  const std::int64_t partial = bytes_of(header.partial_dtype);
+  constexpr std::int64_t kStat = 4;  // lse, delta: fp32
+  switch (kind) {
+    case SlotKind::kQ: return tokens * h * d * data;
+    case SlotKind::kKV: return 2 * tokens * hk * d * data;
+    case SlotKind::kOut: return tokens * h * (d * partial + kStat);
+    case SlotKind::kQGrad: return tokens * h * (2 * d * data + 2 * kStat);
+    case SlotKind::kDQ: return tokens * h * d * partial;
+    case SlotKind::kDKV: return 2 * tokens * hk * d * partial;
+  }
+  return 0;
+}
+
+}  // namespace dcp

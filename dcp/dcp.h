@@ -10,6 +10,7 @@
 
 #include "dcp/model/attention_shape.h"
 #include "dcp/model/block_size_heuristic.h"
+#include "dcp/model/cluster.h"
 #include "dcp/model/mask_file.h"
 #include "dcp/model/mask_spec.h"
 #include "dcp/model/sequence_batch.h"
@@ -19,7 +20,15 @@
 #include "dcp/data/batch_packing.h"
 #include "dcp/data/length_distribution.h"
 
+#include "dcp/program/plan_file.h"
+#include "dcp/program/plan_json.h"
+#include "dcp/program/program.h"
+#include "dcp/program/program_stats.h"
+#include "dcp/program/verifier.h"
+
+#include "dcp/planner/baselines/static_plans.h"
 #include "dcp/planner/partition/hmetis_format.h"
+#include "dcp/planner/plan_builder.h"
 #include "dcp/planner/placement/block_hypergraph.h"
 #include "dcp/planner/placement/hierarchical_placer.h"
 #include "dcp/planner/placement/static_placements.h"

@@ -10,8 +10,11 @@ namespace dcp::cli {
 
 Args::Args(std::span<const FlagSpec> specs, std::span<const std::string> argv,
            std::size_t max_positional) {
+  const bool has_out = std::any_of(specs.begin(), specs.end(),
+                                   [](const FlagSpec& s) { return s.name == "--out"; });
   for (std::size_t i = 0; i < argv.size(); ++i) {
-    const std::string& arg = argv[i];
+    // -o is the one short flag: the conventional spelling of --out.
+    const std::string& arg = has_out && argv[i] == "-o" ? std::string("--out") : argv[i];
     if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
       if (positional_.size() < max_positional && (arg.empty() || arg[0] != '-' || arg == "-")) {
         positional_.push_back(arg);

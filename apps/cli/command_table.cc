@@ -19,6 +19,10 @@ constexpr Command kCommands[] = {
     {"batches", "sample or pack realistic batches of sequence lengths", run_batches},
     {"partition", "place a batch's token blocks and work units on nodes and devices",
      run_partition},
+    {"plan", "plan a batch: placement, schedules, one Program per device (-o plan file)", run_plan},
+    {"verify", "check a plan file by executing all its Programs symbolically", run_verify},
+    {"inspect", "per device: instructions, bytes per stage and buffer peak of a plan file",
+     run_inspect},
 };
 
 std::string overview() {

@@ -26,5 +26,8 @@ int run_main(std::span<const std::string> argv, std::ostream& out, std::ostream&
 int run_workload(std::span<const std::string> args, std::ostream& out);
 int run_batches(std::span<const std::string> args, std::ostream& out);
 int run_partition(std::span<const std::string> args, std::ostream& out);
+int run_plan(std::span<const std::string> args, std::ostream& out);
+int run_verify(std::span<const std::string> args, std::ostream& out);
+int run_inspect(std::span<const std::string> args, std::ostream& out);
 
 }  // namespace dcp::cli

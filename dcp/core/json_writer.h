@@ -32,6 +32,8 @@ class JsonWriter {
   JsonWriter& value(double number);
   JsonWriter& value(bool flag);
   JsonWriter& null();
+  // A complete JSON document written by another writer, inserted as one value (not re-indented).
+  JsonWriter& raw(std::string_view json);
 
   // Shorthand for key(name).value(v).
   template <typename T>

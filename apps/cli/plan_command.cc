@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dcp plan`, `dcp verify` and `dcp inspect`: build a plan file, check one, look inside one.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "dcp/core/json_writer.h"
+#include "dcp/core/npy.h"
+#include "dcp/core/parse.h"
+
+#include "apps/cli/command_table.h"
+#include "apps/cli/workload_flags.h"
+
+namespace dcp::cli {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+std::string mb(std::int64_t bytes) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.2f", static_cast<double>(bytes) / 1e6);
+  return buffer;
+}
+
+void write_pass(JsonWriter& json, const Plan& plan, Pass pass, const ScheduleSummary& summary) {
+  const PassTraffic traffic = pass_traffic(plan.header, plan.programs(pass));
+  json.key(to_string(pass)).begin_object();
+  json.field("stages", std::int64_t{summary.stages});
+  json.field("fetch_launches", std::int64_t{summary.fetch_launches});
+  json.field("estimated_ms", summary.estimate.seconds * 1e3);
+  json.field("estimated_compute_ms", summary.estimate.compute_seconds * 1e3);
+  json.field("bytes_inter_node", traffic.inter_node);
+  json.field("bytes_intra_node", traffic.intra_node);
+  std::int64_t instructions = 0;
+  for (const Program& program : plan.programs(pass)) {
+    instructions += static_cast<std::int64_t>(program.instructions.size());
+  }
+  json.field("instructions", instructions);
+  json.end_object();
+}
+
+}  // namespace
+
+int run_plan(std::span<const std::string> argv, std::ostream& out) {
+  std::vector<FlagSpec> specs = workload_flags();
+  specs.push_back({"--cluster", "PRESET|FILE",
+                   "a100-p4de | h100-dgx | a cluster file (docs/plan_format.md) [a100-p4de]"});
+  specs.push_back({"--nodes", "N", "nodes [the cluster's]"});
+  specs.push_back({"--devices-per-node", "D", "devices per node [the cluster's]"});
+  specs.push_back({"--strategy", "NAME", "dcp | ring | zigzag | ulysses | hybrid [dcp]"});
+  specs.push_back({"--stages", "S", "dcp: fetch stages; 0 = chosen by the cost model [0]"});
+  specs.push_back({"--eps-compute", "E", "dcp: device compute <= (1 + E) x mean [0.1]"});
+  specs.push_back({"--eps-memory", "E", "dcp: device memory <= (1 + E) x mean [0.2]"});
+  specs.push_back({"--out", "FILE", "write the binary plan (also -o FILE)"});
+  specs.push_back({"--json", "FILE", "write the plan as JSON, with timing_ms ('-': stdout)"});
+  specs.push_back({"--help", "", "show this help"});
+  const Args args(specs, argv);
+  if (args.flag("--help")) {
+    out << format_help(
+        "dcp plan (--seqlens L,... | --seqlens-file F | --dist NAME) [flags] [-o FILE] "
+        "[--json FILE]",
+        "Plans one batch for a cluster: placement, forward and backward schedules, and one "
+        "Program per device and pass. Prints a summary; -o writes the binary plan file, --json "
+        "its JSON export. --seed seeds the sampled batch and the planner; the same inputs and "
+        "seed give the same plan bytes.",
+        specs);
+    return 0;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  PlanOptions options;
+  options.cluster = with_flag("--cluster " + quoted(args.get_or("--cluster", "a100-p4de")),
+                              [&] { return resolve_cluster(args.get_or("--cluster", "a100-p4de")); });
+  options.cluster.shape.nodes = static_cast<std::int32_t>(
+      args.get_int("--nodes", options.cluster.shape.nodes, 1, 1 << 16));
+  options.cluster.shape.devices_per_node = static_cast<std::int32_t>(
+      args.get_int("--devices-per-node", options.cluster.shape.devices_per_node, 1, 1 << 16));
+  with_flag("--nodes/--devices-per-node", [&] { validate(options.cluster.shape); });
+  if (const auto name = args.get("--strategy")) {
+    options.strategy = with_flag("--strategy", [&] { return parse_strategy(*name); });
+  }
+  options.schedule.fetch_launches = static_cast<std::int32_t>(args.get_int("--stages", 0, 0, 64));
+  options.placement.eps_compute = args.get_double("--eps-compute", 0.1);
+  options.placement.eps_memory = args.get_double("--eps-memory", 0.2);
+  with_flag("--eps-compute/--eps-memory", [&] {
+    PlacementOptions check = options.placement;
+    check.cluster = options.cluster.shape;
+    validate(check);
+  });
+  options.seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
+
+  const BuiltWorkload built_workload = workload_from_flags(args, options.cluster.shape.devices());
+  const double workload_ms = ms_since(start);
+  const BuiltPlan built = with_flag("--strategy " + std::string(to_string(options.strategy)),
+                                    [&] { return build_plan(built_workload.workload, options); });
+  const double total_ms = ms_since(start);
+
+  if (const auto path = args.get("--out")) {
+    with_flag("--out " + quoted(*path), [&] { write_plan_file(*path, built.plan); });
+  }
+  if (const auto path = args.get("--json")) {
+    JsonWriter json;
+    json.begin_object();
+    json.field("strategy", std::string_view(built.plan.header.strategy));
+    json.field("cluster", std::string_view(options.cluster.name));
+    json.field("nodes", std::int64_t{options.cluster.shape.nodes});
+    json.field("devices_per_node", std::int64_t{options.cluster.shape.devices_per_node});
+    json.field("sequences", std::int64_t{built.workload.batch().size()});
+    json.field("tokens", built.workload.batch().total_tokens());
+    json.field("block_size", built.workload.blocks().block_size());
+    json.field("token_blocks", std::int64_t{built.workload.blocks().block_count()});
+    json.field("work_units", built.workload.work_unit_count());
+    json.field("placement_within_bounds", built.placement_within_bounds);
+    write_pass(json, built.plan, Pass::kForward, built.forward);
+    write_pass(json, built.plan, Pass::kBackward, built.backward);
+    json.key("timing_ms").begin_object();
+    json.field("workload", workload_ms);
+    json.field("partition", built.timings.partition_ms);
+    json.field("schedule_forward", built.timings.schedule_forward_ms);
+    json.field("schedule_backward", built.timings.schedule_backward_ms);
+    json.field("compile", built.timings.compile_ms);
+    json.field("total", total_ms);
+    json.end_object();
+    json.key("plan").raw(plan_to_json(built.plan));
+    json.end_object();
+    if (*path == "-") {
+      out << json.str() << "\n";
+      return 0;
+    }
+    with_flag("--json " + quoted(*path), [&] { write_file_atomically(*path, json.str() + "\n"); });
+  }
+
+  const Workload& workload = built.workload;
+  char line[240];
+  out << "plan       " << built.plan.header.strategy << " on " << options.cluster.name << ", "
+      << options.cluster.shape.nodes << " nodes x " << options.cluster.shape.devices_per_node
+      << " devices\n";
+  out << "batch      " << workload.batch().size() << " sequences, "
+      << workload.batch().total_tokens() << " tokens, " << workload.blocks().block_count()
+      << " token blocks (largest " << workload.blocks().block_size() << "), "
+      << workload.work_unit_count() << " work units\n";
+  std::snprintf(line, sizeof(line), "%-9s %7s %13s %13s %15s %15s\n", "pass", "stages",
+                "estimate ms", "compute ms", "inter-node MB", "intra-node MB");
+  out << line;
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const ScheduleSummary& s = pass == Pass::kForward ? built.forward : built.backward;
+    const PassTraffic traffic = pass_traffic(built.plan.header, built.plan.programs(pass));
+    std::snprintf(line, sizeof(line), "%-9s %7d %13.3f %13.3f %15s %15s\n",
+                  std::string(to_string(pass)).c_str(), s.stages, s.estimate.seconds * 1e3,
+                  s.estimate.compute_seconds * 1e3, mb(traffic.inter_node).c_str(),
+                  mb(traffic.intra_node).c_str());
+    out << line;
+  }
+  std::snprintf(line, sizeof(line),
+                "time ms    workload %.1f, partition %.1f, schedule forward %.1f, backward %.1f, "
+                "compile %.1f, total %.1f\n",
+                workload_ms, built.timings.partition_ms, built.timings.schedule_forward_ms,
+                built.timings.schedule_backward_ms, built.timings.compile_ms, total_ms);
+  out << line;
+  if (const auto path = args.get("--out")) out << "wrote      " << *path << "\n";
+  return 0;
+}
+
+int run_verify(std::span<const std::string> argv, std::ostream& out) {
+  const std::vector<FlagSpec> specs = {{"--help", "", "show this help"}};
+  const Args args(specs, argv, 1);
+  if (args.flag("--help") || args.positional().empty()) {
+    out << format_help("dcp verify FILE",
+                       "Executes every device's Program of both passes symbolically and checks "
+                       "that each work unit runs once, every input is in place before use, sends "
+                       "and receives match with no deadlock, every output is complete and no "
+                       "slot holds two live values. Exit 0 with a summary, else the first "
+                       "violation and exit 1.",
+                       specs);
+    return args.flag("--help") ? 0 : 2;
+  }
+  const std::string& path = args.positional()[0];
+  const Plan plan = read_plan_file(path);
+  const VerifyReport report = verify(plan);
+  if (!report.ok) throw Error(path + ": " + describe(report));
+  out << path << ": " << describe(report) << "\n";
+  return 0;
+}
+
+int run_inspect(std::span<const std::string> argv, std::ostream& out) {
+  const std::vector<FlagSpec> specs = {
+      {"--device", "D", "only this device"},
+      {"--help", "", "show this help"},
+  };
+  const Args args(specs, argv, 1);
+  if (args.flag("--help") || args.positional().empty()) {
+    out << format_help("dcp inspect FILE [--device D]",
+                       "Per device and pass: instruction counts, bytes sent and received per "
+                       "stage, and the buffer table's size (its peak, since slots are reused).",
+                       specs);
+    return args.flag("--help") ? 0 : 2;
+  }
+  const std::string& path = args.positional()[0];
+  const Plan plan = read_plan_file(path);
+  const PlanHeader& h = plan.header;
+  const std::int64_t only = args.get_int("--device", -1, 0, h.cluster.devices() - 1);
+  char line[320];
+  out << path << ": " << h.strategy << ", " << h.cluster.nodes << " nodes x "
+      << h.cluster.devices_per_node << " devices, " << h.sequences << " sequences, "
+      << h.total_tokens << " tokens, " << h.token_blocks << " token blocks, " << h.q_heads << "/"
+      << h.kv_heads << " heads (blocks of " << h.head_block_size << "), head dim " << h.head_dim
+      << ", " << to_string(h.dtype) << "\n";
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const auto& programs = plan.programs(pass);
+    out << "\n" << to_string(pass) << " (" << (programs.empty() ? 0 : programs[0].stages)
+        << " stages)\n";
+    std::snprintf(line, sizeof(line), "%6s %7s %5s %5s %6s %5s %6s %6s %5s %5s %5s %6s %9s  %s\n",
+                  "device", "instr", "load", "store", "launch", "wait", "rows", "units", "merge",
+                  "sum", "free", "slots", "peak MB", "sent / received MB per stage");
+    out << line;
+    for (const Program& program : programs) {
+      if (only >= 0 && program.device != only) continue;
+      const ProgramStats s = program_stats(h, program);
+      std::string per_stage;
+      for (std::size_t i = 0; i < s.sent_by_stage.size(); ++i) {
+        if (i > 0) per_stage += "  ";
+        per_stage += mb(s.sent_by_stage[i]) + "/" + mb(s.received_by_stage[i]);
+      }
+      const auto count = [&](int op) { return static_cast<long long>(s.opcode_counts[static_cast<std::size_t>(op)]); };
+      std::snprintf(line, sizeof(line),
+                    "%6d %7lld %5lld %5lld %6lld %5lld %6lld %6lld %5lld %5lld %5lld %6d %9s  ",
+                    program.device, static_cast<long long>(s.instructions), count(0), count(1),
+                    count(2), count(3), static_cast<long long>(s.attention_rows),
+                    static_cast<long long>(s.attention_entries), count(6), count(7), count(8),
+                    s.slots, mb(s.slot_bytes).c_str());
+      out << line << per_stage << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace dcp::cli

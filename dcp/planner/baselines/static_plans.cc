@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: Apache-2.0
+// Ring, zigzag, Ulysses and hybrid plans.
+#include "dcp/planner/baselines/static_plans.h"
+
+#include <algorithm>
+#include <string>
+
+#include "dcp/core/error.h"
+#include "dcp/core/parse.h"
+
+namespace dcp {
+
+std::string_view to_string(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kDcp: return "dcp";
+    case Strategy::kRing: return "ring";
+    case Strategy::kZigzag: return "zigzag";
+    case Strategy::kUlysses: return "ulysses";
+    case Strategy::kHybrid: return "hybrid";
+  }
+  return "?";
+}
+
+Strategy parse_strategy(std::string_view name) {
+  for (const Strategy s : {Strategy::kDcp, Strategy::kRing, Strategy::kZigzag, Strategy::kUlysses,
+                           Strategy::kHybrid}) {
+    if (name == to_string(s)) return s;
+  }
+  throw InvalidInput("unknown strategy " + quoted(name) +
+                     " (strategies: dcp, ring, zigzag, ulysses, hybrid)");
+}
+
+namespace {
+
+// The workload with sequence s cut into `chunks` chunks of ceil(L / chunks) tokens.
+Workload recut(const Workload& workload, std::int64_t chunks) {
+  const SequenceBatch& batch = workload.batch();
+  std::vector<TokenCount> sizes;
+  std::vector<SequenceMask> masks;
+  for (SeqIndex seq = 0; seq < batch.size(); ++seq) {
+    sizes.push_back((batch.length(seq) + chunks - 1) / chunks);
+    masks.push_back(workload.mask(seq));
+  }
+  return Workload(workload.shape(), batch, std::move(masks), sizes,
+                  workload.heads().head_block_size());
+}
+
+DeviceId zigzag(std::int64_t chunk, std::int64_t parts) {
+  return static_cast<DeviceId>(chunk < parts ? chunk : 2 * parts - 1 - chunk);
+}
+
+struct Layout {
+  Workload workload;
+  Placement placement;
+};
+
+// Every work unit on device_of(unit).
+template <typename DeviceOf>
+void place_work(Layout& layout, DeviceOf device_of) {
+  const Workload& w = layout.workload;
+  layout.placement.work_unit_device.reserve(static_cast<std::size_t>(w.work_unit_count()));
+  for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
+    layout.placement.work_unit_device.push_back(device_of(w.work_unit(u)));
+  }
+}
+
+DeviceId q_device(const Layout& layout, const WorkUnit& unit) {
+  const BlockId q = layout.workload.blocks().block_id(unit.seq, unit.q_block);
+  return layout.placement.token_block_device[static_cast<std::size_t>(q)];
+}
+
+// The ring over the devices of `ring` (device ids, in ring order): every kv value moves one step
+// per launch from its owner around the whole ring; a work unit runs in the stage its kv value
+// reaches its device, `first_stage` stages after the value starts moving at launch
+// first_stage - 1. `position` maps a device to its index in its ring, `ring_of` to its ring.
+struct RingSchedule {
+  std::vector<std::vector<DeviceId>> rings;
+  std::vector<std::int32_t> position;  // per device
+  std::vector<std::int32_t> ring_of;   // per device
+};
+
+void add_ring_transfers(const RingSchedule& rings, const ValueKey& value, DeviceId start,
+                        std::int32_t first_launch, std::vector<Transfer>& transfers) {
+  const auto& ring = rings.rings[static_cast<std::size_t>(rings.ring_of[static_cast<std::size_t>(start)])];
+  const auto n = static_cast<std::int32_t>(ring.size());
+  const std::int32_t p0 = rings.position[static_cast<std::size_t>(start)];
+  for (std::int32_t k = 1; k < n; ++k) {
+    transfers.push_back({value, ring[static_cast<std::size_t>((p0 + k - 1) % n)],
+                         ring[static_cast<std::size_t>((p0 + k) % n)], first_launch + k - 1});
+  }
+}
+
+std::int32_t ring_distance(const RingSchedule& rings, DeviceId from, DeviceId to) {
+  const auto n = static_cast<std::int32_t>(
+      rings.rings[static_cast<std::size_t>(rings.ring_of[static_cast<std::size_t>(to)])].size());
+  return ((rings.position[static_cast<std::size_t>(to)] -
+           rings.position[static_cast<std::size_t>(from)]) % n + n) % n;
+}
+
+// Ring and zigzag: one ring of all devices, work with its q chunk, no all-to-all.
+PassSchedule ring_pass(const Workload& w, const Placement& p, Pass pass) {
+  const std::int32_t devices = p.cluster.devices();
+  RingSchedule rings;
+  rings.rings.emplace_back();
+  for (DeviceId d = 0; d < devices; ++d) {
+    rings.rings[0].push_back(d);
+    rings.position.push_back(d);
+    rings.ring_of.push_back(0);
+  }
+  PassSchedule schedule;
+  schedule.pass = pass;
+  schedule.stages = devices;
+  for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
+    const WorkUnit unit = w.work_unit(u);
+    const BlockId kv = w.blocks().block_id(unit.seq, unit.kv_block);
+    schedule.unit_stage.push_back(ring_distance(rings, p.token_block_device[static_cast<std::size_t>(kv)],
+                                                p.work_unit_device[static_cast<std::size_t>(u)]));
+  }
+  for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
+    for (std::int32_t g = 0; g < w.heads().kv_count(); ++g) {
+      add_ring_transfers(rings, {SlotKind::kKV, b, g}, p.token_block_device[static_cast<std::size_t>(b)],
+                         0, schedule.transfers);
+    }
+  }
+  add_partial_transfers(w, p, schedule);
+  return schedule;
+}
+
+// Ulysses (nodes = 1 group of all devices) and hybrid (one head group per node, rings of equal
+// local index across nodes). `group_size` devices share the heads of a group: head block h runs
+// on local index h mod group_size.
+PassSchedule head_parallel_pass(const Workload& w, const Placement& p, Pass pass,
+                                std::int32_t group_size) {
+  const std::int32_t devices = p.cluster.devices();
+  const std::int32_t groups = devices / group_size;
+  const HeadBlocking& heads = w.heads();
+  const auto local_of_head = [&](HeadBlockIndex h) { return h % group_size; };
+  const auto group_of = [&](DeviceId d) { return d / group_size; };
+  RingSchedule rings;  // ring j joins local index j of every group
+  rings.rings.resize(static_cast<std::size_t>(group_size));
+  for (DeviceId d = 0; d < devices; ++d) {
+    rings.rings[static_cast<std::size_t>(d % group_size)].push_back(d);
+    rings.position.push_back(group_of(d));
+    rings.ring_of.push_back(d % group_size);
+  }
+  PassSchedule schedule;
+  schedule.pass = pass;
+  schedule.stages = groups + 1;  // stage 0 waits for the all-to-all
+  for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
+    const WorkUnit unit = w.work_unit(u);
+    const BlockId kv = w.blocks().block_id(unit.seq, unit.kv_block);
+    const DeviceId device = p.work_unit_device[static_cast<std::size_t>(u)];
+    const DeviceId kv_group_device =
+        group_of(p.token_block_device[static_cast<std::size_t>(kv)]) * group_size + device % group_size;
+    schedule.unit_stage.push_back(1 + ring_distance(rings, kv_group_device, device));
+  }
+  // The all-to-all is dense: every q value goes to the device of its head block, every kv value
+  // to every device of its group whose heads read it; then kv values travel the rings.
+  std::vector<std::vector<std::int32_t>> locals_of_kv(static_cast<std::size_t>(heads.kv_count()));
+  for (HeadBlockIndex h = 0; h < heads.count(); ++h) {
+    auto& locals = locals_of_kv[static_cast<std::size_t>(heads.kv_block_of(h))];
+    if (std::find(locals.begin(), locals.end(), local_of_head(h)) == locals.end()) {
+      locals.push_back(local_of_head(h));
+    }
+  }
+  for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
+    const DeviceId owner = p.token_block_device[static_cast<std::size_t>(b)];
+    const DeviceId base = group_of(owner) * group_size;
+    for (HeadBlockIndex h = 0; h < heads.count(); ++h) {
+      const DeviceId to = base + local_of_head(h);
+      if (to != owner) schedule.transfers.push_back({{query_kind(pass), b, h}, owner, to, 0});
+    }
+    for (std::int32_t g = 0; g < heads.kv_count(); ++g) {
+      for (const std::int32_t local : locals_of_kv[static_cast<std::size_t>(g)]) {
+        const DeviceId to = base + local;
+        if (to != owner) schedule.transfers.push_back({{SlotKind::kKV, b, g}, owner, to, 0});
+        add_ring_transfers(rings, {SlotKind::kKV, b, g}, to, 1, schedule.transfers);
+      }
+    }
+  }
+  add_partial_transfers(w, p, schedule);
+  return schedule;
+}
+
+}  // namespace
+
+StaticPlan static_plan(Strategy strategy, const Workload& workload, const ClusterShape& cluster) {
+  validate(cluster);
+  const std::int64_t devices = cluster.devices();
+  const HeadBlockIndex head_blocks = workload.heads().count();
+  const auto need_heads = [&](std::int64_t group, const char* what) {
+    if (group > head_blocks) {
+      throw InvalidInput(std::string(to_string(strategy)) + " splits q heads over " + what + ": " +
+                         std::to_string(group) + " devices but only " +
+                         std::to_string(head_blocks) + " q head blocks");
+    }
+  };
+  Layout layout{workload, Placement{}};
+  layout.placement.cluster = cluster;
+  switch (strategy) {
+    case Strategy::kDcp:
+      throw InvalidInput("dcp is not a static strategy");
+    case Strategy::kRing:
+    case Strategy::kUlysses: {
+      if (strategy == Strategy::kUlysses) need_heads(devices, "all devices");
+      layout.workload = recut(workload, devices);
+      for (const TokenBlock& block : layout.workload.blocks().blocks()) {
+        layout.placement.token_block_device.push_back(static_cast<DeviceId>(block.index));
+      }
+      if (strategy == Strategy::kRing) {
+        place_work(layout, [&](const WorkUnit& unit) { return q_device(layout, unit); });
+      } else {
+        place_work(layout, [&](const WorkUnit& unit) {
+          return static_cast<DeviceId>(unit.head_block % devices);
+        });
+      }
+      break;
+    }
+    case Strategy::kZigzag:
+      layout.workload = recut(workload, 2 * devices);
+      for (const TokenBlock& block : layout.workload.blocks().blocks()) {
+        layout.placement.token_block_device.push_back(zigzag(block.index, devices));
+      }
+      place_work(layout, [&](const WorkUnit& unit) { return q_device(layout, unit); });
+      break;
+    case Strategy::kHybrid: {
+      const std::int32_t per_node = cluster.devices_per_node;
+      need_heads(per_node, "the devices of a node");
+      layout.workload = recut(workload, 2 * devices);
+      for (const TokenBlock& block : layout.workload.blocks().blocks()) {
+        const std::int32_t node = zigzag(block.index / per_node, cluster.nodes);
+        layout.placement.token_block_device.push_back(node * per_node + block.index % per_node);
+      }
+      place_work(layout, [&](const WorkUnit& unit) {
+        return cluster.node_of(q_device(layout, unit)) * per_node + unit.head_block % per_node;
+      });
+      break;
+    }
+  }
+  StaticPlan plan{std::move(layout.workload), std::move(layout.placement), {}, {}};
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    PassSchedule schedule;
+    switch (strategy) {
+      case Strategy::kRing:
+      case Strategy::kZigzag: schedule = ring_pass(plan.workload, plan.placement, pass); break;
+      case Strategy::kUlysses:
+        schedule = head_parallel_pass(plan.workload, plan.placement, pass,
+                                      static_cast<std::int32_t>(devices));
+        break;
+      default:
+        schedule = head_parallel_pass(plan.workload, plan.placement, pass, cluster.devices_per_node);
+        break;
+    }
+    (pass == Pass::kForward ? plan.forward : plan.backward) = std::move(schedule);
+  }
+  return plan;
+}
+
+}  // namespace dcp

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// Static context parallelism as pass schedules: ring, zigzag ring, Ulysses and hybrid.
+#pragma once
+
+#include <string_view>
+
+#include "dcp/model/workload.h"
+
+#include "dcp/planner/placement/placement.h"
+#include "dcp/planner/schedule/schedule.h"
+
+namespace dcp {
+
+enum class Strategy { kDcp, kRing, kZigzag, kUlysses, kHybrid };
+std::string_view to_string(Strategy strategy);
+// Accepts dcp, ring, zigzag, ulysses, hybrid. Throws InvalidInput naming the text otherwise.
+Strategy parse_strategy(std::string_view name);
+
+// A static strategy's plan before compilation. Static systems cut each sequence their own way, so
+// `workload` is the input re-cut into their chunks (same batch, masks, shape and head blocks).
+// Every one supports every mask and skips fully masked tiles, as ring-flash-attention and
+// TransformerEngine's causal path do; their communication does not depend on the mask.
+//   ring:    each sequence cut into P chunks of ceil(L / P) tokens, chunk r on device r; KV
+//            travels the device ring r -> r + 1 one step per stage; work runs with its q chunk.
+//   zigzag:  each sequence cut into 2P chunks, chunks r and 2P - 1 - r on device r; the same ring.
+//   ulysses: tokens as in ring; all-to-all gives device r the q heads blocks h with h mod P = r
+//            (and the kv heads they read) of every token; attention runs there in one stage, and
+//            the outputs go back by all-to-all. Needs P <= q head blocks.
+//   hybrid:  all-to-all over heads inside each node (as Ulysses) and a zigzag ring across nodes
+//            (TransformerEngine a2a+p2p, USP): each sequence cut into 2 x nodes node chunks in
+//            zigzag order, each split over the node's devices. Needs devices per node <= q head
+//            blocks.
+// Partial gradients of K and V go straight to their owner after the last stage that adds to
+// them (a ring implementation passes them along the ring instead: the same bytes).
+// Throws InvalidInput if the strategy cannot run on the cluster, or for kDcp.
+struct StaticPlan {
+  Workload workload;
+  Placement placement;
+  PassSchedule forward;
+  PassSchedule backward;
+};
+StaticPlan static_plan(Strategy strategy, const Workload& workload, const ClusterShape& cluster);
+
+}  // namespace dcp

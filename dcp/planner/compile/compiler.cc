@@ -1,0 +1,504 @@
+// SPDX-License-Identifier: Apache-2.0
+// Compiles a pass schedule into per-device Programs: instructions over virtual registers first,
+// then frees at stage ends, then slots assigned by lifetime.
+#include "dcp/planner/compile/compiler.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "dcp/core/error.h"
+
+namespace dcp {
+namespace {
+
+// The mask of one tile relative to the tile (see TileMask).
+TileMask make_tile_mask(const Workload& workload, const Tile& tile) {
+  const BlockLayout& blocks = workload.blocks();
+  const TokenBlock& q = blocks.block(blocks.block_id(tile.seq, tile.q_block));
+  const TokenBlock& kv = blocks.block(blocks.block_id(tile.seq, tile.kv_block));
+  const SequenceMask& mask = workload.mask(tile.seq);
+  TileMask result;
+  result.q_tokens = static_cast<std::int32_t>(q.tokens);
+  result.kv_tokens = static_cast<std::int32_t>(kv.tokens);
+  result.row_offsets.reserve(static_cast<std::size_t>(q.tokens) + 1);
+  result.row_offsets.push_back(0);
+  std::vector<Interval> row;
+  for (TokenCount r = 0; r < q.tokens; ++r) {
+    mask.row_intervals(q.begin + r, row);
+    for (const Interval& interval : row) {
+      const TokenCount begin = std::max(interval.begin, kv.begin);
+      const TokenCount end = std::min(interval.end, kv.begin + kv.tokens);
+      if (begin >= end) continue;
+      result.intervals.push_back(static_cast<std::int32_t>(begin - kv.begin));
+      result.intervals.push_back(static_cast<std::int32_t>(end - kv.begin));
+    }
+    result.row_offsets.push_back(static_cast<std::int32_t>(result.intervals.size() / 2));
+  }
+  return result;
+}
+
+std::uint64_t hash_mask(const TileMask& mask) {
+  std::uint64_t h = 1469598103934665603ULL;
+  const auto mix = [&](std::int32_t x) {
+    h ^= static_cast<std::uint32_t>(x);
+    h *= 1099511628211ULL;
+  };
+  mix(mask.q_tokens);
+  mix(mask.kv_tokens);
+  for (const std::int32_t x : mask.row_offsets) mix(x);
+  for (const std::int32_t x : mask.intervals) mix(x);
+  return h;
+}
+
+// What every device's compilation shares.
+struct PassContext {
+  const Workload& workload;
+  const Placement& placement;
+  const PlanHeader& header;
+  const PassSchedule& schedule;
+  std::vector<std::vector<WorkUnitId>> device_units;           // by (stage, q value, kv value)
+  std::vector<std::vector<const Transfer*>> device_transfers;  // src or dst, schedule order
+  std::vector<std::optional<TileMask>> tile_masks;             // built on first use
+  std::vector<std::int32_t> q_tiles, kv_tiles;                 // per block
+  std::vector<PairCount> q_pairs, kv_pairs;                    // per block, one head
+  std::vector<std::int32_t> heads_of_kv_block;                 // q head blocks per kv head block
+
+  PassContext(const Workload& w, const Placement& p, const PlanHeader& h, const PassSchedule& s)
+      : workload(w), placement(p), header(h), schedule(s) {
+    const auto devices = static_cast<std::size_t>(p.cluster.devices());
+    device_units.resize(devices);
+    for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
+      device_units[static_cast<std::size_t>(p.work_unit_device[static_cast<std::size_t>(u)])]
+          .push_back(u);
+    }
+    for (auto& units : device_units) {
+      std::stable_sort(units.begin(), units.end(), [&](WorkUnitId a, WorkUnitId b) {
+        const WorkUnit ua = w.work_unit(a), ub = w.work_unit(b);
+        return std::tuple(s.unit_stage[static_cast<std::size_t>(a)],
+                          query_value(w, s.pass, ua), key_value(w, ua)) <
+               std::tuple(s.unit_stage[static_cast<std::size_t>(b)],
+                          query_value(w, s.pass, ub), key_value(w, ub));
+      });
+    }
+    device_transfers.resize(devices);
+    for (const Transfer& t : s.transfers) {
+      device_transfers[static_cast<std::size_t>(t.src)].push_back(&t);
+      device_transfers[static_cast<std::size_t>(t.dst)].push_back(&t);
+    }
+    tile_masks.resize(static_cast<std::size_t>(w.tile_count()));
+    const auto blocks = static_cast<std::size_t>(w.blocks().block_count());
+    q_tiles.assign(blocks, 0);
+    kv_tiles.assign(blocks, 0);
+    q_pairs.assign(blocks, 0);
+    kv_pairs.assign(blocks, 0);
+    for (const Tile& tile : w.tiles()) {
+      const auto q = static_cast<std::size_t>(w.blocks().block_id(tile.seq, tile.q_block));
+      const auto kv = static_cast<std::size_t>(w.blocks().block_id(tile.seq, tile.kv_block));
+      ++q_tiles[q];
+      q_pairs[q] += tile.pairs;
+      ++kv_tiles[kv];
+      kv_pairs[kv] += tile.pairs;
+    }
+    heads_of_kv_block.assign(static_cast<std::size_t>(w.heads().kv_count()), 0);
+    for (HeadBlockIndex hb = 0; hb < w.heads().count(); ++hb) {
+      ++heads_of_kv_block[static_cast<std::size_t>(w.heads().kv_block_of(hb))];
+    }
+  }
+
+  const TileMask& tile_mask(TileId tile) {
+    auto& slot = tile_masks[static_cast<std::size_t>(tile)];
+    if (!slot) slot = make_tile_mask(workload, workload.tiles()[static_cast<std::size_t>(tile)]);
+    return *slot;
+  }
+};
+
+using VReg = std::int32_t;
+
+class DeviceCompiler {
+ public:
+  DeviceCompiler(PassContext& context, DeviceId device) : c_(context), device_(device) {}
+
+  Program compile() {
+    const Pass pass = c_.schedule.pass;
+    const std::int32_t stages = c_.schedule.stages;
+    program_.device = device_;
+    program_.pass = pass;
+    program_.stages = stages;
+    for (BlockId b = 0; b < c_.workload.blocks().block_count(); ++b) {
+      if (owner(b) == device_) program_.owned.push_back(b);
+    }
+    add_expected_outputs();
+    emit_loads();
+    launch_ids_.assign(static_cast<std::size_t>(stages) + 1, -1);
+    arrived_.resize(static_cast<std::size_t>(stages) + 1);
+    in_flight_.resize(static_cast<std::size_t>(stages) + 1);
+    std::size_t next_unit = 0;
+    for (std::int32_t s = 0; s < stages; ++s) {
+      stage_ = s;
+      if (s > 0) emit_wait(s - 1);
+      emit_launch(s);
+      emit_attention(s, next_unit);
+      if (s > 0) emit_merges(s - 1);
+      stage_ends_.push_back(code_.size());
+    }
+    stage_ = stages;
+    if (stages > 0) {
+      emit_wait(stages - 1);
+      emit_merges(stages - 1);
+    }
+    emit_launch(stages);
+    emit_wait(stages);
+    emit_merges(stages);
+    emit_stores();
+    if (!accumulator_.empty()) {
+      const ValueKey& key = accumulator_.begin()->first;
+      throw Error("compile: device " + std::to_string(device_) + " keeps a partial " +
+                  std::string(to_string(key.kind)) + " of block " + std::to_string(key.block) +
+                  " that is never sent to its owner");
+    }
+    insert_frees_and_assign_slots();
+    add_block_table();
+    return std::move(program_);
+  }
+
+ private:
+  DeviceId owner(BlockId block) const {
+    return c_.placement.token_block_device[static_cast<std::size_t>(block)];
+  }
+  std::int32_t tokens(BlockId block) const {
+    return static_cast<std::int32_t>(c_.workload.blocks().block(block).tokens);
+  }
+
+  VReg new_vreg(SlotKind kind, BlockId block) {
+    vregs_.push_back({kind, tokens(block), static_cast<std::int64_t>(code_.size()), -1});
+    referenced_.insert(block);
+    return static_cast<VReg>(vregs_.size() - 1);
+  }
+  VReg use(VReg v) {
+    vregs_[static_cast<std::size_t>(v)].last_use = static_cast<std::int64_t>(code_.size());
+    return v;
+  }
+  void push(Instruction instruction) {
+    code_.push_back(std::move(instruction));
+    code_stage_.push_back(stage_);
+  }
+
+  void add_expected_outputs() {
+    const Pass pass = c_.schedule.pass;
+    const HeadBlocking& heads = c_.workload.heads();
+    for (const BlockId b : program_.owned) {
+      const auto i = static_cast<std::size_t>(b);
+      const SlotKind q_kind = pass == Pass::kForward ? SlotKind::kOut : SlotKind::kDQ;
+      for (HeadBlockIndex h = 0; h < heads.count(); ++h) {
+        program_.outputs.push_back({q_kind, b, h, c_.q_tiles[i], c_.q_pairs[i]});
+      }
+      if (pass == Pass::kBackward) {
+        for (std::int32_t g = 0; g < heads.kv_count(); ++g) {
+          const std::int32_t n = c_.heads_of_kv_block[static_cast<std::size_t>(g)];
+          program_.outputs.push_back({SlotKind::kDKV, b, g, c_.kv_tiles[i] * n, c_.kv_pairs[i] * n});
+        }
+      }
+    }
+  }
+
+  void emit_loads() {
+    std::set<ValueKey> needed;
+    const Pass pass = c_.schedule.pass;
+    for (const WorkUnitId w : c_.device_units[static_cast<std::size_t>(device_)]) {
+      const WorkUnit unit = c_.workload.work_unit(w);
+      for (const ValueKey& key : {query_value(c_.workload, pass, unit), key_value(c_.workload, unit)}) {
+        if (owner(key.block) == device_) needed.insert(key);
+      }
+    }
+    for (const Transfer* t : c_.device_transfers[static_cast<std::size_t>(device_)]) {
+      if (t->src == device_ && !is_output(t->value.kind) && owner(t->value.block) == device_) {
+        needed.insert(t->value);
+      }
+    }
+    for (const ValueKey& key : needed) {
+      const VReg v = new_vreg(key.kind, key.block);
+      inputs_[key] = v;
+      push(Load{use(v), key.block, key.head_block});
+    }
+  }
+
+  void emit_launch(std::int32_t launch) {
+    Launch instruction;
+    instruction.id = next_launch_id_;
+    for (const Transfer* t : c_.device_transfers[static_cast<std::size_t>(device_)]) {
+      if (t->launch != launch) continue;
+      const std::int64_t bytes = value_bytes(c_.header, t->value.kind, tokens(t->value.block));
+      if (t->src == device_) {
+        VReg v;
+        if (is_output(t->value.kind)) {
+          const auto it = accumulator_.find(t->value);
+          if (it == accumulator_.end()) throw Error("compile: partial sent before it exists");
+          v = it->second;
+          accumulator_.erase(it);
+        } else {
+          const auto it = inputs_.find(t->value);
+          if (it == inputs_.end()) throw Error("compile: input sent before it arrives");
+          v = it->second;
+        }
+        in_flight_[static_cast<std::size_t>(launch)].push_back(v);
+        instruction.ops.push_back({CommOp::Direction::kSend, t->dst, use(v), bytes});
+      } else {
+        const VReg v = new_vreg(t->value.kind, t->value.block);
+        in_flight_[static_cast<std::size_t>(launch)].push_back(v);
+        if (is_output(t->value.kind)) {
+          arrived_[static_cast<std::size_t>(launch)].push_back({t->value, v});
+        } else {
+          inputs_[t->value] = v;
+        }
+        instruction.ops.push_back({CommOp::Direction::kRecv, t->src, use(v), bytes});
+      }
+    }
+    if (instruction.ops.empty()) return;
+    launch_ids_[static_cast<std::size_t>(launch)] = next_launch_id_++;
+    push(std::move(instruction));
+  }
+
+  void emit_wait(std::int32_t launch) {
+    const LaunchId id = launch_ids_[static_cast<std::size_t>(launch)];
+    if (id < 0) return;
+    // Nothing sent or received may be freed before the wait.
+    for (const VReg v : in_flight_[static_cast<std::size_t>(launch)]) use(v);
+    push(Wait{id});
+  }
+
+  VReg input(const ValueKey& key) {
+    const auto it = inputs_.find(key);
+    if (it == inputs_.end()) {
+      throw Error("compile: device " + std::to_string(device_) + " computes with " +
+                  std::string(to_string(key.kind)) + " of block " + std::to_string(key.block) +
+                  " before it arrives");
+    }
+    return use(it->second);
+  }
+
+  // The device's accumulator for `key`: (slot, accumulate) — a new one if there is none yet.
+  std::pair<VReg, bool> accumulator(const ValueKey& key) {
+    const auto it = accumulator_.find(key);
+    if (it != accumulator_.end()) return {use(it->second), true};
+    const VReg v = new_vreg(key.kind, key.block);
+    accumulator_[key] = v;
+    return {use(v), false};
+  }
+
+  void emit_attention(std::int32_t stage, std::size_t& next) {
+    const auto& units = c_.device_units[static_cast<std::size_t>(device_)];
+    const Pass pass = c_.schedule.pass;
+    std::vector<AttnRow> rows;
+    ValueKey row_key{};
+    for (; next < units.size() &&
+           c_.schedule.unit_stage[static_cast<std::size_t>(units[next])] == stage;
+         ++next) {
+      const WorkUnit unit = c_.workload.work_unit(units[next]);
+      const ValueKey q = query_value(c_.workload, pass, unit);
+      if (rows.empty() || q != row_key) {
+        row_key = q;
+        AttnRow row;
+        row.q = input(q);
+        const ValueKey out = output_values(c_.workload, pass, unit).front();
+        std::tie(row.out, row.accumulate) = accumulator(out);
+        rows.push_back(std::move(row));
+      }
+      AttnKv entry;
+      entry.kv = input(key_value(c_.workload, unit));
+      entry.mask = unit.kind == TileKind::kFull ? kFullTile : mask_of(unit.tile);
+      if (pass == Pass::kBackward) {
+        std::tie(entry.dkv, entry.dkv_accumulate) =
+            accumulator(output_values(c_.workload, pass, unit).back());
+      }
+      rows.back().kv.push_back(entry);
+    }
+    if (rows.empty()) return;
+    if (pass == Pass::kForward) {
+      push(AttnForward{std::move(rows)});
+    } else {
+      push(AttnBackward{std::move(rows)});
+    }
+  }
+
+  void emit_merges(std::int32_t launch) {
+    for (const auto& [key, v] : arrived_[static_cast<std::size_t>(launch)]) {
+      const auto it = accumulator_.find(key);
+      if (it == accumulator_.end()) {
+        accumulator_[key] = v;
+        continue;
+      }
+      if (key.kind == SlotKind::kOut) {
+        push(Merge{use(it->second), use(v)});
+      } else {
+        push(Sum{use(it->second), use(v)});
+      }
+    }
+  }
+
+  void emit_stores() {
+    for (const ExpectedOutput& out : program_.outputs) {
+      const ValueKey key{out.kind, out.block, out.head_block};
+      const auto it = accumulator_.find(key);
+      SlotId slot = kNoSlot;
+      if (it != accumulator_.end()) {
+        slot = use(it->second);
+        accumulator_.erase(it);
+      }
+      push(Store{slot, out.kind, out.block, out.head_block});
+    }
+  }
+
+  MaskId mask_of(TileId tile) {
+    if (const auto it = tile_mask_.find(tile); it != tile_mask_.end()) return it->second;
+    const TileMask& mask = c_.tile_mask(tile);
+    auto& candidates = masks_by_hash_[hash_mask(mask)];
+    for (const MaskId m : candidates) {
+      if (program_.masks[static_cast<std::size_t>(m)] == mask) return tile_mask_[tile] = m;
+    }
+    const auto m = static_cast<MaskId>(program_.masks.size());
+    program_.masks.push_back(mask);
+    candidates.push_back(m);
+    return tile_mask_[tile] = m;
+  }
+
+  // Frees every value at the end of the stage of its last use, then maps virtual registers to
+  // slots, reusing a freed slot of the same kind that holds the value (best fit).
+  void insert_frees_and_assign_slots() {
+    stage_ends_.push_back(code_.size());
+    std::vector<std::vector<VReg>> frees(stage_ends_.size());
+    for (std::size_t v = 0; v < vregs_.size(); ++v) {
+      const std::int64_t last = vregs_[v].last_use;
+      const auto end = std::lower_bound(stage_ends_.begin(), stage_ends_.end(),
+                                        static_cast<std::size_t>(last) + 1);
+      frees[static_cast<std::size_t>(end - stage_ends_.begin())].push_back(static_cast<VReg>(v));
+    }
+    std::vector<std::vector<VReg>> defined_at(code_.size() + 1);
+    for (std::size_t v = 0; v < vregs_.size(); ++v) {
+      defined_at[static_cast<std::size_t>(vregs_[v].def)].push_back(static_cast<VReg>(v));
+    }
+    std::vector<SlotId> slot_of(vregs_.size(), kNoSlot);
+    std::multimap<std::pair<SlotKind, std::int32_t>, SlotId> free_slots;
+    const auto allocate = [&](VReg v) {
+      const auto& r = vregs_[static_cast<std::size_t>(v)];
+      auto it = free_slots.lower_bound({r.kind, r.tokens});
+      if (it != free_slots.end() && it->first.first == r.kind) {
+        slot_of[static_cast<std::size_t>(v)] = it->second;
+        free_slots.erase(it);
+        return;
+      }
+      slot_of[static_cast<std::size_t>(v)] = static_cast<SlotId>(program_.slots.size());
+      program_.slots.push_back({r.kind, r.tokens});
+    };
+    std::vector<Instruction> code;
+    std::vector<std::int32_t> code_stage;
+    code.reserve(code_.size() + stage_ends_.size());
+    std::size_t end_index = 0;
+    const auto flush_frees = [&](std::size_t position) {
+      while (end_index < stage_ends_.size() && stage_ends_[end_index] == position) {
+        auto& list = frees[end_index++];
+        if (list.empty()) continue;
+        Free free;
+        for (const VReg v : list) {
+          const SlotId slot = slot_of[static_cast<std::size_t>(v)];
+          free.slots.push_back(slot);
+          free_slots.emplace(std::pair{program_.slots[static_cast<std::size_t>(slot)].kind,
+                                       program_.slots[static_cast<std::size_t>(slot)].tokens},
+                             slot);
+        }
+        std::sort(free.slots.begin(), free.slots.end());
+        code.push_back(std::move(free));
+        code_stage.push_back(code_stage.empty() ? 0 : code_stage.back());
+      }
+    };
+    for (std::size_t i = 0; i < code_.size(); ++i) {
+      flush_frees(i);
+      for (const VReg v : defined_at[i]) allocate(v);
+      code.push_back(remap(std::move(code_[i]), slot_of));
+      code_stage.push_back(code_stage_[i]);
+    }
+    flush_frees(code_.size());
+    program_.instructions = std::move(code);
+    program_.instruction_stage = std::move(code_stage);
+  }
+
+  static Instruction remap(Instruction instruction, const std::vector<SlotId>& slot_of) {
+    const auto map = [&](SlotId& v) {
+      if (v != kNoSlot) v = slot_of[static_cast<std::size_t>(v)];
+    };
+    std::visit(
+        [&](auto& op) {
+          using T = std::decay_t<decltype(op)>;
+          if constexpr (std::is_same_v<T, Load> || std::is_same_v<T, Store>) {
+            map(op.slot);
+          } else if constexpr (std::is_same_v<T, Launch>) {
+            for (CommOp& comm : op.ops) map(comm.slot);
+          } else if constexpr (std::is_same_v<T, AttnForward> || std::is_same_v<T, AttnBackward>) {
+            for (AttnRow& row : op.rows) {
+              map(row.q);
+              map(row.out);
+              for (AttnKv& entry : row.kv) {
+                map(entry.kv);
+                map(entry.dkv);
+              }
+            }
+          } else if constexpr (std::is_same_v<T, Merge> || std::is_same_v<T, Sum>) {
+            map(op.dst);
+            map(op.src);
+          }
+        },
+        instruction);
+    return instruction;
+  }
+
+  void add_block_table() {
+    for (const BlockId b : program_.owned) referenced_.insert(b);
+    for (const BlockId b : referenced_) {
+      const TokenBlock& block = c_.workload.blocks().block(b);
+      program_.blocks.push_back({b, block.seq, static_cast<std::int32_t>(block.tokens), block.begin});
+    }
+  }
+
+  struct VRegInfo {
+    SlotKind kind;
+    std::int32_t tokens;
+    std::int64_t def;
+    std::int64_t last_use;
+  };
+
+  PassContext& c_;
+  DeviceId device_;
+  Program program_;
+  std::int32_t stage_ = 0;
+  std::vector<VRegInfo> vregs_;
+  std::vector<Instruction> code_;
+  std::vector<std::int32_t> code_stage_;
+  std::vector<std::size_t> stage_ends_;  // code_ positions where a stage's frees go
+  std::map<ValueKey, VReg> inputs_;
+  std::map<ValueKey, VReg> accumulator_;
+  std::vector<LaunchId> launch_ids_;  // per launch number; -1 when this device had no ops
+  LaunchId next_launch_id_ = 0;
+  std::vector<std::vector<VReg>> in_flight_;  // sent and received values per launch number
+  std::vector<std::vector<std::pair<ValueKey, VReg>>> arrived_;   // partials per launch number
+  std::set<BlockId> referenced_;
+  std::unordered_map<TileId, MaskId> tile_mask_;
+  std::unordered_map<std::uint64_t, std::vector<MaskId>> masks_by_hash_;
+};
+
+}  // namespace
+
+std::vector<Program> compile_pass(const Workload& workload, const Placement& placement,
+                                  const PlanHeader& header, const PassSchedule& schedule) {
+  PassContext context(workload, placement, header, schedule);
+  std::vector<Program> programs;
+  programs.reserve(static_cast<std::size_t>(placement.cluster.devices()));
+  for (DeviceId d = 0; d < placement.cluster.devices(); ++d) {
+    programs.push_back(DeviceCompiler(context, d).compile());
+  }
+  return programs;
+}
+
+}  // namespace dcp

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// The whole planner, timed per phase.
+#include "dcp/planner/plan_builder.h"
+
+#include <chrono>
+
+#include "dcp/planner/compile/compiler.h"
+
+namespace dcp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+ScheduleSummary summarize(const ScheduledPass& scheduled) {
+  return {scheduled.schedule.stages, scheduled.fetch_launches, scheduled.estimate};
+}
+
+}  // namespace
+
+BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
+  validate(options.cluster);
+  const auto start = Clock::now();
+  const ClusterShape& shape = options.cluster.shape;
+  if (options.strategy == Strategy::kDcp) {
+    PlacementOptions placement_options = options.placement;
+    placement_options.cluster = shape;
+    placement_options.seed = options.seed;
+    PlacementResult placed = place(workload, placement_options);
+    BuiltPlan built{Plan{}, workload, std::move(placed.placement), placed.within_bounds, {}, {}, {}};
+    built.timings.partition_ms = ms_since(start);
+    built.plan.header = plan_header(workload, shape, "dcp", options.seed);
+    ScheduledPass passes[2];
+    for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+      const auto begin = Clock::now();
+      passes[pass == Pass::kForward ? 0 : 1] =
+          schedule_pass(built.workload, built.placement, options.cluster, built.plan.header, pass,
+                        options.schedule);
+      (pass == Pass::kForward ? built.timings.schedule_forward_ms
+                              : built.timings.schedule_backward_ms) = ms_since(begin);
+    }
+    const auto compile_start = Clock::now();
+    built.plan.forward =
+        compile_pass(built.workload, built.placement, built.plan.header, passes[0].schedule);
+    built.plan.backward =
+        compile_pass(built.workload, built.placement, built.plan.header, passes[1].schedule);
+    built.timings.compile_ms = ms_since(compile_start);
+    built.forward = summarize(passes[0]);
+    built.backward = summarize(passes[1]);
+    built.timings.total_ms = ms_since(start);
+    return built;
+  }
+  StaticPlan layout = static_plan(options.strategy, workload, shape);
+  BuiltPlan built{Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}};
+  built.timings.partition_ms = ms_since(start);
+  built.plan.header =
+      plan_header(built.workload, shape, std::string(to_string(options.strategy)), options.seed);
+  const auto compile_start = Clock::now();
+  built.plan.forward =
+      compile_pass(built.workload, built.placement, built.plan.header, layout.forward);
+  built.plan.backward =
+      compile_pass(built.workload, built.placement, built.plan.header, layout.backward);
+  built.timings.compile_ms = ms_since(compile_start);
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const PassSchedule& schedule = pass == Pass::kForward ? layout.forward : layout.backward;
+    (pass == Pass::kForward ? built.forward : built.backward) =
+        ScheduleSummary{schedule.stages, 0,
+                    estimate(built.workload, built.placement, options.cluster, built.plan.header,
+                             schedule)};
+  }
+  built.timings.total_ms = ms_since(start);
+  return built;
+}
+
+}  // namespace dcp

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+// The whole planner: placement, forward and backward schedules, compilation into a Plan.
+#pragma once
+
+#include <cstdint>
+
+#include "dcp/model/cluster.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/program/program.h"
+
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/placement/hierarchical_placer.h"
+#include "dcp/planner/schedule/stage_scheduler.h"
+
+namespace dcp {
+
+struct PlanOptions {
+  Strategy strategy = Strategy::kDcp;
+  ClusterSpec cluster;          // the shape and the cost model
+  PlacementOptions placement;   // dcp only; its cluster and seed are set from the fields here
+  ScheduleOptions schedule;     // dcp only
+  std::uint64_t seed = 0;
+};
+
+struct PlanTimings {
+  double partition_ms = 0;  // dcp's placement, or the static strategy's layout and schedules
+  double schedule_forward_ms = 0;
+  double schedule_backward_ms = 0;
+  double compile_ms = 0;
+  double total_ms = 0;
+};
+
+struct ScheduleSummary {
+  std::int32_t stages = 0;
+  std::int32_t fetch_launches = 0;  // dcp: the S chosen or given
+  ScheduleEstimate estimate;        // under PlanOptions::cluster
+};
+
+struct BuiltPlan {
+  Plan plan;
+  Workload workload;  // what the plan computes: the input, or its re-cut for static strategies
+  Placement placement;
+  bool placement_within_bounds = true;
+  ScheduleSummary forward;
+  ScheduleSummary backward;
+  PlanTimings timings;
+};
+
+// Throws InvalidInput if the cluster spec is invalid, or the strategy cannot run on it.
+BuiltPlan build_plan(const Workload& workload, const PlanOptions& options);
+
+}  // namespace dcp

@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: Apache-2.0
+// Values, partial-output transfers and the time estimate of a pass schedule.
+#include "dcp/planner/schedule/schedule.h"
+
+#include <algorithm>
+#include <map>
+
+#include "dcp/model/tensor.h"
+
+namespace dcp {
+
+SlotKind query_kind(Pass pass) { return pass == Pass::kForward ? SlotKind::kQ : SlotKind::kQGrad; }
+
+ValueKey query_value(const Workload& workload, Pass pass, const WorkUnit& unit) {
+  return {query_kind(pass), workload.blocks().block_id(unit.seq, unit.q_block), unit.head_block};
+}
+
+ValueKey key_value(const Workload& workload, const WorkUnit& unit) {
+  return {SlotKind::kKV, workload.blocks().block_id(unit.seq, unit.kv_block),
+          workload.heads().kv_block_of(unit.head_block)};
+}
+
+std::vector<ValueKey> output_values(const Workload& workload, Pass pass, const WorkUnit& unit) {
+  const BlockId q = workload.blocks().block_id(unit.seq, unit.q_block);
+  if (pass == Pass::kForward) return {{SlotKind::kOut, q, unit.head_block}};
+  return {{SlotKind::kDQ, q, unit.head_block},
+          {SlotKind::kDKV, workload.blocks().block_id(unit.seq, unit.kv_block),
+           workload.heads().kv_block_of(unit.head_block)}};
+}
+
+void add_partial_transfers(const Workload& workload, const Placement& placement,
+                           PassSchedule& schedule) {
+  // (value, contributing device) -> last stage it contributes in.
+  std::map<std::pair<ValueKey, DeviceId>, std::int32_t> last_stage;
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const DeviceId device = placement.work_unit_device[static_cast<std::size_t>(w)];
+    const std::int32_t stage = schedule.unit_stage[static_cast<std::size_t>(w)];
+    for (const ValueKey& value : output_values(workload, schedule.pass, workload.work_unit(w))) {
+      if (placement.token_block_device[static_cast<std::size_t>(value.block)] == device) continue;
+      auto [it, inserted] = last_stage.try_emplace({value, device}, stage);
+      if (!inserted) it->second = std::max(it->second, stage);
+    }
+  }
+  for (const auto& [key, stage] : last_stage) {
+    schedule.transfers.push_back(
+        {key.first, key.second,
+         placement.token_block_device[static_cast<std::size_t>(key.first.block)], stage + 1});
+  }
+  std::sort(schedule.transfers.begin(), schedule.transfers.end(),
+            [](const Transfer& a, const Transfer& b) {
+              return std::tie(a.launch, a.src, a.dst, a.value) <
+                     std::tie(b.launch, b.src, b.dst, b.value);
+            });
+}
+
+double unit_seconds(const Workload& workload, const ClusterSpec& cluster, Pass pass,
+                    const WorkUnit& unit) {
+  return pass == Pass::kForward
+             ? forward_flops(unit.pairs, workload.shape(), workload.heads()) / cluster.forward_flops
+             : backward_flops(unit.pairs, workload.shape(), workload.heads()) /
+                   cluster.backward_flops;
+}
+
+ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
+                          const ClusterSpec& cluster, const PlanHeader& header,
+                          const PassSchedule& schedule) {
+  const ClusterShape& shape = placement.cluster;
+  const auto devices = static_cast<std::size_t>(shape.devices());
+  const auto stages = static_cast<std::size_t>(schedule.stages);
+  std::vector<double> compute(stages * devices, 0.0);
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const auto device = static_cast<std::size_t>(placement.work_unit_device[static_cast<std::size_t>(w)]);
+    const auto stage = static_cast<std::size_t>(schedule.unit_stage[static_cast<std::size_t>(w)]);
+    compute[stage * devices + device] +=
+        unit_seconds(workload, cluster, schedule.pass, workload.work_unit(w));
+  }
+  ScheduleEstimate result;
+  result.stage_compute.assign(stages, 0.0);
+  for (std::size_t s = 0; s < stages; ++s) {
+    for (std::size_t d = 0; d < devices; ++d) {
+      const double c = compute[s * devices + d];
+      if (c > 0) result.stage_compute[s] = std::max(result.stage_compute[s], c + cluster.kernel_overhead);
+    }
+    result.compute_seconds += result.stage_compute[s];
+  }
+  // Bytes per launch on each link side: device intra-node send/receive, node NIC send/receive.
+  const auto nodes = static_cast<std::size_t>(shape.nodes);
+  const std::size_t launches = stages + 1;
+  std::vector<std::int64_t> intra_send(launches * devices, 0), intra_recv(launches * devices, 0);
+  std::vector<std::int64_t> nic_send(launches * nodes, 0), nic_recv(launches * nodes, 0);
+  for (const Transfer& t : schedule.transfers) {
+    const std::int64_t bytes =
+        value_bytes(header, t.value.kind, workload.blocks().block(t.value.block).tokens);
+    const auto l = static_cast<std::size_t>(t.launch);
+    const auto src_node = static_cast<std::size_t>(shape.node_of(t.src));
+    const auto dst_node = static_cast<std::size_t>(shape.node_of(t.dst));
+    if (src_node == dst_node) {
+      intra_send[l * devices + static_cast<std::size_t>(t.src)] += bytes;
+      intra_recv[l * devices + static_cast<std::size_t>(t.dst)] += bytes;
+    } else {
+      nic_send[l * nodes + src_node] += bytes;
+      nic_recv[l * nodes + dst_node] += bytes;
+    }
+  }
+  // Time of one transfer of launch l: every transfer of a link side shares it, so each ends when
+  // the busier of its two sides has moved all its bytes.
+  const auto link_seconds = [&](std::size_t l, const Transfer& t) {
+    const auto src_node = static_cast<std::size_t>(shape.node_of(t.src));
+    const auto dst_node = static_cast<std::size_t>(shape.node_of(t.dst));
+    if (src_node == dst_node) {
+      return cluster.transfer_seconds(std::max(intra_send[l * devices + static_cast<std::size_t>(t.src)],
+                                               intra_recv[l * devices + static_cast<std::size_t>(t.dst)]),
+                                      false);
+    }
+    return cluster.transfer_seconds(
+        std::max(nic_send[l * nodes + src_node], nic_recv[l * nodes + dst_node]), true);
+  };
+  result.launch_comm.assign(launches, 0.0);
+  std::vector<std::vector<const Transfer*>> by_launch(launches);
+  for (const Transfer& t : schedule.transfers) {
+    const auto l = static_cast<std::size_t>(t.launch);
+    by_launch[l].push_back(&t);
+    result.launch_comm[l] = std::max(result.launch_comm[l], link_seconds(l, t));
+  }
+  // Devices run asynchronously: a device starts stage s + 1 when it has finished stage s and
+  // launch s has brought everything it sends to it; a transfer starts once both ends have issued
+  // its launch (at the start of the stage).
+  std::vector<double> start(devices, 0.0), arrival(devices, 0.0), end(devices, 0.0);
+  for (std::size_t s = 0; s <= stages; ++s) {
+    for (std::size_t d = 0; d < devices; ++d) {
+      if (s > 0) start[d] = std::max(end[d], arrival[d]);
+      const double c = s < stages ? compute[s * devices + d] : 0.0;
+      end[d] = start[d] + (c > 0 ? c + cluster.kernel_overhead : 0.0);
+    }
+    std::fill(arrival.begin(), arrival.end(), 0.0);
+    for (const Transfer* t : by_launch[s]) {
+      const auto src = static_cast<std::size_t>(t->src);
+      const auto dst = static_cast<std::size_t>(t->dst);
+      arrival[dst] = std::max(arrival[dst], std::max(start[src], start[dst]) + link_seconds(s, *t));
+    }
+  }
+  for (std::size_t d = 0; d < devices; ++d) {
+    result.seconds = std::max(result.seconds, std::max(end[d], arrival[d]));
+  }
+  return result;
+}
+
+PlanHeader plan_header(const Workload& workload, const ClusterShape& cluster,
+                       std::string strategy, std::uint64_t seed) {
+  const AttentionShape& shape = workload.shape();
+  const HeadBlocking& heads = workload.heads();
+  PlanHeader header;
+  header.strategy = std::move(strategy);
+  header.seed = seed;
+  header.cluster = cluster;
+  header.q_heads = shape.q_heads;
+  header.kv_heads = shape.kv_heads;
+  header.head_dim = shape.head_dim;
+  header.head_block_size = heads.head_block_size();
+  header.kv_heads_per_block = heads.kv_block_size();
+  header.dtype = shape.dtype;
+  header.partial_dtype = DType::kFp32;
+  header.softmax_scale = shape.effective_scale();
+  header.total_tokens = workload.batch().total_tokens();
+  header.sequences = workload.batch().size();
+  header.token_blocks = workload.blocks().block_count();
+  header.work_units = workload.work_unit_count();
+  return header;
+}
+
+}  // namespace dcp

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+// A pass schedule: the compute stage of every work unit and every transfer, by launch.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <vector>
+
+#include "dcp/model/cluster.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/program/program.h"
+
+#include "dcp/planner/placement/placement.h"
+
+namespace dcp {
+
+// One value of one token block: an input (Q, KV, QGrad) or a partial output (Out, DQ, DKV).
+// head_block is a q head block, or a kv head block for KV and DKV.
+struct ValueKey {
+  SlotKind kind = SlotKind::kQ;
+  BlockId block = 0;
+  std::int32_t head_block = 0;
+  friend auto operator<=>(const ValueKey&, const ValueKey&) = default;
+};
+
+// `value` moves from src to dst in launch `launch`. Launch l is issued when stage l starts and
+// waited when stage l + 1 starts, so an input it carries can be used from stage l + 1 on; launch
+// `stages` is issued after the last stage and carries the last partial outputs. A partial output
+// moves to the owner of its block in the launch after the last stage that contributes to it on
+// src; the owner merges it once that launch is waited.
+struct Transfer {
+  ValueKey value;
+  DeviceId src = 0;
+  DeviceId dst = 0;
+  std::int32_t launch = 0;
+  friend auto operator<=>(const Transfer&, const Transfer&) = default;
+};
+
+struct PassSchedule {
+  Pass pass = Pass::kForward;
+  std::int32_t stages = 1;
+  std::vector<std::int32_t> unit_stage;  // per work unit
+  std::vector<Transfer> transfers;       // sorted
+};
+
+// The input values a pass reads: kQ (forward) or kQGrad (backward) of the q block, and kKV.
+SlotKind query_kind(Pass pass);
+ValueKey query_value(const Workload& workload, Pass pass, const WorkUnit& unit);
+ValueKey key_value(const Workload& workload, const WorkUnit& unit);
+// The partial outputs a work unit contributes to: kOut forward; kDQ and kDKV backward.
+std::vector<ValueKey> output_values(const Workload& workload, Pass pass, const WorkUnit& unit);
+
+// Appends the transfers of partial outputs (see Transfer) for the stages already in
+// `schedule.unit_stage`, then sorts all transfers.
+void add_partial_transfers(const Workload& workload, const Placement& placement,
+                           PassSchedule& schedule);
+
+// Seconds one work unit's kernel takes on the cluster (no launch overhead).
+double unit_seconds(const Workload& workload, const ClusterSpec& cluster, Pass pass,
+                    const WorkUnit& unit);
+
+// The schedule's time on the cluster. Devices run asynchronously: a device starts stage s + 1
+// once it has finished stage s (its work units' kernels plus one launch overhead) and launch s
+// has delivered what it receives; a transfer starts when both ends have issued its launch (at
+// the start of their stage) and ends when the busier of its link sides has carried all of that
+// launch's bytes: a device's intra-node send or receive side, or a node's network interface
+// (shared by the node's devices), each at its bandwidth plus latency.
+struct ScheduleEstimate {
+  double seconds = 0;
+  double compute_seconds = 0;        // sum over stages of the slowest device's compute
+  std::vector<double> stage_compute;  // per stage, the slowest device's
+  std::vector<double> launch_comm;    // per launch (stages + 1), the slowest transfer's
+};
+ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
+                          const ClusterSpec& cluster, const PlanHeader& header,
+                          const PassSchedule& schedule);
+
+// The header every Program of a plan of `workload` shares.
+PlanHeader plan_header(const Workload& workload, const ClusterShape& cluster,
+                       std::string strategy, std::uint64_t seed);
+
+}  // namespace dcp

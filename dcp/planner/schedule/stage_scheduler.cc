@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: Apache-2.0
+// dcp's budgeted greedy stage scheduler.
+#include "dcp/planner/schedule/stage_scheduler.h"
+
+#include <algorithm>
+#include <limits>
+#include <queue>
+#include <string>
+#include <unordered_map>
+
+#include "dcp/core/error.h"
+
+namespace dcp {
+
+void validate(const ScheduleOptions& options) {
+  if (options.fetch_launches < 0 || options.fetch_launches > 64) {
+    throw InvalidInput("stages must be in [0, 64] (0: chosen by the cost model), got " +
+                       std::to_string(options.fetch_launches));
+  }
+  if (options.max_fetch_launches < 1 || options.max_fetch_launches > 64) {
+    throw InvalidInput("the most stages to try must be in [1, 64], got " +
+                       std::to_string(options.max_fetch_launches));
+  }
+}
+
+namespace {
+
+constexpr std::int32_t kPending = -1;
+constexpr std::int32_t kNever = std::numeric_limits<std::int32_t>::max();
+
+// Dense value index: q-side values first (block * head blocks + head block), then kv values.
+struct ValueIndex {
+  std::int32_t head_blocks = 0;
+  std::int32_t kv_blocks = 0;
+  std::int32_t q_values = 0;
+
+  std::int32_t of(const ValueKey& value) const {
+    return value.kind == SlotKind::kKV ? q_values + value.block * kv_blocks + value.head_block
+                                       : value.block * head_blocks + value.head_block;
+  }
+};
+
+// What does not change between runs with different S.
+struct Problem {
+  const Workload* workload = nullptr;
+  const Placement* placement = nullptr;
+  const ClusterSpec* cluster = nullptr;
+  Pass pass = Pass::kForward;
+  ValueIndex index;
+  std::vector<ValueKey> value_key;        // per dense value
+  std::vector<DeviceId> value_owner;      // per dense value
+  std::vector<double> value_intra_seconds;  // bytes over the intra-node bandwidth
+  std::vector<double> value_inter_seconds;  // bytes over the node's network bandwidth
+  std::vector<std::int32_t> unit_q, unit_kv;  // dense values per work unit
+  std::vector<double> unit_cost;
+  std::vector<std::vector<WorkUnitId>> device_units;  // heaviest first
+  double comm_lower_bound = 0;                        // seconds
+  bool any_remote = false;
+};
+
+Problem make_problem(const Workload& workload, const Placement& placement,
+                     const ClusterSpec& cluster, const PlanHeader& header, Pass pass) {
+  Problem p;
+  p.workload = &workload;
+  p.placement = &placement;
+  p.cluster = &cluster;
+  p.pass = pass;
+  const BlockLayout& blocks = workload.blocks();
+  p.index.head_blocks = workload.heads().count();
+  p.index.kv_blocks = workload.heads().kv_count();
+  p.index.q_values = blocks.block_count() * p.index.head_blocks;
+  const std::int32_t values = p.index.q_values + blocks.block_count() * p.index.kv_blocks;
+  p.value_key.resize(static_cast<std::size_t>(values));
+  p.value_owner.resize(static_cast<std::size_t>(values));
+  p.value_intra_seconds.resize(static_cast<std::size_t>(values));
+  p.value_inter_seconds.resize(static_cast<std::size_t>(values));
+  for (BlockId b = 0; b < blocks.block_count(); ++b) {
+    const auto add = [&](ValueKey key) {
+      const auto v = static_cast<std::size_t>(p.index.of(key));
+      const auto bytes = static_cast<double>(value_bytes(header, key.kind, blocks.block(b).tokens));
+      p.value_key[v] = key;
+      p.value_owner[v] = placement.token_block_device[static_cast<std::size_t>(b)];
+      p.value_intra_seconds[v] = bytes / cluster.intra_node_bandwidth;
+      p.value_inter_seconds[v] = bytes / cluster.inter_node_bandwidth;
+    };
+    for (std::int32_t h = 0; h < p.index.head_blocks; ++h) add({query_kind(pass), b, h});
+    for (std::int32_t g = 0; g < p.index.kv_blocks; ++g) add({SlotKind::kKV, b, g});
+  }
+  const auto units = static_cast<std::size_t>(workload.work_unit_count());
+  p.unit_q.resize(units);
+  p.unit_kv.resize(units);
+  p.unit_cost.resize(units);
+  p.device_units.resize(static_cast<std::size_t>(placement.cluster.devices()));
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const WorkUnit unit = workload.work_unit(w);
+    const auto i = static_cast<std::size_t>(w);
+    p.unit_q[i] = p.index.of(query_value(workload, pass, unit));
+    p.unit_kv[i] = p.index.of(key_value(workload, unit));
+    p.unit_cost[i] = unit_seconds(workload, cluster, pass, unit);
+    p.device_units[static_cast<std::size_t>(placement.work_unit_device[i])].push_back(w);
+  }
+  for (auto& list : p.device_units) {
+    std::stable_sort(list.begin(), list.end(), [&](WorkUnitId a, WorkUnitId b) {
+      return p.unit_cost[static_cast<std::size_t>(a)] > p.unit_cost[static_cast<std::size_t>(b)];
+    });
+  }
+  // The least time communication can take: every remote input reaching its device once, and
+  // every node's network interface carrying each value once per node that needs it.
+  const ClusterShape& shape = placement.cluster;
+  std::vector<double> recv(static_cast<std::size_t>(shape.devices()), 0.0);
+  std::vector<double> send(recv.size(), 0.0);
+  std::vector<double> nic_recv(static_cast<std::size_t>(shape.nodes), 0.0);
+  std::vector<double> nic_send(nic_recv.size(), 0.0);
+  std::unordered_map<std::int64_t, bool> seen;
+  for (DeviceId d = 0; d < shape.devices(); ++d) {
+    for (const WorkUnitId w : p.device_units[static_cast<std::size_t>(d)]) {
+      for (const std::int32_t v : {p.unit_q[static_cast<std::size_t>(w)],
+                                   p.unit_kv[static_cast<std::size_t>(w)]}) {
+        const auto vi = static_cast<std::size_t>(v);
+        const DeviceId owner = p.value_owner[vi];
+        if (owner == d) continue;
+        p.any_remote = true;
+        if (shape.node_of(owner) == shape.node_of(d)) {
+          if (!seen.try_emplace(std::int64_t{d} * values + v, true).second) continue;
+          recv[static_cast<std::size_t>(d)] += p.value_intra_seconds[vi];
+          send[static_cast<std::size_t>(owner)] += p.value_intra_seconds[vi];
+        } else {
+          const std::int64_t key = -1 - (std::int64_t{shape.node_of(d)} * values + v);
+          if (!seen.try_emplace(key, true).second) continue;
+          nic_recv[static_cast<std::size_t>(shape.node_of(d))] += p.value_inter_seconds[vi];
+          nic_send[static_cast<std::size_t>(shape.node_of(owner))] += p.value_inter_seconds[vi];
+        }
+      }
+    }
+  }
+  for (const auto* list : {&recv, &send, &nic_recv, &nic_send}) {
+    for (const double t : *list) p.comm_lower_bound = std::max(p.comm_lower_bound, t);
+  }
+  return p;
+}
+
+// One run of the greedy for a given S.
+class Greedy {
+ public:
+  Greedy(const Problem& problem, std::int32_t fetch_launches)
+      : p_(problem), shape_(problem.placement->cluster), s_(fetch_launches) {
+    const auto devices = static_cast<std::size_t>(shape_.devices());
+    stage_.assign(problem.unit_cost.size(), kPending);
+    usable_.resize(devices);
+    node_holder_.resize(static_cast<std::size_t>(shape_.nodes));
+    pending_.resize(devices);
+    for (std::size_t d = 0; d < devices; ++d) {
+      for (const WorkUnitId w : p_.device_units[d]) {
+        const auto i = static_cast<std::size_t>(w);
+        if (usable(static_cast<DeviceId>(d), p_.unit_q[i]) == 0 &&
+            usable(static_cast<DeviceId>(d), p_.unit_kv[i]) == 0) {
+          assign(w, static_cast<DeviceId>(d), 0);
+        } else {
+          pending_[d].push_back(w);
+          ++remaining_;
+        }
+      }
+    }
+  }
+
+  PassSchedule run() {
+    for (std::int32_t launch = 0; remaining_ > 0; ++launch) {
+      const bool budgeted = launch < s_ - 1;
+      const std::int64_t before = remaining_;
+      fill_launch(launch, budgeted);
+      if (!budgeted && remaining_ == before) {
+        throw Error("scheduler made no progress at launch " + std::to_string(launch));
+      }
+    }
+    PassSchedule schedule;
+    schedule.pass = p_.pass;
+    schedule.stages = last_stage_ + 1;
+    schedule.unit_stage = stage_;
+    schedule.transfers = std::move(transfers_);
+    return schedule;
+  }
+
+ private:
+  // Stage from which value v can be used on device d (kNever if it is not coming).
+  std::int32_t usable(DeviceId d, std::int32_t v) const {
+    if (p_.value_owner[static_cast<std::size_t>(v)] == d) return 0;
+    const auto& map = usable_[static_cast<std::size_t>(d)];
+    const auto it = map.find(v);
+    return it == map.end() ? kNever : it->second;
+  }
+
+  void assign(WorkUnitId w, DeviceId d, std::int32_t stage) {
+    stage_[static_cast<std::size_t>(w)] = stage;
+    last_stage_ = std::max(last_stage_, stage);
+    if (stage >= static_cast<std::int32_t>(compute_.size() / shape_devices())) {
+      compute_.resize(static_cast<std::size_t>(stage + 1) * shape_devices(), 0.0);
+    }
+    compute_[static_cast<std::size_t>(stage) * shape_devices() + static_cast<std::size_t>(d)] +=
+        p_.unit_cost[static_cast<std::size_t>(w)];
+    if (stage > 0) --remaining_;
+  }
+
+  std::size_t shape_devices() const { return static_cast<std::size_t>(shape_.devices()); }
+  double compute(std::int32_t stage, DeviceId d) const {
+    const std::size_t i = static_cast<std::size_t>(stage) * shape_devices() + static_cast<std::size_t>(d);
+    return i < compute_.size() ? compute_[i] : 0.0;
+  }
+
+  struct Fetch {
+    std::int32_t value;
+    DeviceId src;
+    bool inter_node;
+  };
+
+  // The transfers unit w on device d needs in `launch`, or false if one of its inputs cannot
+  // arrive by stage launch + 1 (it reaches d's node in this very launch and must be relayed).
+  bool plan_fetch(WorkUnitId w, DeviceId d, std::int32_t launch, std::vector<Fetch>& out) const {
+    out.clear();
+    const auto i = static_cast<std::size_t>(w);
+    for (const std::int32_t v : {p_.unit_q[i], p_.unit_kv[i]}) {
+      if (usable(d, v) <= launch + 1) continue;
+      if (!out.empty() && out.front().value == v) continue;
+      const DeviceId owner = p_.value_owner[static_cast<std::size_t>(v)];
+      const std::int32_t node = shape_.node_of(d);
+      if (shape_.node_of(owner) == node) {
+        out.push_back({v, owner, false});
+        continue;
+      }
+      const auto& holders = node_holder_[static_cast<std::size_t>(node)];
+      const auto it = holders.find(v);
+      if (it == holders.end()) {
+        out.push_back({v, owner, true});
+      } else if (it->second.second <= launch) {
+        out.push_back({v, it->second.first, false});
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Whether the fetches fit the launch's budget on every link side they use: the sender's and
+  // the receiver's intra-node link, or the two nodes' network interfaces.
+  bool fits(const std::vector<Fetch>& fetches, DeviceId d, double budget) const {
+    struct Use {
+      const std::vector<double>* load;
+      std::size_t index;
+      double seconds;
+    };
+    Use uses[4];
+    std::size_t count = 0;
+    const auto add = [&](const std::vector<double>& load, std::int32_t index, double seconds) {
+      for (std::size_t u = 0; u < count; ++u) {
+        if (uses[u].load == &load && uses[u].index == static_cast<std::size_t>(index)) {
+          uses[u].seconds += seconds;
+          return;
+        }
+      }
+      uses[count++] = {&load, static_cast<std::size_t>(index), seconds};
+    };
+    for (const Fetch& f : fetches) {
+      const auto v = static_cast<std::size_t>(f.value);
+      if (f.inter_node) {
+        add(nic_send_, shape_.node_of(f.src), p_.value_inter_seconds[v]);
+        add(nic_recv_, shape_.node_of(d), p_.value_inter_seconds[v]);
+      } else {
+        add(intra_send_, f.src, p_.value_intra_seconds[v]);
+        add(intra_recv_, d, p_.value_intra_seconds[v]);
+      }
+    }
+    for (std::size_t u = 0; u < count; ++u) {
+      if ((*uses[u].load)[uses[u].index] + uses[u].seconds > budget) return false;
+    }
+    return true;
+  }
+
+  void commit(const std::vector<Fetch>& fetches, DeviceId d, std::int32_t launch) {
+    for (const Fetch& f : fetches) {
+      const auto v = static_cast<std::size_t>(f.value);
+      if (f.inter_node) {
+        nic_send_[static_cast<std::size_t>(shape_.node_of(f.src))] += p_.value_inter_seconds[v];
+        nic_recv_[static_cast<std::size_t>(shape_.node_of(d))] += p_.value_inter_seconds[v];
+        node_holder_[static_cast<std::size_t>(shape_.node_of(d))].emplace(f.value,
+                                                                          std::pair{d, launch + 1});
+      } else {
+        intra_send_[static_cast<std::size_t>(f.src)] += p_.value_intra_seconds[v];
+        intra_recv_[static_cast<std::size_t>(d)] += p_.value_intra_seconds[v];
+      }
+      usable_[static_cast<std::size_t>(d)][f.value] = launch + 1;
+      transfers_.push_back({p_.value_key[v], f.src, d, launch});
+    }
+  }
+
+  void fill_launch(std::int32_t launch, bool budgeted) {
+    const std::size_t devices = shape_devices();
+    intra_send_.assign(devices, 0.0);
+    intra_recv_.assign(devices, 0.0);
+    nic_send_.assign(static_cast<std::size_t>(shape_.nodes), 0.0);
+    nic_recv_.assign(static_cast<std::size_t>(shape_.nodes), 0.0);
+    double budget = std::numeric_limits<double>::infinity();
+    if (budgeted) {
+      double stage_compute = 0;
+      for (DeviceId d = 0; d < shape_.devices(); ++d) {
+        stage_compute = std::max(stage_compute, compute(launch, d));
+      }
+      budget = std::max(stage_compute, p_.comm_lower_bound / s_);
+    }
+    const std::int32_t stage = launch + 1;
+    using Entry = std::pair<double, DeviceId>;
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> turn;
+    std::vector<std::size_t> cursor(devices, 0);
+    for (DeviceId d = 0; d < shape_.devices(); ++d) {
+      if (!pending_[static_cast<std::size_t>(d)].empty()) turn.emplace(compute(stage, d), d);
+    }
+    std::vector<Fetch> fetches;
+    while (!turn.empty()) {
+      const DeviceId d = turn.top().second;
+      turn.pop();
+      const auto& list = pending_[static_cast<std::size_t>(d)];
+      std::size_t& c = cursor[static_cast<std::size_t>(d)];
+      for (; c < list.size(); ++c) {
+        const WorkUnitId w = list[c];
+        if (stage_[static_cast<std::size_t>(w)] != kPending) continue;
+        if (!plan_fetch(w, d, launch, fetches) || !fits(fetches, d, budget)) continue;
+        commit(fetches, d, launch);
+        assign(w, d, stage);
+        ++c;
+        turn.emplace(compute(stage, d), d);
+        break;
+      }
+    }
+    // Units whose inputs all arrive by now, fetched for others, join this stage too.
+    for (DeviceId d = 0; d < shape_.devices(); ++d) {
+      auto& list = pending_[static_cast<std::size_t>(d)];
+      std::size_t kept = 0;
+      for (const WorkUnitId w : list) {
+        const auto i = static_cast<std::size_t>(w);
+        if (stage_[i] == kPending && usable(d, p_.unit_q[i]) <= stage &&
+            usable(d, p_.unit_kv[i]) <= stage) {
+          assign(w, d, stage);
+        }
+        if (stage_[i] == kPending) list[kept++] = w;
+      }
+      list.resize(kept);
+    }
+  }
+
+  const Problem& p_;
+  ClusterShape shape_;
+  std::int32_t s_;
+  std::vector<std::int32_t> stage_;
+  std::vector<std::unordered_map<std::int32_t, std::int32_t>> usable_;
+  // Per node: value -> (the device that received it from another node, stage usable from).
+  std::vector<std::unordered_map<std::int32_t, std::pair<DeviceId, std::int32_t>>> node_holder_;
+  std::vector<std::vector<WorkUnitId>> pending_;
+  std::vector<double> compute_;  // stage-major, per device
+  std::vector<double> intra_send_, intra_recv_, nic_send_, nic_recv_;  // this launch, seconds
+  std::vector<Transfer> transfers_;
+  std::int64_t remaining_ = 0;
+  std::int32_t last_stage_ = 0;
+};
+
+}  // namespace
+
+ScheduledPass schedule_pass(const Workload& workload, const Placement& placement,
+                            const ClusterSpec& cluster, const PlanHeader& header, Pass pass,
+                            const ScheduleOptions& options) {
+  validate(options);
+  validate(placement, workload);
+  const Problem problem = make_problem(workload, placement, cluster, header, pass);
+  ScheduledPass best;
+  bool have = false;
+  const bool choose = options.fetch_launches == 0;
+  const std::int32_t first = choose ? 1 : options.fetch_launches;
+  const std::int32_t last = !problem.any_remote ? first
+                            : choose            ? options.max_fetch_launches
+                                                : options.fetch_launches;
+  for (std::int32_t s = first; s <= last; ++s) {
+    Greedy greedy(problem, s);
+    ScheduledPass candidate;
+    candidate.schedule = greedy.run();
+    add_partial_transfers(workload, placement, candidate.schedule);
+    candidate.estimate = estimate(workload, placement, cluster, header, candidate.schedule);
+    candidate.fetch_launches = s;
+    // A longer pipeline must beat the shorter one by more than noise in the model.
+    if (!have || candidate.estimate.seconds < best.estimate.seconds * 0.995) {
+      best = std::move(candidate);
+      have = true;
+    }
+  }
+  return best;
+}
+
+}  // namespace dcp

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// dcp's scheduler: assigns every work unit a compute stage and every input a transfer, so that the
+// transfers of stage s + 1 overlap the compute of stage s within each link's budget.
+#pragma once
+
+#include <cstdint>
+
+#include "dcp/planner/schedule/schedule.h"
+
+namespace dcp {
+
+struct ScheduleOptions {
+  // Fetch launches S: stages 1..S fetch their inputs while the previous stage computes (an input
+  // relayed inside a node may add one more stage). 0: the S in [1, max_fetch_launches] with the
+  // lowest estimated time.
+  std::int32_t fetch_launches = 0;
+  std::int32_t max_fetch_launches = 8;
+};
+
+// Throws InvalidInput naming the field for S < 0, max < 1 or S > 64.
+void validate(const ScheduleOptions& options);
+
+struct ScheduledPass {
+  PassSchedule schedule;
+  ScheduleEstimate estimate;
+  std::int32_t fetch_launches = 0;  // the S used
+};
+
+// Stage 0 runs every work unit whose inputs are on its device. Then, for each launch l, devices
+// take turns (least compute in stage l + 1 first) pulling their heaviest pending work unit into
+// stage l + 1 if the transfers its missing inputs need fit every link's budget for launch l: the
+// sender's and receiver's intra-node link, or both nodes' network interfaces. The budget is the
+// time of stage l's compute, or the pass's unavoidable communication time spread over S launches
+// if that is longer; launch S - 1 and any later one are unbudgeted, so every unit is placed. An
+// input from another node crosses the network once per node: to the first device of that node
+// that needs it, which relays it to the others of its node from the next launch on.
+ScheduledPass schedule_pass(const Workload& workload, const Placement& placement,
+                            const ClusterSpec& cluster, const PlanHeader& header, Pass pass,
+                            const ScheduleOptions& options);
+
+}  // namespace dcp

@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: Apache-2.0
+// The whole planner: every strategy's plan verifies on every mask kind and world size, plans are
+// deterministic and survive the plan file, and the verifier catches broken compiled plans.
+#include <algorithm>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "dcp/core/error.h"
+#include "dcp/core/rng.h"
+
+#include "dcp/model/mask_spec.h"
+
+#include "dcp/program/plan_file.h"
+#include "dcp/program/plan_json.h"
+#include "dcp/program/verifier.h"
+
+#include "dcp/planner/plan_builder.h"
+
+namespace dcp {
+namespace {
+
+// A batch with a 1-token sequence, one shorter than a block and a few random longer ones.
+SequenceBatch random_batch(std::uint64_t seed) {
+  Rng rng(seed);
+  std::vector<TokenCount> lengths = {1, 37};
+  for (int i = 0; i < 3; ++i) lengths.push_back(rng.uniform_int(100, 900));
+  std::swap(lengths[0], lengths[static_cast<std::size_t>(rng.uniform_int(0, 4))]);
+  return SequenceBatch(lengths);
+}
+
+MaskSpec small_spec(MaskKind kind) {
+  MaskSpec spec;
+  spec.kind = kind;
+  spec.window = 200;
+  spec.sink = 16;
+  spec.block = 48;
+  return spec;
+}
+
+Workload make(const SequenceBatch& batch, MaskKind kind, std::int32_t q_heads,
+              std::int32_t kv_heads) {
+  AttentionShape shape;
+  shape.q_heads = q_heads;
+  shape.kv_heads = kv_heads;
+  shape.head_dim = 16;
+  return Workload(shape, batch, build_batch_mask(small_spec(kind), batch), 64, 1);
+}
+
+PlanOptions options_for(Strategy strategy, ClusterShape shape) {
+  PlanOptions options;
+  options.strategy = strategy;
+  options.cluster = cluster_preset("a100-p4de");
+  options.cluster.shape = shape;
+  options.seed = 7;
+  return options;
+}
+
+const ClusterShape kWorlds[] = {{1, 1}, {1, 2}, {1, 3}, {2, 2}, {2, 4}, {4, 8}};
+
+class EveryStrategy : public ::testing::TestWithParam<Strategy> {};
+
+TEST_P(EveryStrategy, VerifiesOnEveryMaskAndWorldSizeBothPasses) {
+  const Strategy strategy = GetParam();
+  std::uint64_t seed = 11;
+  for (const ClusterShape world : kWorlds) {
+    for (const MaskKind kind : all_mask_kinds()) {
+      // Ulysses and hybrid split heads over devices: give them as many q heads as they need.
+      const std::int32_t q_heads = world.devices() > 8 ? 32 : 8;
+      const Workload workload = make(random_batch(seed++), kind, q_heads, q_heads / 4);
+      const BuiltPlan built = build_plan(workload, options_for(strategy, world));
+      const VerifyReport report = verify(built.plan);
+      ASSERT_TRUE(report.ok) << to_string(strategy) << " on " << world.nodes << "x"
+                             << world.devices_per_node << ", " << to_string(kind) << ": "
+                             << describe(report);
+      EXPECT_EQ(report.forward.work_units, built.workload.work_unit_count());
+      EXPECT_EQ(report.backward.work_units, built.workload.work_unit_count());
+      EXPECT_EQ(built.plan.forward.size(), static_cast<std::size_t>(world.devices()));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, EveryStrategy,
+                         ::testing::Values(Strategy::kDcp, Strategy::kRing, Strategy::kZigzag,
+                                           Strategy::kUlysses, Strategy::kHybrid),
+                         [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+
+TEST(PlanBuilder, UlyssesNeedsAHeadBlockPerDevice) {
+  const Workload workload = make(random_batch(1), MaskKind::kCausal, 8, 2);
+  EXPECT_THROW(build_plan(workload, options_for(Strategy::kUlysses, {1, 16})), InvalidInput);
+  EXPECT_THROW(build_plan(workload, options_for(Strategy::kHybrid, {2, 16})), InvalidInput);
+}
+
+TEST(PlanBuilder, SameInputsAndSeedGiveTheSameBytes) {
+  const Workload workload = make(random_batch(3), MaskKind::kLambda, 8, 2);
+  for (const Strategy strategy : {Strategy::kDcp, Strategy::kZigzag, Strategy::kHybrid}) {
+    const std::string a = serialize_plan(build_plan(workload, options_for(strategy, {2, 4})).plan);
+    const std::string b = serialize_plan(build_plan(workload, options_for(strategy, {2, 4})).plan);
+    EXPECT_EQ(a, b) << to_string(strategy);
+  }
+}
+
+TEST(PlanBuilder, BinaryRoundTripKeepsEveryField) {
+  const Workload workload = make(random_batch(4), MaskKind::kSharedQuestion, 8, 2);
+  const BuiltPlan built = build_plan(workload, options_for(Strategy::kDcp, {2, 2}));
+  const std::string bytes = serialize_plan(built.plan);
+  const Plan back = parse_plan(bytes, "memory");
+  EXPECT_EQ(plan_to_json(back), plan_to_json(built.plan));
+  EXPECT_EQ(serialize_plan(back), bytes);
+}
+
+TEST(StageScheduler, StageZeroUsesOnlyLocalInputsAndInputsCrossToANodeOnce) {
+  const Workload workload = make(random_batch(5), MaskKind::kCausal, 8, 2);
+  PlanOptions options = options_for(Strategy::kDcp, {4, 2});
+  PlacementOptions placement_options = options.placement;
+  placement_options.cluster = options.cluster.shape;
+  const Placement placement = place(workload, placement_options).placement;
+  const PlanHeader header = plan_header(workload, options.cluster.shape, "dcp", 0);
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    for (const std::int32_t s : {1, 2, 5}) {
+      ScheduleOptions schedule_options;
+      schedule_options.fetch_launches = s;
+      const PassSchedule schedule =
+          schedule_pass(workload, placement, options.cluster, header, pass, schedule_options)
+              .schedule;
+      EXPECT_GE(schedule.stages, 1);
+      for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+        const WorkUnit unit = workload.work_unit(w);
+        const DeviceId device = placement.work_unit_device[static_cast<std::size_t>(w)];
+        const auto local = [&](const ValueKey& v) {
+          return placement.token_block_device[static_cast<std::size_t>(v.block)] == device;
+        };
+        if (schedule.unit_stage[static_cast<std::size_t>(w)] == 0) {
+          EXPECT_TRUE(local(query_value(workload, pass, unit)) && local(key_value(workload, unit)));
+        }
+      }
+      std::set<std::tuple<ValueKey, std::int32_t>> crossings;
+      for (const Transfer& t : schedule.transfers) {
+        const ClusterShape& shape = options.cluster.shape;
+        if (is_output(t.value.kind) || shape.node_of(t.src) == shape.node_of(t.dst)) continue;
+        EXPECT_TRUE(crossings.emplace(t.value, shape.node_of(t.dst)).second)
+            << "an input crossed into node " << shape.node_of(t.dst) << " twice";
+      }
+    }
+  }
+}
+
+// --- The verifier on broken compiled plans --------------------------------------------------
+
+Plan compiled_plan() {
+  const Workload workload = make(random_batch(9), MaskKind::kCausal, 8, 2);
+  PlanOptions options = options_for(Strategy::kDcp, {2, 2});
+  options.schedule.fetch_launches = 3;
+  Plan plan = build_plan(workload, options).plan;
+  EXPECT_TRUE(verify(plan).ok);
+  return plan;
+}
+
+template <typename T>
+std::pair<std::size_t, std::size_t> find_instruction(const Plan& plan) {
+  for (std::size_t d = 0; d < plan.forward.size(); ++d) {
+    const auto& code = plan.forward[d].instructions;
+    for (std::size_t i = 0; i < code.size(); ++i) {
+      if (std::holds_alternative<T>(code[i])) return {d, i};
+    }
+  }
+  ADD_FAILURE() << "no such instruction";
+  return {0, 0};
+}
+
+std::string rule_of(const Plan& plan) {
+  const VerifyReport report = verify(plan);
+  EXPECT_FALSE(report.ok);
+  return report.first ? report.first->rule : "";
+}
+
+TEST(VerifierOnCompiledPlans, CatchesADroppedAttentionInstruction) {
+  Plan plan = compiled_plan();
+  const auto [d, i] = find_instruction<AttnForward>(plan);
+  auto& code = plan.forward[d].instructions;
+  code.erase(code.begin() + static_cast<std::ptrdiff_t>(i));
+  plan.forward[d].instruction_stage.erase(plan.forward[d].instruction_stage.begin() +
+                                          static_cast<std::ptrdiff_t>(i));
+  EXPECT_FALSE(verify(plan).ok);
+}
+
+TEST(VerifierOnCompiledPlans, CatchesASwappedPeer) {
+  Plan plan = compiled_plan();
+  const auto [d, i] = find_instruction<Launch>(plan);
+  CommOp& op = std::get<Launch>(plan.forward[d].instructions[i]).ops.front();
+  op.peer = (op.peer + 1) % plan.header.cluster.devices() == static_cast<std::int32_t>(d)
+                ? (op.peer + 2) % plan.header.cluster.devices()
+                : (op.peer + 1) % plan.header.cluster.devices();
+  const std::string rule = rule_of(plan);
+  EXPECT_TRUE(rule == "unmatched" || rule == "send-recv-bytes" || rule == "deadlock" ||
+              rule == "send-recv-kind")
+      << rule;
+}
+
+TEST(VerifierOnCompiledPlans, CatchesAMissingMerge) {
+  Plan plan = compiled_plan();
+  const auto [d, i] = find_instruction<Merge>(plan);
+  plan.forward[d].instructions.erase(plan.forward[d].instructions.begin() +
+                                     static_cast<std::ptrdiff_t>(i));
+  plan.forward[d].instruction_stage.erase(plan.forward[d].instruction_stage.begin() +
+                                          static_cast<std::ptrdiff_t>(i));
+  EXPECT_EQ(rule_of(plan), "output-incomplete");
+}
+
+TEST(VerifierOnCompiledPlans, CatchesAReceiveIntoALiveSlot) {
+  Plan plan = compiled_plan();
+  for (Program& program : plan.forward) {
+    for (Instruction& instruction : program.instructions) {
+      auto* launch = std::get_if<Launch>(&instruction);
+      if (launch == nullptr) continue;
+      for (CommOp& op : launch->ops) {
+        if (op.direction != CommOp::Direction::kRecv) continue;
+        // Slot 0 holds the first value loaded, alive while the device computes.
+        const auto first_load = std::find_if(program.instructions.begin(),
+                                             program.instructions.end(), [](const Instruction& x) {
+                                               return std::holds_alternative<Load>(x);
+                                             });
+        ASSERT_NE(first_load, program.instructions.end());
+        op.slot = std::get<Load>(*first_load).slot;
+        const std::string rule = rule_of(plan);
+        EXPECT_TRUE(rule == "slot-live" || rule == "send-recv-kind") << rule;
+        return;
+      }
+    }
+  }
+  FAIL() << "no receive in the plan";
+}
+
+TEST(VerifierOnCompiledPlans, CatchesAWrongByteCount) {
+  Plan plan = compiled_plan();
+  const auto [d, i] = find_instruction<Launch>(plan);
+  std::get<Launch>(plan.forward[d].instructions[i]).ops.front().bytes += 2;
+  const std::string rule = rule_of(plan);
+  EXPECT_TRUE(rule == "send-bytes" || rule == "send-recv-bytes") << rule;
+}
+
+}  // namespace
+}  // namespace dcp

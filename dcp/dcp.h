@@ -20,18 +20,17 @@
 #include "dcp/data/batch_packing.h"
 #include "dcp/data/length_distribution.h"
 
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/partition/hmetis_format.h"
+#include "dcp/planner/placement/block_hypergraph.h"
+#include "dcp/planner/placement/hierarchical_placer.h"
+#include "dcp/planner/placement/static_placements.h"
+#include "dcp/planner/plan_builder.h"
 #include "dcp/program/plan_file.h"
 #include "dcp/program/plan_json.h"
 #include "dcp/program/program.h"
 #include "dcp/program/program_stats.h"
 #include "dcp/program/verifier.h"
-
-#include "dcp/planner/baselines/static_plans.h"
-#include "dcp/planner/partition/hmetis_format.h"
-#include "dcp/planner/plan_builder.h"
-#include "dcp/planner/placement/block_hypergraph.h"
-#include "dcp/planner/placement/hierarchical_placer.h"
-#include "dcp/planner/placement/static_placements.h"
 
 namespace dcp {
 

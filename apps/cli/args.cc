@@ -10,8 +10,8 @@ namespace dcp::cli {
 
 Args::Args(std::span<const FlagSpec> specs, std::span<const std::string> argv,
            std::size_t max_positional) {
-  const bool has_out = std::any_of(specs.begin(), specs.end(),
-                                   [](const FlagSpec& s) { return s.name == "--out"; });
+  const bool has_out =
+      std::any_of(specs.begin(), specs.end(), [](const FlagSpec& s) { return s.name == "--out"; });
   for (std::size_t i = 0; i < argv.size(); ++i) {
     // -o is the one short flag: the conventional spelling of --out.
     const std::string& arg = has_out && argv[i] == "-o" ? std::string("--out") : argv[i];

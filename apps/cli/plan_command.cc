@@ -72,10 +72,11 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
   }
   const auto start = std::chrono::steady_clock::now();
   PlanOptions options;
-  options.cluster = with_flag("--cluster " + quoted(args.get_or("--cluster", "a100-p4de")),
-                              [&] { return resolve_cluster(args.get_or("--cluster", "a100-p4de")); });
-  options.cluster.shape.nodes = static_cast<std::int32_t>(
-      args.get_int("--nodes", options.cluster.shape.nodes, 1, 1 << 16));
+  options.cluster = with_flag("--cluster " + quoted(args.get_or("--cluster", "a100-p4de")), [&] {
+    return resolve_cluster(args.get_or("--cluster", "a100-p4de"));
+  });
+  options.cluster.shape.nodes =
+      static_cast<std::int32_t>(args.get_int("--nodes", options.cluster.shape.nodes, 1, 1 << 16));
   options.cluster.shape.devices_per_node = static_cast<std::int32_t>(
       args.get_int("--devices-per-node", options.cluster.shape.devices_per_node, 1, 1 << 16));
   with_flag("--nodes/--devices-per-node", [&] { validate(options.cluster.shape); });
@@ -210,8 +211,8 @@ int run_inspect(std::span<const std::string> argv, std::ostream& out) {
       << ", " << to_string(h.dtype) << "\n";
   for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
     const auto& programs = plan.programs(pass);
-    out << "\n" << to_string(pass) << " (" << (programs.empty() ? 0 : programs[0].stages)
-        << " stages)\n";
+    out << "\n"
+        << to_string(pass) << " (" << (programs.empty() ? 0 : programs[0].stages) << " stages)\n";
     std::snprintf(line, sizeof(line), "%6s %7s %5s %5s %6s %5s %6s %6s %5s %5s %5s %6s %9s  %s\n",
                   "device", "instr", "load", "store", "launch", "wait", "rows", "units", "merge",
                   "sum", "free", "slots", "peak MB", "sent / received MB per stage");
@@ -224,7 +225,9 @@ int run_inspect(std::span<const std::string> argv, std::ostream& out) {
         if (i > 0) per_stage += "  ";
         per_stage += mb(s.sent_by_stage[i]) + "/" + mb(s.received_by_stage[i]);
       }
-      const auto count = [&](int op) { return static_cast<long long>(s.opcode_counts[static_cast<std::size_t>(op)]); };
+      const auto count = [&](int op) {
+        return static_cast<long long>(s.opcode_counts[static_cast<std::size_t>(op)]);
+      };
       std::snprintf(line, sizeof(line),
                     "%6d %7lld %5lld %5lld %6lld %5lld %6lld %6lld %5lld %5lld %5lld %6d %9s  ",
                     program.device, static_cast<long long>(s.instructions), count(0), count(1),

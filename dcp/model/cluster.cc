@@ -83,7 +83,8 @@ ClusterSpec cluster_preset(std::string_view name) {
     spec.kernel_overhead = 6e-6;        // estimate
   } else {
     std::string known;
-    for (const std::string& preset : cluster_presets()) known += (known.empty() ? "" : ", ") + preset;
+    for (const std::string& preset : cluster_presets())
+      known += (known.empty() ? "" : ", ") + preset;
     throw InvalidInput("unknown cluster preset " + quoted(name) + " (presets: " + known +
                        "; or give a cluster file)");
   }
@@ -94,7 +95,7 @@ namespace {
 
 struct Field {
   const char* key;
-  double ClusterSpec::* member;
+  double ClusterSpec::*member;
   double unit;
 };
 
@@ -197,9 +198,10 @@ ClusterSpec resolve_cluster(const std::string& preset_or_file) {
   std::ifstream probe(preset_or_file);
   if (!probe) {
     std::string known;
-    for (const std::string& preset : cluster_presets()) known += (known.empty() ? "" : ", ") + preset;
-    throw InvalidInput("--cluster " + quoted(preset_or_file) +
-                       " is neither a preset (" + known + ") nor a readable file");
+    for (const std::string& preset : cluster_presets())
+      known += (known.empty() ? "" : ", ") + preset;
+    throw InvalidInput("--cluster " + quoted(preset_or_file) + " is neither a preset (" + known +
+                       ") nor a readable file");
   }
   return read_cluster_file(preset_or_file);
 }

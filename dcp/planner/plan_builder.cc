@@ -30,7 +30,8 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
     placement_options.cluster = shape;
     placement_options.seed = options.seed;
     PlacementResult placed = place(workload, placement_options);
-    BuiltPlan built{Plan{}, workload, std::move(placed.placement), placed.within_bounds, {}, {}, {}};
+    BuiltPlan built{Plan{}, workload, std::move(placed.placement), placed.within_bounds, {},
+                    {},     {}};
     built.timings.partition_ms = ms_since(start);
     built.plan.header = plan_header(workload, shape, "dcp", options.seed);
     ScheduledPass passes[2];
@@ -54,7 +55,8 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
     return built;
   }
   StaticPlan layout = static_plan(options.strategy, workload, shape);
-  BuiltPlan built{Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}};
+  BuiltPlan built{Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {},
+                  {}};
   built.timings.partition_ms = ms_since(start);
   built.plan.header =
       plan_header(built.workload, shape, std::string(to_string(options.strategy)), options.seed);
@@ -66,10 +68,9 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
   built.timings.compile_ms = ms_since(compile_start);
   for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
     const PassSchedule& schedule = pass == Pass::kForward ? layout.forward : layout.backward;
-    (pass == Pass::kForward ? built.forward : built.backward) =
-        ScheduleSummary{schedule.stages, 0,
-                    estimate(built.workload, built.placement, options.cluster, built.plan.header,
-                             schedule)};
+    (pass == Pass::kForward ? built.forward : built.backward) = ScheduleSummary{
+        schedule.stages, 0,
+        estimate(built.workload, built.placement, options.cluster, built.plan.header, schedule)};
   }
   built.timings.total_ms = ms_since(start);
   return built;

@@ -7,19 +7,18 @@
 #include "dcp/model/cluster.h"
 #include "dcp/model/workload.h"
 
-#include "dcp/program/program.h"
-
 #include "dcp/planner/baselines/static_plans.h"
 #include "dcp/planner/placement/hierarchical_placer.h"
 #include "dcp/planner/schedule/stage_scheduler.h"
+#include "dcp/program/program.h"
 
 namespace dcp {
 
 struct PlanOptions {
   Strategy strategy = Strategy::kDcp;
-  ClusterSpec cluster;          // the shape and the cost model
-  PlacementOptions placement;   // dcp only; its cluster and seed are set from the fields here
-  ScheduleOptions schedule;     // dcp only
+  ClusterSpec cluster;         // the shape and the cost model
+  PlacementOptions placement;  // dcp only; its cluster and seed are set from the fields here
+  ScheduleOptions schedule;    // dcp only
   std::uint64_t seed = 0;
 };
 

@@ -4,18 +4,22 @@
 
 namespace dcp {
 
-std::string_view to_string(Pass pass) {
-  return pass == Pass::kForward ? "forward" : "backward";
-}
+std::string_view to_string(Pass pass) { return pass == Pass::kForward ? "forward" : "backward"; }
 
 std::string_view to_string(SlotKind kind) {
   switch (kind) {
-    case SlotKind::kQ: return "q";
-    case SlotKind::kKV: return "kv";
-    case SlotKind::kOut: return "out";
-    case SlotKind::kQGrad: return "qgrad";
-    case SlotKind::kDQ: return "dq";
-    case SlotKind::kDKV: return "dkv";
+    case SlotKind::kQ:
+      return "q";
+    case SlotKind::kKV:
+      return "kv";
+    case SlotKind::kOut:
+      return "out";
+    case SlotKind::kQGrad:
+      return "qgrad";
+    case SlotKind::kDQ:
+      return "dq";
+    case SlotKind::kDKV:
+      return "dkv";
   }
   return "?";
 }
@@ -28,7 +32,8 @@ bool uses_q_heads(SlotKind kind) { return kind != SlotKind::kKV && kind != SlotK
 
 std::int64_t TileMask::pairs() const {
   std::int64_t total = 0;
-  for (std::size_t i = 0; i + 1 < intervals.size(); i += 2) total += intervals[i + 1] - intervals[i];
+  for (std::size_t i = 0; i + 1 < intervals.size(); i += 2)
+    total += intervals[i + 1] - intervals[i];
   return total;
 }
 
@@ -55,12 +60,18 @@ std::int64_t value_bytes(const PlanHeader& header, SlotKind kind, std::int64_t t
   const std::int64_t partial = bytes_of(header.partial_dtype);
   constexpr std::int64_t kStat = 4;  // lse, delta: fp32
   switch (kind) {
-    case SlotKind::kQ: return tokens * h * d * data;
-    case SlotKind::kKV: return 2 * tokens * hk * d * data;
-    case SlotKind::kOut: return tokens * h * (d * partial + kStat);
-    case SlotKind::kQGrad: return tokens * h * (2 * d * data + 2 * kStat);
-    case SlotKind::kDQ: return tokens * h * d * partial;
-    case SlotKind::kDKV: return 2 * tokens * hk * d * partial;
+    case SlotKind::kQ:
+      return tokens * h * d * data;
+    case SlotKind::kKV:
+      return 2 * tokens * hk * d * data;
+    case SlotKind::kOut:
+      return tokens * h * (d * partial + kStat);
+    case SlotKind::kQGrad:
+      return tokens * h * (2 * d * data + 2 * kStat);
+    case SlotKind::kDQ:
+      return tokens * h * d * partial;
+    case SlotKind::kDKV:
+      return 2 * tokens * hk * d * partial;
   }
   return 0;
 }

@@ -62,7 +62,8 @@ struct BlockInfo {
 
 // The mask of one (q block, kv block) tile, relative to the tile: row r of the q block attends to
 // the kv block's keys [begin, end) for each interval in intervals[row_offsets[r] ..
-// row_offsets[r + 1]). Intervals of a row are sorted, disjoint, non-empty and inside [0, kv_tokens).
+// row_offsets[r + 1]). Intervals of a row are sorted, disjoint, non-empty and inside [0,
+// kv_tokens).
 struct TileMask {
   std::int32_t q_tokens = 0;
   std::int32_t kv_tokens = 0;
@@ -204,7 +205,9 @@ struct Program {
   std::vector<Slot> slots;
   std::vector<TileMask> masks;
   std::vector<Instruction> instructions;
-  // The compute stage each instruction belongs to (for inspection and simulation).
+  // The compute stage each instruction belongs to (for inspection and simulation), in
+  // [0, stages]: `stages` marks the epilogue after the last compute stage (its waits, merges and
+  // stores).
   std::vector<std::int32_t> instruction_stage;
 };
 

@@ -46,7 +46,8 @@ ProgramStats program_stats(const PlanHeader& header, const Program& program) {
       }
     }
   }
-  for (const Slot& slot : program.slots) stats.slot_bytes += value_bytes(header, slot.kind, slot.tokens);
+  for (const Slot& slot : program.slots)
+    stats.slot_bytes += value_bytes(header, slot.kind, slot.tokens);
   stats.slots = static_cast<std::int32_t>(program.slots.size());
   return stats;
 }

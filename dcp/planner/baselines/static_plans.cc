@@ -3,7 +3,9 @@
 #include "dcp/planner/baselines/static_plans.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "dcp/core/error.h"
 #include "dcp/core/parse.h"
@@ -12,11 +14,16 @@ namespace dcp {
 
 std::string_view to_string(Strategy strategy) {
   switch (strategy) {
-    case Strategy::kDcp: return "dcp";
-    case Strategy::kRing: return "ring";
-    case Strategy::kZigzag: return "zigzag";
-    case Strategy::kUlysses: return "ulysses";
-    case Strategy::kHybrid: return "hybrid";
+    case Strategy::kDcp:
+      return "dcp";
+    case Strategy::kRing:
+      return "ring";
+    case Strategy::kZigzag:
+      return "zigzag";
+    case Strategy::kUlysses:
+      return "ulysses";
+    case Strategy::kHybrid:
+      return "hybrid";
   }
   return "?";
 }
@@ -81,7 +88,8 @@ struct RingSchedule {
 
 void add_ring_transfers(const RingSchedule& rings, const ValueKey& value, DeviceId start,
                         std::int32_t first_launch, std::vector<Transfer>& transfers) {
-  const auto& ring = rings.rings[static_cast<std::size_t>(rings.ring_of[static_cast<std::size_t>(start)])];
+  const auto& ring =
+      rings.rings[static_cast<std::size_t>(rings.ring_of[static_cast<std::size_t>(start)])];
   const auto n = static_cast<std::int32_t>(ring.size());
   const std::int32_t p0 = rings.position[static_cast<std::size_t>(start)];
   for (std::int32_t k = 1; k < n; ++k) {
@@ -94,8 +102,61 @@ std::int32_t ring_distance(const RingSchedule& rings, DeviceId from, DeviceId to
   const auto n = static_cast<std::int32_t>(
       rings.rings[static_cast<std::size_t>(rings.ring_of[static_cast<std::size_t>(to)])].size());
   return ((rings.position[static_cast<std::size_t>(to)] -
-           rings.position[static_cast<std::size_t>(from)]) % n + n) % n;
+           rings.position[static_cast<std::size_t>(from)]) %
+              n +
+          n) %
+         n;
 }
+
+// Backward: partial kv gradients travel the ring their K, V travelled and end at the owner, as
+// ring attention passes dK, dV along with K, V: each device adds its contributions to what it
+// received and passes the sum on, in the launch after both its last contribution and the
+// arrival. `start` is where the kv value entered the ring.
+class RingGradients {
+ public:
+  RingGradients(const Workload& w, const Placement& p, const PassSchedule& schedule)
+      : w_(w), p_(p), devices_(p.cluster.devices()) {
+    for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
+      const WorkUnit unit = w.work_unit(u);
+      const ValueKey dkv = output_values(w, Pass::kBackward, unit).back();
+      const std::int64_t key = index(dkv, p.work_unit_device[static_cast<std::size_t>(u)]);
+      auto [it, inserted] =
+          last_stage_.try_emplace(key, schedule.unit_stage[static_cast<std::size_t>(u)]);
+      if (!inserted)
+        it->second = std::max(it->second, schedule.unit_stage[static_cast<std::size_t>(u)]);
+    }
+  }
+
+  void add(const RingSchedule& rings, const ValueKey& dkv, DeviceId start,
+           std::vector<Transfer>& transfers) const {
+    const auto& ring =
+        rings.rings[static_cast<std::size_t>(rings.ring_of[static_cast<std::size_t>(start)])];
+    const auto n = static_cast<std::int32_t>(ring.size());
+    const std::int32_t p0 = rings.position[static_cast<std::size_t>(start)];
+    const DeviceId owner = p_.token_block_device[static_cast<std::size_t>(dkv.block)];
+    std::int32_t launch = -1;
+    bool started = false;
+    for (std::int32_t k = 0; k < n; ++k) {
+      const DeviceId device = ring[static_cast<std::size_t>((p0 + k) % n)];
+      const auto it = last_stage_.find(index(dkv, device));
+      if (it == last_stage_.end() && !started) continue;
+      started = true;
+      const DeviceId next = k + 1 < n ? ring[static_cast<std::size_t>((p0 + k + 1) % n)] : owner;
+      launch = std::max(launch + 1, it == last_stage_.end() ? 0 : it->second + 1);
+      if (next != device) transfers.push_back({dkv, device, next, launch});
+    }
+  }
+
+ private:
+  std::int64_t index(const ValueKey& dkv, DeviceId device) const {
+    return (std::int64_t{dkv.block} * w_.heads().kv_count() + dkv.head_block) * devices_ + device;
+  }
+
+  const Workload& w_;
+  const Placement& p_;
+  std::int64_t devices_;
+  std::unordered_map<std::int64_t, std::int32_t> last_stage_;
+};
 
 // Ring and zigzag: one ring of all devices, work with its q chunk, no all-to-all.
 PassSchedule ring_pass(const Workload& w, const Placement& p, Pass pass) {
@@ -113,16 +174,20 @@ PassSchedule ring_pass(const Workload& w, const Placement& p, Pass pass) {
   for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
     const WorkUnit unit = w.work_unit(u);
     const BlockId kv = w.blocks().block_id(unit.seq, unit.kv_block);
-    schedule.unit_stage.push_back(ring_distance(rings, p.token_block_device[static_cast<std::size_t>(kv)],
+    schedule.unit_stage.push_back(ring_distance(rings,
+                                                p.token_block_device[static_cast<std::size_t>(kv)],
                                                 p.work_unit_device[static_cast<std::size_t>(u)]));
   }
+  std::optional<RingGradients> gradients;
+  if (pass == Pass::kBackward) gradients.emplace(w, p, schedule);
   for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
+    const DeviceId owner = p.token_block_device[static_cast<std::size_t>(b)];
     for (std::int32_t g = 0; g < w.heads().kv_count(); ++g) {
-      add_ring_transfers(rings, {SlotKind::kKV, b, g}, p.token_block_device[static_cast<std::size_t>(b)],
-                         0, schedule.transfers);
+      add_ring_transfers(rings, {SlotKind::kKV, b, g}, owner, 0, schedule.transfers);
+      if (gradients) gradients->add(rings, {SlotKind::kDKV, b, g}, owner, schedule.transfers);
     }
   }
-  add_partial_transfers(w, p, schedule);
+  add_partial_transfers(w, p, schedule, /*kv_gradients=*/false);
   return schedule;
 }
 
@@ -151,7 +216,8 @@ PassSchedule head_parallel_pass(const Workload& w, const Placement& p, Pass pass
     const BlockId kv = w.blocks().block_id(unit.seq, unit.kv_block);
     const DeviceId device = p.work_unit_device[static_cast<std::size_t>(u)];
     const DeviceId kv_group_device =
-        group_of(p.token_block_device[static_cast<std::size_t>(kv)]) * group_size + device % group_size;
+        group_of(p.token_block_device[static_cast<std::size_t>(kv)]) * group_size +
+        device % group_size;
     schedule.unit_stage.push_back(1 + ring_distance(rings, kv_group_device, device));
   }
   // The all-to-all is dense: every q value goes to the device of its head block, every kv value
@@ -163,6 +229,8 @@ PassSchedule head_parallel_pass(const Workload& w, const Placement& p, Pass pass
       locals.push_back(local_of_head(h));
     }
   }
+  std::optional<RingGradients> gradients;
+  if (pass == Pass::kBackward) gradients.emplace(w, p, schedule);
   for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
     const DeviceId owner = p.token_block_device[static_cast<std::size_t>(b)];
     const DeviceId base = group_of(owner) * group_size;
@@ -175,10 +243,11 @@ PassSchedule head_parallel_pass(const Workload& w, const Placement& p, Pass pass
         const DeviceId to = base + local;
         if (to != owner) schedule.transfers.push_back({{SlotKind::kKV, b, g}, owner, to, 0});
         add_ring_transfers(rings, {SlotKind::kKV, b, g}, to, 1, schedule.transfers);
+        if (gradients) gradients->add(rings, {SlotKind::kDKV, b, g}, to, schedule.transfers);
       }
     }
   }
-  add_partial_transfers(w, p, schedule);
+  add_partial_transfers(w, p, schedule, /*kv_gradients=*/false);
   return schedule;
 }
 
@@ -242,13 +311,16 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
     PassSchedule schedule;
     switch (strategy) {
       case Strategy::kRing:
-      case Strategy::kZigzag: schedule = ring_pass(plan.workload, plan.placement, pass); break;
+      case Strategy::kZigzag:
+        schedule = ring_pass(plan.workload, plan.placement, pass);
+        break;
       case Strategy::kUlysses:
         schedule = head_parallel_pass(plan.workload, plan.placement, pass,
                                       static_cast<std::int32_t>(devices));
         break;
       default:
-        schedule = head_parallel_pass(plan.workload, plan.placement, pass, cluster.devices_per_node);
+        schedule =
+            head_parallel_pass(plan.workload, plan.placement, pass, cluster.devices_per_node);
         break;
     }
     (pass == Pass::kForward ? plan.forward : plan.backward) = std::move(schedule);

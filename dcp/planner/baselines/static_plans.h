@@ -30,8 +30,9 @@ Strategy parse_strategy(std::string_view name);
 //            (TransformerEngine a2a+p2p, USP): each sequence cut into 2 x nodes node chunks in
 //            zigzag order, each split over the node's devices. Needs devices per node <= q head
 //            blocks.
-// Partial gradients of K and V go straight to their owner after the last stage that adds to
-// them (a ring implementation passes them along the ring instead: the same bytes).
+// Backward runs the same way; partial dK, dV travel the ring back to their owner with each
+// device's contribution added on the way, and other partial outputs (O, LSE forward; dQ and, for
+// Ulysses, dK, dV) return to their owner by all-to-all after the last stage that adds to them.
 // Throws InvalidInput if the strategy cannot run on the cluster, or for kDcp.
 struct StaticPlan {
   Workload workload;

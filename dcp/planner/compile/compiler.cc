@@ -78,10 +78,10 @@ struct PassContext {
     for (auto& units : device_units) {
       std::stable_sort(units.begin(), units.end(), [&](WorkUnitId a, WorkUnitId b) {
         const WorkUnit ua = w.work_unit(a), ub = w.work_unit(b);
-        return std::tuple(s.unit_stage[static_cast<std::size_t>(a)],
-                          query_value(w, s.pass, ua), key_value(w, ua)) <
-               std::tuple(s.unit_stage[static_cast<std::size_t>(b)],
-                          query_value(w, s.pass, ub), key_value(w, ub));
+        return std::tuple(s.unit_stage[static_cast<std::size_t>(a)], query_value(w, s.pass, ua),
+                          key_value(w, ua)) < std::tuple(s.unit_stage[static_cast<std::size_t>(b)],
+                                                         query_value(w, s.pass, ub),
+                                                         key_value(w, ub));
       });
     }
     device_transfers.resize(devices);
@@ -139,10 +139,12 @@ class DeviceCompiler {
     std::size_t next_unit = 0;
     for (std::int32_t s = 0; s < stages; ++s) {
       stage_ = s;
-      if (s > 0) emit_wait(s - 1);
+      if (s > 0) {
+        emit_wait(s - 1);
+        emit_merges(s - 1);  // before the launch, so a partial passed on includes what came in
+      }
       emit_launch(s);
       emit_attention(s, next_unit);
-      if (s > 0) emit_merges(s - 1);
       stage_ends_.push_back(code_.size());
     }
     stage_ = stages;
@@ -199,7 +201,8 @@ class DeviceCompiler {
       if (pass == Pass::kBackward) {
         for (std::int32_t g = 0; g < heads.kv_count(); ++g) {
           const std::int32_t n = c_.heads_of_kv_block[static_cast<std::size_t>(g)];
-          program_.outputs.push_back({SlotKind::kDKV, b, g, c_.kv_tiles[i] * n, c_.kv_pairs[i] * n});
+          program_.outputs.push_back(
+              {SlotKind::kDKV, b, g, c_.kv_tiles[i] * n, c_.kv_pairs[i] * n});
         }
       }
     }
@@ -210,7 +213,8 @@ class DeviceCompiler {
     const Pass pass = c_.schedule.pass;
     for (const WorkUnitId w : c_.device_units[static_cast<std::size_t>(device_)]) {
       const WorkUnit unit = c_.workload.work_unit(w);
-      for (const ValueKey& key : {query_value(c_.workload, pass, unit), key_value(c_.workload, unit)}) {
+      for (const ValueKey& key :
+           {query_value(c_.workload, pass, unit), key_value(c_.workload, unit)}) {
         if (owner(key.block) == device_) needed.insert(key);
       }
     }
@@ -458,7 +462,8 @@ class DeviceCompiler {
     for (const BlockId b : program_.owned) referenced_.insert(b);
     for (const BlockId b : referenced_) {
       const TokenBlock& block = c_.workload.blocks().block(b);
-      program_.blocks.push_back({b, block.seq, static_cast<std::int32_t>(block.tokens), block.begin});
+      program_.blocks.push_back(
+          {b, block.seq, static_cast<std::int32_t>(block.tokens), block.begin});
     }
   }
 
@@ -482,7 +487,7 @@ class DeviceCompiler {
   std::vector<LaunchId> launch_ids_;  // per launch number; -1 when this device had no ops
   LaunchId next_launch_id_ = 0;
   std::vector<std::vector<VReg>> in_flight_;  // sent and received values per launch number
-  std::vector<std::vector<std::pair<ValueKey, VReg>>> arrived_;   // partials per launch number
+  std::vector<std::vector<std::pair<ValueKey, VReg>>> arrived_;  // partials per launch number
   std::set<BlockId> referenced_;
   std::unordered_map<TileId, MaskId> tile_mask_;
   std::unordered_map<std::uint64_t, std::vector<MaskId>> masks_by_hash_;

@@ -6,20 +6,20 @@
 
 #include "dcp/model/workload.h"
 
-#include "dcp/program/program.h"
-
 #include "dcp/planner/placement/placement.h"
 #include "dcp/planner/schedule/schedule.h"
+#include "dcp/program/program.h"
 
 namespace dcp {
 
 // Per device, in this order:
 //   stage 0: load the owned inputs the device uses or sends; issue launch 0; attention over the
 //            stage's work units;
-//   stage s: wait for launch s - 1; issue launch s (inputs of stage s + 1, relays, and the
-//            partial outputs of stage s - 1); attention; merge (forward) or sum (backward) the
-//            partial outputs launch s - 1 brought into this device's accumulators; free the slots
-//            whose values are dead;
+//   stage s: wait for launch s - 1; merge (forward) or sum (backward) the partial outputs it
+//            brought into this device's accumulators; issue launch s (inputs of stage s + 1,
+//            relays, and partial outputs: those complete on this device after stage s - 1, or
+//            passed on after adding what came in); attention; free the slots whose values are
+//            dead;
 //   end:     wait for the last launches and merge what they brought; store every owned output.
 // A device accumulates its own contributions to a value in one slot (the attention instruction's
 // accumulate flag) and sends it once, after the last stage that contributes. Slots are assigned

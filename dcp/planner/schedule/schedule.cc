@@ -3,7 +3,7 @@
 #include "dcp/planner/schedule/schedule.h"
 
 #include <algorithm>
-#include <map>
+#include <tuple>
 
 #include "dcp/model/tensor.h"
 
@@ -29,22 +29,36 @@ std::vector<ValueKey> output_values(const Workload& workload, Pass pass, const W
 }
 
 void add_partial_transfers(const Workload& workload, const Placement& placement,
-                           PassSchedule& schedule) {
-  // (value, contributing device) -> last stage it contributes in.
-  std::map<std::pair<ValueKey, DeviceId>, std::int32_t> last_stage;
+                           PassSchedule& schedule, bool kv_gradients) {
+  // Every (value, contributing device, stage) away from the value's owner; the transfer goes in
+  // the launch after the last such stage.
+  struct Contribution {
+    ValueKey value;
+    DeviceId device;
+    std::int32_t stage;
+  };
+  std::vector<Contribution> contributions;
   for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
     const DeviceId device = placement.work_unit_device[static_cast<std::size_t>(w)];
     const std::int32_t stage = schedule.unit_stage[static_cast<std::size_t>(w)];
     for (const ValueKey& value : output_values(workload, schedule.pass, workload.work_unit(w))) {
       if (placement.token_block_device[static_cast<std::size_t>(value.block)] == device) continue;
-      auto [it, inserted] = last_stage.try_emplace({value, device}, stage);
-      if (!inserted) it->second = std::max(it->second, stage);
+      if (!kv_gradients && value.kind == SlotKind::kDKV) continue;
+      contributions.push_back({value, device, stage});
     }
   }
-  for (const auto& [key, stage] : last_stage) {
+  std::sort(contributions.begin(), contributions.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.value, a.device, a.stage) < std::tie(b.value, b.device, b.stage);
+  });
+  for (std::size_t i = 0; i < contributions.size(); ++i) {
+    const Contribution& c = contributions[i];
+    if (i + 1 < contributions.size() && contributions[i + 1].value == c.value &&
+        contributions[i + 1].device == c.device) {
+      continue;  // not the last stage of this (value, device)
+    }
     schedule.transfers.push_back(
-        {key.first, key.second,
-         placement.token_block_device[static_cast<std::size_t>(key.first.block)], stage + 1});
+        {c.value, c.device, placement.token_block_device[static_cast<std::size_t>(c.value.block)],
+         c.stage + 1});
   }
   std::sort(schedule.transfers.begin(), schedule.transfers.end(),
             [](const Transfer& a, const Transfer& b) {
@@ -69,7 +83,8 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
   const auto stages = static_cast<std::size_t>(schedule.stages);
   std::vector<double> compute(stages * devices, 0.0);
   for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
-    const auto device = static_cast<std::size_t>(placement.work_unit_device[static_cast<std::size_t>(w)]);
+    const auto device =
+        static_cast<std::size_t>(placement.work_unit_device[static_cast<std::size_t>(w)]);
     const auto stage = static_cast<std::size_t>(schedule.unit_stage[static_cast<std::size_t>(w)]);
     compute[stage * devices + device] +=
         unit_seconds(workload, cluster, schedule.pass, workload.work_unit(w));
@@ -79,7 +94,8 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
   for (std::size_t s = 0; s < stages; ++s) {
     for (std::size_t d = 0; d < devices; ++d) {
       const double c = compute[s * devices + d];
-      if (c > 0) result.stage_compute[s] = std::max(result.stage_compute[s], c + cluster.kernel_overhead);
+      if (c > 0)
+        result.stage_compute[s] = std::max(result.stage_compute[s], c + cluster.kernel_overhead);
     }
     result.compute_seconds += result.stage_compute[s];
   }
@@ -108,9 +124,10 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
     const auto src_node = static_cast<std::size_t>(shape.node_of(t.src));
     const auto dst_node = static_cast<std::size_t>(shape.node_of(t.dst));
     if (src_node == dst_node) {
-      return cluster.transfer_seconds(std::max(intra_send[l * devices + static_cast<std::size_t>(t.src)],
-                                               intra_recv[l * devices + static_cast<std::size_t>(t.dst)]),
-                                      false);
+      return cluster.transfer_seconds(
+          std::max(intra_send[l * devices + static_cast<std::size_t>(t.src)],
+                   intra_recv[l * devices + static_cast<std::size_t>(t.dst)]),
+          false);
     }
     return cluster.transfer_seconds(
         std::max(nic_send[l * nodes + src_node], nic_recv[l * nodes + dst_node]), true);
@@ -145,8 +162,8 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
   return result;
 }
 
-PlanHeader plan_header(const Workload& workload, const ClusterShape& cluster,
-                       std::string strategy, std::uint64_t seed) {
+PlanHeader plan_header(const Workload& workload, const ClusterShape& cluster, std::string strategy,
+                       std::uint64_t seed) {
   const AttentionShape& shape = workload.shape();
   const HeadBlocking& heads = workload.heads();
   PlanHeader header;

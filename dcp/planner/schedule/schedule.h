@@ -9,9 +9,8 @@
 #include "dcp/model/cluster.h"
 #include "dcp/model/workload.h"
 
-#include "dcp/program/program.h"
-
 #include "dcp/planner/placement/placement.h"
+#include "dcp/program/program.h"
 
 namespace dcp {
 
@@ -52,9 +51,10 @@ ValueKey key_value(const Workload& workload, const WorkUnit& unit);
 std::vector<ValueKey> output_values(const Workload& workload, Pass pass, const WorkUnit& unit);
 
 // Appends the transfers of partial outputs (see Transfer) for the stages already in
-// `schedule.unit_stage`, then sorts all transfers.
+// `schedule.unit_stage`, then sorts all transfers. With kv_gradients false, kDKV partials are left
+// to the caller (a ring passes them along the ring).
 void add_partial_transfers(const Workload& workload, const Placement& placement,
-                           PassSchedule& schedule);
+                           PassSchedule& schedule, bool kv_gradients = true);
 
 // Seconds one work unit's kernel takes on the cluster (no launch overhead).
 double unit_seconds(const Workload& workload, const ClusterSpec& cluster, Pass pass,
@@ -68,7 +68,7 @@ double unit_seconds(const Workload& workload, const ClusterSpec& cluster, Pass p
 // (shared by the node's devices), each at its bandwidth plus latency.
 struct ScheduleEstimate {
   double seconds = 0;
-  double compute_seconds = 0;        // sum over stages of the slowest device's compute
+  double compute_seconds = 0;         // sum over stages of the slowest device's compute
   std::vector<double> stage_compute;  // per stage, the slowest device's
   std::vector<double> launch_comm;    // per launch (stages + 1), the slowest transfer's
 };
@@ -77,7 +77,7 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
                           const PassSchedule& schedule);
 
 // The header every Program of a plan of `workload` shares.
-PlanHeader plan_header(const Workload& workload, const ClusterShape& cluster,
-                       std::string strategy, std::uint64_t seed);
+PlanHeader plan_header(const Workload& workload, const ClusterShape& cluster, std::string strategy,
+                       std::uint64_t seed);
 
 }  // namespace dcp

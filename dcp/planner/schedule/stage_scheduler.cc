@@ -47,10 +47,10 @@ struct Problem {
   const ClusterSpec* cluster = nullptr;
   Pass pass = Pass::kForward;
   ValueIndex index;
-  std::vector<ValueKey> value_key;        // per dense value
-  std::vector<DeviceId> value_owner;      // per dense value
-  std::vector<double> value_intra_seconds;  // bytes over the intra-node bandwidth
-  std::vector<double> value_inter_seconds;  // bytes over the node's network bandwidth
+  std::vector<ValueKey> value_key;            // per dense value
+  std::vector<DeviceId> value_owner;          // per dense value
+  std::vector<double> value_intra_seconds;    // bytes over the intra-node bandwidth
+  std::vector<double> value_inter_seconds;    // bytes over the node's network bandwidth
   std::vector<std::int32_t> unit_q, unit_kv;  // dense values per work unit
   std::vector<double> unit_cost;
   std::vector<std::vector<WorkUnitId>> device_units;  // heaviest first
@@ -114,8 +114,8 @@ Problem make_problem(const Workload& workload, const Placement& placement,
   std::unordered_map<std::int64_t, bool> seen;
   for (DeviceId d = 0; d < shape.devices(); ++d) {
     for (const WorkUnitId w : p.device_units[static_cast<std::size_t>(d)]) {
-      for (const std::int32_t v : {p.unit_q[static_cast<std::size_t>(w)],
-                                   p.unit_kv[static_cast<std::size_t>(w)]}) {
+      for (const std::int32_t v :
+           {p.unit_q[static_cast<std::size_t>(w)], p.unit_kv[static_cast<std::size_t>(w)]}) {
         const auto vi = static_cast<std::size_t>(v);
         const DeviceId owner = p.value_owner[vi];
         if (owner == d) continue;
@@ -202,7 +202,8 @@ class Greedy {
 
   std::size_t shape_devices() const { return static_cast<std::size_t>(shape_.devices()); }
   double compute(std::int32_t stage, DeviceId d) const {
-    const std::size_t i = static_cast<std::size_t>(stage) * shape_devices() + static_cast<std::size_t>(d);
+    const std::size_t i =
+        static_cast<std::size_t>(stage) * shape_devices() + static_cast<std::size_t>(d);
     return i < compute_.size() ? compute_[i] : 0.0;
   }
 
@@ -353,7 +354,7 @@ class Greedy {
   // Per node: value -> (the device that received it from another node, stage usable from).
   std::vector<std::unordered_map<std::int32_t, std::pair<DeviceId, std::int32_t>>> node_holder_;
   std::vector<std::vector<WorkUnitId>> pending_;
-  std::vector<double> compute_;  // stage-major, per device
+  std::vector<double> compute_;                                        // stage-major, per device
   std::vector<double> intra_send_, intra_recv_, nic_send_, nic_recv_;  // this launch, seconds
   std::vector<Transfer> transfers_;
   std::int64_t remaining_ = 0;

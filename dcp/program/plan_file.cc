@@ -1,0 +1,1206 @@
+// SPDX-License-Identifier: Apache-2.0
+// Writing and reading binary plan files (docs/plan_format.md).
+#include "dcp/program/plan_file.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include "dcp/core/error.h"
+#include "dcp/core/npy.h"
+
+#include "dcp/model/block_layout.h"
+
+namespace dcp {
+namespace {
+
+constexpr char kMagic[] = {'D', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
+constexpr std::size_t kMagicBytes = sizeof(kMagic);
+// Fixed offsets: the header size follows the magic and the version; the strategy's length ends
+// the fixed part of the header.
+constexpr std::size_t kHeaderBytesAt = 12;
+constexpr std::size_t kPreambleBytes = 20;
+constexpr std::size_t kStrategyLengthAt = 90;
+constexpr std::size_t kFixedHeaderBytes = 94;
+constexpr std::size_t kSectionEntryBytes = 29;
+constexpr std::size_t kChecksumBytes = 8;
+constexpr std::size_t kMaxStrategyBytes = 256;
+constexpr std::uint64_t kMaxDevices = 65536;  // validate(ClusterShape)
+constexpr std::uint64_t kMinHeaderBytes = kFixedHeaderBytes + 4 + kChecksumBytes;
+constexpr std::uint64_t kMaxHeaderBytes =
+    kMinHeaderBytes + kMaxStrategyBytes + 2 * kMaxDevices * kSectionEntryBytes;
+
+// An opcode is the Instruction's variant index; the file format fixes the order.
+static_assert(std::variant_size_v<Instruction> == 9);
+static_assert(std::is_same_v<std::variant_alternative_t<0, Instruction>, Load>);
+static_assert(std::is_same_v<std::variant_alternative_t<1, Instruction>, Store>);
+static_assert(std::is_same_v<std::variant_alternative_t<2, Instruction>, Launch>);
+static_assert(std::is_same_v<std::variant_alternative_t<3, Instruction>, Wait>);
+static_assert(std::is_same_v<std::variant_alternative_t<4, Instruction>, AttnForward>);
+static_assert(std::is_same_v<std::variant_alternative_t<5, Instruction>, AttnBackward>);
+static_assert(std::is_same_v<std::variant_alternative_t<6, Instruction>, Merge>);
+static_assert(std::is_same_v<std::variant_alternative_t<7, Instruction>, Sum>);
+static_assert(std::is_same_v<std::variant_alternative_t<8, Instruction>, Free>);
+constexpr int kOpcodeCount = 9;
+constexpr int kDTypeCount = 3;
+
+// Smallest encodings of list items, so that a count can be checked against the bytes left
+// before anything is allocated for it.
+constexpr std::size_t kBlockInfoBytes = 20;
+constexpr std::size_t kOutputBytes = 21;
+constexpr std::size_t kSlotBytes = 5;
+constexpr std::size_t kMinMaskBytes = 16;
+constexpr std::size_t kMinInstructionBytes = 5;
+constexpr std::size_t kCommOpBytes = 17;
+constexpr std::size_t kMinRowBytes = 13;
+constexpr std::size_t kAttnKvBytes = 13;
+
+std::string prefix(std::string_view origin) {
+  return origin.empty() ? std::string() : std::string(origin) + ": ";
+}
+
+std::string program_name(Pass pass, std::int32_t device) {
+  return std::string(to_string(pass)) + " program of device " + std::to_string(device);
+}
+
+std::uint64_t load_u64(std::string_view bytes, std::size_t at) {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < 8; ++i) {
+    value |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[at + i])) << (8 * i);
+  }
+  return value;
+}
+
+std::uint32_t load_u32(std::string_view bytes, std::size_t at) {
+  std::uint32_t value = 0;
+  for (std::size_t i = 0; i < 4; ++i) {
+    value |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[at + i])) << (8 * i);
+  }
+  return value;
+}
+
+void store_u64(std::string& bytes, std::size_t at, std::uint64_t value) {
+  for (std::size_t i = 0; i < 8; ++i) {
+    bytes[at + i] = static_cast<char>((value >> (8 * i)) & 0xFF);
+  }
+}
+
+// --- Writing -------------------------------------------------------------------------------
+
+// Little-endian fixed-width fields, one at a time: the bytes depend on the values only.
+class Writer {
+ public:
+  void u8(std::uint8_t value) { out_.push_back(static_cast<char>(value)); }
+  void u32(std::uint32_t value) { put(value, 4); }
+  void u64(std::uint64_t value) { put(value, 8); }
+  void i32(std::int32_t value) { u32(static_cast<std::uint32_t>(value)); }
+  void i64(std::int64_t value) { u64(static_cast<std::uint64_t>(value)); }
+  void f64(double value) { u64(std::bit_cast<std::uint64_t>(value)); }
+  void flag(bool value) { u8(value ? 1 : 0); }
+  void bytes(std::string_view data) { out_.append(data); }
+  void count(std::size_t n, std::string_view what) {
+    if (n > std::numeric_limits<std::uint32_t>::max()) {
+      throw InvalidInput("plan file: " + std::string(what) + " has " + std::to_string(n) +
+                         " entries, more than a plan file can count (2^32 - 1)");
+    }
+    u32(static_cast<std::uint32_t>(n));
+  }
+  void i32s(const std::vector<std::int32_t>& values, std::string_view what) {
+    count(values.size(), what);
+    for (const std::int32_t value : values) i32(value);
+  }
+
+  const std::string& str() const { return out_; }
+  std::string take() { return std::move(out_); }
+
+ private:
+  void put(std::uint64_t value, int width) {
+    for (int i = 0; i < width; ++i) out_.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
+  }
+  std::string out_;
+};
+
+template <typename E>
+std::uint8_t code(E value) {
+  return static_cast<std::uint8_t>(value);
+}
+
+void write_rows(Writer& w, const std::vector<AttnRow>& rows) {
+  w.count(rows.size(), "attention rows");
+  for (const AttnRow& row : rows) {
+    w.i32(row.q);
+    w.i32(row.out);
+    w.flag(row.accumulate);
+    w.count(row.kv.size(), "attention row kv entries");
+    for (const AttnKv& kv : row.kv) {
+      w.i32(kv.kv);
+      w.i32(kv.mask);
+      w.i32(kv.dkv);
+      w.flag(kv.dkv_accumulate);
+    }
+  }
+}
+
+struct InstructionWriter {
+  Writer& w;
+  void operator()(const Load& x) const {
+    w.i32(x.slot);
+    w.i32(x.block);
+    w.i32(x.head_block);
+  }
+  void operator()(const Store& x) const {
+    w.i32(x.slot);
+    w.u8(code(x.kind));
+    w.i32(x.block);
+    w.i32(x.head_block);
+  }
+  void operator()(const Launch& x) const {
+    w.i32(x.id);
+    w.count(x.ops.size(), "launch operations");
+    for (const CommOp& op : x.ops) {
+      w.u8(code(op.direction));
+      w.i32(op.peer);
+      w.i32(op.slot);
+      w.i64(op.bytes);
+    }
+  }
+  void operator()(const Wait& x) const { w.i32(x.launch); }
+  void operator()(const AttnForward& x) const { write_rows(w, x.rows); }
+  void operator()(const AttnBackward& x) const { write_rows(w, x.rows); }
+  void operator()(const Merge& x) const {
+    w.i32(x.dst);
+    w.i32(x.src);
+  }
+  void operator()(const Sum& x) const {
+    w.i32(x.dst);
+    w.i32(x.src);
+  }
+  void operator()(const Free& x) const { w.i32s(x.slots, "freed slots"); }
+};
+
+std::string program_bytes(const Program& program) {
+  Writer w;
+  w.i32(program.device);
+  w.u8(code(program.pass));
+  w.i32(program.stages);
+  w.i32s(program.owned, "owned blocks");
+  w.count(program.blocks.size(), "blocks");
+  for (const BlockInfo& block : program.blocks) {
+    w.i32(block.id);
+    w.i32(block.seq);
+    w.i32(block.tokens);
+    w.i64(block.begin);
+  }
+  w.count(program.outputs.size(), "outputs");
+  for (const ExpectedOutput& output : program.outputs) {
+    w.u8(code(output.kind));
+    w.i32(output.block);
+    w.i32(output.head_block);
+    w.i32(output.contributions);
+    w.i64(output.pairs);
+  }
+  w.count(program.slots.size(), "slots");
+  for (const Slot& slot : program.slots) {
+    w.u8(code(slot.kind));
+    w.i32(slot.tokens);
+  }
+  w.count(program.masks.size(), "masks");
+  for (const TileMask& mask : program.masks) {
+    w.i32(mask.q_tokens);
+    w.i32(mask.kv_tokens);
+    w.i32s(mask.row_offsets, "mask row offsets");
+    w.i32s(mask.intervals, "mask intervals");
+  }
+  w.count(program.instructions.size(), "instructions");
+  for (const Instruction& instruction : program.instructions) {
+    w.u8(static_cast<std::uint8_t>(instruction.index()));
+    std::visit(InstructionWriter{w}, instruction);
+  }
+  w.i32s(program.instruction_stage, "instruction stages");
+  return w.take();
+}
+
+std::uint64_t header_size(std::size_t strategy_bytes, std::size_t sections) {
+  return kMinHeaderBytes + strategy_bytes + sections * kSectionEntryBytes;
+}
+
+// The file from a header and section payloads; fills in the sections' offsets, sizes and
+// checksums.
+std::string assemble(const PlanHeader& header, std::vector<PlanSection> sections,
+                     const std::vector<std::string_view>& payloads) {
+  std::uint64_t offset = header_size(header.strategy.size(), sections.size());
+  for (std::size_t i = 0; i < sections.size(); ++i) {
+    sections[i].offset = offset;
+    sections[i].bytes = payloads[i].size();
+    sections[i].checksum = plan_checksum(payloads[i]);
+    offset += payloads[i].size();
+  }
+  Writer w;
+  w.bytes(std::string_view(kMagic, kMagicBytes));
+  w.u32(kPlanFormatVersion);
+  w.u64(header_size(header.strategy.size(), sections.size()));
+  w.u64(header.seed);
+  w.i32(header.cluster.nodes);
+  w.i32(header.cluster.devices_per_node);
+  w.i32(header.q_heads);
+  w.i32(header.kv_heads);
+  w.i32(header.head_dim);
+  w.i32(header.head_block_size);
+  w.i32(header.kv_heads_per_block);
+  w.u8(code(header.dtype));
+  w.u8(code(header.partial_dtype));
+  w.f64(header.softmax_scale);
+  w.i64(header.total_tokens);
+  w.i32(header.sequences);
+  w.i32(header.token_blocks);
+  w.i64(header.work_units);
+  w.count(header.strategy.size(), "the strategy name");
+  w.bytes(header.strategy);
+  w.count(sections.size(), "the section table");
+  for (const PlanSection& section : sections) {
+    w.i32(section.device);
+    w.u8(code(section.pass));
+    w.u64(section.offset);
+    w.u64(section.bytes);
+    w.u64(section.checksum);
+  }
+  w.u64(plan_checksum(w.str()));
+  std::string file = w.take();
+  for (const std::string_view payload : payloads) file.append(payload);
+  return file;
+}
+
+// --- Reading -------------------------------------------------------------------------------
+
+// Bounds-checked little-endian reads from `data`, which starts at byte `base` of the file.
+// Every failure names the file, the part being read, the field and the byte offset.
+class Reader {
+ public:
+  Reader(std::string_view data, std::uint64_t base, std::string context)
+      : data_(data), base_(base), context_(std::move(context)) {}
+
+  std::uint8_t u8(std::string_view what) { return static_cast<std::uint8_t>(take_int(1, what)); }
+  std::uint32_t u32(std::string_view what) { return static_cast<std::uint32_t>(take_int(4, what)); }
+  std::uint64_t u64(std::string_view what) { return take_int(8, what); }
+  std::int32_t i32(std::string_view what) { return static_cast<std::int32_t>(u32(what)); }
+  std::int64_t i64(std::string_view what) { return static_cast<std::int64_t>(u64(what)); }
+  double f64(std::string_view what) { return std::bit_cast<double>(u64(what)); }
+
+  bool flag(std::string_view what) {
+    const std::uint64_t at = offset();
+    const std::uint8_t value = u8(what);
+    if (value > 1) {
+      fail("byte " + std::to_string(at) + ": " + std::string(what) + " is " +
+           std::to_string(value) + ", expected 0 or 1");
+    }
+    return value == 1;
+  }
+
+  template <typename E>
+  E enumeration(std::string_view what, int count) {
+    const std::uint64_t at = offset();
+    const std::uint8_t value = u8(what);
+    if (value >= count) {
+      fail("byte " + std::to_string(at) + ": " + std::string(what) + " " + std::to_string(value) +
+           " is out of range [0, " + std::to_string(count - 1) + "]");
+    }
+    return static_cast<E>(value);
+  }
+
+  // A 32-bit count of items of at least `item_bytes` bytes each, checked against the bytes left.
+  std::size_t count(std::string_view what, std::size_t item_bytes) {
+    const std::uint64_t at = offset();
+    const std::uint32_t n = u32(what);
+    if (n > remaining() / item_bytes) {
+      fail("byte " + std::to_string(at) + ": " + std::string(what) + " " + std::to_string(n) +
+           " needs at least " + std::to_string(static_cast<std::uint64_t>(n) * item_bytes) +
+           " bytes, only " + std::to_string(remaining()) + " are left");
+    }
+    return n;
+  }
+
+  std::vector<std::int32_t> i32s(std::string_view what) {
+    const std::size_t n = count(what, 4);
+    std::vector<std::int32_t> values(n);
+    for (std::int32_t& value : values) value = i32(what);
+    return values;
+  }
+
+  std::string_view bytes(std::size_t n, std::string_view what) {
+    need(n, what);
+    const std::string_view out = data_.substr(pos_, n);
+    pos_ += n;
+    return out;
+  }
+
+  void expect_end(std::string_view what) const {
+    if (remaining() != 0) {
+      fail(std::to_string(remaining()) + " unexpected bytes after " + std::string(what) +
+           " at byte " + std::to_string(offset()));
+    }
+  }
+
+  std::size_t remaining() const { return data_.size() - pos_; }
+  std::uint64_t offset() const { return base_ + pos_; }
+
+  [[noreturn]] void fail(const std::string& why) const {
+    throw InvalidInput(context_ + ": " + why);
+  }
+
+ private:
+  void need(std::size_t n, std::string_view what) const {
+    if (remaining() < n) {
+      fail("truncated at byte " + std::to_string(offset()) + " reading " + std::string(what) +
+           " (" + std::to_string(n) + " bytes needed, " + std::to_string(remaining()) + " left)");
+    }
+  }
+
+  std::uint64_t take_int(std::size_t n, std::string_view what) {
+    need(n, what);
+    std::uint64_t value = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      value |= static_cast<std::uint64_t>(static_cast<unsigned char>(data_[pos_ + i])) << (8 * i);
+    }
+    pos_ += n;
+    return value;
+  }
+
+  std::string_view data_;
+  std::size_t pos_ = 0;
+  std::uint64_t base_;
+  std::string context_;
+};
+
+std::vector<AttnRow> read_rows(Reader& r) {
+  const std::size_t n = r.count("attention row count", kMinRowBytes);
+  std::vector<AttnRow> rows;
+  rows.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    AttnRow row;
+    row.q = r.i32("rows[].q");
+    row.out = r.i32("rows[].out");
+    row.accumulate = r.flag("rows[].accumulate");
+    const std::size_t entries = r.count("rows[].kv count", kAttnKvBytes);
+    row.kv.reserve(entries);
+    for (std::size_t k = 0; k < entries; ++k) {
+      AttnKv kv;
+      kv.kv = r.i32("rows[].kv[].kv");
+      kv.mask = r.i32("rows[].kv[].mask");
+      kv.dkv = r.i32("rows[].kv[].dkv");
+      kv.dkv_accumulate = r.flag("rows[].kv[].dkv_accumulate");
+      row.kv.push_back(kv);
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+Instruction read_instruction(Reader& r) {
+  const int opcode = r.enumeration<int>("instructions[].opcode", kOpcodeCount);
+  switch (opcode) {
+    case 0: {
+      Load x;
+      x.slot = r.i32("load.slot");
+      x.block = r.i32("load.block");
+      x.head_block = r.i32("load.head_block");
+      return x;
+    }
+    case 1: {
+      Store x;
+      x.slot = r.i32("store.slot");
+      x.kind = r.enumeration<SlotKind>("store.kind", kSlotKindCount);
+      x.block = r.i32("store.block");
+      x.head_block = r.i32("store.head_block");
+      return x;
+    }
+    case 2: {
+      Launch x;
+      x.id = r.i32("launch.id");
+      const std::size_t n = r.count("launch.ops count", kCommOpBytes);
+      x.ops.reserve(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        CommOp op;
+        op.direction = r.enumeration<CommOp::Direction>("launch.ops[].direction", 2);
+        op.peer = r.i32("launch.ops[].peer");
+        op.slot = r.i32("launch.ops[].slot");
+        op.bytes = r.i64("launch.ops[].bytes");
+        x.ops.push_back(op);
+      }
+      return x;
+    }
+    case 3: {
+      Wait x;
+      x.launch = r.i32("wait.launch");
+      return x;
+    }
+    case 4:
+      return AttnForward{read_rows(r)};
+    case 5:
+      return AttnBackward{read_rows(r)};
+    case 6: {
+      Merge x;
+      x.dst = r.i32("merge.dst");
+      x.src = r.i32("merge.src");
+      return x;
+    }
+    case 7: {
+      Sum x;
+      x.dst = r.i32("sum.dst");
+      x.src = r.i32("sum.src");
+      return x;
+    }
+    default:
+      return Free{r.i32s("free.slots")};  // opcode 8
+  }
+}
+
+Program read_program_fields(Reader& r) {
+  Program p;
+  p.device = r.i32("device");
+  p.pass = r.enumeration<Pass>("pass", 2);
+  p.stages = r.i32("stages");
+  p.owned = r.i32s("owned");
+  const std::size_t blocks = r.count("blocks count", kBlockInfoBytes);
+  p.blocks.reserve(blocks);
+  for (std::size_t i = 0; i < blocks; ++i) {
+    BlockInfo block;
+    block.id = r.i32("blocks[].id");
+    block.seq = r.i32("blocks[].seq");
+    block.tokens = r.i32("blocks[].tokens");
+    block.begin = r.i64("blocks[].begin");
+    p.blocks.push_back(block);
+  }
+  const std::size_t outputs = r.count("outputs count", kOutputBytes);
+  p.outputs.reserve(outputs);
+  for (std::size_t i = 0; i < outputs; ++i) {
+    ExpectedOutput output;
+    output.kind = r.enumeration<SlotKind>("outputs[].kind", kSlotKindCount);
+    output.block = r.i32("outputs[].block");
+    output.head_block = r.i32("outputs[].head_block");
+    output.contributions = r.i32("outputs[].contributions");
+    output.pairs = r.i64("outputs[].pairs");
+    p.outputs.push_back(output);
+  }
+  const std::size_t slots = r.count("slots count", kSlotBytes);
+  p.slots.reserve(slots);
+  for (std::size_t i = 0; i < slots; ++i) {
+    Slot slot;
+    slot.kind = r.enumeration<SlotKind>("slots[].kind", kSlotKindCount);
+    slot.tokens = r.i32("slots[].tokens");
+    p.slots.push_back(slot);
+  }
+  const std::size_t masks = r.count("masks count", kMinMaskBytes);
+  p.masks.reserve(masks);
+  for (std::size_t i = 0; i < masks; ++i) {
+    TileMask mask;
+    mask.q_tokens = r.i32("masks[].q_tokens");
+    mask.kv_tokens = r.i32("masks[].kv_tokens");
+    mask.row_offsets = r.i32s("masks[].row_offsets");
+    mask.intervals = r.i32s("masks[].intervals");
+    p.masks.push_back(std::move(mask));
+  }
+  const std::size_t instructions = r.count("instructions count", kMinInstructionBytes);
+  p.instructions.reserve(instructions);
+  for (std::size_t i = 0; i < instructions; ++i) p.instructions.push_back(read_instruction(r));
+  p.instruction_stage = r.i32s("instruction_stage");
+  return p;
+}
+
+// Magic, version and header size, from the first bytes of a file of `file_bytes` bytes. Returns
+// the header size, checked to lie inside the file.
+std::uint64_t read_preamble(std::string_view first, std::uint64_t file_bytes,
+                            std::string_view origin) {
+  const std::string where = prefix(origin);
+  if (file_bytes == 0) throw InvalidInput(where + "empty file, not a dcp plan file");
+  if (std::memcmp(first.data(), kMagic, std::min(first.size(), kMagicBytes)) != 0) {
+    throw InvalidInput(where + "not a dcp plan file (it does not start with \"DCPPLAN\\0\")");
+  }
+  Reader r(first, 0, where + "header");
+  r.bytes(kMagicBytes, "the magic");
+  const std::uint32_t version = r.u32("the format version");
+  if (version != kPlanFormatVersion) {
+    throw InvalidInput(where + "plan format version " + std::to_string(version) +
+                       ", this dcp reads version " + std::to_string(kPlanFormatVersion));
+  }
+  const std::uint64_t header_bytes = r.u64("the header size");
+  if (header_bytes < kMinHeaderBytes || header_bytes > kMaxHeaderBytes) {
+    r.fail("header size " + std::to_string(header_bytes) + " is outside [" +
+           std::to_string(kMinHeaderBytes) + ", " + std::to_string(kMaxHeaderBytes) + "]");
+  }
+  if (header_bytes > file_bytes) {
+    r.fail("truncated: the header needs " + std::to_string(header_bytes) + " bytes, the file has " +
+           std::to_string(file_bytes));
+  }
+  return header_bytes;
+}
+
+// The header and section table: `bytes` is the file's first header_bytes bytes (read_preamble).
+PlanFileSummary read_header(std::string_view bytes, std::uint64_t file_bytes,
+                            std::string_view origin) {
+  const std::string where = prefix(origin);
+  const std::size_t body = bytes.size() - kChecksumBytes;
+  const std::uint64_t stored = load_u64(bytes, body);
+  const std::uint64_t computed = plan_checksum(bytes.substr(0, body));
+  if (stored != computed) {
+    throw InvalidInput(where + "header checksum mismatch (the file is damaged)");
+  }
+
+  PlanFileSummary summary;
+  summary.file_bytes = file_bytes;
+  summary.header_bytes = bytes.size();
+  PlanHeader& h = summary.header;
+  Reader r(bytes.substr(0, body), 0, where + "header");
+  r.bytes(kPreambleBytes, "the preamble");
+  h.seed = r.u64("seed");
+  h.cluster.nodes = r.i32("nodes");
+  h.cluster.devices_per_node = r.i32("devices_per_node");
+  h.q_heads = r.i32("q_heads");
+  h.kv_heads = r.i32("kv_heads");
+  h.head_dim = r.i32("head_dim");
+  h.head_block_size = r.i32("head_block_size");
+  h.kv_heads_per_block = r.i32("kv_heads_per_block");
+  h.dtype = r.enumeration<DType>("dtype", kDTypeCount);
+  h.partial_dtype = r.enumeration<DType>("partial_dtype", kDTypeCount);
+  h.softmax_scale = r.f64("softmax_scale");
+  h.total_tokens = r.i64("total_tokens");
+  h.sequences = r.i32("sequences");
+  h.token_blocks = r.i32("token_blocks");
+  h.work_units = r.i64("work_units");
+  const std::size_t strategy_bytes = r.count("strategy length", 1);
+  if (strategy_bytes > kMaxStrategyBytes) {
+    r.fail("strategy name of " + std::to_string(strategy_bytes) + " bytes, at most " +
+           std::to_string(kMaxStrategyBytes) + " allowed");
+  }
+  h.strategy = std::string(r.bytes(strategy_bytes, "strategy"));
+  const std::size_t sections = r.count("section count", kSectionEntryBytes);
+  summary.sections.reserve(sections);
+  for (std::size_t i = 0; i < sections; ++i) {
+    PlanSection section;
+    section.device = r.i32("sections[].device");
+    section.pass = r.enumeration<Pass>("sections[].pass", 2);
+    section.offset = r.u64("sections[].offset");
+    section.bytes = r.u64("sections[].bytes");
+    section.checksum = r.u64("sections[].checksum");
+    summary.sections.push_back(section);
+  }
+  r.expect_end("the section table");
+  check_plan_header(h, origin);
+
+  const auto devices = static_cast<std::size_t>(h.cluster.devices());
+  if (sections != 2 * devices) {
+    r.fail(std::to_string(sections) + " sections, expected " + std::to_string(2 * devices) +
+           " (forward and backward for " + std::to_string(devices) + " devices)");
+  }
+  std::uint64_t next = summary.header_bytes;
+  for (std::size_t i = 0; i < sections; ++i) {
+    const PlanSection& section = summary.sections[i];
+    const auto device = static_cast<std::int32_t>(i % devices);
+    const Pass pass = i < devices ? Pass::kForward : Pass::kBackward;
+    const std::string name = "section " + std::to_string(i);
+    if (section.device != device || section.pass != pass) {
+      r.fail(name + " is listed as the " + program_name(section.pass, section.device) +
+             ", expected the " + program_name(pass, device));
+    }
+    if (section.offset != next) {
+      r.fail(name + " (" + program_name(pass, device) + ") starts at byte " +
+             std::to_string(section.offset) + ", expected " + std::to_string(next));
+    }
+    if (section.bytes > file_bytes - section.offset) {
+      throw InvalidInput(where + "truncated: the " + program_name(pass, device) + " ends at byte " +
+                         std::to_string(section.offset) + " + " + std::to_string(section.bytes) +
+                         ", the file has " + std::to_string(file_bytes) + " bytes");
+    }
+    next = section.offset + section.bytes;
+  }
+  if (next != file_bytes) {
+    throw InvalidInput(where + std::to_string(file_bytes - next) +
+                       " unexpected bytes after the last section at byte " + std::to_string(next));
+  }
+  return summary;
+}
+
+// One section's Program, checked against its table entry and the header.
+Program read_section(std::string_view payload, const PlanSection& section, const PlanHeader& header,
+                     std::string_view origin) {
+  const std::string name = program_name(section.pass, section.device);
+  if (plan_checksum(payload) != section.checksum) {
+    throw InvalidInput(prefix(origin) + "checksum mismatch in the " + name +
+                       " (the file is damaged)");
+  }
+  Reader r(payload, section.offset, prefix(origin) + name);
+  Program program = read_program_fields(r);
+  r.expect_end("the program");
+  if (program.device != section.device) {
+    r.fail("device field is " + std::to_string(program.device) + ", the section table says " +
+           std::to_string(section.device));
+  }
+  if (program.pass != section.pass) {
+    r.fail("pass field is " + std::string(to_string(program.pass)) + ", the section table says " +
+           std::string(to_string(section.pass)));
+  }
+  check_program_structure(header, program, origin);
+  return program;
+}
+
+// A directory opens as a stream on Linux and fails only at the first read.
+void expect_not_directory(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw IoError(path + ": is a directory, not a plan file");
+  }
+}
+
+std::string read_whole_file(const std::string& path) {
+  expect_not_directory(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": cannot open for reading");
+  std::string bytes;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    bytes.append(buffer, static_cast<std::size_t>(in.gcount()));
+  }
+  if (in.bad()) throw IoError(path + ": read error");
+  return bytes;
+}
+
+// An open plan file that is read in pieces.
+class PlanFileReader {
+ public:
+  explicit PlanFileReader(const std::string& path) : path_(path) {
+    expect_not_directory(path);
+    in_.open(path, std::ios::binary);
+    if (!in_) throw IoError(path + ": cannot open for reading");
+    in_.seekg(0, std::ios::end);
+    const std::streamoff end = in_.tellg();
+    if (!in_ || end < 0) throw IoError(path + ": cannot determine the file size");
+    size_ = static_cast<std::uint64_t>(end);
+  }
+
+  std::string read(std::uint64_t offset, std::uint64_t bytes) {
+    std::string out(static_cast<std::size_t>(bytes), '\0');
+    in_.clear();
+    in_.seekg(static_cast<std::streamoff>(offset));
+    in_.read(out.data(), static_cast<std::streamsize>(bytes));
+    if (!in_ || static_cast<std::uint64_t>(in_.gcount()) != bytes) {
+      throw IoError(path_ + ": read error at byte " + std::to_string(offset));
+    }
+    return out;
+  }
+
+  PlanFileSummary summary() {
+    const std::string first = read(0, std::min<std::uint64_t>(size_, kPreambleBytes));
+    const std::uint64_t header_bytes = read_preamble(first, size_, path_);
+    return read_header(read(0, header_bytes), size_, path_);
+  }
+
+ private:
+  std::string path_;
+  std::ifstream in_;
+  std::uint64_t size_ = 0;
+};
+
+// --- Structure checks ----------------------------------------------------------------------
+
+class StructureCheck {
+ public:
+  StructureCheck(const PlanHeader& header, const Program& program, std::string_view origin)
+      : h_(header), p_(program), origin_(origin) {
+    devices_ = static_cast<std::int64_t>(header.cluster.nodes) * header.cluster.devices_per_node;
+    q_head_blocks_ = header.head_block_size > 0 ? header.q_heads / header.head_block_size : 0;
+    kv_head_blocks_ =
+        header.kv_heads_per_block > 0 ? header.kv_heads / header.kv_heads_per_block : 0;
+  }
+
+  void run() {
+    if (code(p_.pass) > 1) fail("pass " + std::to_string(code(p_.pass)) + " is not a pass");
+    if (p_.device < 0 || p_.device >= devices_) {
+      fail("device " + std::to_string(p_.device) + " is outside [0, " + std::to_string(devices_) +
+           ")");
+    }
+    if (p_.stages < 1) fail("stages is " + std::to_string(p_.stages) + ", expected at least 1");
+    check_blocks();
+    check_owned();
+    check_outputs();
+    check_slots();
+    check_masks();
+    check_instructions();
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw InvalidInput(prefix(origin_) + program_name(p_.pass, p_.device) + ": " + what);
+  }
+
+  static std::string item(std::string_view list, std::size_t i) {
+    return std::string(list) + "[" + std::to_string(i) + "]";
+  }
+
+  bool has_block(BlockId id) const {
+    const auto it = std::lower_bound(p_.blocks.begin(), p_.blocks.end(), id,
+                                     [](const BlockInfo& b, BlockId x) { return b.id < x; });
+    return it != p_.blocks.end() && it->id == id;
+  }
+
+  template <typename Where>
+  void block(BlockId id, const Where& where) const {
+    if (!has_block(id)) {
+      fail(where() + ": block " + std::to_string(id) + " is not in the program's block table");
+    }
+  }
+
+  template <typename Where>
+  void head_block(std::int32_t index, bool q_heads, const Where& where) const {
+    const std::int32_t count = q_heads ? q_head_blocks_ : kv_head_blocks_;
+    if (index < 0 || index >= count) {
+      fail(where() + ": head_block " + std::to_string(index) + " is outside [0, " +
+           std::to_string(count) + ") " + (q_heads ? "q" : "kv") + " head blocks");
+    }
+  }
+
+  template <typename Where>
+  void slot(SlotId id, bool none_allowed, const Where& where, std::string_view field) const {
+    if (id >= 0 && static_cast<std::size_t>(id) < p_.slots.size()) return;
+    if (none_allowed && id == kNoSlot) return;
+    fail(where() + ": " + std::string(field) + " " + std::to_string(id) + " is not a slot (" +
+         std::to_string(p_.slots.size()) + " slots" + (none_allowed ? ", or -1 for none)" : ")"));
+  }
+
+  template <typename Where>
+  void kind(SlotKind k, const Where& where, std::string_view field) const {
+    if (code(k) >= kSlotKindCount) {
+      fail(where() + ": " + std::string(field) + " " + std::to_string(code(k)) +
+           " is not a slot kind");
+    }
+  }
+
+  void check_blocks() const {
+    for (std::size_t i = 0; i < p_.blocks.size(); ++i) {
+      const BlockInfo& b = p_.blocks[i];
+      const auto where = [&] { return item("blocks", i); };
+      if (b.id < 0 || b.id >= h_.token_blocks) {
+        fail(where() + ": id " + std::to_string(b.id) + " is outside [0, " +
+             std::to_string(h_.token_blocks) + ") token blocks");
+      }
+      if (i > 0 && b.id <= p_.blocks[i - 1].id) {
+        fail(where() + ": id " + std::to_string(b.id) + " after " +
+             std::to_string(p_.blocks[i - 1].id) + ": blocks must be sorted by id, once each");
+      }
+      if (b.seq < 0 || b.seq >= h_.sequences) {
+        fail(where() + ": seq " + std::to_string(b.seq) + " is outside [0, " +
+             std::to_string(h_.sequences) + ")");
+      }
+      if (b.tokens < 1) fail(where() + ": tokens is " + std::to_string(b.tokens));
+      if (b.begin < 0 || b.begin > h_.total_tokens - b.tokens) {
+        fail(where() + ": tokens [" + std::to_string(b.begin) + ", " + std::to_string(b.begin) +
+             " + " + std::to_string(b.tokens) + ") are outside the batch's " +
+             std::to_string(h_.total_tokens) + " tokens");
+      }
+    }
+  }
+
+  void check_owned() const {
+    for (std::size_t i = 0; i < p_.owned.size(); ++i) {
+      block(p_.owned[i], [&] { return item("owned", i); });
+    }
+    std::vector<BlockId> sorted = p_.owned;
+    std::sort(sorted.begin(), sorted.end());
+    const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+    if (twice != sorted.end()) fail("owned: block " + std::to_string(*twice) + " appears twice");
+  }
+
+  void check_outputs() const {
+    for (std::size_t i = 0; i < p_.outputs.size(); ++i) {
+      const ExpectedOutput& o = p_.outputs[i];
+      const auto where = [&] { return item("outputs", i); };
+      kind(o.kind, where, "kind");
+      if (!is_output(o.kind)) {
+        fail(where() + ": kind " + std::string(to_string(o.kind)) + " is not an output kind");
+      }
+      block(o.block, where);
+      head_block(o.head_block, uses_q_heads(o.kind), where);
+      if (o.contributions < 0 || o.pairs < 0) {
+        fail(where() + ": contributions " + std::to_string(o.contributions) + " and pairs " +
+             std::to_string(o.pairs) + " must not be negative");
+      }
+    }
+  }
+
+  void check_slots() const {
+    for (std::size_t i = 0; i < p_.slots.size(); ++i) {
+      const auto where = [&] { return item("slots", i); };
+      kind(p_.slots[i].kind, where, "kind");
+      if (p_.slots[i].tokens < 1) {
+        fail(where() + ": tokens is " + std::to_string(p_.slots[i].tokens) +
+             ", expected at least 1");
+      }
+    }
+  }
+
+  void check_masks() const {
+    for (std::size_t i = 0; i < p_.masks.size(); ++i) {
+      const TileMask& m = p_.masks[i];
+      const auto where = [&] { return item("masks", i); };
+      if (m.q_tokens < 1 || m.kv_tokens < 1) {
+        fail(where() + ": q_tokens " + std::to_string(m.q_tokens) + " and kv_tokens " +
+             std::to_string(m.kv_tokens) + " must be at least 1");
+      }
+      if (m.row_offsets.size() != static_cast<std::size_t>(m.q_tokens) + 1) {
+        fail(where() + ": row_offsets has " + std::to_string(m.row_offsets.size()) +
+             " entries, expected q_tokens + 1 = " + std::to_string(std::int64_t{m.q_tokens} + 1));
+      }
+      if (m.intervals.size() % 2 != 0) {
+        fail(where() + ": intervals has an odd number of entries (" +
+             std::to_string(m.intervals.size()) + "), expected (begin, end) pairs");
+      }
+      const std::size_t count = m.intervals.size() / 2;
+      if (m.row_offsets.front() != 0 || static_cast<std::size_t>(m.row_offsets.back()) != count) {
+        fail(where() + ": row_offsets run from " + std::to_string(m.row_offsets.front()) + " to " +
+             std::to_string(m.row_offsets.back()) + ", expected 0 to " + std::to_string(count));
+      }
+      for (std::size_t row = 0; row < static_cast<std::size_t>(m.q_tokens); ++row) {
+        const std::int32_t first = m.row_offsets[row];
+        const std::int32_t last = m.row_offsets[row + 1];
+        if (last < first || static_cast<std::size_t>(last) > count) {
+          fail(where() + ": row_offsets are not monotone from 0 to " + std::to_string(count) +
+               " at row " + std::to_string(row) + " (" + std::to_string(first) + " then " +
+               std::to_string(last) + ")");
+        }
+      }
+      for (std::size_t row = 0; row < static_cast<std::size_t>(m.q_tokens); ++row) {
+        std::int32_t previous_end = 0;
+        for (std::int32_t k = m.row_offsets[row]; k < m.row_offsets[row + 1]; ++k) {
+          const std::int32_t begin = m.intervals[2 * static_cast<std::size_t>(k)];
+          const std::int32_t end = m.intervals[2 * static_cast<std::size_t>(k) + 1];
+          if (begin < previous_end || begin >= end || end > m.kv_tokens) {
+            fail(where() + ": row " + std::to_string(row) + " interval [" + std::to_string(begin) +
+                 ", " + std::to_string(end) +
+                 ") is empty, unsorted, overlapping or outside [0, kv_tokens = " +
+                 std::to_string(m.kv_tokens) + ")");
+          }
+          previous_end = end;
+        }
+      }
+    }
+  }
+
+  template <typename Where>
+  void check_rows(const std::vector<AttnRow>& rows, const Where& where_instruction) const {
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const auto where_row = [&] { return where_instruction() + ": " + item("rows", r); };
+      slot(rows[r].q, false, where_row, "q");
+      slot(rows[r].out, false, where_row, "out");
+      for (std::size_t k = 0; k < rows[r].kv.size(); ++k) {
+        const AttnKv& kv = rows[r].kv[k];
+        const auto where = [&] { return where_row() + "." + item("kv", k); };
+        slot(kv.kv, false, where, "kv");
+        slot(kv.dkv, true, where, "dkv");
+        if (kv.mask != kFullTile &&
+            (kv.mask < 0 || static_cast<std::size_t>(kv.mask) >= p_.masks.size())) {
+          fail(where() + ": mask " + std::to_string(kv.mask) + " is not a mask (" +
+               std::to_string(p_.masks.size()) + " masks, or -1 for a full tile)");
+        }
+      }
+    }
+  }
+
+  void check_instructions() const {
+    std::int64_t launches = 0;
+    for (const Instruction& instruction : p_.instructions) {
+      launches += std::holds_alternative<Launch>(instruction) ? 1 : 0;
+    }
+    const auto launch_id = [&](LaunchId id, const auto& where, std::string_view field) {
+      if (id < 0 || id >= launches) {
+        fail(where() + ": " + std::string(field) + " " + std::to_string(id) + " is outside [0, " +
+             std::to_string(launches) + ") launches");
+      }
+    };
+    for (std::size_t i = 0; i < p_.instructions.size(); ++i) {
+      const Instruction& instruction = p_.instructions[i];
+      const auto where = [&] {
+        return item("instructions", i) + " (" + std::string(opcode_name(instruction)) + ")";
+      };
+      if (const auto* load = std::get_if<Load>(&instruction)) {
+        slot(load->slot, false, where, "slot");
+        block(load->block, where);
+        head_block(load->head_block,
+                   uses_q_heads(p_.slots[static_cast<std::size_t>(load->slot)].kind), where);
+      } else if (const auto* store = std::get_if<Store>(&instruction)) {
+        slot(store->slot, true, where, "slot");
+        kind(store->kind, where, "kind");
+        if (!is_output(store->kind)) {
+          fail(where() + ": kind " + std::string(to_string(store->kind)) +
+               " is not an output kind");
+        }
+        block(store->block, where);
+        head_block(store->head_block, uses_q_heads(store->kind), where);
+      } else if (const auto* launch = std::get_if<Launch>(&instruction)) {
+        launch_id(launch->id, where, "id");
+        for (std::size_t k = 0; k < launch->ops.size(); ++k) {
+          const CommOp& op = launch->ops[k];
+          const auto where_op = [&] { return where() + ": " + item("ops", k); };
+          if (code(op.direction) > 1) {
+            fail(where_op() + ": direction " + std::to_string(code(op.direction)) +
+                 " is neither send nor receive");
+          }
+          if (op.peer < 0 || op.peer >= devices_) {
+            fail(where_op() + ": peer " + std::to_string(op.peer) + " is outside [0, " +
+                 std::to_string(devices_) + ")");
+          }
+          slot(op.slot, false, where_op, "slot");
+          if (op.bytes < 0) fail(where_op() + ": bytes is " + std::to_string(op.bytes));
+        }
+      } else if (const auto* wait = std::get_if<Wait>(&instruction)) {
+        launch_id(wait->launch, where, "launch");
+      } else if (const auto* forward = std::get_if<AttnForward>(&instruction)) {
+        check_rows(forward->rows, where);
+      } else if (const auto* backward = std::get_if<AttnBackward>(&instruction)) {
+        check_rows(backward->rows, where);
+      } else if (const auto* merge = std::get_if<Merge>(&instruction)) {
+        slot(merge->dst, false, where, "dst");
+        slot(merge->src, false, where, "src");
+      } else if (const auto* sum = std::get_if<Sum>(&instruction)) {
+        slot(sum->dst, false, where, "dst");
+        slot(sum->src, false, where, "src");
+      } else if (const auto* free = std::get_if<Free>(&instruction)) {
+        for (std::size_t k = 0; k < free->slots.size(); ++k) {
+          slot(
+              free->slots[k], false, [&] { return where() + ": " + item("slots", k); }, "slot");
+        }
+      }
+    }
+    if (p_.instruction_stage.size() != p_.instructions.size()) {
+      fail("instruction_stage has " + std::to_string(p_.instruction_stage.size()) +
+           " entries for " + std::to_string(p_.instructions.size()) + " instructions");
+    }
+    for (std::size_t i = 0; i < p_.instruction_stage.size(); ++i) {
+      const std::int32_t stage = p_.instruction_stage[i];
+      // Stage `stages` is the epilogue after the last compute stage.
+      if (stage < 0 || stage > p_.stages) {
+        fail(item("instruction_stage", i) + ": stage " + std::to_string(stage) +
+             " is outside [0, stages = " + std::to_string(p_.stages) + "]");
+      }
+    }
+  }
+
+  const PlanHeader& h_;
+  const Program& p_;
+  std::string_view origin_;
+  std::int64_t devices_ = 0;
+  std::int32_t q_head_blocks_ = 0;
+  std::int32_t kv_head_blocks_ = 0;
+};
+
+}  // namespace
+
+std::uint64_t plan_checksum(std::string_view bytes) {
+  std::uint64_t hash = 14695981039346656037ULL;  // FNV-1a 64 offset basis
+  for (const char c : bytes) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ULL;  // FNV-1a 64 prime
+  }
+  return hash;
+}
+
+std::string serialize_plan(const Plan& plan) {
+  std::vector<PlanSection> sections;
+  std::vector<std::string> payloads;
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const std::vector<Program>& programs = plan.programs(pass);
+    for (std::size_t i = 0; i < programs.size(); ++i) {
+      PlanSection section;
+      section.device = static_cast<std::int32_t>(i);
+      section.pass = pass;
+      sections.push_back(section);
+      payloads.push_back(program_bytes(programs[i]));
+    }
+  }
+  return assemble(plan.header, std::move(sections),
+                  std::vector<std::string_view>(payloads.begin(), payloads.end()));
+}
+
+void write_plan_file(const std::string& path, const Plan& plan) {
+  check_plan(plan, path);
+  write_file_atomically(path, serialize_plan(plan));
+}
+
+Plan parse_plan(std::string_view bytes, std::string_view origin) {
+  const PlanFileSummary summary = parse_plan_summary(bytes, origin);
+  Plan plan;
+  plan.header = summary.header;
+  const std::size_t devices = summary.sections.size() / 2;
+  plan.forward.reserve(devices);
+  plan.backward.reserve(devices);
+  for (const PlanSection& section : summary.sections) {
+    const std::string_view payload = bytes.substr(static_cast<std::size_t>(section.offset),
+                                                  static_cast<std::size_t>(section.bytes));
+    std::vector<Program>& programs = section.pass == Pass::kForward ? plan.forward : plan.backward;
+    programs.push_back(read_section(payload, section, plan.header, origin));
+  }
+  return plan;
+}
+
+Plan read_plan_file(const std::string& path) { return parse_plan(read_whole_file(path), path); }
+
+PlanFileSummary read_plan_summary(const std::string& path) {
+  return PlanFileReader(path).summary();
+}
+
+PlanFileSummary parse_plan_summary(std::string_view bytes, std::string_view origin) {
+  const std::uint64_t header_bytes =
+      read_preamble(bytes.substr(0, kPreambleBytes), bytes.size(), origin);
+  return read_header(bytes.substr(0, static_cast<std::size_t>(header_bytes)), bytes.size(), origin);
+}
+
+PlanHeader read_plan_header(const std::string& path) { return read_plan_summary(path).header; }
+
+Program read_program(const std::string& path, std::int32_t device, Pass pass, PlanHeader* header) {
+  PlanFileReader file(path);
+  const PlanFileSummary summary = file.summary();
+  const std::int32_t devices = summary.header.cluster.devices();
+  if (device < 0 || device >= devices) {
+    throw InvalidInput("plan " + path + " is for " + std::to_string(devices) + " devices, device " +
+                       std::to_string(device) + " requested");
+  }
+  if (code(pass) > 1) throw InvalidInput("read_program: pass " + std::to_string(code(pass)));
+  const std::size_t index = static_cast<std::size_t>(device) +
+                            (pass == Pass::kForward ? 0 : static_cast<std::size_t>(devices));
+  const PlanSection& section = summary.sections[index];
+  Program program =
+      read_section(file.read(section.offset, section.bytes), section, summary.header, path);
+  if (header != nullptr) *header = summary.header;
+  return program;
+}
+
+void check_plan_header(const PlanHeader& header, std::string_view origin) {
+  const std::string where = prefix(origin);
+  try {
+    validate(header.cluster);
+  } catch (const InvalidInput& e) {
+    throw InvalidInput(where + "cluster: " + e.what());
+  }
+  AttentionShape shape;
+  shape.q_heads = header.q_heads;
+  shape.kv_heads = header.kv_heads;
+  shape.head_dim = header.head_dim;
+  shape.softmax_scale = header.softmax_scale;
+  std::int32_t kv_block_size = 0;
+  try {
+    validate(shape);
+    kv_block_size = HeadBlocking(shape, header.head_block_size).kv_block_size();
+  } catch (const InvalidInput& e) {
+    throw InvalidInput(where + "attention shape: " + e.what());
+  }
+  if (header.kv_heads_per_block != kv_block_size) {
+    throw InvalidInput(where + "kv_heads_per_block is " +
+                       std::to_string(header.kv_heads_per_block) + ", but head blocks of " +
+                       std::to_string(header.head_block_size) + " q heads read " +
+                       std::to_string(kv_block_size) + " kv heads");
+  }
+  for (const DType dtype : {header.dtype, header.partial_dtype}) {
+    if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) >= kDTypeCount) {
+      throw InvalidInput(where + "dtype " + std::to_string(static_cast<int>(dtype)) +
+                         " is not a dtype");
+    }
+  }
+  if (!std::isfinite(header.softmax_scale) || header.softmax_scale <= 0.0) {
+    throw InvalidInput(where + "softmax_scale must be positive and finite, got " +
+                       std::to_string(header.softmax_scale));
+  }
+  if (header.total_tokens < 0 || header.sequences < 0 || header.token_blocks < 0 ||
+      header.work_units < 0) {
+    throw InvalidInput(
+        where + "negative count: total_tokens " + std::to_string(header.total_tokens) +
+        ", sequences " + std::to_string(header.sequences) + ", token_blocks " +
+        std::to_string(header.token_blocks) + ", work_units " + std::to_string(header.work_units));
+  }
+  if (header.strategy.size() > kMaxStrategyBytes) {
+    throw InvalidInput(where + "strategy name of " + std::to_string(header.strategy.size()) +
+                       " bytes, at most " + std::to_string(kMaxStrategyBytes) + " allowed");
+  }
+  for (const char c : header.strategy) {
+    if (c < 0x20 || c > 0x7E) {
+      throw InvalidInput(where + "strategy name has a byte " +
+                         std::to_string(static_cast<unsigned char>(c)) +
+                         " that is not printable ASCII");
+    }
+  }
+}
+
+void check_program_structure(const PlanHeader& header, const Program& program,
+                             std::string_view origin) {
+  StructureCheck(header, program, origin).run();
+}
+
+void check_plan(const Plan& plan, std::string_view origin) {
+  check_plan_header(plan.header, origin);
+  const std::int32_t devices = plan.header.cluster.devices();
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const std::vector<Program>& programs = plan.programs(pass);
+    if (programs.size() != static_cast<std::size_t>(devices)) {
+      throw InvalidInput(prefix(origin) + std::to_string(programs.size()) + " " +
+                         std::string(to_string(pass)) + " programs for " + std::to_string(devices) +
+                         " devices");
+    }
+    for (std::size_t i = 0; i < programs.size(); ++i) {
+      if (programs[i].device != static_cast<std::int32_t>(i) || programs[i].pass != pass) {
+        throw InvalidInput(prefix(origin) + std::string(to_string(pass)) + " program " +
+                           std::to_string(i) + " is marked as the " +
+                           program_name(programs[i].pass, programs[i].device));
+      }
+      check_program_structure(plan.header, programs[i], origin);
+    }
+  }
+}
+
+std::string reseal_plan_bytes(std::string bytes) {
+  if (bytes.size() < kFixedHeaderBytes || std::memcmp(bytes.data(), kMagic, kMagicBytes) != 0) {
+    return bytes;
+  }
+  const std::uint64_t header_bytes = load_u64(bytes, kHeaderBytesAt);
+  if (header_bytes < kMinHeaderBytes || header_bytes > bytes.size()) return bytes;
+  const std::uint64_t body = header_bytes - kChecksumBytes;
+  const std::uint64_t table_at = kFixedHeaderBytes + load_u32(bytes, kStrategyLengthAt) + 4;
+  if (table_at <= body) {
+    const std::uint64_t sections = load_u32(bytes, static_cast<std::size_t>(table_at - 4));
+    for (std::uint64_t i = 0; i < sections; ++i) {
+      const std::uint64_t entry = table_at + i * kSectionEntryBytes;
+      if (entry + kSectionEntryBytes > body) break;
+      const auto at = static_cast<std::size_t>(entry);
+      const std::uint64_t offset = load_u64(bytes, at + 5);
+      const std::uint64_t size = load_u64(bytes, at + 13);
+      if (offset > bytes.size() || size > bytes.size() - offset) continue;
+      store_u64(bytes, at + 21,
+                plan_checksum(std::string_view(bytes).substr(static_cast<std::size_t>(offset),
+                                                             static_cast<std::size_t>(size))));
+    }
+  }
+  store_u64(bytes, static_cast<std::size_t>(body),
+            plan_checksum(std::string_view(bytes).substr(0, static_cast<std::size_t>(body))));
+  return bytes;
+}
+
+std::string replace_plan_section(std::string_view bytes, std::size_t index,
+                                 std::string_view payload) {
+  constexpr std::string_view kOrigin = "replace_plan_section";
+  const PlanFileSummary summary = parse_plan_summary(bytes, kOrigin);
+  if (index >= summary.sections.size()) {
+    throw InvalidInput(std::string(kOrigin) + ": no section " + std::to_string(index) + " (" +
+                       std::to_string(summary.sections.size()) + " sections)");
+  }
+  std::vector<std::string_view> payloads;
+  for (std::size_t i = 0; i < summary.sections.size(); ++i) {
+    const PlanSection& section = summary.sections[i];
+    payloads.push_back(i == index ? payload
+                                  : bytes.substr(static_cast<std::size_t>(section.offset),
+                                                 static_cast<std::size_t>(section.bytes)));
+  }
+  return assemble(summary.header, summary.sections, payloads);
+}
+
+}  // namespace dcp

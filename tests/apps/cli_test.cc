@@ -232,3 +232,104 @@ TEST(PartitionCommand, SaysWhenSomeDevicesGetNoData) {
 
 }  // namespace
 }  // namespace dcp::cli
+
+namespace dcp::cli {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("dcp_cli_test_" + name)).string();
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(PlanCommand, WritesAPlanThatVerifiesAndInspects) {
+  const std::string plan = temp_path("a.plan");
+  const std::string json = temp_path("a.json");
+  for (const char* strategy : {"dcp", "ring", "zigzag", "hybrid"}) {
+    const Result r = run({"plan", "--seqlens", "3000,700,40", "--block-size", "256", "--nodes",
+                          "2", "--devices-per-node", "2", "--mask", "lambda:sink=16,window=512",
+                          "--strategy", strategy, "-o", plan, "--json", json});
+    ASSERT_EQ(r.status, 0) << strategy << ": " << r.err;
+    EXPECT_NE(r.out.find("forward"), std::string::npos);
+    const std::string text = read_all(json);
+    for (const char* key : {"workload", "partition", "schedule_forward", "schedule_backward",
+                            "compile", "total"}) {
+      EXPECT_NE(json_value(text, key), "(missing)") << key;
+    }
+    EXPECT_NE(text.find("\"plan\": {"), std::string::npos);
+    const Result v = run({"verify", plan});
+    EXPECT_EQ(v.status, 0) << v.err;
+    EXPECT_NE(v.out.find(": ok"), std::string::npos) << v.out;
+    const Result i = run({"inspect", plan});
+    EXPECT_EQ(i.status, 0) << i.err;
+    EXPECT_NE(i.out.find("peak MB"), std::string::npos);
+  }
+  std::filesystem::remove(plan);
+  std::filesystem::remove(json);
+}
+
+TEST(PlanCommand, IsDeterministic) {
+  const std::string a = temp_path("d1.plan"), b = temp_path("d2.plan");
+  for (const std::string& path : {a, b}) {
+    ASSERT_EQ(run({"plan", "--dist", "ldc", "--tokens", "32768", "--seed", "4", "--nodes", "2",
+                   "--devices-per-node", "4", "--block-size", "512", "-o", path})
+                  .status,
+              0);
+  }
+  EXPECT_EQ(read_all(a), read_all(b));
+  std::filesystem::remove(a);
+  std::filesystem::remove(b);
+}
+
+TEST(PlanCommand, RejectsBadFlagsWithExitStatus2) {
+  expect_usage_error({"plan", "--seqlens", "100", "--strategy", "star"}, "unknown strategy 'star'");
+  expect_usage_error({"plan", "--seqlens", "100", "--cluster", "/no/such/file"}, "--cluster");
+  expect_usage_error({"plan", "--seqlens", "100", "--strategy", "ulysses", "--nodes", "4"},
+                     "32 devices but only 8 q head blocks");
+  expect_usage_error({"plan", "--seqlens", "100", "--stages", "-1"}, "--stages");
+}
+
+TEST(VerifyCommand, RejectsDamagedAndForeignFilesWithAClearError) {
+  const std::string plan = temp_path("v.plan");
+  ASSERT_EQ(run({"plan", "--seqlens", "2000,300", "--block-size", "256", "--nodes", "1",
+                 "--devices-per-node", "3", "-o", plan})
+                .status,
+            0);
+  const std::string bytes = read_all(plan);
+  const std::string damaged = temp_path("damaged.plan");
+  {
+    std::ofstream out(damaged, std::ios::binary);
+    out << bytes.substr(0, bytes.size() / 2);
+  }
+  const Result truncated = run({"verify", damaged});
+  EXPECT_EQ(truncated.status, 2);
+  EXPECT_NE(truncated.err.find(damaged), std::string::npos) << truncated.err;
+  {
+    std::ofstream out(damaged, std::ios::binary);
+    std::string flipped = bytes;
+    flipped[flipped.size() - 10] = static_cast<char>(flipped[flipped.size() - 10] ^ 0x5a);
+    out << flipped;
+  }
+  const Result corrupted = run({"verify", damaged});
+  EXPECT_EQ(corrupted.status, 2);
+  EXPECT_NE(corrupted.err.find("checksum"), std::string::npos) << corrupted.err;
+  {
+    std::ofstream out(damaged, std::ios::binary);
+    out << "not a plan at all";
+  }
+  EXPECT_EQ(run({"verify", damaged}).status, 2);
+  const Result missing = run({"verify", temp_path("missing.plan")});
+  EXPECT_EQ(missing.status, 1);  // an I/O failure, not bad input
+  EXPECT_NE(missing.err.find("cannot open"), std::string::npos) << missing.err;
+  expect_usage_error({"inspect", plan, "--device", "3"}, "--device");
+  std::filesystem::remove(plan);
+  std::filesystem::remove(damaged);
+}
+
+}  // namespace
+}  // namespace dcp::cli

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// libFuzzer entry for the plan reader (docs/plan_format.md, "Fuzzing").
+// libFuzzer entry for the plan reader (docs/plan_format.md, "Testing the reader").
 #include "tests/fuzz/plan_reader_fuzz.h"
 
 #include <cstddef>

@@ -35,7 +35,7 @@ namespace dcp::fuzz {
 namespace {
 
 constexpr std::uint64_t kSeed = 20251121;
-constexpr int kCasesPerKind = 3000;
+constexpr int kCasesPerKind = 2500;
 
 // Plans to damage: the sample, and variants with longer lists and another shape.
 std::vector<Plan> seed_plans() {

@@ -26,3 +26,13 @@ for mask in causal lambda:sink=64,window=4096; do
   "$dcp" partition --seqlens "$batch" --mask "$mask" --nodes 4 --devices-per-node 8 --block-size 1024 | tail -6
   echo
 done
+for strategy in dcp zigzag hybrid; do
+  echo "== dcp plan --strategy $strategy --mask causal --cluster a100-p4de (4 x 8) --block-size 1024"
+  "$dcp" plan --seqlens "$batch" --mask causal --cluster a100-p4de --block-size 1024 \
+    --strategy "$strategy" -o "build/demo-$strategy.plan" | tail -5
+  echo "== dcp verify build/demo-$strategy.plan"
+  "$dcp" verify "build/demo-$strategy.plan" | cut -c1-160
+  echo
+done
+echo "Estimates are the planner's cost model on the a100-p4de preset; Programs execute for real"
+echo "with the runtime (next issue). dcp inspect build/demo-dcp.plan shows each device's Program."

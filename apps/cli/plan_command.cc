@@ -32,7 +32,7 @@ void write_pass(JsonWriter& json, const Plan& plan, Pass pass, const ScheduleSum
   json.field("stages", std::int64_t{summary.stages});
   json.field("fetch_launches", std::int64_t{summary.fetch_launches});
   json.field("estimated_ms", summary.estimate.seconds * 1e3);
-  json.field("estimated_compute_ms", summary.estimate.compute_seconds * 1e3);
+  json.field("busiest_device_compute_ms", summary.estimate.compute_seconds * 1e3);
   json.field("bytes_inter_node", traffic.inter_node);
   json.field("bytes_intra_node", traffic.intra_node);
   std::int64_t instructions = 0;
@@ -48,7 +48,7 @@ void write_pass(JsonWriter& json, const Plan& plan, Pass pass, const ScheduleSum
 int run_plan(std::span<const std::string> argv, std::ostream& out) {
   std::vector<FlagSpec> specs = workload_flags();
   specs.push_back({"--cluster", "PRESET|FILE",
-                   "a100-p4de | h100-dgx | a cluster file (docs/plan_format.md) [a100-p4de]"});
+                   "a100-p4de | h100-dgx | a cluster file (docs/scheduling.md) [a100-p4de]"});
   specs.push_back({"--nodes", "N", "nodes [the cluster's]"});
   specs.push_back({"--devices-per-node", "D", "devices per node [the cluster's]"});
   specs.push_back({"--strategy", "NAME", "dcp | ring | zigzag | ulysses | hybrid [dcp]"});
@@ -143,13 +143,13 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
       << workload.batch().total_tokens() << " tokens, " << workload.blocks().block_count()
       << " token blocks (largest " << workload.blocks().block_size() << "), "
       << workload.work_unit_count() << " work units\n";
-  std::snprintf(line, sizeof(line), "%-9s %7s %13s %13s %15s %15s\n", "pass", "stages",
-                "estimate ms", "compute ms", "inter-node MB", "intra-node MB");
+  std::snprintf(line, sizeof(line), "%-9s %7s %13s %15s %15s %15s\n", "pass", "stages",
+                "estimate ms", "max compute ms", "inter-node MB", "intra-node MB");
   out << line;
   for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
     const ScheduleSummary& s = pass == Pass::kForward ? built.forward : built.backward;
     const PassTraffic traffic = pass_traffic(built.plan.header, built.plan.programs(pass));
-    std::snprintf(line, sizeof(line), "%-9s %7d %13.3f %13.3f %15s %15s\n",
+    std::snprintf(line, sizeof(line), "%-9s %7d %13.3f %15.3f %15s %15s\n",
                   std::string(to_string(pass)).c_str(), s.stages, s.estimate.seconds * 1e3,
                   s.estimate.compute_seconds * 1e3, mb(traffic.inter_node).c_str(),
                   mb(traffic.intra_node).c_str());

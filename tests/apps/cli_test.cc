@@ -251,14 +251,14 @@ TEST(PlanCommand, WritesAPlanThatVerifiesAndInspects) {
   const std::string plan = temp_path("a.plan");
   const std::string json = temp_path("a.json");
   for (const char* strategy : {"dcp", "ring", "zigzag", "hybrid"}) {
-    const Result r = run({"plan", "--seqlens", "3000,700,40", "--block-size", "256", "--nodes",
-                          "2", "--devices-per-node", "2", "--mask", "lambda:sink=16,window=512",
+    const Result r = run({"plan", "--seqlens", "3000,700,40", "--block-size", "256", "--nodes", "2",
+                          "--devices-per-node", "2", "--mask", "lambda:sink=16,window=512",
                           "--strategy", strategy, "-o", plan, "--json", json});
     ASSERT_EQ(r.status, 0) << strategy << ": " << r.err;
     EXPECT_NE(r.out.find("forward"), std::string::npos);
     const std::string text = read_all(json);
-    for (const char* key : {"workload", "partition", "schedule_forward", "schedule_backward",
-                            "compile", "total"}) {
+    for (const char* key :
+         {"workload", "partition", "schedule_forward", "schedule_backward", "compile", "total"}) {
       EXPECT_NE(json_value(text, key), "(missing)") << key;
     }
     EXPECT_NE(text.find("\"plan\": {"), std::string::npos);

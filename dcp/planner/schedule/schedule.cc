@@ -91,14 +91,17 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
   }
   ScheduleEstimate result;
   result.stage_compute.assign(stages, 0.0);
+  std::vector<double> device_compute(devices, 0.0);
   for (std::size_t s = 0; s < stages; ++s) {
     for (std::size_t d = 0; d < devices; ++d) {
       const double c = compute[s * devices + d];
-      if (c > 0)
-        result.stage_compute[s] = std::max(result.stage_compute[s], c + cluster.kernel_overhead);
+      if (c <= 0) continue;
+      result.stage_compute[s] = std::max(result.stage_compute[s], c + cluster.kernel_overhead);
+      device_compute[d] += c + cluster.kernel_overhead;
     }
-    result.compute_seconds += result.stage_compute[s];
   }
+  for (const double c : device_compute)
+    result.compute_seconds = std::max(result.compute_seconds, c);
   // Bytes per launch on each link side: device intra-node send/receive, node NIC send/receive.
   const auto nodes = static_cast<std::size_t>(shape.nodes);
   const std::size_t launches = stages + 1;

@@ -68,7 +68,7 @@ double unit_seconds(const Workload& workload, const ClusterSpec& cluster, Pass p
 // (shared by the node's devices), each at its bandwidth plus latency.
 struct ScheduleEstimate {
   double seconds = 0;
-  double compute_seconds = 0;         // sum over stages of the slowest device's compute
+  double compute_seconds = 0;         // the busiest device's compute: no schedule of it is faster
   std::vector<double> stage_compute;  // per stage, the slowest device's
   std::vector<double> launch_comm;    // per launch (stages + 1), the slowest transfer's
 };

@@ -49,6 +49,7 @@ inline constexpr MaskId kFullTile = -1;
 struct Slot {
   SlotKind kind = SlotKind::kQ;
   std::int32_t tokens = 0;  // capacity
+  friend bool operator==(const Slot&, const Slot&) = default;
 };
 
 // A token block this Program reads or writes (owned or received). Blocks of one sequence share
@@ -58,6 +59,7 @@ struct BlockInfo {
   SeqIndex seq = 0;
   std::int32_t tokens = 0;
   TokenCount begin = 0;
+  friend bool operator==(const BlockInfo&, const BlockInfo&) = default;
 };
 
 // The mask of one (q block, kv block) tile, relative to the tile: row r of the q block attends to
@@ -209,6 +211,7 @@ struct Program {
   // [0, stages]: `stages` marks the epilogue after the last compute stage (its waits, merges and
   // stores).
   std::vector<std::int32_t> instruction_stage;
+  friend bool operator==(const Program&, const Program&) = default;
 };
 
 // What every Program of a plan shares.
@@ -229,6 +232,7 @@ struct PlanHeader {
   std::int32_t token_blocks = 0;
   std::int64_t work_units = 0;  // per pass, over all devices
 
+  friend bool operator==(const PlanHeader&, const PlanHeader&) = default;
   std::int32_t head_blocks() const { return q_heads / head_block_size; }
   std::int32_t kv_head_blocks() const { return kv_heads / kv_heads_per_block; }
 };
@@ -244,6 +248,7 @@ struct Plan {
   const std::vector<Program>& programs(Pass pass) const {
     return pass == Pass::kForward ? forward : backward;
   }
+  friend bool operator==(const Plan&, const Plan&) = default;
 };
 
 }  // namespace dcp

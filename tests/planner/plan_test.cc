@@ -113,6 +113,7 @@ TEST(PlanBuilder, BinaryRoundTripKeepsEveryField) {
   const BuiltPlan built = build_plan(workload, options_for(Strategy::kDcp, {2, 2}));
   const std::string bytes = serialize_plan(built.plan);
   const Plan back = parse_plan(bytes, "memory");
+  EXPECT_TRUE(back == built.plan);
   EXPECT_EQ(plan_to_json(back), plan_to_json(built.plan));
   EXPECT_EQ(serialize_plan(back), bytes);
 }

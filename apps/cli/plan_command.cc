@@ -53,6 +53,9 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
   specs.push_back({"--devices-per-node", "D", "devices per node [the cluster's]"});
   specs.push_back({"--strategy", "NAME", "dcp | ring | zigzag | ulysses | hybrid [dcp]"});
   specs.push_back({"--stages", "S", "dcp: fetch stages; 0 = chosen by the cost model [0]"});
+  specs.push_back({"--compute-masked-tiles", "",
+                   "static strategies: compute fully masked tiles too (TransformerEngine's "
+                   "path for arbitrary masks) instead of skipping them"});
   specs.push_back({"--eps-compute", "E", "dcp: device compute <= (1 + E) x mean [0.1]"});
   specs.push_back({"--eps-memory", "E", "dcp: device memory <= (1 + E) x mean [0.2]"});
   specs.push_back({"--out", "FILE", "write the binary plan (also -o FILE)"});
@@ -84,6 +87,14 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     options.strategy = with_flag("--strategy", [&] { return parse_strategy(*name); });
   }
   options.schedule.fetch_launches = static_cast<std::int32_t>(args.get_int("--stages", 0, 0, 64));
+  if (args.flag("--compute-masked-tiles")) {
+    if (options.strategy == Strategy::kDcp) {
+      throw UsageError(
+          "--compute-masked-tiles applies to static strategies; dcp never computes "
+          "a fully masked tile");
+    }
+    options.masked_tiles = MaskedTiles::kCompute;
+  }
   options.placement.eps_compute = args.get_double("--eps-compute", 0.1);
   options.placement.eps_memory = args.get_double("--eps-memory", 0.2);
   with_flag("--eps-compute/--eps-memory", [&] {

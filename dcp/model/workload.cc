@@ -46,12 +46,13 @@ Workload::Workload(const AttentionShape& shape, SequenceBatch batch,
 
 Workload::Workload(const AttentionShape& shape, SequenceBatch batch,
                    std::vector<SequenceMask> masks, const std::vector<TokenCount>& block_sizes,
-                   std::int32_t head_block_size)
+                   std::int32_t head_block_size, TileSelection selection)
     : shape_(validated(shape)),
       batch_(std::move(batch)),
       masks_(std::move(masks)),
       blocks_(batch_, block_sizes),
-      heads_(shape_, head_block_size) {
+      heads_(shape_, head_block_size),
+      selection_(selection) {
   build();
 }
 
@@ -72,7 +73,10 @@ void Workload::build() {
   TokenCount smallest = blocks_.block_size();
   for (SeqIndex seq = 0; seq < batch_.size(); ++seq) {
     const auto b = static_cast<double>(blocks_.block_size(seq));
-    min_tiles += std::ceil(static_cast<double>(mask(seq).total_pairs()) / (b * b));
+    const auto n = static_cast<double>(blocks_.blocks_in(seq));
+    min_tiles += selection_ == TileSelection::kEveryBlockPair
+                     ? n * n
+                     : std::ceil(static_cast<double>(mask(seq).total_pairs()) / (b * b));
     smallest = std::min(smallest, blocks_.block_size(seq));
   }
   if (min_tiles > kMaxTiles) {
@@ -125,7 +129,12 @@ void Workload::build_tiles(SeqIndex seq, std::vector<PairCount>& scratch,
         }
       }
     }
-    // Step 2: emit the touched kv blocks in order as tiles and reset the scratch.
+    // Step 2: emit the touched kv blocks (or all of them) in order as tiles and reset the scratch.
+    if (selection_ == TileSelection::kEveryBlockPair) {
+      touched.resize(static_cast<std::size_t>(block_count));
+      for (LocalBlockIndex kv = 0; kv < block_count; ++kv)
+        touched[static_cast<std::size_t>(kv)] = kv;
+    }
     std::sort(touched.begin(), touched.end());
     if (tiles_.size() + touched.size() > static_cast<std::size_t>(kMaxTiles)) {
       throw InvalidInput("block size " + std::to_string(b) + " gives more than " +
@@ -135,7 +144,10 @@ void Workload::build_tiles(SeqIndex seq, std::vector<PairCount>& scratch,
       auto& slot = scratch[static_cast<std::size_t>(kv)];
       const TokenCount kv_tokens = std::min(length, (kv + 1) * b) - kv * b;
       const bool full = slot == (row_end - row_begin) * kv_tokens;
-      tiles_.push_back({seq, q, kv, full ? TileKind::kFull : TileKind::kPartial, slot});
+      const TileKind kind = full        ? TileKind::kFull
+                            : slot == 0 ? TileKind::kEmpty
+                                        : TileKind::kPartial;
+      tiles_.push_back({seq, q, kv, kind, slot});
       full_tiles_ += full ? 1 : 0;
       seq_total += slot;
       slot = 0;

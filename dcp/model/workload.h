@@ -42,6 +42,12 @@ struct WorkUnit {
   PairCount pairs = 0;
 };
 
+// Which (q block, kv block) tiles of a sequence a workload holds: those with an unmasked pair
+// (dcp and static systems that skip masked tiles), or every pair of blocks of a sequence (static
+// systems that compute fully masked tiles too, as TransformerEngine's path for arbitrary masks
+// does; such tiles are kEmpty with 0 pairs and cost a full tile).
+enum class TileSelection : std::uint8_t { kUnmasked, kEveryBlockPair };
+
 // Tiles in one workload at most (24 bytes each): a larger block size is the fix, not more memory.
 inline constexpr TileId kMaxTiles = 1 << 26;
 
@@ -56,7 +62,8 @@ class Workload {
            TokenCount block_size, std::int32_t head_block_size);
   // The same with block size block_sizes[s] for sequence s (see BlockLayout).
   Workload(const AttentionShape& shape, SequenceBatch batch, std::vector<SequenceMask> masks,
-           const std::vector<TokenCount>& block_sizes, std::int32_t head_block_size);
+           const std::vector<TokenCount>& block_sizes, std::int32_t head_block_size,
+           TileSelection selection = TileSelection::kUnmasked);
 
   const AttentionShape& shape() const { return shape_; }
   const SequenceBatch& batch() const { return batch_; }
@@ -64,6 +71,7 @@ class Workload {
   const BlockLayout& blocks() const { return blocks_; }
   const HeadBlocking& heads() const { return heads_; }
 
+  TileSelection tile_selection() const { return selection_; }
   std::span<const Tile> tiles() const { return tiles_; }
   TileId tile_count() const { return static_cast<TileId>(tiles_.size()); }
   // The tiles of one sequence, a contiguous range of tiles().
@@ -99,6 +107,7 @@ class Workload {
   std::vector<SequenceMask> masks_;
   BlockLayout blocks_;
   HeadBlocking heads_;
+  TileSelection selection_ = TileSelection::kUnmasked;
   std::vector<Tile> tiles_;
   std::vector<TileId> tile_offsets_;  // per sequence, plus the total
   std::vector<PairCount> seq_pairs_;

@@ -54,7 +54,7 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
     built.timings.total_ms = ms_since(start);
     return built;
   }
-  StaticPlan layout = static_plan(options.strategy, workload, shape);
+  StaticPlan layout = static_plan(options.strategy, workload, shape, options.masked_tiles);
   BuiltPlan built{Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {},
                   {}};
   built.timings.partition_ms = ms_since(start);

@@ -19,6 +19,7 @@ struct PlanOptions {
   ClusterSpec cluster;         // the shape and the cost model
   PlacementOptions placement;  // dcp only; its cluster and seed are set from the fields here
   ScheduleOptions schedule;    // dcp only
+  MaskedTiles masked_tiles = MaskedTiles::kSkip;  // static strategies only
   std::uint64_t seed = 0;
 };
 

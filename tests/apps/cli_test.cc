@@ -292,6 +292,8 @@ TEST(PlanCommand, RejectsBadFlagsWithExitStatus2) {
   expect_usage_error({"plan", "--seqlens", "100", "--strategy", "ulysses", "--nodes", "4"},
                      "32 devices but only 8 q head blocks");
   expect_usage_error({"plan", "--seqlens", "100", "--stages", "-1"}, "--stages");
+  expect_usage_error({"plan", "--seqlens", "100", "--compute-masked-tiles"},
+                     "--compute-masked-tiles applies to static strategies");
 }
 
 TEST(VerifyCommand, RejectsDamagedAndForeignFilesWithAClearError) {

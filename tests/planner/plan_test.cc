@@ -249,3 +249,35 @@ TEST(VerifierOnCompiledPlans, CatchesAWrongByteCount) {
 
 }  // namespace
 }  // namespace dcp
+
+namespace dcp {
+namespace {
+
+TEST(StaticPlans, ComputingMaskedTilesAddsEntriesThatVerifyAndCostWholeTiles) {
+  for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kCausalBlockwise}) {
+    const Workload workload = make(random_batch(21), kind, 8, 2);
+    for (const Strategy strategy : {Strategy::kZigzag, Strategy::kHybrid}) {
+      PlanOptions skip = options_for(strategy, {2, 2});
+      PlanOptions compute = skip;
+      compute.masked_tiles = MaskedTiles::kCompute;
+      const BuiltPlan a = build_plan(workload, skip);
+      const BuiltPlan b = build_plan(workload, compute);
+      const VerifyReport report = verify(b.plan);
+      ASSERT_TRUE(report.ok) << describe(report);
+      // Every pair of blocks of a sequence is a tile; the masked ones hold no pair.
+      std::int64_t block_pairs = 0;
+      for (SeqIndex s = 0; s < b.workload.batch().size(); ++s) {
+        block_pairs +=
+            std::int64_t{b.workload.blocks().blocks_in(s)} * b.workload.blocks().blocks_in(s);
+      }
+      EXPECT_EQ(b.workload.tile_count(), block_pairs);
+      EXPECT_GT(b.workload.tile_count(), a.workload.tile_count());
+      EXPECT_EQ(b.workload.unmasked_pairs(), a.workload.unmasked_pairs());
+      EXPECT_EQ(report.forward.pairs, a.workload.unmasked_pairs() * 8);
+      EXPECT_GT(b.forward.estimate.compute_seconds, a.forward.estimate.compute_seconds);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dcp

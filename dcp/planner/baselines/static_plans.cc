@@ -40,7 +40,7 @@ Strategy parse_strategy(std::string_view name) {
 namespace {
 
 // The workload with sequence s cut into `chunks` chunks of ceil(L / chunks) tokens.
-Workload recut(const Workload& workload, std::int64_t chunks) {
+Workload recut(const Workload& workload, std::int64_t chunks, TileSelection selection) {
   const SequenceBatch& batch = workload.batch();
   std::vector<TokenCount> sizes;
   std::vector<SequenceMask> masks;
@@ -49,7 +49,7 @@ Workload recut(const Workload& workload, std::int64_t chunks) {
     masks.push_back(workload.mask(seq));
   }
   return Workload(workload.shape(), batch, std::move(masks), sizes,
-                  workload.heads().head_block_size());
+                  workload.heads().head_block_size(), selection);
 }
 
 DeviceId zigzag(std::int64_t chunk, std::int64_t parts) {
@@ -253,7 +253,11 @@ PassSchedule head_parallel_pass(const Workload& w, const Placement& p, Pass pass
 
 }  // namespace
 
-StaticPlan static_plan(Strategy strategy, const Workload& workload, const ClusterShape& cluster) {
+StaticPlan static_plan(Strategy strategy, const Workload& workload, const ClusterShape& cluster,
+                       MaskedTiles masked_tiles) {
+  const TileSelection selection = masked_tiles == MaskedTiles::kCompute
+                                      ? TileSelection::kEveryBlockPair
+                                      : TileSelection::kUnmasked;
   validate(cluster);
   const std::int64_t devices = cluster.devices();
   const HeadBlockIndex head_blocks = workload.heads().count();
@@ -272,7 +276,7 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
     case Strategy::kRing:
     case Strategy::kUlysses: {
       if (strategy == Strategy::kUlysses) need_heads(devices, "all devices");
-      layout.workload = recut(workload, devices);
+      layout.workload = recut(workload, devices, selection);
       for (const TokenBlock& block : layout.workload.blocks().blocks()) {
         layout.placement.token_block_device.push_back(static_cast<DeviceId>(block.index));
       }
@@ -286,7 +290,7 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
       break;
     }
     case Strategy::kZigzag:
-      layout.workload = recut(workload, 2 * devices);
+      layout.workload = recut(workload, 2 * devices, selection);
       for (const TokenBlock& block : layout.workload.blocks().blocks()) {
         layout.placement.token_block_device.push_back(zigzag(block.index, devices));
       }
@@ -295,7 +299,7 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
     case Strategy::kHybrid: {
       const std::int32_t per_node = cluster.devices_per_node;
       need_heads(per_node, "the devices of a node");
-      layout.workload = recut(workload, 2 * devices);
+      layout.workload = recut(workload, 2 * devices, selection);
       for (const TokenBlock& block : layout.workload.blocks().blocks()) {
         const std::int32_t node = zigzag(block.index / per_node, cluster.nodes);
         layout.placement.token_block_device.push_back(node * per_node + block.index % per_node);

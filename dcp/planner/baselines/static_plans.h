@@ -2,6 +2,7 @@
 // Static context parallelism as pass schedules: ring, zigzag ring, Ulysses and hybrid.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "dcp/model/workload.h"
@@ -18,8 +19,11 @@ Strategy parse_strategy(std::string_view name);
 
 // A static strategy's plan before compilation. Static systems cut each sequence their own way, so
 // `workload` is the input re-cut into their chunks (same batch, masks, shape and head blocks).
-// Every one supports every mask and skips fully masked tiles, as ring-flash-attention and
-// TransformerEngine's causal path do; their communication does not depend on the mask.
+// Every one supports every mask; their communication does not depend on it. By default they skip
+// fully masked tiles, as ring-flash-attention and TransformerEngine's causal path do; with
+// MaskedTiles::kCompute they compute every tile of every pair of blocks of a sequence, as
+// TransformerEngine's path for arbitrary masks does (empty tiles are attention entries with an
+// empty mask, costed as whole tiles).
 //   ring:    each sequence cut into P chunks of ceil(L / P) tokens, chunk r on device r; KV
 //            travels the device ring r -> r + 1 one step per stage; work runs with its q chunk.
 //   zigzag:  each sequence cut into 2P chunks, chunks r and 2P - 1 - r on device r; the same ring.
@@ -40,6 +44,8 @@ struct StaticPlan {
   PassSchedule forward;
   PassSchedule backward;
 };
-StaticPlan static_plan(Strategy strategy, const Workload& workload, const ClusterShape& cluster);
+enum class MaskedTiles : std::uint8_t { kSkip, kCompute };
+StaticPlan static_plan(Strategy strategy, const Workload& workload, const ClusterShape& cluster,
+                       MaskedTiles masked_tiles = MaskedTiles::kSkip);
 
 }  // namespace dcp

@@ -69,10 +69,16 @@ void add_partial_transfers(const Workload& workload, const Placement& placement,
 
 double unit_seconds(const Workload& workload, const ClusterSpec& cluster, Pass pass,
                     const WorkUnit& unit) {
+  PairCount pairs = unit.pairs;
+  if (workload.tile_selection() == TileSelection::kEveryBlockPair) {
+    // Systems that compute masked tiles compute whole tiles and mask elements.
+    const BlockLayout& blocks = workload.blocks();
+    pairs = blocks.block(blocks.block_id(unit.seq, unit.q_block)).tokens *
+            blocks.block(blocks.block_id(unit.seq, unit.kv_block)).tokens;
+  }
   return pass == Pass::kForward
-             ? forward_flops(unit.pairs, workload.shape(), workload.heads()) / cluster.forward_flops
-             : backward_flops(unit.pairs, workload.shape(), workload.heads()) /
-                   cluster.backward_flops;
+             ? forward_flops(pairs, workload.shape(), workload.heads()) / cluster.forward_flops
+             : backward_flops(pairs, workload.shape(), workload.heads()) / cluster.backward_flops;
 }
 
 ScheduleEstimate estimate(const Workload& workload, const Placement& placement,

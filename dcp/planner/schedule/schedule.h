@@ -56,7 +56,8 @@ std::vector<ValueKey> output_values(const Workload& workload, Pass pass, const W
 void add_partial_transfers(const Workload& workload, const Placement& placement,
                            PassSchedule& schedule, bool kv_gradients = true);
 
-// Seconds one work unit's kernel takes on the cluster (no launch overhead).
+// Seconds one work unit's kernel takes on the cluster (no launch overhead): its unmasked pairs,
+// or the whole tile for a workload that computes masked tiles (TileSelection::kEveryBlockPair).
 double unit_seconds(const Workload& workload, const ClusterSpec& cluster, Pass pass,
                     const WorkUnit& unit);
 

@@ -87,6 +87,12 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     options.strategy = with_flag("--strategy", [&] { return parse_strategy(*name); });
   }
   options.schedule.fetch_launches = static_cast<std::int32_t>(args.get_int("--stages", 0, 0, 64));
+  for (const char* flag : {"--stages", "--eps-compute", "--eps-memory"}) {
+    if (args.has(flag) && options.strategy != Strategy::kDcp) {
+      throw UsageError(std::string(flag) + " applies to --strategy dcp; " +
+                       std::string(to_string(options.strategy)) + " has a fixed schedule");
+    }
+  }
   if (args.flag("--compute-masked-tiles")) {
     if (options.strategy == Strategy::kDcp) {
       throw UsageError(

@@ -34,16 +34,18 @@ double ClusterSpec::transfer_seconds(std::int64_t bytes, bool inter_node) const 
 
 void validate(const ClusterSpec& spec) {
   validate(spec.shape);
+  // A rate below 1 MB/s or 1 GFLOP/s is a typo, and would turn estimates into infinities.
   const auto rate = [&](double value, const char* field) {
-    if (!std::isfinite(value) || value <= 0) {
+    if (!std::isfinite(value) || value < 1e6) {
       throw InvalidInput(std::string("cluster '") + spec.name + "': " + field +
-                         " must be positive and finite, got " + std::to_string(value));
+                         " must be finite and at least 1e6 per second, got " +
+                         std::to_string(value) + " per second");
     }
   };
   const auto latency = [&](double value, const char* field) {
     if (!std::isfinite(value) || value < 0) {
       throw InvalidInput(std::string("cluster '") + spec.name + "': " + field +
-                         " must be finite and not negative, got " + std::to_string(value));
+                         " must be finite and not negative, got " + std::to_string(value) + " s");
     }
   };
   rate(spec.intra_node_bandwidth, "intra_node_gbps");
@@ -145,19 +147,26 @@ ClusterSpec parse_cluster_text(std::string_view text, std::string_view origin) {
       for (bool& f : have_field) f = true;
     } else if (key == "name") {
       spec.name = std::string(value);
-    } else if (key == "nodes") {
-      spec.shape.nodes = static_cast<std::int32_t>(
-          std::min<std::int64_t>(parse_int(value, what), std::int64_t{1} << 30));
-      have_shape[0] = true;
-    } else if (key == "devices_per_node") {
-      spec.shape.devices_per_node = static_cast<std::int32_t>(
-          std::min<std::int64_t>(parse_int(value, what), std::int64_t{1} << 30));
-      have_shape[1] = true;
+    } else if (key == "nodes" || key == "devices_per_node") {
+      const std::int64_t count = parse_int(value, what);
+      if (count < 1 || count > 65536) {
+        throw InvalidInput(what + " must be in [1, 65536], got " + quoted(value));
+      }
+      (key == "nodes" ? spec.shape.nodes : spec.shape.devices_per_node) =
+          static_cast<std::int32_t>(count);
+      have_shape[key == "nodes" ? 0 : 1] = true;
     } else {
       bool known = false;
       for (std::size_t f = 0; f < std::size(kFields); ++f) {
         if (key != kFields[f].key) continue;
-        spec.*kFields[f].member = parse_double(value, what) * kFields[f].unit;
+        const double number = parse_double(value, what);
+        const bool is_rate = kFields[f].unit >= 1e9;
+        if (is_rate ? !(number >= 1e-3) : !(number >= 0)) {
+          throw InvalidInput(what +
+                             (is_rate ? " must be at least 0.001" : " must not be negative") +
+                             ", got " + quoted(value));
+        }
+        spec.*kFields[f].member = number * kFields[f].unit;
         have_field[f] = known = true;
       }
       if (!known) {

@@ -52,6 +52,12 @@ Workload recut(const Workload& workload, std::int64_t chunks, TileSelection sele
                   workload.heads().head_block_size(), selection);
 }
 
+// Head-parallel systems split the q heads into `groups` contiguous ranges (so that, with GQA, a
+// device reads as few kv heads as possible); head block h goes to range h * groups / head_blocks.
+std::int32_t head_group(HeadBlockIndex h, HeadBlockIndex head_blocks, std::int32_t groups) {
+  return static_cast<std::int32_t>(std::int64_t{h} * groups / head_blocks);
+}
+
 DeviceId zigzag(std::int64_t chunk, std::int64_t parts) {
   return static_cast<DeviceId>(chunk < parts ? chunk : 2 * parts - 1 - chunk);
 }
@@ -193,13 +199,15 @@ PassSchedule ring_pass(const Workload& w, const Placement& p, Pass pass) {
 
 // Ulysses (nodes = 1 group of all devices) and hybrid (one head group per node, rings of equal
 // local index across nodes). `group_size` devices share the heads of a group: head block h runs
-// on local index h mod group_size.
+// on local index head_group(h, head blocks, group_size).
 PassSchedule head_parallel_pass(const Workload& w, const Placement& p, Pass pass,
                                 std::int32_t group_size) {
   const std::int32_t devices = p.cluster.devices();
   const std::int32_t groups = devices / group_size;
   const HeadBlocking& heads = w.heads();
-  const auto local_of_head = [&](HeadBlockIndex h) { return h % group_size; };
+  const auto local_of_head = [&](HeadBlockIndex h) {
+    return head_group(h, heads.count(), group_size);
+  };
   const auto group_of = [&](DeviceId d) { return d / group_size; };
   RingSchedule rings;  // ring j joins local index j of every group
   rings.rings.resize(static_cast<std::size_t>(group_size));
@@ -284,7 +292,7 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
         place_work(layout, [&](const WorkUnit& unit) { return q_device(layout, unit); });
       } else {
         place_work(layout, [&](const WorkUnit& unit) {
-          return static_cast<DeviceId>(unit.head_block % devices);
+          return head_group(unit.head_block, head_blocks, static_cast<std::int32_t>(devices));
         });
       }
       break;
@@ -305,7 +313,8 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
         layout.placement.token_block_device.push_back(node * per_node + block.index % per_node);
       }
       place_work(layout, [&](const WorkUnit& unit) {
-        return cluster.node_of(q_device(layout, unit)) * per_node + unit.head_block % per_node;
+        return cluster.node_of(q_device(layout, unit)) * per_node +
+               head_group(unit.head_block, head_blocks, per_node);
       });
       break;
     }

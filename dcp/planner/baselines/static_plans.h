@@ -27,9 +27,9 @@ Strategy parse_strategy(std::string_view name);
 //   ring:    each sequence cut into P chunks of ceil(L / P) tokens, chunk r on device r; KV
 //            travels the device ring r -> r + 1 one step per stage; work runs with its q chunk.
 //   zigzag:  each sequence cut into 2P chunks, chunks r and 2P - 1 - r on device r; the same ring.
-//   ulysses: tokens as in ring; all-to-all gives device r the q heads blocks h with h mod P = r
-//            (and the kv heads they read) of every token; attention runs there in one stage, and
-//            the outputs go back by all-to-all. Needs P <= q head blocks.
+//   ulysses: tokens as in ring; all-to-all gives device r the r-th of P contiguous ranges of q
+//            head blocks (and the kv heads they read) of every token; attention runs there in one
+//            stage, and the outputs go back by all-to-all. Needs P <= q head blocks.
 //   hybrid:  all-to-all over heads inside each node (as Ulysses) and a zigzag ring across nodes
 //            (TransformerEngine a2a+p2p, USP): each sequence cut into 2 x nodes node chunks in
 //            zigzag order, each split over the node's devices. Needs devices per node <= q head

@@ -89,6 +89,10 @@ struct PassContext {
       device_transfers[static_cast<std::size_t>(t.src)].push_back(&t);
       device_transfers[static_cast<std::size_t>(t.dst)].push_back(&t);
     }
+    for (auto& list : device_transfers) {
+      std::stable_sort(list.begin(), list.end(),
+                       [](const Transfer* a, const Transfer* b) { return a->launch < b->launch; });
+    }
     tile_masks.resize(static_cast<std::size_t>(w.tile_count()));
     const auto blocks = static_cast<std::size_t>(w.blocks().block_count());
     q_tiles.assign(blocks, 0);
@@ -184,8 +188,11 @@ class DeviceCompiler {
     vregs_[static_cast<std::size_t>(v)].last_use = static_cast<std::int64_t>(code_.size());
     return v;
   }
-  void push(Instruction instruction) {
-    code_.push_back(std::move(instruction));
+  // Constructs the instruction in place (moving a whole variant in trips GCC 12's
+  // maybe-uninitialized analysis at -O1).
+  template <typename Op>
+  void push(Op op) {
+    code_.emplace_back(std::in_place_type<Op>, std::move(op));
     code_stage_.push_back(stage_);
   }
 
@@ -233,8 +240,16 @@ class DeviceCompiler {
   void emit_launch(std::int32_t launch) {
     Launch instruction;
     instruction.id = next_launch_id_;
-    for (const Transfer* t : c_.device_transfers[static_cast<std::size_t>(device_)]) {
-      if (t->launch != launch) continue;
+    // The device's transfers are in launch order and launches are emitted in order: one cursor.
+    const auto& transfers = c_.device_transfers[static_cast<std::size_t>(device_)];
+    if (transfer_cursor_ < transfers.size() && transfers[transfer_cursor_]->launch < launch) {
+      throw Error("compile: a transfer of launch " +
+                  std::to_string(transfers[transfer_cursor_]->launch) + " is left after launch " +
+                  std::to_string(launch) + " was emitted");
+    }
+    for (; transfer_cursor_ < transfers.size() && transfers[transfer_cursor_]->launch == launch;
+         ++transfer_cursor_) {
+      const Transfer* t = transfers[transfer_cursor_];
       const std::int64_t bytes = value_bytes(c_.header, t->value.kind, tokens(t->value.block));
       if (t->src == device_) {
         VReg v;
@@ -486,6 +501,7 @@ class DeviceCompiler {
   std::map<ValueKey, VReg> accumulator_;
   std::vector<LaunchId> launch_ids_;  // per launch number; -1 when this device had no ops
   LaunchId next_launch_id_ = 0;
+  std::size_t transfer_cursor_ = 0;
   std::vector<std::vector<VReg>> in_flight_;  // sent and received values per launch number
   std::vector<std::vector<std::pair<ValueKey, VReg>>> arrived_;  // partials per launch number
   std::set<BlockId> referenced_;

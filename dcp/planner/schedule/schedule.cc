@@ -162,7 +162,10 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
     for (const Transfer* t : by_launch[s]) {
       const auto src = static_cast<std::size_t>(t->src);
       const auto dst = static_cast<std::size_t>(t->dst);
-      arrival[dst] = std::max(arrival[dst], std::max(start[src], start[dst]) + link_seconds(s, *t));
+      // A wait completes when the launch's sends have completed too, so the sender waits as well.
+      const double done = std::max(start[src], start[dst]) + link_seconds(s, *t);
+      arrival[dst] = std::max(arrival[dst], done);
+      arrival[src] = std::max(arrival[src], done);
     }
   }
   for (std::size_t d = 0; d < devices; ++d) {

@@ -40,7 +40,7 @@ struct PassSchedule {
   Pass pass = Pass::kForward;
   std::int32_t stages = 1;
   std::vector<std::int32_t> unit_stage;  // per work unit
-  std::vector<Transfer> transfers;       // sorted
+  std::vector<Transfer> transfers;       // sorted by (launch, src, dst, value)
 };
 
 // The input values a pass reads: kQ (forward) or kQGrad (backward) of the q block, and kKV.
@@ -63,8 +63,8 @@ double unit_seconds(const Workload& workload, const ClusterSpec& cluster, Pass p
 
 // The schedule's time on the cluster. Devices run asynchronously: a device starts stage s + 1
 // once it has finished stage s (its work units' kernels plus one launch overhead) and launch s
-// has delivered what it receives; a transfer starts when both ends have issued its launch (at
-// the start of their stage) and ends when the busier of its link sides has carried all of that
+// has completed what it sends and receives; a transfer starts when both ends have issued its launch
+// (at the start of their stage) and ends when the busier of its link sides has carried all of that
 // launch's bytes: a device's intra-node send or receive side, or a node's network interface
 // (shared by the node's devices), each at its bandwidth plus latency.
 struct ScheduleEstimate {

@@ -3,6 +3,7 @@
 #include "dcp/planner/schedule/stage_scheduler.h"
 
 #include <algorithm>
+#include <cassert>
 #include <limits>
 #include <queue>
 #include <string>
@@ -31,11 +32,11 @@ constexpr std::int32_t kNever = std::numeric_limits<std::int32_t>::max();
 // Dense value index: q-side values first (block * head blocks + head block), then kv values.
 struct ValueIndex {
   std::int32_t head_blocks = 0;
-  std::int32_t kv_blocks = 0;
+  std::int32_t kv_head_blocks = 0;
   std::int32_t q_values = 0;
 
   std::int32_t of(const ValueKey& value) const {
-    return value.kind == SlotKind::kKV ? q_values + value.block * kv_blocks + value.head_block
+    return value.kind == SlotKind::kKV ? q_values + value.block * kv_head_blocks + value.head_block
                                        : value.block * head_blocks + value.head_block;
   }
 };
@@ -67,9 +68,15 @@ Problem make_problem(const Workload& workload, const Placement& placement,
   p.pass = pass;
   const BlockLayout& blocks = workload.blocks();
   p.index.head_blocks = workload.heads().count();
-  p.index.kv_blocks = workload.heads().kv_count();
+  p.index.kv_head_blocks = workload.heads().kv_count();
   p.index.q_values = blocks.block_count() * p.index.head_blocks;
-  const std::int32_t values = p.index.q_values + blocks.block_count() * p.index.kv_blocks;
+  const std::int64_t value_count =
+      std::int64_t{p.index.q_values} + std::int64_t{blocks.block_count()} * p.index.kv_head_blocks;
+  if (value_count > std::numeric_limits<std::int32_t>::max()) {
+    throw InvalidInput("too many (token block, head block) values to schedule: " +
+                       std::to_string(value_count) + "; use larger blocks");
+  }
+  const auto values = static_cast<std::int32_t>(value_count);
   p.value_key.resize(static_cast<std::size_t>(values));
   p.value_owner.resize(static_cast<std::size_t>(values));
   p.value_intra_seconds.resize(static_cast<std::size_t>(values));
@@ -84,7 +91,7 @@ Problem make_problem(const Workload& workload, const Placement& placement,
       p.value_inter_seconds[v] = bytes / cluster.inter_node_bandwidth;
     };
     for (std::int32_t h = 0; h < p.index.head_blocks; ++h) add({query_kind(pass), b, h});
-    for (std::int32_t g = 0; g < p.index.kv_blocks; ++g) add({SlotKind::kKV, b, g});
+    for (std::int32_t g = 0; g < p.index.kv_head_blocks; ++g) add({SlotKind::kKV, b, g});
   }
   const auto units = static_cast<std::size_t>(workload.work_unit_count());
   p.unit_q.resize(units);
@@ -220,7 +227,6 @@ class Greedy {
     const auto i = static_cast<std::size_t>(w);
     for (const std::int32_t v : {p_.unit_q[i], p_.unit_kv[i]}) {
       if (usable(d, v) <= launch + 1) continue;
-      if (!out.empty() && out.front().value == v) continue;
       const DeviceId owner = p_.value_owner[static_cast<std::size_t>(v)];
       const std::int32_t node = shape_.node_of(d);
       if (shape_.node_of(owner) == node) {
@@ -257,6 +263,7 @@ class Greedy {
           return;
         }
       }
+      assert(count < std::size(uses));  // at most two fetches, two link sides each
       uses[count++] = {&load, static_cast<std::size_t>(index), seconds};
     };
     for (const Fetch& f : fetches) {

@@ -15,7 +15,6 @@
 // hMETIS partition file format) and one line of DIR/dcp.jsonl: the caps in both
 // dimensions (hierarchical_placer.h, part_caps), and km1, time and balance of dcp's multilevel
 // partitioner on that hypergraph with those caps (flat: all parts at once, one thread).
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -25,6 +24,7 @@
 #include "dcp/core/json_writer.h"
 #include "dcp/core/npy.h"
 #include "dcp/core/parse.h"
+#include "dcp/core/timing.h"
 
 #include "dcp/dcp.h"
 #include "dcp/planner/partition/balance.h"
@@ -110,11 +110,9 @@ int run(int argc, char** argv) {
         if (head_grouping) request.groups = head_groups(workload);
         request.max_part_weight.assign(static_cast<std::size_t>(k),
                                        VertexWeight{caps.compute, caps.memory});
-        const auto start = std::chrono::steady_clock::now();
+        const auto start = Clock::now();
         const std::vector<PartId> part_of = partitioner->partition(graph, request);
-        const double ms =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                .count();
+        const double ms = ms_since(start);
         const PartitionedHypergraph partitioned(graph, k, part_of);
         bool within = true;
         for (PartId p = 0; p < k; ++p)

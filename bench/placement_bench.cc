@@ -6,28 +6,23 @@
 //       [--masks causal,lambda,shared_question,causal_blockwise] [--nodes 4] [--devices-per-node 8]
 //       [--block-size 1024]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "dcp/core/parse.h"
+#include "dcp/core/timing.h"
 
 #include "dcp/dcp.h"
+
+#include "bench/bench_stats.h"
 
 namespace dcp {
 namespace {
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-double max_of(const std::vector<double>& values) {
-  return *std::max_element(values.begin(), values.end());
-}
+using bench::max_of;
+using bench::median;
 
 int run(int argc, char** argv) {
   std::int64_t batches = 50;
@@ -76,11 +71,9 @@ int run(int argc, char** argv) {
                                 1);
         PlacementOptions options;
         options.cluster = cluster;
-        const auto start = std::chrono::steady_clock::now();
+        const auto start = Clock::now();
         const PlacementResult result = place(workload, options);
-        ms.push_back(
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                .count());
+        ms.push_back(ms_since(start));
         within += result.within_bounds ? 1 : 0;
         const BlockHypergraph hypergraph = build_block_hypergraph(workload);
         const PlacementMetrics m = evaluate(workload, hypergraph, result.placement);

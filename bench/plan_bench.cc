@@ -7,7 +7,6 @@
 //       [--cluster a100-p4de] [--nodes 4] [--devices-per-node 8] [--block-size 1024]
 //       [--strategies dcp,ring,zigzag,ulysses,hybrid]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -16,22 +15,16 @@
 #include <vector>
 
 #include "dcp/core/parse.h"
+#include "dcp/core/timing.h"
 
 #include "dcp/dcp.h"
+
+#include "bench/bench_stats.h"
 
 namespace dcp {
 namespace {
 
-double quantile(std::vector<double> values, double q) {
-  std::sort(values.begin(), values.end());
-  const auto i = static_cast<std::size_t>(q * static_cast<double>(values.size() - 1) + 0.5);
-  return values[std::min(i, values.size() - 1)];
-}
-
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
+using bench::quantile;
 
 int run(int argc, char** argv) {
   std::int64_t batches = 20;
@@ -93,7 +86,7 @@ int run(int argc, char** argv) {
       std::map<std::string, std::vector<double>> est[2], inter[2];
       std::vector<double> advantage[2];
       for (const auto& batch_lengths : lengths) {
-        const auto start = std::chrono::steady_clock::now();
+        const auto start = Clock::now();
         const SequenceBatch batch(batch_lengths);
         const Workload workload(AttentionShape{}, batch, build_batch_mask(spec, batch), block_size,
                                 1);

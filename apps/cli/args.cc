@@ -3,6 +3,7 @@
 #include "apps/cli/args.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "dcp/core/parse.h"
 
@@ -10,11 +11,11 @@ namespace dcp::cli {
 
 Args::Args(std::span<const FlagSpec> specs, std::span<const std::string> argv,
            std::size_t max_positional) {
-  const bool has_out =
-      std::any_of(specs.begin(), specs.end(), [](const FlagSpec& s) { return s.name == "--out"; });
   for (std::size_t i = 0; i < argv.size(); ++i) {
-    // -o is the one short flag: the conventional spelling of --out.
-    const std::string& arg = has_out && argv[i] == "-o" ? std::string("--out") : argv[i];
+    const auto short_spec = std::find_if(specs.begin(), specs.end(), [&](const FlagSpec& s) {
+      return !s.short_name.empty() && s.short_name == argv[i];
+    });
+    const std::string arg = short_spec != specs.end() ? std::string(short_spec->name) : argv[i];
     if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
       if (positional_.size() < max_positional && (arg.empty() || arg[0] != '-' || arg == "-")) {
         positional_.push_back(arg);
@@ -82,12 +83,19 @@ std::string format_help(std::string_view usage, std::string_view summary,
   out.append(usage).append("\n\n").append(summary).append("\n\nflags:\n");
   for (const FlagSpec& spec : specs) {
     std::string left = "  ";
+    if (!spec.short_name.empty()) left.append(spec.short_name).append(", ");
     left.append(spec.name);
     if (!spec.value_name.empty()) left.append(" ").append(spec.value_name);
     left.append(left.size() < 28 ? 28 - left.size() : 2, ' ');
     out.append(left).append(spec.help).append("\n");
   }
   return out;
+}
+
+std::string format_mb(std::int64_t bytes, int decimals) {
+  char buffer[48];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, static_cast<double>(bytes) / 1e6);
+  return buffer;
 }
 
 }  // namespace dcp::cli

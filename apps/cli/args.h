@@ -24,6 +24,7 @@ struct FlagSpec {
   std::string_view name;        // "--heads"
   std::string_view value_name;  // "N"; empty for a boolean flag
   std::string_view help;
+  std::string_view short_name = {};  // "-o": another spelling of `name`; empty for none
 };
 
 // Flags as given: "--name value", "--name=value", or "--name" for booleans. Each flag at most once;
@@ -48,6 +49,9 @@ class Args {
   std::map<std::string, std::string, std::less<>> values_;
   std::vector<std::string> positional_;
 };
+
+// Bytes as megabytes (1e6) with `decimals` digits, for tables.
+std::string format_mb(std::int64_t bytes, int decimals);
 
 // The help text of a command: usage line, summary and one line per flag.
 std::string format_help(std::string_view usage, std::string_view summary,

@@ -1,24 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dcp partition`: place one batch on nodes x devices and compare with the zigzag and greedy
 // placements.
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "dcp/core/json_writer.h"
 #include "dcp/core/parse.h"
+#include "dcp/core/timing.h"
 
 #include "apps/cli/command_table.h"
 #include "apps/cli/workload_flags.h"
 
 namespace dcp::cli {
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
 
 double eps_flag(const Args& args, std::string_view name, double fallback) {
   const double value = args.get_double(name, fallback);
@@ -48,12 +43,6 @@ void write_figures(JsonWriter& json, const PlacementMetrics& m) {
     json.end_object();
   }
   json.end_array();
-}
-
-std::string mb(std::int64_t bytes) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "%.1f", static_cast<double>(bytes) / 1e6);
-  return buffer;
 }
 
 }  // namespace
@@ -94,14 +83,14 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
     options.partitioner = with_flag("--partitioner", [&] { return parse_partitioner(*name); });
   }
 
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   const BuiltWorkload built = workload_from_flags(args, options.cluster.devices());
   const Workload& workload = built.workload;
   const double workload_ms = ms_since(start);
   const PlacementResult result = place(workload, options);
   const BlockHypergraph hypergraph = build_block_hypergraph(workload);
   const PlacementMetrics dcp_figures = evaluate(workload, hypergraph, result.placement);
-  const auto baseline_start = std::chrono::steady_clock::now();
+  const auto baseline_start = Clock::now();
   const ZigzagBaseline zigzag_cut = zigzag_baseline(workload, options.cluster);
   const PlacementMetrics zigzag = evaluate(zigzag_cut.workload, zigzag_cut.placement);
   const PlacementMetrics greedy = evaluate(
@@ -175,8 +164,9 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
   out << line;
   for (const DeviceLoad& d : dcp_figures.devices) {
     std::snprintf(line, sizeof(line), "%6d %5d %13.3f %11s %10s %10s %7d %8lld\n", d.device, d.node,
-                  d.compute / 1e12, mb(d.memory).c_str(), mb(d.bytes_in).c_str(),
-                  mb(d.bytes_out).c_str(), d.token_blocks, static_cast<long long>(d.work_units));
+                  d.compute / 1e12, format_mb(d.memory, 1).c_str(),
+                  format_mb(d.bytes_in, 1).c_str(), format_mb(d.bytes_out, 1).c_str(),
+                  d.token_blocks, static_cast<long long>(d.work_units));
     out << line;
   }
   out << "\n";
@@ -185,8 +175,8 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
   out << line;
   const auto row = [&](const char* name, const PlacementMetrics& m) {
     std::snprintf(line, sizeof(line), "%-8s %14.3f %14.3f %15s %15s %12d\n", name,
-                  m.imbalance_compute, m.imbalance_memory, mb(m.bytes_inter_node).c_str(),
-                  mb(m.bytes_intra_node).c_str(), m.devices_without_data);
+                  m.imbalance_compute, m.imbalance_memory, format_mb(m.bytes_inter_node, 1).c_str(),
+                  format_mb(m.bytes_intra_node, 1).c_str(), m.devices_without_data);
     out << line;
   };
   row("dcp", dcp_figures);

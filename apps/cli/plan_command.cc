@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dcp plan`, `dcp verify` and `dcp inspect`: build a plan file, check one, look inside one.
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -8,6 +7,7 @@
 #include "dcp/core/json_writer.h"
 #include "dcp/core/npy.h"
 #include "dcp/core/parse.h"
+#include "dcp/core/timing.h"
 
 #include "apps/cli/command_table.h"
 #include "apps/cli/workload_flags.h"
@@ -15,19 +15,8 @@
 namespace dcp::cli {
 namespace {
 
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
-std::string mb(std::int64_t bytes) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "%.2f", static_cast<double>(bytes) / 1e6);
-  return buffer;
-}
-
-void write_pass(JsonWriter& json, const Plan& plan, Pass pass, const ScheduleSummary& summary) {
-  const PassTraffic traffic = pass_traffic(plan.header, plan.programs(pass));
+void write_pass(JsonWriter& json, const Plan& plan, Pass pass, const ScheduleSummary& summary,
+                const PassTraffic& traffic) {
   json.key(to_string(pass)).begin_object();
   json.field("stages", std::int64_t{summary.stages});
   json.field("fetch_launches", std::int64_t{summary.fetch_launches});
@@ -58,7 +47,7 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
                    "path for arbitrary masks) instead of skipping them"});
   specs.push_back({"--eps-compute", "E", "dcp: device compute <= (1 + E) x mean [0.1]"});
   specs.push_back({"--eps-memory", "E", "dcp: device memory <= (1 + E) x mean [0.2]"});
-  specs.push_back({"--out", "FILE", "write the binary plan (also -o FILE)"});
+  specs.push_back({"--out", "FILE", "write the binary plan", "-o"});
   specs.push_back({"--json", "FILE", "write the plan as JSON, with timing_ms ('-': stdout)"});
   specs.push_back({"--help", "", "show this help"});
   const Args args(specs, argv);
@@ -73,7 +62,7 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
         specs);
     return 0;
   }
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   PlanOptions options;
   options.cluster = with_flag("--cluster " + quoted(args.get_or("--cluster", "a100-p4de")), [&] {
     return resolve_cluster(args.get_or("--cluster", "a100-p4de"));
@@ -115,6 +104,8 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
   const BuiltPlan built = with_flag("--strategy " + std::string(to_string(options.strategy)),
                                     [&] { return build_plan(built_workload.workload, options); });
   const double total_ms = ms_since(start);
+  const PassTraffic traffic[2] = {pass_traffic(built.plan.header, built.plan.forward),
+                                  pass_traffic(built.plan.header, built.plan.backward)};
 
   if (const auto path = args.get("--out")) {
     with_flag("--out " + quoted(*path), [&] { write_plan_file(*path, built.plan); });
@@ -132,8 +123,8 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     json.field("token_blocks", std::int64_t{built.workload.blocks().block_count()});
     json.field("work_units", built.workload.work_unit_count());
     json.field("placement_within_bounds", built.placement_within_bounds);
-    write_pass(json, built.plan, Pass::kForward, built.forward);
-    write_pass(json, built.plan, Pass::kBackward, built.backward);
+    write_pass(json, built.plan, Pass::kForward, built.forward, traffic[0]);
+    write_pass(json, built.plan, Pass::kBackward, built.backward, traffic[1]);
     json.key("timing_ms").begin_object();
     json.field("workload", workload_ms);
     json.field("partition", built.timings.partition_ms);
@@ -165,11 +156,11 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
   out << line;
   for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
     const ScheduleSummary& s = pass == Pass::kForward ? built.forward : built.backward;
-    const PassTraffic traffic = pass_traffic(built.plan.header, built.plan.programs(pass));
+    const PassTraffic& pass_bytes = traffic[pass == Pass::kForward ? 0 : 1];
     std::snprintf(line, sizeof(line), "%-9s %7d %13.3f %15.3f %15s %15s\n",
                   std::string(to_string(pass)).c_str(), s.stages, s.estimate.seconds * 1e3,
-                  s.estimate.compute_seconds * 1e3, mb(traffic.inter_node).c_str(),
-                  mb(traffic.intra_node).c_str());
+                  s.estimate.compute_seconds * 1e3, format_mb(pass_bytes.inter_node, 2).c_str(),
+                  format_mb(pass_bytes.intra_node, 2).c_str());
     out << line;
   }
   std::snprintf(line, sizeof(line),
@@ -240,7 +231,7 @@ int run_inspect(std::span<const std::string> argv, std::ostream& out) {
       std::string per_stage;
       for (std::size_t i = 0; i < s.sent_by_stage.size(); ++i) {
         if (i > 0) per_stage += "  ";
-        per_stage += mb(s.sent_by_stage[i]) + "/" + mb(s.received_by_stage[i]);
+        per_stage += format_mb(s.sent_by_stage[i], 2) + "/" + format_mb(s.received_by_stage[i], 2);
       }
       const auto count = [&](int op) {
         return static_cast<long long>(s.opcode_counts[static_cast<std::size_t>(op)]);
@@ -250,7 +241,7 @@ int run_inspect(std::span<const std::string> argv, std::ostream& out) {
                     program.device, static_cast<long long>(s.instructions), count(0), count(1),
                     count(2), count(3), static_cast<long long>(s.attention_rows),
                     static_cast<long long>(s.attention_entries), count(6), count(7), count(8),
-                    s.slots, mb(s.slot_bytes).c_str());
+                    s.slots, format_mb(s.slot_bytes, 2).c_str());
       out << line << per_stage << "\n";
     }
   }

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dcp workload`: build the block model of one batch and summarise it (text or JSON).
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "dcp/core/json_writer.h"
+#include "dcp/core/timing.h"
 
 #include "apps/cli/command_table.h"
 #include "apps/cli/workload_flags.h"
@@ -175,10 +175,9 @@ int run_workload(std::span<const std::string> argv, std::ostream& out) {
     return 0;
   }
   const MaskSource mask = mask_from_flags(args);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   const BuiltWorkload built = workload_from_flags(args);
-  const double build_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double build_ms = ms_since(start);
   if (args.flag("--json")) {
     write_json(built, mask, build_ms, out);
   } else {

@@ -59,6 +59,17 @@ void validate(const ClusterSpec& spec) {
 
 std::vector<std::string> cluster_presets() { return {"a100-p4de", "h100-dgx"}; }
 
+namespace {
+
+// "a100-p4de, h100-dgx": the presets for an error message.
+std::string preset_list() {
+  std::string list;
+  for (const std::string& preset : cluster_presets()) list += (list.empty() ? "" : ", ") + preset;
+  return list;
+}
+
+}  // namespace
+
 ClusterSpec cluster_preset(std::string_view name) {
   ClusterSpec spec;
   if (name == "a100-p4de") {
@@ -84,10 +95,7 @@ ClusterSpec cluster_preset(std::string_view name) {
     spec.backward_flops = 425e12;       // FlashAttention-3 varlen causal bwd (anchors §D.2)
     spec.kernel_overhead = 6e-6;        // estimate
   } else {
-    std::string known;
-    for (const std::string& preset : cluster_presets())
-      known += (known.empty() ? "" : ", ") + preset;
-    throw InvalidInput("unknown cluster preset " + quoted(name) + " (presets: " + known +
+    throw InvalidInput("unknown cluster preset " + quoted(name) + " (presets: " + preset_list() +
                        "; or give a cluster file)");
   }
   return spec;
@@ -206,11 +214,8 @@ ClusterSpec resolve_cluster(const std::string& preset_or_file) {
   }
   std::ifstream probe(preset_or_file);
   if (!probe) {
-    std::string known;
-    for (const std::string& preset : cluster_presets())
-      known += (known.empty() ? "" : ", ") + preset;
-    throw InvalidInput("--cluster " + quoted(preset_or_file) + " is neither a preset (" + known +
-                       ") nor a readable file");
+    throw InvalidInput("--cluster " + quoted(preset_or_file) + " is neither a preset (" +
+                       preset_list() + ") nor a readable file");
   }
   return read_cluster_file(preset_or_file);
 }

@@ -2,18 +2,12 @@
 // The whole planner, timed per phase.
 #include "dcp/planner/plan_builder.h"
 
-#include <chrono>
+#include "dcp/core/timing.h"
 
 #include "dcp/planner/compile/compiler.h"
 
 namespace dcp {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
 
 ScheduleSummary summarize(const ScheduledPass& scheduled) {
   return {scheduled.schedule.stages, scheduled.fetch_launches, scheduled.estimate};

@@ -844,48 +844,7 @@ class StructureCheck {
 
   void check_masks() const {
     for (std::size_t i = 0; i < p_.masks.size(); ++i) {
-      const TileMask& m = p_.masks[i];
-      const auto where = [&] { return item("masks", i); };
-      if (m.q_tokens < 1 || m.kv_tokens < 1) {
-        fail(where() + ": q_tokens " + std::to_string(m.q_tokens) + " and kv_tokens " +
-             std::to_string(m.kv_tokens) + " must be at least 1");
-      }
-      if (m.row_offsets.size() != static_cast<std::size_t>(m.q_tokens) + 1) {
-        fail(where() + ": row_offsets has " + std::to_string(m.row_offsets.size()) +
-             " entries, expected q_tokens + 1 = " + std::to_string(std::int64_t{m.q_tokens} + 1));
-      }
-      if (m.intervals.size() % 2 != 0) {
-        fail(where() + ": intervals has an odd number of entries (" +
-             std::to_string(m.intervals.size()) + "), expected (begin, end) pairs");
-      }
-      const std::size_t count = m.intervals.size() / 2;
-      if (m.row_offsets.front() != 0 || static_cast<std::size_t>(m.row_offsets.back()) != count) {
-        fail(where() + ": row_offsets run from " + std::to_string(m.row_offsets.front()) + " to " +
-             std::to_string(m.row_offsets.back()) + ", expected 0 to " + std::to_string(count));
-      }
-      for (std::size_t row = 0; row < static_cast<std::size_t>(m.q_tokens); ++row) {
-        const std::int32_t first = m.row_offsets[row];
-        const std::int32_t last = m.row_offsets[row + 1];
-        if (last < first || static_cast<std::size_t>(last) > count) {
-          fail(where() + ": row_offsets are not monotone from 0 to " + std::to_string(count) +
-               " at row " + std::to_string(row) + " (" + std::to_string(first) + " then " +
-               std::to_string(last) + ")");
-        }
-      }
-      for (std::size_t row = 0; row < static_cast<std::size_t>(m.q_tokens); ++row) {
-        std::int32_t previous_end = 0;
-        for (std::int32_t k = m.row_offsets[row]; k < m.row_offsets[row + 1]; ++k) {
-          const std::int32_t begin = m.intervals[2 * static_cast<std::size_t>(k)];
-          const std::int32_t end = m.intervals[2 * static_cast<std::size_t>(k) + 1];
-          if (begin < previous_end || begin >= end || end > m.kv_tokens) {
-            fail(where() + ": row " + std::to_string(row) + " interval [" + std::to_string(begin) +
-                 ", " + std::to_string(end) +
-                 ") is empty, unsorted, overlapping or outside [0, kv_tokens = " +
-                 std::to_string(m.kv_tokens) + ")");
-          }
-          previous_end = end;
-        }
-      }
+      if (auto problem = tile_mask_problem(p_.masks[i])) fail(item("masks", i) + ": " + *problem);
     }
   }
 
@@ -1111,6 +1070,10 @@ void check_plan_header(const PlanHeader& header, std::string_view origin) {
   if (!std::isfinite(header.softmax_scale) || header.softmax_scale <= 0.0) {
     throw InvalidInput(where + "softmax_scale must be positive and finite, got " +
                        std::to_string(header.softmax_scale));
+  }
+  if (header.token_blocks > kMaxTokenBlocks) {
+    throw InvalidInput(where + std::to_string(header.token_blocks) + " token blocks, at most " +
+                       std::to_string(kMaxTokenBlocks));
   }
   if (header.total_tokens < 0 || header.sequences < 0 || header.token_blocks < 0 ||
       header.work_units < 0) {

@@ -37,6 +37,50 @@ std::int64_t TileMask::pairs() const {
   return total;
 }
 
+std::optional<std::string> tile_mask_problem(const TileMask& m) {
+  const auto text = [](auto x) { return std::to_string(x); };
+  if (m.q_tokens < 1 || m.kv_tokens < 1) {
+    return "q_tokens " + text(m.q_tokens) + " and kv_tokens " + text(m.kv_tokens) +
+           " must be at least 1";
+  }
+  if (m.row_offsets.size() != static_cast<std::size_t>(m.q_tokens) + 1) {
+    return "row_offsets has " + text(m.row_offsets.size()) +
+           " entries, expected q_tokens + 1 = " + text(std::int64_t{m.q_tokens} + 1);
+  }
+  if (m.intervals.size() % 2 != 0) {
+    return "intervals has an odd number of entries (" + text(m.intervals.size()) +
+           "), expected (begin, end) pairs";
+  }
+  const std::size_t count = m.intervals.size() / 2;
+  if (m.row_offsets.front() != 0 || static_cast<std::size_t>(m.row_offsets.back()) != count) {
+    return "row_offsets run from " + text(m.row_offsets.front()) + " to " +
+           text(m.row_offsets.back()) + ", expected 0 to " + text(count);
+  }
+  // Monotone offsets first: the interval loop below indexes with them.
+  for (std::size_t row = 0; row < static_cast<std::size_t>(m.q_tokens); ++row) {
+    const std::int32_t first = m.row_offsets[row];
+    const std::int32_t last = m.row_offsets[row + 1];
+    if (last < first || static_cast<std::size_t>(last) > count) {
+      return "row_offsets are not monotone from 0 to " + text(count) + " at row " + text(row) +
+             " (" + text(first) + " then " + text(last) + ")";
+    }
+  }
+  for (std::size_t row = 0; row < static_cast<std::size_t>(m.q_tokens); ++row) {
+    std::int32_t previous_end = 0;
+    for (std::int32_t k = m.row_offsets[row]; k < m.row_offsets[row + 1]; ++k) {
+      const std::int32_t begin = m.intervals[2 * static_cast<std::size_t>(k)];
+      const std::int32_t end = m.intervals[2 * static_cast<std::size_t>(k) + 1];
+      if (begin < previous_end || begin >= end || end > m.kv_tokens) {
+        return "row " + text(row) + " interval [" + text(begin) + ", " + text(end) +
+               ") is empty, unsorted, overlapping or outside [0, kv_tokens = " + text(m.kv_tokens) +
+               ")";
+      }
+      previous_end = end;
+    }
+  }
+  return std::nullopt;
+}
+
 std::string_view opcode_name(const Instruction& instruction) {
   struct Name {
     std::string_view operator()(const Load&) const { return "load"; }

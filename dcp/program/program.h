@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -75,6 +76,11 @@ struct TileMask {
   std::int64_t pairs() const;
   friend bool operator==(const TileMask&, const TileMask&) = default;
 };
+
+// Why `mask` breaks the rules above (q_tokens and kv_tokens at least 1, q_tokens + 1 monotone
+// row offsets from 0 to the interval count, well-formed intervals), or nothing. Indexing a mask
+// that passes is safe.
+std::optional<std::string> tile_mask_problem(const TileMask& mask);
 
 // A value owned by this device that must be complete when the pass ends: its Store names it, and
 // the verifier checks it gathered `contributions` work units of `pairs` unmasked (q, k) pairs

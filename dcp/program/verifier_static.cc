@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <variant>
 
+#include "dcp/core/error.h"
+
 #include "dcp/model/block_layout.h"
 
+#include "dcp/program/plan_file.h"
 #include "dcp/program/verifier_detail.h"
 
 namespace dcp::verifier_detail {
@@ -18,73 +21,17 @@ bool output_less(const ProgramIndex::OutputKey& a, const ProgramIndex::OutputKey
   return a.head_block < b.head_block;
 }
 
-// Why the header cannot describe a plan of `programs` devices, or nothing. Every bound here is
-// one the rest of the verifier relies on to stay clear of overflow and out-of-range indices.
+// Why the header cannot describe a plan of `programs` devices, or nothing: the plan file's header
+// check, whose bounds the rest of the verifier relies on to stay clear of overflow and
+// out-of-range indices.
 std::optional<std::string> header_problem(const PlanHeader& header, std::size_t programs) {
-  constexpr std::int32_t kMaxDevices = 65536;
-  const ClusterShape& cluster = header.cluster;
-  if (cluster.nodes < 1 || cluster.nodes > kMaxDevices || cluster.devices_per_node < 1 ||
-      cluster.devices_per_node > kMaxDevices ||
-      static_cast<std::int64_t>(cluster.nodes) * cluster.devices_per_node > kMaxDevices) {
-    return cat("cluster of ", cluster.nodes, " nodes x ", cluster.devices_per_node,
-               " devices is not in [1, ", kMaxDevices, "] devices");
+  try {
+    check_plan_header(header, "");
+  } catch (const InvalidInput& e) {
+    return std::string(e.what());
   }
-  if (static_cast<std::size_t>(cluster.devices()) != programs) {
-    return cat("the pass has ", programs, " programs for ", cluster.devices(), " devices");
-  }
-  if (header.q_heads < 1 || header.q_heads > kMaxHeads || header.kv_heads < 1 ||
-      header.kv_heads > header.q_heads || header.q_heads % header.kv_heads != 0) {
-    return cat(header.q_heads, " q heads and ", header.kv_heads,
-               " kv heads: need 1 <= kv heads <= q heads <= ", kMaxHeads,
-               " and q heads a multiple of kv heads");
-  }
-  if (header.head_dim < 1 || header.head_dim > kMaxHeadDim) {
-    return cat("head dim ", header.head_dim, " is not in [1, ", kMaxHeadDim, "]");
-  }
-  const std::int32_t group = header.q_heads / header.kv_heads;
-  const std::int32_t size = header.head_block_size;
-  if (size < 1 || header.q_heads % size != 0 || (group % size != 0 && size % group != 0)) {
-    return cat("head block size ", size, " must divide ", header.q_heads,
-               " q heads and divide, or be a multiple of, the group of ", group);
-  }
-  const std::int32_t kv_size = size > group ? size / group : 1;
-  if (header.kv_heads_per_block != kv_size) {
-    return cat("kv heads per block is ", header.kv_heads_per_block, ", head block size ", size,
-               " with group ", group, " reads ", kv_size);
-  }
-  if (header.token_blocks < 0 || header.token_blocks > kMaxTokenBlocks || header.sequences < 0 ||
-      header.work_units < 0) {
-    return cat("token blocks ", header.token_blocks, " (at most ", kMaxTokenBlocks, "), sequences ",
-               header.sequences, " or work units ", header.work_units, " out of range");
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> mask_problem(const TileMask& mask) {
-  if (mask.q_tokens < 1 || mask.kv_tokens < 1) {
-    return cat("is ", mask.q_tokens, " x ", mask.kv_tokens, " tokens");
-  }
-  const std::size_t rows = static_cast<std::size_t>(mask.q_tokens);
-  if (mask.row_offsets.size() != rows + 1 || mask.row_offsets[0] != 0 ||
-      mask.intervals.size() % 2 != 0 ||
-      static_cast<std::size_t>(mask.row_offsets[rows]) * 2 != mask.intervals.size()) {
-    return cat("has ", mask.row_offsets.size(), " row offsets and ", mask.intervals.size(),
-               " interval ends for ", mask.q_tokens, " rows");
-  }
-  for (std::size_t r = 0; r < rows; ++r) {
-    const std::int32_t first = mask.row_offsets[r];
-    const std::int32_t last = mask.row_offsets[r + 1];
-    if (first > last || first < 0) return cat("row ", r, " has offsets ", first, "..", last);
-    std::int32_t previous_end = 0;
-    for (std::int32_t i = first; i < last; ++i) {
-      const std::int32_t begin = mask.intervals[2 * static_cast<std::size_t>(i)];
-      const std::int32_t end = mask.intervals[2 * static_cast<std::size_t>(i) + 1];
-      if (begin < previous_end || begin >= end || end > mask.kv_tokens) {
-        return cat("row ", r, " has interval [", begin, ", ", end,
-                   ") that is empty, unsorted, overlapping or outside [0, ", mask.kv_tokens, ")");
-      }
-      previous_end = end;
-    }
+  if (static_cast<std::size_t>(header.cluster.devices()) != programs) {
+    return cat("the pass has ", programs, " programs for ", header.cluster.devices(), " devices");
   }
   return std::nullopt;
 }
@@ -181,8 +128,8 @@ class ProgramChecker {
       }
     }
     for (std::size_t m = 0; m < program_.masks.size(); ++m) {
-      if (auto problem = mask_problem(program_.masks[m])) {
-        return fail("structure", cat("mask ", m, " ", *problem));
+      if (auto problem = tile_mask_problem(program_.masks[m])) {
+        return fail("structure", cat("mask ", m, ": ", *problem));
       }
       index_.mask_pairs.push_back(program_.masks[m].pairs());
     }

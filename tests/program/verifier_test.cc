@@ -3,6 +3,7 @@
 #include "dcp/program/verifier.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <map>
@@ -83,6 +84,7 @@ PlanHeader header_of(const Scenario& s) {
   h.q_heads = 4;
   h.kv_heads = 2;
   h.head_dim = 8;
+  h.softmax_scale = 1.0 / std::sqrt(8.0);
   h.head_block_size = 2;
   h.kv_heads_per_block = 1;
   for (const std::int32_t t : s.tokens) h.total_tokens += t;
@@ -790,6 +792,7 @@ Plan twice_owned_plan() {
   h.q_heads = 2;
   h.kv_heads = 2;
   h.head_dim = 8;
+  h.softmax_scale = 1.0 / std::sqrt(8.0);
   h.head_block_size = 2;
   h.kv_heads_per_block = 2;
   h.total_tokens = 2;

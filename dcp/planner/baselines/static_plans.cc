@@ -10,6 +10,8 @@
 #include "dcp/core/error.h"
 #include "dcp/core/parse.h"
 
+#include "dcp/planner/placement/static_placements.h"
+
 namespace dcp {
 
 std::string_view to_string(Strategy strategy) {
@@ -39,47 +41,19 @@ Strategy parse_strategy(std::string_view name) {
 
 namespace {
 
-// The workload with sequence s cut into `chunks` chunks of ceil(L / chunks) tokens.
-Workload recut(const Workload& workload, std::int64_t chunks, TileSelection selection) {
-  const SequenceBatch& batch = workload.batch();
-  std::vector<TokenCount> sizes;
-  std::vector<SequenceMask> masks;
-  for (SeqIndex seq = 0; seq < batch.size(); ++seq) {
-    sizes.push_back((batch.length(seq) + chunks - 1) / chunks);
-    masks.push_back(workload.mask(seq));
-  }
-  return Workload(workload.shape(), batch, std::move(masks), sizes,
-                  workload.heads().head_block_size(), selection);
-}
-
 // Head-parallel systems split the q heads into `groups` contiguous ranges (so that, with GQA, a
 // device reads as few kv heads as possible); head block h goes to range h * groups / head_blocks.
 std::int32_t head_group(HeadBlockIndex h, HeadBlockIndex head_blocks, std::int32_t groups) {
   return static_cast<std::int32_t>(std::int64_t{h} * groups / head_blocks);
 }
 
-DeviceId zigzag(std::int64_t chunk, std::int64_t parts) {
-  return static_cast<DeviceId>(chunk < parts ? chunk : 2 * parts - 1 - chunk);
-}
-
-struct Layout {
-  Workload workload;
-  Placement placement;
-};
-
 // Every work unit on device_of(unit).
 template <typename DeviceOf>
-void place_work(Layout& layout, DeviceOf device_of) {
-  const Workload& w = layout.workload;
-  layout.placement.work_unit_device.reserve(static_cast<std::size_t>(w.work_unit_count()));
-  for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
-    layout.placement.work_unit_device.push_back(device_of(w.work_unit(u)));
+void place_work(const Workload& workload, Placement& placement, DeviceOf device_of) {
+  placement.work_unit_device.reserve(static_cast<std::size_t>(workload.work_unit_count()));
+  for (WorkUnitId u = 0; u < workload.work_unit_count(); ++u) {
+    placement.work_unit_device.push_back(device_of(workload.work_unit(u)));
   }
-}
-
-DeviceId q_device(const Layout& layout, const WorkUnit& unit) {
-  const BlockId q = layout.workload.blocks().block_id(unit.seq, unit.q_block);
-  return layout.placement.token_block_device[static_cast<std::size_t>(q)];
 }
 
 // The ring over the devices of `ring` (device ids, in ring order): every kv value moves one step
@@ -276,50 +250,49 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
                          std::to_string(head_blocks) + " q head blocks");
     }
   };
-  Layout layout{workload, Placement{}};
-  layout.placement.cluster = cluster;
-  switch (strategy) {
-    case Strategy::kDcp:
-      throw InvalidInput("dcp is not a static strategy");
-    case Strategy::kRing:
-    case Strategy::kUlysses: {
-      if (strategy == Strategy::kUlysses) need_heads(devices, "all devices");
-      layout.workload = recut(workload, devices, selection);
-      for (const TokenBlock& block : layout.workload.blocks().blocks()) {
-        layout.placement.token_block_device.push_back(static_cast<DeviceId>(block.index));
-      }
-      if (strategy == Strategy::kRing) {
-        place_work(layout, [&](const WorkUnit& unit) { return q_device(layout, unit); });
-      } else {
-        place_work(layout, [&](const WorkUnit& unit) {
-          return head_group(unit.head_block, head_blocks, static_cast<std::int32_t>(devices));
-        });
-      }
-      break;
+  if (strategy == Strategy::kDcp) throw InvalidInput("dcp is not a static strategy");
+  if (strategy == Strategy::kUlysses) need_heads(devices, "all devices");
+  if (strategy == Strategy::kHybrid) need_heads(cluster.devices_per_node, "the devices of a node");
+  // Ring and Ulysses cut each sequence into P chunks, zigzag and hybrid into 2P.
+  const bool two_per_device = strategy == Strategy::kZigzag || strategy == Strategy::kHybrid;
+  StaticPlan plan{recut_sequences(workload, two_per_device ? 2 * devices : devices, selection),
+                  Placement{},
+                  {},
+                  {}};
+  Placement& placement = plan.placement;
+  placement.cluster = cluster;
+  const std::int32_t per_node = cluster.devices_per_node;
+  for (const TokenBlock& block : plan.workload.blocks().blocks()) {
+    DeviceId device = static_cast<DeviceId>(block.index);  // one chunk per device
+    if (strategy == Strategy::kZigzag) {
+      device = zigzag_chunk_device(block.index, devices);
+    } else if (strategy == Strategy::kHybrid) {
+      device = zigzag_chunk_device(block.index / per_node, cluster.nodes) * per_node +
+               block.index % per_node;
     }
+    placement.token_block_device.push_back(device);
+  }
+  switch (strategy) {
+    case Strategy::kRing:
     case Strategy::kZigzag:
-      layout.workload = recut(workload, 2 * devices, selection);
-      for (const TokenBlock& block : layout.workload.blocks().blocks()) {
-        layout.placement.token_block_device.push_back(zigzag(block.index, devices));
-      }
-      place_work(layout, [&](const WorkUnit& unit) { return q_device(layout, unit); });
+      place_work_with_q(plan.workload, placement);
       break;
-    case Strategy::kHybrid: {
-      const std::int32_t per_node = cluster.devices_per_node;
-      need_heads(per_node, "the devices of a node");
-      layout.workload = recut(workload, 2 * devices, selection);
-      for (const TokenBlock& block : layout.workload.blocks().blocks()) {
-        const std::int32_t node = zigzag(block.index / per_node, cluster.nodes);
-        layout.placement.token_block_device.push_back(node * per_node + block.index % per_node);
-      }
-      place_work(layout, [&](const WorkUnit& unit) {
-        return cluster.node_of(q_device(layout, unit)) * per_node +
+    case Strategy::kUlysses:
+      place_work(plan.workload, placement, [&](const WorkUnit& unit) {
+        return head_group(unit.head_block, head_blocks, static_cast<std::int32_t>(devices));
+      });
+      break;
+    default: {
+      const BlockLayout& blocks = plan.workload.blocks();
+      place_work(plan.workload, placement, [&](const WorkUnit& unit) {
+        const BlockId q = blocks.block_id(unit.seq, unit.q_block);
+        return cluster.node_of(placement.token_block_device[static_cast<std::size_t>(q)]) *
+                   per_node +
                head_group(unit.head_block, head_blocks, per_node);
       });
       break;
     }
   }
-  StaticPlan plan{std::move(layout.workload), std::move(layout.placement), {}, {}};
   for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
     PassSchedule schedule;
     switch (strategy) {

@@ -3,7 +3,6 @@
 #include "dcp/planner/placement/hierarchical_placer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <functional>
 #include <queue>
@@ -11,6 +10,7 @@
 
 #include "dcp/core/error.h"
 #include "dcp/core/packing.h"
+#include "dcp/core/timing.h"
 
 #include "dcp/planner/partition/balance.h"
 #include "dcp/planner/partition/partitioned_hypergraph.h"
@@ -20,11 +20,6 @@
 
 namespace dcp {
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
 
 Weight scaled(Weight total, double factor, std::int32_t parts) {
   return static_cast<Weight>(std::floor(static_cast<double>(total) * factor / parts));
@@ -68,7 +63,7 @@ PartCaps part_caps(const Hypergraph& graph, std::int32_t parts, double eps_compu
 
 PlacementResult place(const Workload& workload, const PlacementOptions& options) {
   validate(options);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   const ClusterShape& cluster = options.cluster;
   const std::int32_t nodes = cluster.nodes;
   const std::int32_t per_node = cluster.devices_per_node;
@@ -99,7 +94,7 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
   const double node_slack =
       options.node_eps_compute >= 0 ? options.node_eps_compute : split_compute;
   std::vector<PartId> node_of(static_cast<std::size_t>(graph.vertex_count()), 0);
-  const auto node_start = std::chrono::steady_clock::now();
+  const auto node_start = Clock::now();
   if (nodes > 1) {
     PartitionRequest request;
     request.parts = nodes;
@@ -118,7 +113,7 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
   // Step 3: devices of each node, on the node's sub-hypergraph. A net keeps only its pins in the
   // node: a tensor owned elsewhere arrives once and is relayed, a partial output is reduced inside
   // the node before it leaves, so inside the node it costs (devices using it - 1) either way.
-  const auto device_start = std::chrono::steady_clock::now();
+  const auto device_start = Clock::now();
   std::vector<DeviceId> device_of(static_cast<std::size_t>(graph.vertex_count()), 0);
   std::vector<VertexId> local_id(static_cast<std::size_t>(graph.vertex_count()), -1);
   bool within = true;

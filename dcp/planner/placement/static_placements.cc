@@ -7,9 +7,6 @@
 
 namespace dcp {
 
-namespace {
-
-// Every work unit on the device of its q block.
 void place_work_with_q(const Workload& workload, Placement& placement) {
   placement.work_unit_device.reserve(static_cast<std::size_t>(workload.work_unit_count()));
   for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
@@ -19,32 +16,33 @@ void place_work_with_q(const Workload& workload, Placement& placement) {
   }
 }
 
-DeviceId zigzag_device(std::int64_t chunk, std::int64_t devices) {
-  return static_cast<DeviceId>(chunk < devices ? chunk : 2 * devices - 1 - chunk);
+DeviceId zigzag_chunk_device(std::int64_t chunk, std::int64_t parts) {
+  return static_cast<DeviceId>(chunk < parts ? chunk : 2 * parts - 1 - chunk);
 }
 
-}  // namespace
+Workload recut_sequences(const Workload& workload, std::int64_t chunks, TileSelection selection) {
+  const SequenceBatch& batch = workload.batch();
+  std::vector<TokenCount> sizes;
+  std::vector<SequenceMask> masks;
+  sizes.reserve(static_cast<std::size_t>(batch.size()));
+  masks.reserve(static_cast<std::size_t>(batch.size()));
+  for (SeqIndex seq = 0; seq < batch.size(); ++seq) {
+    sizes.push_back((batch.length(seq) + chunks - 1) / chunks);
+    masks.push_back(workload.mask(seq));
+  }
+  return Workload(workload.shape(), batch, std::move(masks), sizes,
+                  workload.heads().head_block_size(), selection);
+}
 
 ZigzagBaseline zigzag_baseline(const Workload& workload, const ClusterShape& cluster) {
   const std::int64_t p = cluster.devices();
-  const SequenceBatch& batch = workload.batch();
-  std::vector<TokenCount> chunk_sizes;
-  std::vector<SequenceMask> masks;
-  chunk_sizes.reserve(static_cast<std::size_t>(batch.size()));
-  masks.reserve(static_cast<std::size_t>(batch.size()));
-  for (SeqIndex seq = 0; seq < batch.size(); ++seq) {
-    chunk_sizes.push_back((batch.length(seq) + 2 * p - 1) / (2 * p));
-    masks.push_back(workload.mask(seq));
-  }
-  ZigzagBaseline zigzag{Workload(workload.shape(), batch, std::move(masks), chunk_sizes,
-                                 workload.heads().head_block_size()),
-                        Placement{}};
+  ZigzagBaseline zigzag{recut_sequences(workload, 2 * p), Placement{}};
   Placement& placement = zigzag.placement;
   placement.cluster = cluster;
   placement.token_block_device.reserve(
       static_cast<std::size_t>(zigzag.workload.blocks().block_count()));
   for (const TokenBlock& block : zigzag.workload.blocks().blocks())
-    placement.token_block_device.push_back(zigzag_device(block.index, p));
+    placement.token_block_device.push_back(zigzag_chunk_device(block.index, p));
   place_work_with_q(zigzag.workload, placement);
   return zigzag;
 }
@@ -57,7 +55,7 @@ Placement zigzag_block_placement(const Workload& workload, const ClusterShape& c
   for (const TokenBlock& block : workload.blocks().blocks()) {
     const TokenCount length = workload.batch().length(block.seq);
     const std::int64_t chunk = block.begin * 2 * p / length;  // chunk holding the first token
-    placement.token_block_device.push_back(zigzag_device(chunk, p));
+    placement.token_block_device.push_back(zigzag_chunk_device(chunk, p));
   }
   place_work_with_q(workload, placement);
   return placement;

@@ -6,6 +6,18 @@
 
 namespace dcp {
 
+// The workload with sequence s cut into `chunks` chunks of ceil(L / chunks) tokens (the last
+// ones shorter or absent), one token block per chunk: how static context parallelism cuts a packed
+// batch. Same batch, masks, shape and head blocks.
+Workload recut_sequences(const Workload& workload, std::int64_t chunks,
+                         TileSelection selection = TileSelection::kUnmasked);
+
+// The device of chunk `chunk` of 2 * parts zigzag chunks: chunks r and 2 * parts - 1 - r go to r.
+DeviceId zigzag_chunk_device(std::int64_t chunk, std::int64_t parts);
+
+// Every work unit on the device of its q block.
+void place_work_with_q(const Workload& workload, Placement& placement);
+
 // The static placement of zigzag ring context parallelism (ring-flash-attention's zigzag,
 // TransformerEngine p2p with DualChunkSwap) as those systems cut a packed batch: every sequence of
 // L tokens is cut into 2P chunks of ceil(L / 2P) tokens (the last ones shorter or empty, where

@@ -8,6 +8,7 @@
 #include <queue>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "dcp/core/error.h"
 
@@ -118,7 +119,7 @@ Problem make_problem(const Workload& workload, const Placement& placement,
   std::vector<double> send(recv.size(), 0.0);
   std::vector<double> nic_recv(static_cast<std::size_t>(shape.nodes), 0.0);
   std::vector<double> nic_send(nic_recv.size(), 0.0);
-  std::unordered_map<std::int64_t, bool> seen;
+  std::unordered_set<std::int64_t> seen;
   for (DeviceId d = 0; d < shape.devices(); ++d) {
     for (const WorkUnitId w : p.device_units[static_cast<std::size_t>(d)]) {
       for (const std::int32_t v :
@@ -128,12 +129,12 @@ Problem make_problem(const Workload& workload, const Placement& placement,
         if (owner == d) continue;
         p.any_remote = true;
         if (shape.node_of(owner) == shape.node_of(d)) {
-          if (!seen.try_emplace(std::int64_t{d} * values + v, true).second) continue;
+          if (!seen.insert(std::int64_t{d} * values + v).second) continue;
           recv[static_cast<std::size_t>(d)] += p.value_intra_seconds[vi];
           send[static_cast<std::size_t>(owner)] += p.value_intra_seconds[vi];
         } else {
           const std::int64_t key = -1 - (std::int64_t{shape.node_of(d)} * values + v);
-          if (!seen.try_emplace(key, true).second) continue;
+          if (!seen.insert(key).second) continue;
           nic_recv[static_cast<std::size_t>(shape.node_of(d))] += p.value_inter_seconds[vi];
           nic_send[static_cast<std::size_t>(shape.node_of(owner))] += p.value_inter_seconds[vi];
         }

@@ -32,6 +32,16 @@
 #include "dcp/program/program_stats.h"
 #include "dcp/program/verifier.h"
 
+#include "dcp/comm/comm_kind.h"
+#include "dcp/comm/communicator.h"
+#include "dcp/comm/local/local_communicator.h"
+#include "dcp/kernels/attention_kernels.h"
+#include "dcp/runtime/batch_tensors.h"
+#include "dcp/runtime/dense_reference.h"
+#include "dcp/runtime/distributed_run.h"
+#include "dcp/runtime/executor.h"
+#include "dcp/runtime/local_layout.h"
+
 namespace dcp {
 
 // Where a batch's mask comes from: a built-in spec, or a user's .npy mask file.

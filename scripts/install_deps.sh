@@ -3,7 +3,8 @@
 # Installs the Debian packages dcp builds with, skipping apt entirely when they are all present.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev clang-format)
+packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev clang-format libopenblas-dev
+  openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

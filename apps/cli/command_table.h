@@ -29,5 +29,8 @@ int run_partition(std::span<const std::string> args, std::ostream& out);
 int run_plan(std::span<const std::string> args, std::ostream& out);
 int run_verify(std::span<const std::string> args, std::ostream& out);
 int run_inspect(std::span<const std::string> args, std::ostream& out);
+int run_run(std::span<const std::string> args, std::ostream& out);
+int run_attention(std::span<const std::string> args, std::ostream& out);
+int run_demo(std::span<const std::string> args, std::ostream& out);
 
 }  // namespace dcp::cli

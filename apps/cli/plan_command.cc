@@ -10,6 +10,7 @@
 #include "dcp/core/timing.h"
 
 #include "apps/cli/command_table.h"
+#include "apps/cli/plan_flags.h"
 #include "apps/cli/workload_flags.h"
 
 namespace dcp::cli {
@@ -36,17 +37,7 @@ void write_pass(JsonWriter& json, const Plan& plan, Pass pass, const ScheduleSum
 
 int run_plan(std::span<const std::string> argv, std::ostream& out) {
   std::vector<FlagSpec> specs = workload_flags();
-  specs.push_back({"--cluster", "PRESET|FILE",
-                   "a100-p4de | h100-dgx | a cluster file (docs/scheduling.md) [a100-p4de]"});
-  specs.push_back({"--nodes", "N", "nodes [the cluster's]"});
-  specs.push_back({"--devices-per-node", "D", "devices per node [the cluster's]"});
-  specs.push_back({"--strategy", "NAME", "dcp | ring | zigzag | ulysses | hybrid [dcp]"});
-  specs.push_back({"--stages", "S", "dcp: fetch stages; 0 = chosen by the cost model [0]"});
-  specs.push_back({"--compute-masked-tiles", "",
-                   "static strategies: compute fully masked tiles too (TransformerEngine's "
-                   "path for arbitrary masks) instead of skipping them"});
-  specs.push_back({"--eps-compute", "E", "dcp: device compute <= (1 + E) x mean [0.1]"});
-  specs.push_back({"--eps-memory", "E", "dcp: device memory <= (1 + E) x mean [0.2]"});
+  specs.insert(specs.end(), plan_flags().begin(), plan_flags().end());
   specs.push_back({"--out", "FILE", "write the binary plan", "-o"});
   specs.push_back({"--json", "FILE", "write the plan as JSON, with timing_ms ('-': stdout)"});
   specs.push_back({"--help", "", "show this help"});
@@ -63,41 +54,8 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     return 0;
   }
   const auto start = Clock::now();
-  PlanOptions options;
-  options.cluster = with_flag("--cluster " + quoted(args.get_or("--cluster", "a100-p4de")), [&] {
-    return resolve_cluster(args.get_or("--cluster", "a100-p4de"));
-  });
-  options.cluster.shape.nodes =
-      static_cast<std::int32_t>(args.get_int("--nodes", options.cluster.shape.nodes, 1, 1 << 16));
-  options.cluster.shape.devices_per_node = static_cast<std::int32_t>(
-      args.get_int("--devices-per-node", options.cluster.shape.devices_per_node, 1, 1 << 16));
-  with_flag("--nodes/--devices-per-node", [&] { validate(options.cluster.shape); });
-  if (const auto name = args.get("--strategy")) {
-    options.strategy = with_flag("--strategy", [&] { return parse_strategy(*name); });
-  }
-  options.schedule.fetch_launches = static_cast<std::int32_t>(args.get_int("--stages", 0, 0, 64));
-  for (const char* flag : {"--stages", "--eps-compute", "--eps-memory"}) {
-    if (args.has(flag) && options.strategy != Strategy::kDcp) {
-      throw UsageError(std::string(flag) + " applies to --strategy dcp; " +
-                       std::string(to_string(options.strategy)) + " has a fixed schedule");
-    }
-  }
-  if (args.flag("--compute-masked-tiles")) {
-    if (options.strategy == Strategy::kDcp) {
-      throw UsageError(
-          "--compute-masked-tiles applies to static strategies; dcp never computes "
-          "a fully masked tile");
-    }
-    options.masked_tiles = MaskedTiles::kCompute;
-  }
-  options.placement.eps_compute = args.get_double("--eps-compute", 0.1);
-  options.placement.eps_memory = args.get_double("--eps-memory", 0.2);
-  with_flag("--eps-compute/--eps-memory", [&] {
-    PlacementOptions check = options.placement;
-    check.cluster = options.cluster.shape;
-    validate(check);
-  });
-  options.seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
+  const PlanOptions options =
+      plan_options_from_flags(args, static_cast<std::uint64_t>(args.get_int("--seed", 0, 0)));
 
   const BuiltWorkload built_workload = workload_from_flags(args, options.cluster.shape.devices());
   const double workload_ms = ms_since(start);

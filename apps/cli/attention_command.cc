@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dcp attention`: distributed attention forward and backward on a user's .npy arrays.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dcp/core/npy.h"
+#include "dcp/core/parse.h"
+
+#include "apps/cli/command_table.h"
+#include "apps/cli/execution.h"
+#include "apps/cli/plan_flags.h"
+#include "apps/cli/workload_flags.h"
+
+namespace dcp::cli {
+namespace {
+
+std::vector<FlagSpec> attention_specs() {
+  std::vector<FlagSpec> specs = {
+      {"--q", "FILE", "float32 .npy (total tokens, q heads, head dim)"},
+      {"--k", "FILE", "float32 .npy (total tokens, kv heads, head dim)"},
+      {"--v", "FILE", "float32 .npy (total tokens, kv heads, head dim)"},
+      {"--do", "FILE", "float32 .npy (total tokens, q heads, head dim): the gradient of o"},
+      {"--out-dir", "DIR", "where o.npy, lse.npy, dq.npy, dk.npy, dv.npy go (must exist)"},
+      {"--check", "", "also compare with dense fp64 attention and print the errors"},
+      {"--dtype", "T", "storage dtype the inputs are rounded to: fp32, bf16, fp16 [fp32]"},
+  };
+  for (const FlagSpec& flag : workload_flags()) {
+    for (const char* name : {"--seqlens", "--seqlens-file", "--scale", "--block-size",
+                             "--head-block-size", "--mask", "--mask-file"}) {
+      if (flag.name == name) specs.push_back(flag);
+    }
+  }
+  specs.insert(specs.end(), plan_flags().begin(), plan_flags().end());
+  specs.insert(specs.end(), execution_flags().begin(), execution_flags().end());
+  specs.push_back({"--seed", "S", "planner seed [0]"});
+  specs.push_back({"--help", "", "show this help"});
+  return specs;
+}
+
+NpyArray read_array(const Args& args, const char* flag) {
+  const auto path = args.get(flag);
+  if (!path) throw UsageError(std::string(flag) + " is required");
+  return with_flag(std::string(flag) + " " + dcp::quoted(*path), [&] {
+    NpyArray array = read_npy(*path);
+    expect_npy(array, "<f4", 3, std::string(flag) + " " + *path);
+    return array;
+  });
+}
+
+std::string dims(const NpyArray& array) {
+  std::string text = "(";
+  for (std::size_t i = 0; i < array.shape.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(array.shape[i]);
+  }
+  return text + ")";
+}
+
+// Rounds float32 array data to the storage type.
+std::vector<std::byte> to_storage(const NpyArray& array, kernels::ElementType type) {
+  const auto n = static_cast<std::size_t>(array.element_count());
+  std::vector<float> values(n);
+  std::memcpy(values.data(), array.data.data(), n * sizeof(float));
+  std::vector<std::byte> bytes(n * kernels::element_size(type));
+  kernels::from_float(type, values.data(), bytes.data(), n);
+  return bytes;
+}
+
+std::vector<float> to_float32(kernels::ElementType type, const std::vector<std::byte>& data) {
+  const std::size_t n = data.size() / kernels::element_size(type);
+  std::vector<float> values(n);
+  kernels::to_float(type, data.data(), values.data(), n);
+  return values;
+}
+
+}  // namespace
+
+int run_attention(std::span<const std::string> argv, std::ostream& out) {
+  const std::vector<FlagSpec> specs = attention_specs();
+  const Args args(specs, argv);
+  if (args.flag("--help")) {
+    out << format_help(
+        "dcp attention --q F --k F --v F --do F (--seqlens L,... | --seqlens-file F) "
+        "--out-dir DIR [flags]",
+        "Plans the packed batch, runs attention forward and backward distributed over nodes x "
+        "devices ranks, and writes o.npy (tokens, q heads, head dim), lse.npy (q heads, tokens; "
+        "natural log of the softmax normaliser of the scaled scores; -inf for a row that "
+        "attends to nothing), dq.npy, dk.npy and dv.npy, all float32. The files appear "
+        "together or not at all.",
+        specs);
+    return 0;
+  }
+  const auto out_dir = args.get("--out-dir");
+  if (!out_dir) throw UsageError("--out-dir is required");
+  if (!std::filesystem::is_directory(*out_dir)) {
+    throw UsageError("--out-dir " + dcp::quoted(*out_dir) + ": not a directory");
+  }
+  const NpyArray q = read_array(args, "--q");
+  const NpyArray k = read_array(args, "--k");
+  const NpyArray v = read_array(args, "--v");
+  const NpyArray dout = read_array(args, "--do");
+  if (k.shape != v.shape) {
+    throw UsageError("--v has shape " + dims(v) + ", --k has " + dims(k) + "; they must match");
+  }
+  if (dout.shape != q.shape) {
+    throw UsageError("--do has shape " + dims(dout) + ", --q has " + dims(q) + "; they must match");
+  }
+  if (k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2]) {
+    throw UsageError("--k has shape " + dims(k) + ", --q has " + dims(q) +
+                     "; tokens and head dim must match");
+  }
+  AttentionShape shape;
+  shape.q_heads = static_cast<std::int32_t>(q.shape[1]);
+  shape.kv_heads = static_cast<std::int32_t>(k.shape[1]);
+  shape.head_dim = static_cast<std::int32_t>(q.shape[2]);
+  shape.dtype = DType::kFp32;
+  if (const auto dtype = args.get("--dtype")) {
+    shape.dtype = with_flag("--dtype", [&] { return parse_dtype(*dtype); });
+  }
+  if (args.has("--scale")) {
+    shape.softmax_scale = args.get_double("--scale", 0.0);
+    if (!(shape.softmax_scale > 0)) {
+      throw UsageError("--scale " + dcp::quoted(*args.get("--scale")) + ": must be > 0");
+    }
+  }
+  with_flag("--q " + dims(q) + " / --k " + dims(k), [&] { validate(shape); });
+
+  SequenceBatch batch = batch_from_flags(args);
+  if (batch.total_tokens() != q.shape[0]) {
+    throw UsageError("the sequence lengths sum to " + std::to_string(batch.total_tokens()) +
+                     " tokens but --q has " + std::to_string(q.shape[0]));
+  }
+  const auto seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
+  const PlanOptions plan_options = plan_options_from_flags(args, seed);
+  const ExecutionOptions execution = execution_options_from_flags(args);
+  const MaskSource mask = mask_from_flags(args);
+  const WorkloadOptions workload_options =
+      workload_options_from_flags(args, plan_options.cluster.shape.devices());
+  with_flag("--head-block-size " + std::to_string(workload_options.head_block_size),
+            [&] { HeadBlocking(shape, workload_options.head_block_size); });
+  std::vector<SequenceMask> masks = with_flag(mask.file.empty() ? "--mask" : "--mask-file",
+                                              [&] { return build_masks(mask, batch); });
+  const BuiltWorkload built_workload =
+      with_flag("--block-size " + args.get_or("--block-size", "auto"), [&] {
+        return make_workload(shape, std::move(batch), std::move(masks), workload_options);
+      });
+  const Workload& workload = built_workload.workload;
+
+  runtime::BatchInputs inputs;
+  inputs.shape.tokens = workload.batch().total_tokens();
+  inputs.shape.q_heads = shape.q_heads;
+  inputs.shape.kv_heads = shape.kv_heads;
+  inputs.shape.head_dim = shape.head_dim;
+  inputs.shape.storage = runtime::element_type(shape.dtype);
+  inputs.q = to_storage(q, inputs.shape.storage);
+  inputs.k = to_storage(k, inputs.shape.storage);
+  inputs.v = to_storage(v, inputs.shape.storage);
+  inputs.dout = to_storage(dout, inputs.shape.storage);
+
+  std::string report;
+  const bool reporter = with_communicator(execution, [&](comm::Communicator* communicator) {
+    const BuiltPlan built = with_flag("--strategy " + std::string(to_string(plan_options.strategy)),
+                                      [&] { return build_plan(workload, plan_options); });
+    const runtime::RunResult result =
+        execute_plan(communicator, built.plan, workload.batch(), inputs, execution.run);
+    if (communicator != nullptr && communicator->rank() != 0) return;
+    std::ostringstream text;
+    if (args.flag("--check")) {
+      const runtime::DenseReference reference = runtime::dense_reference(
+          workload, inputs, built.plan.header.softmax_scale,
+          static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency())));
+      const runtime::OutputErrors errors =
+          runtime::compare_outputs(inputs.shape, result.outputs, reference);
+      text << "error vs dense fp64 attention:\n";
+      print_errors(text, errors);
+    }
+    // Every file is written under a temporary name first and renamed only when all five are
+    // complete, so a failure leaves none of them behind.
+    const auto t = static_cast<std::int64_t>(inputs.shape.tokens);
+    const std::int64_t hq = shape.q_heads, hk = shape.kv_heads, d = shape.head_dim;
+    struct File {
+      const char* name;
+      std::vector<std::int64_t> shape;
+      std::vector<float> values;
+    };
+    const kernels::ElementType storage = inputs.shape.storage;
+    std::vector<File> files;
+    files.push_back({"o.npy", {t, hq, d}, to_float32(storage, result.outputs.o)});
+    files.push_back({"lse.npy", {hq, t}, result.outputs.lse});
+    files.push_back({"dq.npy", {t, hq, d}, to_float32(storage, result.outputs.dq)});
+    files.push_back({"dk.npy", {t, hk, d}, to_float32(storage, result.outputs.dk)});
+    files.push_back({"dv.npy", {t, hk, d}, to_float32(storage, result.outputs.dv)});
+    const std::filesystem::path dir(*out_dir);
+    std::vector<std::filesystem::path> written;
+    try {
+      for (const File& file : files) {
+        const std::filesystem::path partial = dir / (std::string(".") + file.name + ".partial");
+        write_npy(partial.string(), "<f4", file.shape, file.values.data(),
+                  file.values.size() * sizeof(float));
+        written.push_back(partial);
+      }
+      for (std::size_t i = 0; i < files.size(); ++i) {
+        std::filesystem::rename(written[i], dir / files[i].name);
+      }
+    } catch (...) {
+      for (const auto& path : written) {
+        std::error_code ignored;
+        std::filesystem::remove(path, ignored);
+      }
+      throw;
+    }
+    text << "wrote      o.npy lse.npy dq.npy dk.npy dv.npy to " << *out_dir << " ("
+         << built.plan.header.strategy << " on " << built.plan.header.cluster.devices()
+         << " ranks; forward " << result.forward_seconds * 1e3 << " ms, backward "
+         << result.backward_seconds * 1e3 << " ms)\n";
+    report = text.str();
+  });
+  if (reporter) out << report;
+  return 0;
+}
+
+}  // namespace dcp::cli

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// Flags that choose how a batch is planned (cluster, strategy, schedule), shared by every command
+// that plans: plan, run, attention, demo.
+#include "apps/cli/plan_flags.h"
+
+#include <string>
+
+#include "dcp/core/parse.h"
+
+namespace dcp::cli {
+
+const std::vector<FlagSpec>& plan_flags() {
+  static const std::vector<FlagSpec> specs = {
+      {"--cluster", "PRESET|FILE",
+       "a100-p4de | h100-dgx | a cluster file (docs/scheduling.md) [a100-p4de]"},
+      {"--nodes", "N", "nodes [the cluster's]"},
+      {"--devices-per-node", "D", "devices per node [the cluster's]"},
+      {"--strategy", "NAME", "dcp | ring | zigzag | ulysses | hybrid [dcp]"},
+      {"--stages", "S", "dcp: fetch stages; 0 = chosen by the cost model [0]"},
+      {"--compute-masked-tiles", "",
+       "static strategies: compute fully masked tiles too (TransformerEngine's path for "
+       "arbitrary masks) instead of skipping them"},
+      {"--eps-compute", "E", "dcp: device compute <= (1 + E) x mean [0.1]"},
+      {"--eps-memory", "E", "dcp: device memory <= (1 + E) x mean [0.2]"},
+  };
+  return specs;
+}
+
+PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
+  PlanOptions options;
+  options.cluster = with_flag("--cluster " + quoted(args.get_or("--cluster", "a100-p4de")), [&] {
+    return resolve_cluster(args.get_or("--cluster", "a100-p4de"));
+  });
+  options.cluster.shape.nodes =
+      static_cast<std::int32_t>(args.get_int("--nodes", options.cluster.shape.nodes, 1, 1 << 16));
+  options.cluster.shape.devices_per_node = static_cast<std::int32_t>(
+      args.get_int("--devices-per-node", options.cluster.shape.devices_per_node, 1, 1 << 16));
+  with_flag("--nodes/--devices-per-node", [&] { validate(options.cluster.shape); });
+  if (const auto name = args.get("--strategy")) {
+    options.strategy = with_flag("--strategy", [&] { return parse_strategy(*name); });
+  }
+  options.schedule.fetch_launches = static_cast<std::int32_t>(args.get_int("--stages", 0, 0, 64));
+  for (const char* flag : {"--stages", "--eps-compute", "--eps-memory"}) {
+    if (args.has(flag) && options.strategy != Strategy::kDcp) {
+      throw UsageError(std::string(flag) + " applies to --strategy dcp; " +
+                       std::string(to_string(options.strategy)) + " has a fixed schedule");
+    }
+  }
+  if (args.flag("--compute-masked-tiles")) {
+    if (options.strategy == Strategy::kDcp) {
+      throw UsageError(
+          "--compute-masked-tiles applies to static strategies; dcp never computes "
+          "a fully masked tile");
+    }
+    options.masked_tiles = MaskedTiles::kCompute;
+  }
+  options.placement.eps_compute = args.get_double("--eps-compute", 0.1);
+  options.placement.eps_memory = args.get_double("--eps-memory", 0.2);
+  with_flag("--eps-compute/--eps-memory", [&] {
+    PlacementOptions check = options.placement;
+    check.cluster = options.cluster.shape;
+    validate(check);
+  });
+  options.seed = seed;
+  return options;
+}
+
+}  // namespace dcp::cli

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+// Flags that choose how a batch is planned (cluster, strategy, schedule), shared by every command
+// that plans: plan, run, attention, demo.
+#pragma once
+
+#include <vector>
+
+#include "dcp/dcp.h"
+
+#include "apps/cli/args.h"
+
+namespace dcp::cli {
+
+// --cluster, --nodes, --devices-per-node, --strategy, --stages, --compute-masked-tiles,
+// --eps-compute, --eps-memory.
+const std::vector<FlagSpec>& plan_flags();
+
+// The options those flags give, with `seed` as the planner seed. Every InvalidInput names its
+// flag; dcp-only flags with a static strategy (and the reverse) are usage errors.
+PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed);
+
+}  // namespace dcp::cli

@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+// Every strategy's plan, executed on local ranks, matches dense fp64 attention forward and
+// backward on every mask kind and world size; bf16 runs stay within twice a single-device bf16
+// kernel's error.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "dcp/kernels/attention_kernels.h"
+
+#include "tests/runtime/run_fixtures.h"
+
+namespace dcp {
+namespace {
+
+using testing::batch_shape;
+using testing::runtime_plan_options;
+
+struct Outcome {
+  runtime::OutputErrors errors;
+  runtime::BatchOutputs outputs;
+};
+
+Outcome run_and_compare(const Workload& workload, Strategy strategy, ClusterShape world,
+                        std::uint64_t seed) {
+  const BuiltPlan built = build_plan(workload, runtime_plan_options(strategy, world));
+  const runtime::BatchInputs inputs = runtime::random_inputs(batch_shape(workload), seed);
+  runtime::RunOptions options;
+  options.kernel_threads = 1;
+  const std::vector<TokenCount> offsets = testing::sequence_offsets(workload.batch());
+  runtime::RunResult result = runtime::run_plan_locally(built.plan, offsets, inputs, options);
+  const runtime::DenseReference reference =
+      runtime::dense_reference(workload, inputs, built.plan.header.softmax_scale, 2);
+  return {runtime::compare_outputs(inputs.shape, result.outputs, reference),
+          std::move(result.outputs)};
+}
+
+void expect_within(const runtime::OutputErrors& errors, double bound, const std::string& what) {
+  EXPECT_EQ(errors.non_finite, 0) << what;
+  EXPECT_EQ(errors.lse_mismatches, 0) << what;
+  EXPECT_LE(errors.o.relative(), bound) << what;
+  EXPECT_LE(errors.lse.relative(), bound) << what;
+  EXPECT_LE(errors.dq.relative(), bound) << what;
+  EXPECT_LE(errors.dk.relative(), bound) << what;
+  EXPECT_LE(errors.dv.relative(), bound) << what;
+  // A comparison that saw nothing proves nothing.
+  EXPECT_GT(errors.o.max_reference, 0) << what;
+  EXPECT_GT(errors.dk.max_reference, 0) << what;
+}
+
+class EveryStrategyMaskAndWorld
+    : public ::testing::TestWithParam<std::tuple<Strategy, ClusterShape>> {};
+
+TEST_P(EveryStrategyMaskAndWorld, MatchesDenseFp64AttentionForwardAndBackward) {
+  const auto [strategy, world] = GetParam();
+  std::uint64_t seed = 21;
+  for (const MaskKind kind : all_mask_kinds()) {
+    const SequenceBatch batch = testing::runtime_batch(seed);
+    const Workload workload(testing::runtime_shape(DType::kFp32), batch,
+                            build_batch_mask(testing::runtime_spec(kind), batch), 64, 1);
+    const Outcome outcome = run_and_compare(workload, strategy, world, seed++);
+    expect_within(outcome.errors, 1e-4, std::string(to_string(kind)));
+  }
+}
+
+TEST_P(EveryStrategyMaskAndWorld, GivesMinusInfinityAndZerosForRowsThatAttendToNothing) {
+  const auto [strategy, world] = GetParam();
+  const SequenceBatch batch = testing::runtime_batch(3);
+  std::vector<SequenceMask> masks;
+  for (SeqIndex s = 0; s < batch.size(); ++s) {
+    masks.push_back(testing::causal_with_empty_rows(batch.length(s), 20));
+  }
+  const Workload workload(testing::runtime_shape(DType::kFp32), batch, masks, 64, 1);
+  const Outcome outcome = run_and_compare(workload, strategy, world, 9);
+  expect_within(outcome.errors, 1e-4, "empty rows");
+  // The first 20 rows of every sequence: lse = -inf, o = 0, dq = 0; their keys get dk = dv = 0.
+  const runtime::BatchShape shape = batch_shape(workload);
+  const auto o = runtime::to_doubles(shape.storage, outcome.outputs.o);
+  const auto dk = runtime::to_doubles(shape.storage, outcome.outputs.dk);
+  const auto row = static_cast<std::size_t>(shape.q_heads * shape.head_dim);
+  const auto kv_row = static_cast<std::size_t>(shape.kv_heads * shape.head_dim);
+  for (SeqIndex s = 0; s < batch.size(); ++s) {
+    for (TokenCount i = 0; i < std::min<TokenCount>(20, batch.length(s)); ++i) {
+      const auto token = static_cast<std::size_t>(batch.offset(s) + i);
+      EXPECT_TRUE(std::isinf(outcome.outputs.lse[token]) && outcome.outputs.lse[token] < 0);
+      EXPECT_TRUE(std::all_of(o.begin() + static_cast<std::ptrdiff_t>(token * row),
+                              o.begin() + static_cast<std::ptrdiff_t>((token + 1) * row),
+                              [](double x) { return x == 0; }));
+      EXPECT_TRUE(std::all_of(dk.begin() + static_cast<std::ptrdiff_t>(token * kv_row),
+                              dk.begin() + static_cast<std::ptrdiff_t>((token + 1) * kv_row),
+                              [](double x) { return x == 0; }));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Runs, EveryStrategyMaskAndWorld,
+    ::testing::Combine(::testing::Values(Strategy::kDcp, Strategy::kRing, Strategy::kZigzag,
+                                         Strategy::kUlysses, Strategy::kHybrid),
+                       ::testing::Values(ClusterShape{1, 1}, ClusterShape{1, 2}, ClusterShape{1, 3},
+                                         ClusterShape{2, 2}, ClusterShape{2, 4})),
+    [](const auto& param_info) {
+      const ClusterShape world = std::get<1>(param_info.param);
+      return std::string(to_string(std::get<0>(param_info.param))) + "_" +
+             std::to_string(world.nodes) + "x" + std::to_string(world.devices_per_node);
+    });
+
+// One device, one kernel call per sequence (the whole sequence as one tile), outputs rounded to
+// the storage type as Store rounds them and delta from the rounded o as the backward loads it.
+runtime::BatchOutputs single_device(const Workload& workload, const runtime::BatchInputs& in) {
+  const runtime::BatchShape& shape = in.shape;
+  auto kernel_set = kernels::make_kernels(kernels::KernelKind::kCpu, 1);
+  kernels::AttentionParams params;
+  params.q_heads = shape.q_heads;
+  params.kv_heads = shape.kv_heads;
+  params.head_dim = shape.head_dim;
+  params.storage = shape.storage;
+  params.softmax_scale = static_cast<float>(workload.shape().effective_scale());
+  runtime::BatchOutputs out = runtime::empty_outputs(shape);
+  const std::size_t element = kernels::element_size(shape.storage);
+  const auto hq = static_cast<std::size_t>(shape.q_heads);
+  const auto hk = static_cast<std::size_t>(shape.kv_heads);
+  const auto d = static_cast<std::size_t>(shape.head_dim);
+  const SequenceBatch& batch = workload.batch();
+  for (SeqIndex s = 0; s < batch.size(); ++s) {
+    const auto first = static_cast<std::size_t>(batch.offset(s));
+    const auto length = static_cast<std::int32_t>(batch.length(s));
+    const auto n = static_cast<std::size_t>(length);
+    const runtime::SequenceIntervals mask = runtime::sequence_intervals(workload.mask(s));
+    const std::byte* k = in.k.data() + first * hk * d * element;
+    const std::byte* v = in.v.data() + first * hk * d * element;
+    const kernels::ForwardTile tile{k, v, length, {mask.row_offsets.data(), mask.intervals.data()}};
+    std::vector<float> o(n * hq * d), lse(n * hq), delta(n * hq);
+    kernels::ForwardRow row;
+    row.q = in.q.data() + first * hq * d * element;
+    row.q_tokens = length;
+    row.tiles = std::span<const kernels::ForwardTile>(&tile, 1);
+    row.o = o.data();
+    row.lse = lse.data();
+    kernel_set->forward(params, std::span<const kernels::ForwardRow>(&row, 1));
+    std::byte* o_out = out.o.data() + first * hq * d * element;
+    kernels::from_float(shape.storage, o.data(), o_out, o.size());
+    for (std::size_t h = 0; h < hq; ++h) {
+      std::copy_n(lse.data() + h * n, n,
+                  out.lse.data() + h * static_cast<std::size_t>(shape.tokens) + first);
+    }
+    const std::byte* dout = in.dout.data() + first * hq * d * element;
+    kernel_set->delta(shape.storage, o_out, dout, length, shape.q_heads, shape.head_dim,
+                      delta.data());
+    std::vector<float> dq(n * hq * d), dk(n * hk * d), dv(n * hk * d);
+    const kernels::BackwardTile back_tile{
+        k, v, length, tile.mask, dk.data(), dv.data(), false};
+    kernels::BackwardRow back;
+    back.q = row.q;
+    back.dout = dout;
+    back.lse = lse.data();
+    back.delta = delta.data();
+    back.q_tokens = length;
+    back.tiles = std::span<const kernels::BackwardTile>(&back_tile, 1);
+    back.dq = dq.data();
+    kernel_set->backward(params, std::span<const kernels::BackwardRow>(&back, 1));
+    kernels::from_float(shape.storage, dq.data(), out.dq.data() + first * hq * d * element,
+                        dq.size());
+    kernels::from_float(shape.storage, dk.data(), out.dk.data() + first * hk * d * element,
+                        dk.size());
+    kernels::from_float(shape.storage, dv.data(), out.dv.data() + first * hk * d * element,
+                        dv.size());
+  }
+  return out;
+}
+
+TEST(DistributedRun, Bf16StaysWithinTwiceTheSingleDeviceBf16Error) {
+  for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kLambda, MaskKind::kSharedQuestion}) {
+    const SequenceBatch batch = testing::runtime_batch(40);
+    const Workload workload(testing::runtime_shape(DType::kBf16), batch,
+                            build_batch_mask(testing::runtime_spec(kind), batch), 64, 1);
+    const runtime::BatchInputs inputs = runtime::random_inputs(batch_shape(workload), 41);
+    const runtime::DenseReference reference =
+        runtime::dense_reference(workload, inputs, workload.shape().effective_scale(), 2);
+    const runtime::OutputErrors single =
+        runtime::compare_outputs(inputs.shape, single_device(workload, inputs), reference);
+    for (const Strategy strategy : {Strategy::kDcp, Strategy::kZigzag, Strategy::kHybrid}) {
+      const Outcome outcome = run_and_compare(workload, strategy, {2, 2}, 41);
+      const std::string what = std::string(to_string(kind)) + " " + std::string(to_string(strategy));
+      const runtime::OutputErrors& e = outcome.errors;
+      EXPECT_EQ(e.non_finite, 0) << what;
+      EXPECT_EQ(e.lse_mismatches, 0) << what;
+      EXPECT_LE(e.o.max_abs, 2 * single.o.max_abs) << what;
+      EXPECT_LE(e.lse.max_abs, 2 * single.lse.max_abs + 1e-6) << what;
+      EXPECT_LE(e.dq.max_abs, 2 * single.dq.max_abs) << what;
+      EXPECT_LE(e.dk.max_abs, 2 * single.dk.max_abs) << what;
+      EXPECT_LE(e.dv.max_abs, 2 * single.dv.max_abs) << what;
+      // bf16 rounding is visible: the bound is not vacuous.
+      EXPECT_GT(single.o.max_abs, 1e-4) << what;
+    }
+  }
+}
+
+TEST(DistributedRun, RepeatedRunsGiveIdenticalBytes) {
+  const SequenceBatch batch = testing::runtime_batch(8);
+  const Workload workload(testing::runtime_shape(DType::kFp32), batch,
+                          build_batch_mask(testing::runtime_spec(MaskKind::kLambda), batch), 64, 1);
+  const Outcome a = run_and_compare(workload, Strategy::kDcp, {2, 2}, 3);
+  const Outcome b = run_and_compare(workload, Strategy::kDcp, {2, 2}, 3);
+  EXPECT_EQ(a.outputs.o, b.outputs.o);
+  EXPECT_EQ(a.outputs.lse, b.outputs.lse);
+  EXPECT_EQ(a.outputs.dq, b.outputs.dq);
+  EXPECT_EQ(a.outputs.dk, b.outputs.dk);
+  EXPECT_EQ(a.outputs.dv, b.outputs.dv);
+}
+
+}  // namespace
+}  // namespace dcp

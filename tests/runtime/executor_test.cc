@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: Apache-2.0
+// The executor on the hand-built sample plan (every instruction), with both kernel sets, and its
+// errors: wrong world, wrong tensor sizes, a peer that fails.
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "dcp/comm/local/local_communicator.h"
+#include "dcp/model/mask_builder.h"
+#include "dcp/runtime/executor.h"
+
+#include "tests/runtime/run_fixtures.h"
+#include "tests/testing/sample_plan.h"
+
+namespace dcp {
+namespace {
+
+// The batch sample_plan() describes: an 8-token causal sequence and 2 tokens attending nothing.
+Workload sample_workload() {
+  AttentionShape shape;
+  shape.q_heads = 2;
+  shape.kv_heads = 1;
+  shape.head_dim = 8;
+  shape.dtype = DType::kBf16;
+  const SequenceBatch batch({8, 2});
+  std::vector<SequenceMask> masks = build_batch_mask(MaskSpec{}, SequenceBatch({8}));
+  MaskBuilder nothing(2);
+  nothing.add(0, 2, {});
+  masks.push_back(std::move(nothing).finish());
+  return Workload(shape, batch, masks, 4, 1);
+}
+
+runtime::OutputErrors run_sample(kernels::KernelKind kind) {
+  const Plan plan = testing::sample_plan();
+  const Workload workload = sample_workload();
+  const runtime::BatchInputs inputs = runtime::random_inputs(testing::batch_shape(workload), 17);
+  runtime::RunOptions options;
+  options.kernels = kind;
+  const std::vector<TokenCount> offsets = testing::sequence_offsets(workload.batch());
+  const runtime::RunResult result = runtime::run_plan_locally(plan, offsets, inputs, options);
+  EXPECT_EQ(result.forward.size(), 2u);
+  EXPECT_GT(result.forward[1].bytes_received, 0);  // the kv of block 0 travelled
+  const runtime::DenseReference reference =
+      runtime::dense_reference(workload, inputs, plan.header.softmax_scale, 1);
+  return runtime::compare_outputs(inputs.shape, result.outputs, reference);
+}
+
+TEST(Executor, RunsTheSamplePlanWithEveryInstructionCorrectly) {
+  for (const kernels::KernelKind kind : {kernels::KernelKind::kReference, kernels::KernelKind::kCpu}) {
+    const runtime::OutputErrors errors = run_sample(kind);
+    EXPECT_EQ(errors.non_finite, 0);
+    EXPECT_EQ(errors.lse_mismatches, 0);  // sequence 1's rows: -inf on both sides
+    // bf16 storage of o and the gradients: a few bf16 ulps of max |reference|.
+    EXPECT_LT(errors.worst_relative(), 2e-2) << kernels::to_string(kind);
+    EXPECT_GT(errors.dk.max_reference, 0);
+  }
+}
+
+TEST(Executor, RejectsAPlanForAnotherWorldSize) {
+  const Plan plan = testing::sample_plan();  // 2 devices
+  comm::LocalWorld world(3, {});
+  auto kernel_set = kernels::make_kernels(kernels::KernelKind::kCpu, 1);
+  runtime::Executor executor(world.communicator(0), *kernel_set);
+  try {
+    executor.prepare(plan);
+    FAIL() << "a 2-device plan prepared on 3 ranks";
+  } catch (const InvalidInput& error) {
+    EXPECT_NE(std::string(error.what()).find("2 devices"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("3 ranks"), std::string::npos) << error.what();
+  }
+}
+
+TEST(Executor, RejectsLocalTensorsOfTheWrongSizeAndBackwardBeforeForward) {
+  const Plan plan = testing::sample_plan();
+  comm::LocalWorld world(2, {});
+  auto kernel_set = kernels::make_kernels(kernels::KernelKind::kCpu, 1);
+  runtime::Executor executor(world.communicator(0), *kernel_set);
+  executor.prepare(plan);
+  const runtime::LocalLayout& layout = executor.layout();
+  EXPECT_EQ(layout.tokens(), 6);  // blocks 0 (4 tokens) and 2 (2 tokens)
+  std::vector<std::byte> q(layout.q_bytes()), kv(layout.kv_bytes()), short_q(layout.q_bytes() - 2);
+  std::vector<float> lse(layout.lse_elements());
+  std::vector<std::byte> o(layout.q_bytes());
+  EXPECT_THROW(executor.forward(short_q, kv, kv, o, lse), InvalidInput);
+  EXPECT_THROW(executor.backward(q, o, kv, kv), Error);
+}
+
+TEST(Executor, FailsPromptlyWhenAPeerFails) {
+  const Plan plan = testing::sample_plan();
+  const Workload workload = sample_workload();
+  const runtime::BatchInputs inputs = runtime::random_inputs(testing::batch_shape(workload), 1);
+  const std::vector<TokenCount> offsets = testing::sequence_offsets(workload.batch());
+  comm::CommOptions options;
+  options.timeout_seconds = 30;
+  const auto start = std::chrono::steady_clock::now();
+  // Rank 0 dies before sending block 0's kv; rank 1 must not wait for it until the timeout.
+  EXPECT_THROW(comm::run_local_ranks(2, options,
+                                     [&](comm::Communicator& communicator) {
+                                       if (communicator.rank() == 0) {
+                                         throw std::runtime_error("rank 0 lost its device");
+                                       }
+                                       runtime::RunOptions run;
+                                       run.comm = options;
+                                       runtime::run_plan(communicator, plan, offsets, inputs, run);
+                                     }),
+               std::runtime_error);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+}
+
+TEST(Executor, TimesOutWhenAPeerStopsAnswering) {
+  const Plan plan = testing::sample_plan();
+  const Workload workload = sample_workload();
+  const runtime::BatchInputs inputs = runtime::random_inputs(testing::batch_shape(workload), 1);
+  const std::vector<TokenCount> offsets = testing::sequence_offsets(workload.batch());
+  comm::CommOptions options;
+  options.timeout_seconds = 0.3;
+  try {
+    comm::run_local_ranks(2, options, [&](comm::Communicator& communicator) {
+      if (communicator.rank() == 0) {
+        // Stops answering: never sends, returns only after rank 1 has given up.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        return;
+      }
+      runtime::RunOptions run;
+      run.comm = options;
+      runtime::run_plan(communicator, plan, offsets, inputs, run);
+    });
+    FAIL() << "rank 1 did not time out";
+  } catch (const comm::CommError& error) {
+    EXPECT_NE(std::string(error.what()).find("timed out"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace dcp

@@ -3,8 +3,6 @@
 // FMA peak and cblas_sgemm on the same products, as GFLOP/s and ratios.
 //
 // Usage: dcp_kernel_bench [repetitions]   (median of the repetitions after one warm-up run)
-#include <cblas.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,12 +11,15 @@
 #include <thread>
 #include <vector>
 
-#include "bench/bench_stats.h"
 #include "dcp/core/rng.h"
 #include "dcp/core/timing.h"
+
 #include "dcp/kernels/attention_kernels.h"
 #include "dcp/kernels/cpu/cpu_attention.h"
 #include "dcp/kernels/cpu/vector_math.h"
+
+#include "bench/bench_stats.h"
+#include <cblas.h>
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers self-initialise their "undefined" vectors, which -Wuninitialized
@@ -250,8 +251,8 @@ int main(int argc, char** argv) {
   std::printf("# openblas core: %s; softmax loops: %s\n", openblas_get_corename(),
               std::string(dcp::kernels::vector_math().isa).c_str());
   std::printf("# flops: forward 4 L^2 d per q head, backward 10 L^2 d (causal: attended part)\n");
-  std::printf("%-8s %-6s %-5s %-7s %-4s %10s %10s %10s %7s %7s\n", "pass", "heads", "type",
-              "mask", "thr", "kernel", "sgemm", "fma_peak", "k/sgemm", "k/peak");
+  std::printf("%-8s %-6s %-5s %-7s %-4s %10s %10s %10s %7s %7s\n", "pass", "heads", "type", "mask",
+              "thr", "kernel", "sgemm", "fma_peak", "k/sgemm", "k/peak");
   for (int threads : {1, 2}) {
     const auto [peak, isa] = fma_peak(threads);
     std::printf("# fp32 FMA peak on %d thread(s) (%s): %.1f GFLOP/s\n", threads, isa.c_str(), peak);

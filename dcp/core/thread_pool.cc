@@ -16,7 +16,8 @@ thread_local int tls_worker = 0;
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) {
-  if (threads < 1) throw InvalidInput("thread count must be at least 1, got " + std::to_string(threads));
+  if (threads < 1)
+    throw InvalidInput("thread count must be at least 1, got " + std::to_string(threads));
   workers_.reserve(static_cast<std::size_t>(threads - 1));
   for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
 }

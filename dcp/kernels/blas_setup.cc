@@ -2,9 +2,9 @@
 // One-time BLAS configuration shared by the reference and CPU kernels.
 #include "dcp/kernels/blas_setup.h"
 
-#include <cblas.h>
-
 #include <mutex>
+
+#include <cblas.h>
 
 namespace dcp::kernels {
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "dcp/core/error.h"
+
 #include "dcp/kernels/attention_kernels.h"
 #include "dcp/kernels/cpu/cpu_attention.h"
 #include "dcp/kernels/reference/reference_attention.h"

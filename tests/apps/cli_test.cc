@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <cstring>
 
 #include <gtest/gtest.h>
 
@@ -331,6 +332,136 @@ TEST(VerifyCommand, RejectsDamagedAndForeignFilesWithAClearError) {
   expect_usage_error({"inspect", plan, "--device", "3"}, "--device");
   std::filesystem::remove(plan);
   std::filesystem::remove(damaged);
+}
+
+TEST(RunCommand, ExecutesEveryStrategyAndPrintsErrorsBelowTheBound) {
+  for (const char* strategy : {"dcp", "zigzag", "hybrid"}) {
+    const Result r = run({"run", "--seqlens", "700,300,1", "--block-size", "128", "--nodes", "2",
+                          "--devices-per-node", "2", "--head-dim", "16", "--dtype", "fp32",
+                          "--strategy", strategy, "--mask", "causal_blockwise:block=64,local=2"});
+    ASSERT_EQ(r.status, 0) << strategy << ": " << r.err;
+    for (const char* text : {"forward", "backward", "stages", "dk", "relative"}) {
+      EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
+    }
+  }
+}
+
+TEST(RunCommand, RejectsBadRuntimeFlagsWithExitStatus2) {
+  expect_usage_error({"run", "--seqlens", "100", "--comm", "tcp"}, "--comm");
+  expect_usage_error({"run", "--seqlens", "100", "--kernels", "gpu"}, "--kernels");
+  expect_usage_error({"run", "--seqlens", "100", "--threads", "0"}, "--threads");
+  expect_usage_error({"run", "--seqlens", "100", "--timeout", "-1"}, "--timeout");
+}
+
+void write_f4(const std::string& path, std::vector<std::int64_t> shape, std::uint64_t seed) {
+  std::int64_t n = 1;
+  for (const std::int64_t d : shape) n *= d;
+  std::vector<float> values(static_cast<std::size_t>(n));
+  std::uint64_t x = seed;
+  for (float& v : values) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    v = static_cast<float>(static_cast<double>(x >> 40) / static_cast<double>(1 << 24) - 0.5);
+  }
+  write_npy(path, "<f4", shape, values.data(), values.size() * sizeof(float));
+}
+
+// Inputs for `dcp attention`, named after `tag` so that tests running at once do not share files.
+struct AttentionFiles {
+  std::string dir, q, k, v, dout;
+  explicit AttentionFiles(const std::string& tag)
+      : dir(temp_path(tag + "_out")),
+        q(temp_path(tag + "_q.npy")),
+        k(temp_path(tag + "_k.npy")),
+        v(temp_path(tag + "_v.npy")),
+        dout(temp_path(tag + "_do.npy")) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    write_f4(q, {300, 4, 8}, 1);
+    write_f4(k, {300, 2, 8}, 2);
+    write_f4(v, {300, 2, 8}, 3);
+    write_f4(dout, {300, 4, 8}, 4);
+  }
+  ~AttentionFiles() {
+    std::filesystem::remove_all(dir);
+    for (const auto& path : {q, k, v, dout}) std::filesystem::remove(path);
+  }
+  std::vector<std::string> args(std::vector<std::string> extra) const {
+    std::vector<std::string> argv = {"attention", "--q", q, "--k", k, "--v", v, "--do", dout,
+                                     "--seqlens", "200,99,1", "--block-size", "64",
+                                     "--out-dir", dir};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+};
+
+TEST(AttentionCommand, WritesTheFiveArraysAndAgreesAcrossStrategiesAndWorlds) {
+  const AttentionFiles files("agree");
+  std::vector<std::vector<float>> first;
+  const std::vector<std::vector<std::string>> setups = {
+      {"--nodes", "1", "--devices-per-node", "1"},
+      {"--nodes", "2", "--devices-per-node", "2", "--strategy", "zigzag"},
+      {"--nodes", "1", "--devices-per-node", "3", "--strategy", "dcp", "--check"}};
+  for (const auto& setup : setups) {
+    const Result r = run(files.args(setup));
+    ASSERT_EQ(r.status, 0) << r.err;
+    std::vector<std::vector<float>> arrays;
+    for (const char* name : {"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"}) {
+      const NpyArray array = read_npy(files.dir + "/" + name);
+      EXPECT_EQ(array.descr, "<f4");
+      std::vector<float> values(static_cast<std::size_t>(array.element_count()));
+      std::memcpy(values.data(), array.data.data(), array.data.size());
+      arrays.push_back(values);
+    }
+    EXPECT_EQ(read_npy(files.dir + "/lse.npy").shape, (std::vector<std::int64_t>{4, 300}));
+    EXPECT_EQ(read_npy(files.dir + "/dk.npy").shape, (std::vector<std::int64_t>{300, 2, 8}));
+    if (first.empty()) {
+      first = arrays;
+      continue;
+    }
+    for (std::size_t a = 0; a < arrays.size(); ++a) {
+      for (std::size_t i = 0; i < arrays[a].size(); ++i) {
+        ASSERT_NEAR(arrays[a][i], first[a][i], 1e-5) << "array " << a << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(AttentionCommand, RejectsBadArraysWithExitStatus2AndWritesNothing) {
+  const AttentionFiles files("reject");
+  const std::string bad = temp_path("reject_bad.npy");
+  const std::vector<double> doubles(300 * 4 * 8, 0.5);
+  write_npy(bad, "<f8", {300, 4, 8}, doubles.data(), doubles.size() * sizeof(double));
+  auto with_q = [&](const std::string& path) {
+    std::vector<std::string> argv = files.args({});
+    argv[2] = path;
+    return argv;
+  };
+  expect_usage_error(with_q(bad), "--q");
+  write_f4(bad, {300, 32}, 1);
+  expect_usage_error(with_q(bad), "--q");
+  write_f4(bad, {300, 2, 4}, 1);
+  std::vector<std::string> head_dim_mismatch = files.args({});
+  head_dim_mismatch[4] = head_dim_mismatch[6] = bad;  // --k and --v with head dim 4
+  expect_usage_error(head_dim_mismatch, "tokens and head dim must match");
+  std::vector<std::string> short_lengths = files.args({});
+  short_lengths[10] = "200,99";
+  expect_usage_error(short_lengths, "sum to 299 tokens but --q has 300");
+  std::vector<std::string> kv_mismatch = files.args({});
+  kv_mismatch[6] = files.q;  // --v with q's heads
+  expect_usage_error(kv_mismatch, "--v has shape (300, 4, 8)");
+  expect_usage_error(files.args({"--out-dir", temp_path("no/such/dir")}), "--out-dir");
+  EXPECT_TRUE(std::filesystem::is_empty(files.dir));
+  std::filesystem::remove(bad);
+}
+
+TEST(DemoCommand, PlansVerifiesRunsAndChecksEveryStrategy) {
+  const Result r = run({"demo", "--tokens", "3000", "--head-dim", "16", "--nodes", "1",
+                        "--devices-per-node", "2", "--block-size", "256"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* strategy : {"dcp", "ring", "zigzag", "ulysses", "hybrid"}) {
+    EXPECT_NE(r.out.find(std::string("\n") + strategy + " "), std::string::npos) << r.out;
+  }
+  EXPECT_NE(r.out.find("every result checked"), std::string::npos);
 }
 
 }  // namespace

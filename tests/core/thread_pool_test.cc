@@ -2,11 +2,11 @@
 // The thread pool runs every index once, on the advertised workers, and survives errors.
 #include "dcp/core/thread_pool.h"
 
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <stdexcept>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "dcp/core/error.h"
 

@@ -3,8 +3,6 @@
 // rows and tiles in a storage type, and runners that drive any kernel set over them.
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,7 +10,10 @@
 #include <memory>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "dcp/core/rng.h"
+
 #include "dcp/kernels/attention_kernels.h"
 
 namespace dcp::kernels::testing {
@@ -151,7 +152,8 @@ class AttentionCase {
       out.dk.emplace_back();
       out.dv.emplace_back();
       for (const TileData& tile : row.tiles) {
-        const std::size_t m = sz(std::int64_t{tile.kv_tokens} * params_.kv_heads * params_.head_dim);
+        const std::size_t m =
+            sz(std::int64_t{tile.kv_tokens} * params_.kv_heads * params_.head_dim);
         out.dk.back().emplace_back(m, fill);
         out.dv.back().emplace_back(m, fill);
       }
@@ -168,8 +170,8 @@ class AttentionCase {
       const RowData& row = rows_[r];
       for (std::size_t t = first; t < std::min(last, row.tiles.size()); ++t) {
         const TileData& tile = row.tiles[t];
-        tiles[r].push_back({tile.k.bytes.data(), tile.v.bytes.data(), tile.kv_tokens,
-                            tile.mask.view()});
+        tiles[r].push_back(
+            {tile.k.bytes.data(), tile.v.bytes.data(), tile.kv_tokens, tile.mask.view()});
       }
       ForwardRow fr;
       fr.q = row.q.bytes.data();
@@ -208,7 +210,8 @@ class AttentionCase {
 
   // Backward over all tiles into `out` (dq, dk, dv), from the lse in `stats` and `deltas`.
   void backward(AttentionKernels& kernels, const Outputs& stats,
-                const std::vector<std::vector<float>>& deltas, Outputs& out, bool accumulate = false) const {
+                const std::vector<std::vector<float>>& deltas, Outputs& out,
+                bool accumulate = false) const {
     std::vector<std::vector<BackwardTile>> tiles(rows_.size());
     std::vector<BackwardRow> rows;
     for (std::size_t r = 0; r < rows_.size(); ++r) {

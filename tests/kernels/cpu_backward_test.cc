@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CPU backward matches the fp64 reference (masks, GQA, odd sizes, accumulation), is
 // deterministic for a thread count, agrees across thread counts, and stays NaN-free.
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <tuple>
 
+#include <gtest/gtest.h>
+
 #include "dcp/kernels/cpu/cpu_attention.h"
 #include "dcp/kernels/reference/reference_attention.h"
+
 #include "tests/kernels/attention_case.h"
 
 namespace dcp::kernels {
@@ -93,7 +94,7 @@ TEST(CpuKernels, BackwardHandlesOneTokenTilesEmptyRowsAndEmptyTiles) {
   const std::size_t e = c.add_row(6);
   c.add_tile(e, 1, testing::random_mask(c.rng(), 6, 1, 1, 0.4));
   c.add_tile(e, 9, testing::MaskData{false, {0, 0, 0, 0, 0, 0, 0}, {}});  // nothing attends
-  c.add_row(3);  // no tiles
+  c.add_row(3);                                                           // no tiles
   const std::size_t z = c.add_row(0);  // no queries: an overwriting tile still gets zeros
   c.add_tile(z, 4, testing::full_mask());
   // A row with one key has dS = 1 * (dP - delta) = 0 up to rounding: bound that absolutely
@@ -138,9 +139,12 @@ TEST(CpuKernels, AccumulatingBackwardAddsToTheExistingGradients) {
   auto added = c.make_outputs(0.5f);
   c.backward(cpu, s.forward, s.delta, added, true);
   auto shifted = fresh;
-  for (auto& v : shifted.dq) for (auto& x : v) x += 0.5f;
+  for (auto& v : shifted.dq)
+    for (auto& x : v) x += 0.5f;
   for (auto* grads : {&shifted.dk, &shifted.dv}) {
-    for (auto& tiles : *grads) for (auto& v : tiles) for (auto& x : v) x += 0.5f;
+    for (auto& tiles : *grads)
+      for (auto& v : tiles)
+        for (auto& x : v) x += 0.5f;
   }
   testing::expect_all_close(added, shifted, 1e-6, false, true);
 }
@@ -182,7 +186,8 @@ TEST(CpuKernels, BackwardStaysNanFreeAndAccurateWithLargeScores) {
   auto out = c.make_outputs();
   c.backward(cpu, s.forward, s.delta, out);
   for (float x : out.dq[0]) ASSERT_TRUE(std::isfinite(x));
-  for (const auto& t : out.dk[0]) for (float x : t) ASSERT_TRUE(std::isfinite(x));
+  for (const auto& t : out.dk[0])
+    for (float x : t) ASSERT_TRUE(std::isfinite(x));
   // Large scores make P nearly one-hot, so dS amplifies the fp32 rounding of s by the scale:
   // compare at a looser tolerance here.
   ReferenceKernels ref;
@@ -205,7 +210,8 @@ TEST(CpuKernels, Bf16BackwardErrorStaysWithinTwiceTheInputRoundingBaseline) {
   const Stats rounded_stats = stats_of(rounded);
   ReferenceKernels ref;
   CpuKernels cpu(2);
-  auto truth = exact.make_outputs(), baseline = rounded.make_outputs(), actual = rounded.make_outputs();
+  auto truth = exact.make_outputs(), baseline = rounded.make_outputs(),
+       actual = rounded.make_outputs();
   exact.backward(ref, exact_stats.forward, exact_stats.delta, truth);
   rounded.backward(ref, rounded_stats.forward, rounded_stats.delta, baseline);
   rounded.backward(cpu, rounded_stats.forward, rounded_stats.delta, actual);
@@ -218,8 +224,10 @@ TEST(CpuKernels, Bf16BackwardErrorStaysWithinTwiceTheInputRoundingBaseline) {
   EXPECT_GT(base_dq, 0.0);
   EXPECT_LE(max_err(actual.dq[0], truth.dq[0]), 2 * base_dq);
   for (std::size_t t = 0; t < 2; ++t) {
-    EXPECT_LE(max_err(actual.dk[0][t], truth.dk[0][t]), 2 * max_err(baseline.dk[0][t], truth.dk[0][t]));
-    EXPECT_LE(max_err(actual.dv[0][t], truth.dv[0][t]), 2 * max_err(baseline.dv[0][t], truth.dv[0][t]));
+    EXPECT_LE(max_err(actual.dk[0][t], truth.dk[0][t]),
+              2 * max_err(baseline.dk[0][t], truth.dk[0][t]));
+    EXPECT_LE(max_err(actual.dv[0][t], truth.dv[0][t]),
+              2 * max_err(baseline.dv[0][t], truth.dv[0][t]));
   }
 }
 

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // merge, add and delta of the CPU kernels match the reference kernels, -inf cases included.
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "dcp/core/error.h"
 #include "dcp/core/rng.h"
+
 #include "dcp/kernels/cpu/cpu_attention.h"
 #include "dcp/kernels/reference/reference_attention.h"
 
@@ -27,10 +28,10 @@ TEST(CpuKernels, MergeMatchesReferenceIncludingNegativeInfinityPartials) {
   const std::int32_t tokens = 300, heads = 3, d = 7;  // several parallel pieces
   const std::size_t n = tokens * heads * d, m = tokens * heads;
   auto o1 = normals(rng, n), o2 = normals(rng, n), l1 = normals(rng, m), l2 = normals(rng, m);
-  l1[0] = kNegInf;                 // one side empty
-  l2[1] = kNegInf;                 // the other side empty
-  l1[2] = l2[2] = kNegInf;         // both empty: o = 0, lse = -inf
-  l1[3] = 80.0f, l2[3] = -80.0f;   // far apart
+  l1[0] = kNegInf;                // one side empty
+  l2[1] = kNegInf;                // the other side empty
+  l1[2] = l2[2] = kNegInf;        // both empty: o = 0, lse = -inf
+  l1[3] = 80.0f, l2[3] = -80.0f;  // far apart
   auto ro = o1, rl = l1;
   CpuKernels cpu(3);
   ReferenceKernels ref;
@@ -46,7 +47,8 @@ TEST(CpuKernels, MergeMatchesReferenceIncludingNegativeInfinityPartials) {
   }
   EXPECT_EQ(l1[2], kNegInf);
   // Token 0, head 2 is lse index 2 * tokens; token 2, head 0 is index 2: o of token 2 head 0.
-  for (std::int32_t x = 0; x < d; ++x) EXPECT_EQ(o1[static_cast<std::size_t>(2 * heads * d + x)], 0.0f);
+  for (std::int32_t x = 0; x < d; ++x)
+    EXPECT_EQ(o1[static_cast<std::size_t>(2 * heads * d + x)], 0.0f);
 }
 
 TEST(CpuKernels, AddSumsElementwiseOverSeveralPieces) {

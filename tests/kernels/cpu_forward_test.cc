@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CPU forward matches the fp64 reference on full, causal and random interval masks, GQA,
 // odd sizes, accumulation and merges, and stays NaN-free.
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <limits>
 #include <tuple>
 
+#include <gtest/gtest.h>
+
 #include "dcp/kernels/cpu/cpu_attention.h"
 #include "dcp/kernels/reference/reference_attention.h"
+
 #include "tests/kernels/attention_case.h"
 
 namespace dcp::kernels {
@@ -97,7 +98,8 @@ TEST(CpuKernels, FullyMaskedRowsGiveZeroOutputAndNegativeInfinityLse) {
   for (std::int32_t j = 0; j < 2; ++j) {
     for (std::int32_t r : {1, 4}) {
       EXPECT_EQ(out.lse[0][testing::sz(j * 6 + r)], kNegInf);
-      for (std::int32_t x = 0; x < 16; ++x) EXPECT_EQ(out.o[0][testing::sz((r * 2 + j) * 16 + x)], 0.0f);
+      for (std::int32_t x = 0; x < 16; ++x)
+        EXPECT_EQ(out.o[0][testing::sz((r * 2 + j) * 16 + x)], 0.0f);
     }
   }
   for (float x : out.lse[1]) EXPECT_EQ(x, kNegInf);
@@ -205,7 +207,8 @@ void expect_low_precision_within_twice_the_rounding_baseline(ElementType storage
   }
   ReferenceKernels ref;
   CpuKernels cpu(2);
-  auto truth = exact.make_outputs(), baseline = rounded.make_outputs(), actual = rounded.make_outputs();
+  auto truth = exact.make_outputs(), baseline = rounded.make_outputs(),
+       actual = rounded.make_outputs();
   exact.forward(ref, truth);
   rounded.forward(ref, baseline);
   rounded.forward(cpu, actual);

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The storage conversions round to nearest even, keep NaN and infinity, and round-trip exactly.
-#include <gtest/gtest.h>
-
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "dcp/kernels/attention_kernels.h"
 
@@ -79,13 +79,13 @@ TEST(ElementType, Fp16RoundsHalfwayCasesToEvenIncludingSubnormalsAndOverflow) {
   EXPECT_EQ(round_trip(fp, 65519.0f), 65504.0f);
   EXPECT_EQ(round_trip(fp, 65520.0f), std::numeric_limits<float>::infinity());
   EXPECT_EQ(round_trip(fp, -1e9f), -std::numeric_limits<float>::infinity());
-  EXPECT_EQ(round_trip(fp, 0x1.0p-24f), 0x1.0p-24f);            // smallest subnormal
-  EXPECT_EQ(round_trip(fp, 0x1.0p-25f), 0.0f);                  // tie between 0 and 2^-24
-  EXPECT_EQ(round_trip(fp, 0x1.8p-24f), 0x1.0p-23f);            // 1.5 ulp rounds to 2
-  EXPECT_EQ(round_trip(fp, 0x1.4p-23f), 0x1.0p-23f);            // 2.5 ulp rounds to 2
-  EXPECT_EQ(round_trip(fp, 0x1.ff4p-15f), 0x1.ffp-15f);         // 1022.5 ulp: tie to 1022
-  EXPECT_EQ(round_trip(fp, 0x1.ffcp-15f), 0x1.0p-14f);          // 1023.5 ulp: tie to 1024 (normal)
-  EXPECT_TRUE(std::signbit(round_trip(fp, -0x1.0p-30f)));       // underflow keeps the sign
+  EXPECT_EQ(round_trip(fp, 0x1.0p-24f), 0x1.0p-24f);       // smallest subnormal
+  EXPECT_EQ(round_trip(fp, 0x1.0p-25f), 0.0f);             // tie between 0 and 2^-24
+  EXPECT_EQ(round_trip(fp, 0x1.8p-24f), 0x1.0p-23f);       // 1.5 ulp rounds to 2
+  EXPECT_EQ(round_trip(fp, 0x1.4p-23f), 0x1.0p-23f);       // 2.5 ulp rounds to 2
+  EXPECT_EQ(round_trip(fp, 0x1.ff4p-15f), 0x1.ffp-15f);    // 1022.5 ulp: tie to 1022
+  EXPECT_EQ(round_trip(fp, 0x1.ffcp-15f), 0x1.0p-14f);     // 1023.5 ulp: tie to 1024 (normal)
+  EXPECT_TRUE(std::signbit(round_trip(fp, -0x1.0p-30f)));  // underflow keeps the sign
 }
 
 TEST(ElementType, Fp16KeepsNanAndRoundTripsEveryPattern) {

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Kernel kinds parse from their names and the factory builds each kind.
-#include <gtest/gtest.h>
-
 #include <string>
 
+#include <gtest/gtest.h>
+
 #include "dcp/core/error.h"
+
 #include "dcp/kernels/attention_kernels.h"
 
 namespace dcp::kernels {

@@ -3,11 +3,11 @@
 // and ReferenceKernels' multi-tile and accumulating calls agree with single calls.
 #include "dcp/kernels/reference/reference_attention.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "tests/kernels/attention_case.h"
 
@@ -63,21 +63,24 @@ void naive_forward(const Problem& p, std::vector<double>& o, std::vector<double>
         if (!p.mask.attends(r, c)) continue;
         double dot = 0;
         for (std::int32_t x = 0; x < d; ++x) {
-          dot += p.q[sz((std::int64_t{r} * qh + j) * d + x)] * p.k[sz((std::int64_t{c} * kvh + h) * d + x)];
+          dot += p.q[sz((std::int64_t{r} * qh + j) * d + x)] *
+                 p.k[sz((std::int64_t{c} * kvh + h) * d + x)];
         }
         s[sz(c)] = double{p.params.softmax_scale} * dot;
         m = std::max(m, s[sz(c)]);
       }
       if (m == kNegInf) continue;
       double sum = 0;
-      for (std::int32_t c = 0; c < p.lk; ++c) sum += s[sz(c)] == kNegInf ? 0.0 : std::exp(s[sz(c)] - m);
+      for (std::int32_t c = 0; c < p.lk; ++c)
+        sum += s[sz(c)] == kNegInf ? 0.0 : std::exp(s[sz(c)] - m);
       const double l = m + std::log(sum);
       lse[sz(std::int64_t{j} * p.lq + r)] = l;
       for (std::int32_t c = 0; c < p.lk; ++c) {
         if (s[sz(c)] == kNegInf) continue;
         const double w = std::exp(s[sz(c)] - l);
         for (std::int32_t x = 0; x < d; ++x) {
-          o[sz((std::int64_t{r} * qh + j) * d + x)] += w * p.v[sz((std::int64_t{c} * kvh + h) * d + x)];
+          o[sz((std::int64_t{r} * qh + j) * d + x)] +=
+              w * p.v[sz((std::int64_t{c} * kvh + h) * d + x)];
         }
       }
     }
@@ -154,7 +157,7 @@ TEST(ReferenceAttention, BackwardMatchesFiniteDifferencesOfTheForward) {
   reference_backward(p.params, p.lq, p.lk, p.q.data(), p.k.data(), p.v.data(), p.mask.view(),
                      p.dout.data(), lse.data(), delta.data(), dq.data(), dk.data(), dv.data());
   constexpr double kStep = 1e-6;
-  const auto check = [&](std::vector<double> Problem::* field, const std::vector<double>& grad) {
+  const auto check = [&](std::vector<double> Problem::*field, const std::vector<double>& grad) {
     for (std::size_t i = 0; i < grad.size(); ++i) {
       Problem plus = p, minus = p;
       (plus.*field)[i] += kStep;

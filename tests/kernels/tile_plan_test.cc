@@ -2,10 +2,10 @@
 // Sub-tile plans and row masking agree with a per-element reading of the mask.
 #include "dcp/kernels/cpu/tile_plan.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <limits>
+
+#include <gtest/gtest.h>
 
 #include "tests/kernels/attention_case.h"
 

@@ -2,11 +2,11 @@
 // Every softmax loop implementation this CPU runs agrees with std::exp and plain loops.
 #include "dcp/kernels/cpu/vector_math.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "dcp/core/rng.h"
 

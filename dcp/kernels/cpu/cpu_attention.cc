@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dcp/core/error.h"
+
 #include "dcp/kernels/blas_setup.h"
 #include "dcp/kernels/cpu/cpu_internal.h"
 
@@ -47,7 +48,8 @@ void Fp32Inputs::convert(ThreadPool& pool) {
   for (const auto& [src, n] : sizes_) {
     auto& dst = converted_[src];
     dst.resize(n);
-    for (std::size_t b = 0; b < n; b += kPiece) pieces.push_back({src, dst.data(), b, std::min(n, b + kPiece)});
+    for (std::size_t b = 0; b < n; b += kPiece)
+      pieces.push_back({src, dst.data(), b, std::min(n, b + kPiece)});
   }
   pool.parallel_for(pieces.size(), [&](std::size_t i, int) {
     const Piece& p = pieces[i];
@@ -71,7 +73,7 @@ void merge_row(float* o1, float& l1, const float* o2, float l2, std::int32_t hea
   }
   const float w1 = l1 == kNegInf ? 0.0f : std::exp(l1 - m);
   const float w2 = l2 == kNegInf ? 0.0f : std::exp(l2 - m);
-  const float sum = w1 + w2;  // >= 1: the larger side has weight exp(0)
+  const float sum = w1 + w2;                 // >= 1: the larger side has weight exp(0)
   const float a1 = w1 / sum, a2 = w2 / sum;  // exp(l_j - l) with l = m + log(sum)
   for (std::int32_t x = 0; x < head_dim; ++x) o1[x] = a1 * o1[x] + a2 * o2[x];
   l1 = m + std::log(sum);
@@ -126,7 +128,8 @@ void CpuKernels::delta(ElementType storage, const void* o, const void* dout, std
     const std::size_t end = std::min(n_tokens, begin + tokens_per_piece);
     const std::size_t n = (end - begin) * row_elems;
     std::vector<float> of(n), df(n);
-    to_float(storage, static_cast<const unsigned char*>(o) + begin * row_elems * bytes, of.data(), n);
+    to_float(storage, static_cast<const unsigned char*>(o) + begin * row_elems * bytes, of.data(),
+             n);
     to_float(storage, static_cast<const unsigned char*>(dout) + begin * row_elems * bytes,
              df.data(), n);
     for (std::size_t t = begin; t < end; ++t) {

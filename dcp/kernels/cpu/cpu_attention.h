@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "dcp/core/thread_pool.h"
+
 #include "dcp/kernels/attention_kernels.h"
 
 namespace dcp::kernels {

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CPU backward pass: per (row, tile, kv chunk, kv head) task, the five sgemm products of
 // every sub-tile from the row's final lse and delta, with race-free, deterministic dq sums.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -12,6 +10,8 @@
 #include "dcp/kernels/cpu/cpu_internal.h"
 #include "dcp/kernels/cpu/tile_plan.h"
 #include "dcp/kernels/cpu/vector_math.h"
+
+#include <cblas.h>
 
 namespace dcp::kernels {
 namespace {
@@ -60,7 +60,9 @@ void run_backward_task(const BackwardContext& ctx, const BackwardTask& task, flo
   std::fill_n(sc.dk.begin(), acc_size, 0.0f);
   std::fill_n(sc.dv.begin(), acc_size, 0.0f);
 
-  for (std::int32_t j = h * group; j < (h + 1) * group; ++j) {  // the q heads reading kv head h
+  // The q heads reading kv head h (none when the row has no queries).
+  const std::int32_t heads_end = plan.q_chunks > 0 ? (h + 1) * group : h * group;
+  for (std::int32_t j = h * group; j < heads_end; ++j) {
     const float* lse = row.lse + to_size(std::int64_t{j} * row.q_tokens);
     const float* delta = row.delta + to_size(std::int64_t{j} * row.q_tokens);
     for (std::int32_t qc = 0; qc < plan.q_chunks; ++qc) {
@@ -144,7 +146,8 @@ void cpu_backward(ThreadPool& pool, const AttentionParams& params,
     plans[r].resize(row.tiles.size());
     for (std::size_t t = 0; t < row.tiles.size(); ++t) {
       pairs.emplace_back(r, t);
-      const std::size_t kv_size = to_size(std::int64_t{std::max(row.tiles[t].kv_tokens, 0)} * kvh * d);
+      const std::size_t kv_size =
+          to_size(std::int64_t{std::max(row.tiles[t].kv_tokens, 0)} * kvh * d);
       inputs.add(row.tiles[t].k, kv_size);
       inputs.add(row.tiles[t].v, kv_size);
     }
@@ -193,12 +196,13 @@ void cpu_backward(ThreadPool& pool, const AttentionParams& params,
   for (auto& list : bucket_tasks) std::sort(list.begin(), list.end());
 
   // dq buffers: bucket b > 0 gets a zeroed buffer for every row it touches.
-  std::vector<std::vector<std::vector<float>>> dq_buffers(buckets,
-                                                          std::vector<std::vector<float>>(rows.size()));
+  std::vector<std::vector<std::vector<float>>> dq_buffers(
+      buckets, std::vector<std::vector<float>>(rows.size()));
   for (std::size_t b = 1; b < buckets; ++b) {
     for (std::size_t i : bucket_tasks[b]) {
       auto& buf = dq_buffers[b][tasks[i].row];
-      if (buf.empty()) buf.assign(to_size(std::int64_t{rows[tasks[i].row].q_tokens} * qh * d), 0.0f);
+      if (buf.empty())
+        buf.assign(to_size(std::int64_t{rows[tasks[i].row].q_tokens} * qh * d), 0.0f);
     }
   }
   for (const BackwardRow& row : rows) {

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CPU forward pass: per (row, q chunk, q head) task, an online softmax over the sub-tiles of
 // every kv tile, with QK^T and PV as sgemm calls on fp32 data.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,6 +10,8 @@
 #include "dcp/kernels/cpu/cpu_internal.h"
 #include "dcp/kernels/cpu/tile_plan.h"
 #include "dcp/kernels/cpu/vector_math.h"
+
+#include <cblas.h>
 
 namespace dcp::kernels {
 namespace {
@@ -145,7 +145,8 @@ void cpu_forward(ThreadPool& pool, const AttentionParams& params,
     inputs.add(row.q, to_size(std::int64_t{row.q_tokens} * qh * d));
     for (std::size_t t = 0; t < row.tiles.size(); ++t) {
       pairs.emplace_back(r, t);
-      const std::size_t kv_size = to_size(std::int64_t{std::max(row.tiles[t].kv_tokens, 0)} * kvh * d);
+      const std::size_t kv_size =
+          to_size(std::int64_t{std::max(row.tiles[t].kv_tokens, 0)} * kvh * d);
       inputs.add(row.tiles[t].k, kv_size);
       inputs.add(row.tiles[t].v, kv_size);
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dcp/core/thread_pool.h"
+
 #include "dcp/kernels/attention_kernels.h"
 
 namespace dcp::kernels {
@@ -46,8 +47,7 @@ class Fp32Inputs {
 // side weighs exactly 0 and both -inf give o = 0, l = -inf (no exp(-inf - (-inf)) anywhere).
 void merge_row(float* o1, float& l1, const float* o2, float l2, std::int32_t head_dim);
 
-void cpu_forward(ThreadPool& pool, const AttentionParams& params,
-                 std::span<const ForwardRow> rows);
+void cpu_forward(ThreadPool& pool, const AttentionParams& params, std::span<const ForwardRow> rows);
 void cpu_backward(ThreadPool& pool, const AttentionParams& params,
                   std::span<const BackwardRow> rows);
 

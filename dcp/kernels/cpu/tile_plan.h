@@ -18,9 +18,7 @@ struct SubTile {
   std::int32_t k_begin = 0, k_end = 0;
   bool partial = false;
   bool empty() const { return q_begin == q_end; }
-  std::int64_t area() const {
-    return std::int64_t{q_end - q_begin} * (k_end - k_begin);
-  }
+  std::int64_t area() const { return std::int64_t{q_end - q_begin} * (k_end - k_begin); }
 };
 
 struct TilePlan {

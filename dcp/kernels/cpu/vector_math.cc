@@ -31,8 +31,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kLn2Hi = 0.693145751953125f;
 constexpr float kLn2Lo = 1.42860682030941723e-6f;
-constexpr float kC2 = 1.0f / 2, kC3 = 1.0f / 6, kC4 = 1.0f / 24, kC5 = 1.0f / 120,
-                kC6 = 1.0f / 720, kC7 = 1.0f / 5040;
+constexpr float kC2 = 1.0f / 2, kC3 = 1.0f / 6, kC4 = 1.0f / 24, kC5 = 1.0f / 120, kC6 = 1.0f / 720,
+                kC7 = 1.0f / 5040;
 // Below this the result is flushed to 0 (exp(-87) ~ 1.6e-38 is the edge of the normal range,
 // so 2^n stays a normal number); above kExpMax it would overflow.
 constexpr float kExpMin = -87.0f;
@@ -123,7 +123,7 @@ __attribute__((target("avx512f"))) float max_avx512(const float* x, std::size_t 
 }
 
 __attribute__((target("avx512f"))) float exp_shift_sum_avx512(float* x, std::size_t n,
-                                                               float shift) {
+                                                              float shift) {
   const __m512 s = _mm512_set1_ps(shift);
   __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
   std::size_t i = 0;
@@ -154,8 +154,8 @@ __attribute__((target("avx512f"))) void softmax_grad_avx512(float* ds, const flo
   const __m512 dl = _mm512_set1_ps(delta);
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    _mm512_storeu_ps(ds + i,
-                     _mm512_mul_ps(_mm512_loadu_ps(p + i), _mm512_sub_ps(_mm512_loadu_ps(ds + i), dl)));
+    _mm512_storeu_ps(
+        ds + i, _mm512_mul_ps(_mm512_loadu_ps(p + i), _mm512_sub_ps(_mm512_loadu_ps(ds + i), dl)));
   }
   if (i < n) {
     const __mmask16 k = tail_mask(n - i);
@@ -214,8 +214,7 @@ __attribute__((target("avx2,fma"))) float max_avx2(const float* x, std::size_t n
   return std::max(hmax256(_mm256_max_ps(m0, m1)), max_portable(x + i, n - i));
 }
 
-__attribute__((target("avx2,fma"))) float exp_shift_sum_avx2(float* x, std::size_t n,
-                                                             float shift) {
+__attribute__((target("avx2,fma"))) float exp_shift_sum_avx2(float* x, std::size_t n, float shift) {
   const __m256 s = _mm256_set1_ps(shift);
   __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0;
   std::size_t i = 0;
@@ -235,13 +234,13 @@ __attribute__((target("avx2,fma"))) float exp_shift_sum_avx2(float* x, std::size
   return hsum256(_mm256_add_ps(sum0, sum1)) + exp_shift_sum_portable(x + i, n - i, shift);
 }
 
-__attribute__((target("avx2,fma"))) void softmax_grad_avx2(float* ds, const float* p,
-                                                          std::size_t n, float delta) {
+__attribute__((target("avx2,fma"))) void softmax_grad_avx2(float* ds, const float* p, std::size_t n,
+                                                           float delta) {
   const __m256 dl = _mm256_set1_ps(delta);
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(ds + i,
-                     _mm256_mul_ps(_mm256_loadu_ps(p + i), _mm256_sub_ps(_mm256_loadu_ps(ds + i), dl)));
+    _mm256_storeu_ps(
+        ds + i, _mm256_mul_ps(_mm256_loadu_ps(p + i), _mm256_sub_ps(_mm256_loadu_ps(ds + i), dl)));
   }
   softmax_grad_portable(ds + i, p + i, n - i, delta);
 }

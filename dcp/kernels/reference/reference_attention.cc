@@ -2,15 +2,16 @@
 // The fp64 oracle: full softmax per row, products by cblas_dgemm over chunks of query rows.
 #include "dcp/kernels/reference/reference_attention.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "dcp/core/error.h"
+
 #include "dcp/kernels/blas_setup.h"
+
+#include <cblas.h>
 
 namespace dcp::kernels {
 namespace {
@@ -23,9 +24,8 @@ std::size_t to_size(std::int64_t x) { return static_cast<std::size_t>(x); }
 
 void check_shape(const AttentionParams& p) {
   if (p.q_heads < 1 || p.kv_heads < 1 || p.head_dim < 1 || p.q_heads % p.kv_heads != 0) {
-    throw InvalidInput("bad attention shape: q_heads " + std::to_string(p.q_heads) +
-                       ", kv_heads " + std::to_string(p.kv_heads) + ", head_dim " +
-                       std::to_string(p.head_dim));
+    throw InvalidInput("bad attention shape: q_heads " + std::to_string(p.q_heads) + ", kv_heads " +
+                       std::to_string(p.kv_heads) + ", head_dim " + std::to_string(p.head_dim));
   }
 }
 
@@ -42,9 +42,9 @@ void row_allowed(TileMaskView mask, std::int32_t r, std::int32_t kv_tokens,
 
 }  // namespace
 
-void reference_forward(const AttentionParams& params, std::int32_t q_tokens,
-                       std::int32_t kv_tokens, const double* q, const double* k, const double* v,
-                       TileMaskView mask, double* o, double* lse) {
+void reference_forward(const AttentionParams& params, std::int32_t q_tokens, std::int32_t kv_tokens,
+                       const double* q, const double* k, const double* v, TileMaskView mask,
+                       double* o, double* lse) {
   check_shape(params);
   ensure_blas_single_threaded();
   const std::int32_t qh = params.q_heads, kvh = params.kv_heads, d = params.head_dim;
@@ -64,8 +64,8 @@ void reference_forward(const AttentionParams& params, std::int32_t q_tokens,
       const std::int32_t rows = std::min(kRowChunk, q_tokens - r0);
       // s = scale * q_j k_h^T for these rows and every key.
       cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kv_tokens, d, scale,
-                  q + to_size((std::int64_t{r0} * qh + j) * d), qh * d, k + to_size(h * d),
-                  kvh * d, 0.0, s.data(), kv_tokens);
+                  q + to_size((std::int64_t{r0} * qh + j) * d), qh * d, k + to_size(h * d), kvh * d,
+                  0.0, s.data(), kv_tokens);
       for (std::int32_t i = 0; i < rows; ++i) {
         const std::int32_t r = r0 + i;
         double* srow = s.data() + to_size(std::int64_t{i} * kv_tokens);
@@ -105,7 +105,8 @@ void reference_delta(std::int32_t tokens, std::int32_t heads, std::int32_t head_
     for (std::int32_t h = 0; h < heads; ++h) {
       const std::size_t base = to_size((std::int64_t{t} * heads + h) * head_dim);
       double sum = 0;
-      for (std::int32_t x = 0; x < head_dim; ++x) sum += o[base + to_size(x)] * dout[base + to_size(x)];
+      for (std::int32_t x = 0; x < head_dim; ++x)
+        sum += o[base + to_size(x)] * dout[base + to_size(x)];
       delta[to_size(std::int64_t{h} * tokens + t)] = sum;
     }
   }
@@ -141,8 +142,8 @@ void reference_backward(const AttentionParams& params, std::int32_t q_tokens,
       cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kv_tokens, d, scale, qj, qh * d,
                   kh, kvh * d, 0.0, p.data(), kv_tokens);
       // dp = dout v^T.
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kv_tokens, d, 1.0, doj, qh * d,
-                  vh, kvh * d, 0.0, ds.data(), kv_tokens);
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kv_tokens, d, 1.0, doj, qh * d, vh,
+                  kvh * d, 0.0, ds.data(), kv_tokens);
       for (std::int32_t i = 0; i < rows; ++i) {
         const std::int32_t r = r0 + i;
         const double row_lse = lse[to_size(std::int64_t{j} * q_tokens + r)];

@@ -20,9 +20,9 @@ namespace dcp::kernels {
 
 // o = softmax(scale q k^T restricted to the mask) v and lse = log sum exp(s) (natural log), both
 // overwritten. A row without unmasked keys gets o = 0 and lse = -inf.
-void reference_forward(const AttentionParams& params, std::int32_t q_tokens,
-                       std::int32_t kv_tokens, const double* q, const double* k, const double* v,
-                       TileMaskView mask, double* o, double* lse);
+void reference_forward(const AttentionParams& params, std::int32_t q_tokens, std::int32_t kv_tokens,
+                       const double* q, const double* k, const double* v, TileMaskView mask,
+                       double* o, double* lse);
 
 // delta[h][t] = sum over d of o[t][h][d] * dout[t][h][d].
 void reference_delta(std::int32_t tokens, std::int32_t heads, std::int32_t head_dim,

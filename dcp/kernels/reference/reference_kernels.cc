@@ -108,7 +108,8 @@ void ReferenceKernels::forward(const AttentionParams& params, std::span<const Fo
           std::copy(old.begin(), old.end(), o.begin() + static_cast<std::ptrdiff_t>(oi));
           lse[li] = old_lse;
         }
-        for (std::int32_t x = 0; x < d; ++x) row.o[oi + to_size(x)] = static_cast<float>(o[oi + to_size(x)]);
+        for (std::int32_t x = 0; x < d; ++x)
+          row.o[oi + to_size(x)] = static_cast<float>(o[oi + to_size(x)]);
         row.lse[li] = static_cast<float>(lse[li]);
       }
     }
@@ -146,9 +147,8 @@ void ReferenceKernels::backward(const AttentionParams& params, std::span<const B
   }
 }
 
-void ReferenceKernels::merge(float* o_dst, float* lse_dst, const float* o_src,
-                             const float* lse_src, std::int32_t tokens, std::int32_t heads,
-                             std::int32_t head_dim) {
+void ReferenceKernels::merge(float* o_dst, float* lse_dst, const float* o_src, const float* lse_src,
+                             std::int32_t tokens, std::int32_t heads, std::int32_t head_dim) {
   std::vector<double> o1(to_size(head_dim)), o2(to_size(head_dim));
   for (std::int32_t t = 0; t < tokens; ++t) {
     for (std::int32_t h = 0; h < heads; ++h) {
@@ -158,7 +158,8 @@ void ReferenceKernels::merge(float* o_dst, float* lse_dst, const float* o_src,
       std::copy_n(o_src + oi, head_dim, o2.begin());
       double l1 = lse_dst[li];
       merge_row(o1.data(), l1, o2.data(), lse_src[li], head_dim);
-      for (std::int32_t x = 0; x < head_dim; ++x) o_dst[oi + to_size(x)] = static_cast<float>(o1[to_size(x)]);
+      for (std::int32_t x = 0; x < head_dim; ++x)
+        o_dst[oi + to_size(x)] = static_cast<float>(o1[to_size(x)]);
       lse_dst[li] = static_cast<float>(l1);
     }
   }

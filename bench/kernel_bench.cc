@@ -3,6 +3,7 @@
 // FMA peak and cblas_sgemm on the same products, as GFLOP/s and ratios.
 //
 // Usage: dcp_kernel_bench [repetitions]   (median of the repetitions after one warm-up run)
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -40,8 +41,13 @@ constexpr int kTokens = 1024;
 constexpr int kHeadDim = 128;
 int g_repetitions = 7;
 
-// Median seconds of fn over the repetitions, after one warm-up call.
-double time_median(const std::function<void()>& fn) {
+// Seconds of fn over the repetitions after one warm-up call: the median, and the fastest run
+// (the better estimate of what the code can do on a machine shared with other work).
+struct Timing {
+  double median, best;
+};
+
+Timing time_runs(const std::function<void()>& fn) {
   fn();
   std::vector<double> seconds;
   for (int i = 0; i < g_repetitions; ++i) {
@@ -49,8 +55,14 @@ double time_median(const std::function<void()>& fn) {
     fn();
     seconds.push_back(dcp::ms_since(start) / 1000.0);
   }
-  return dcp::bench::median(seconds);
+  return {dcp::bench::median(seconds), *std::min_element(seconds.begin(), seconds.end())};
 }
+
+// GFLOP/s from a flop count and a timing.
+struct Rate {
+  double median, best;
+};
+Rate rate(double flops, Timing t) { return {flops / t.median * 1e-9, flops / t.best * 1e-9}; }
 
 // Runs body(t) on `threads` threads (the caller is thread 0) and joins them.
 void run_threads(int threads, const std::function<void(int)>& body) {
@@ -94,14 +106,14 @@ __attribute__((target("avx2,fma"))) float fma_loop_avx2(long iterations) {
 #endif
 
 // GFLOP/s of the FMA loops on `threads` threads, with the ISA it used.
-std::pair<double, std::string> fma_peak(int threads) {
+std::pair<Rate, std::string> fma_peak(int threads) {
 #if defined(__x86_64__)
   const bool avx512 = __builtin_cpu_supports("avx512f");
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (avx512 || avx2) {
     const int lanes = avx512 ? 16 : 8;
     std::vector<float> sink(static_cast<std::size_t>(threads));
-    const double seconds = time_median([&] {
+    const Timing timing = time_runs([&] {
       run_threads(threads, [&](int t) {
         sink[static_cast<std::size_t>(t)] =
             avx512 ? fma_loop_avx512(kFmaIterations) : fma_loop_avx2(kFmaIterations);
@@ -109,10 +121,10 @@ std::pair<double, std::string> fma_peak(int threads) {
     });
     if (sink[0] == 12345.0f) std::puts("");  // keep the results alive
     const double flops = 2.0 * lanes * 12.0 * static_cast<double>(kFmaIterations) * threads;
-    return {flops / seconds * 1e-9, avx512 ? "avx512" : "avx2"};
+    return {rate(flops, timing), avx512 ? "avx512" : "avx2"};
   }
 #endif
-  return {0.0, "none"};
+  return {{0.0, 0.0}, "none"};
 }
 
 std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
@@ -126,7 +138,7 @@ std::vector<float> random_floats(std::size_t n, std::uint64_t seed) {
 // (L x d x L); backward QK^T, dO V^T, P^T dO, dS^T Q and dS K. Each thread takes its share of
 // the heads (or of the query rows for a single head). ----
 
-double sgemm_gflops(int heads, int threads, bool backward) {
+Rate sgemm_gflops(int heads, int threads, bool backward) {
   const int L = kTokens, d = kHeadDim;
   struct Buffers {
     std::vector<float> q, k, s, o;
@@ -143,7 +155,7 @@ double sgemm_gflops(int heads, int threads, bool backward) {
   const int split = heads >= threads ? 1 : threads;
   const int units = heads * split;
   const int rows = L / split;
-  const double seconds = time_median([&] {
+  const Timing timing = time_runs([&] {
     run_threads(threads, [&](int t) {
       auto& b = buf[static_cast<std::size_t>(t)];
       for (int u = t; u < units; u += threads) {
@@ -168,11 +180,11 @@ double sgemm_gflops(int heads, int threads, bool backward) {
     });
   });
   const double flops = (backward ? 10.0 : 4.0) * L * L * static_cast<double>(d) * heads;
-  return flops / seconds * 1e-9;
+  return rate(flops, timing);
 }
 
 struct KernelResult {
-  double forward_gflops, backward_gflops;
+  Rate forward, backward;
 };
 
 // CpuKernels on one row of one full (or causal) L x L tile.
@@ -212,7 +224,7 @@ KernelResult kernel_gflops(int q_heads, int kv_heads, ElementType storage, int t
   frow.tiles = {&ftile, 1};
   frow.o = o.data();
   frow.lse = lse.data();
-  const double fwd = time_median([&] { cpu.forward(p, {&frow, 1}); });
+  const Timing fwd = time_runs([&] { cpu.forward(p, {&frow, 1}); });
 
   // delta from o rounded to storage, as the runtime would hand it over.
   std::vector<unsigned char> o_stored(nq * es);
@@ -233,12 +245,12 @@ KernelResult kernel_gflops(int q_heads, int kv_heads, ElementType storage, int t
   brow.q_tokens = L;
   brow.tiles = {&btile, 1};
   brow.dq = dq.data();
-  const double bwd = time_median([&] { cpu.backward(p, {&brow, 1}); });
+  const Timing bwd = time_runs([&] { cpu.backward(p, {&brow, 1}); });
 
   // Useful flops: the attended fraction of the tile (causal: (L + 1) / 2L).
   const double fraction = causal ? (L + 1.0) / (2.0 * L) : 1.0;
   const double base = static_cast<double>(L) * L * d * q_heads * fraction;
-  return {4.0 * base / fwd * 1e-9, 10.0 * base / bwd * 1e-9};
+  return {rate(4.0 * base, fwd), rate(10.0 * base, bwd)};
 }
 
 }  // namespace
@@ -251,27 +263,34 @@ int main(int argc, char** argv) {
   std::printf("# openblas core: %s; softmax loops: %s\n", openblas_get_corename(),
               std::string(dcp::kernels::vector_math().isa).c_str());
   std::printf("# flops: forward 4 L^2 d per q head, backward 10 L^2 d (causal: attended part)\n");
-  std::printf("%-8s %-6s %-5s %-7s %-4s %10s %10s %10s %7s %7s\n", "pass", "heads", "type", "mask",
-              "thr", "kernel", "sgemm", "fma_peak", "k/sgemm", "k/peak");
+  std::printf(
+      "# columns: GFLOP/s as median / best run; ratios of the medians, then of the bests\n");
+  std::printf("%-8s %-5s %-4s %-6s %-3s %13s %13s %13s %11s %11s\n", "pass", "heads", "type",
+              "mask", "thr", "kernel", "sgemm", "fma_peak", "k/sgemm", "k/peak");
+  const auto line = [](const char* pass, const std::string& heads, const char* type,
+                       const char* mask, int threads, Rate k, Rate sg, Rate peak) {
+    std::printf(
+        "%-8s %-5s %-4s %-6s %-3d %6.1f/%6.1f %6.1f/%6.1f %6.1f/%6.1f %5.2f/%5.2f %5.2f/%5.2f\n",
+        pass, heads.c_str(), type, mask, threads, k.median, k.best, sg.median, sg.best, peak.median,
+        peak.best, k.median / sg.median, k.best / sg.best, k.median / peak.median,
+        k.best / peak.best);
+  };
   for (int threads : {1, 2}) {
     const auto [peak, isa] = fma_peak(threads);
-    std::printf("# fp32 FMA peak on %d thread(s) (%s): %.1f GFLOP/s\n", threads, isa.c_str(), peak);
+    std::printf("# fp32 FMA peak on %d thread(s) (%s): %.1f GFLOP/s median, %.1f best\n", threads,
+                isa.c_str(), peak.median, peak.best);
     for (auto [qh, kvh] : {std::pair{1, 1}, std::pair{8, 2}}) {
-      const double sg_fwd = sgemm_gflops(qh, threads, false);
-      const double sg_bwd = sgemm_gflops(qh, threads, true);
+      const Rate sg_fwd = sgemm_gflops(qh, threads, false);
+      const Rate sg_bwd = sgemm_gflops(qh, threads, true);
       for (ElementType type : {ElementType::kFp32, ElementType::kBf16}) {
         for (bool causal : {false, true}) {
-          if (causal && (type != ElementType::kFp32)) continue;
+          if (causal && type != ElementType::kFp32) continue;
           const KernelResult r = kernel_gflops(qh, kvh, type, threads, causal);
           const std::string heads = std::to_string(qh) + "/" + std::to_string(kvh);
           const char* type_name = type == ElementType::kFp32 ? "fp32" : "bf16";
           const char* mask = causal ? "causal" : "full";
-          std::printf("%-8s %-6s %-5s %-7s %-4d %10.1f %10.1f %10.1f %7.2f %7.2f\n", "forward",
-                      heads.c_str(), type_name, mask, threads, r.forward_gflops, sg_fwd, peak,
-                      r.forward_gflops / sg_fwd, r.forward_gflops / peak);
-          std::printf("%-8s %-6s %-5s %-7s %-4d %10.1f %10.1f %10.1f %7.2f %7.2f\n", "backward",
-                      heads.c_str(), type_name, mask, threads, r.backward_gflops, sg_bwd, peak,
-                      r.backward_gflops / sg_bwd, r.backward_gflops / peak);
+          line("forward", heads, type_name, mask, threads, r.forward, sg_fwd, peak);
+          line("backward", heads, type_name, mask, threads, r.backward, sg_bwd, peak);
         }
       }
     }

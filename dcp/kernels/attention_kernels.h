@@ -99,7 +99,9 @@ struct BackwardRow {
 // two tiles of the whole call are distinct), and that nothing a row writes is read by another.
 // The kernel may run rows and tiles in any order and on any number of threads; results do not
 // depend on the thread count beyond fp32 rounding of sums (the cpu kernels are deterministic for a
-// given thread count).
+// given thread count: o, lse, dk and dv are bit-identical across thread counts, dq only for the
+// same count). One kernel object runs one call at a time; calls from several threads on the same
+// object are safe but run one after another.
 class AttentionKernels {
  public:
   virtual ~AttentionKernels() = default;
@@ -114,7 +116,8 @@ class AttentionKernels {
                      std::int32_t tokens, std::int32_t heads, std::int32_t head_dim) = 0;
   // dst[i] += src[i].
   virtual void add(float* dst, const float* src, std::size_t n) = 0;
-  // delta[h][t] = sum over d of o[t][h][d] * dout[t][h][d], in fp32 from storage-type inputs.
+  // delta[h][t] = sum over d of o[t][h][d] * dout[t][h][d], in fp32 from storage-type inputs:
+  // o is the output as the caller holds it (rounded to the storage type), as in FlashAttention.
   virtual void delta(ElementType storage, const void* o, const void* dout, std::int32_t tokens,
                      std::int32_t heads, std::int32_t head_dim, float* delta) = 0;
 };

@@ -56,8 +56,8 @@ int run(int argc, char** argv) {
   }
   PackingOptions packing;
   packing.tokens_per_batch = tokens;
-  const auto lengths =
-      sample_batches(parse_length_distribution(dist), static_cast<std::size_t>(batches), packing, 0);
+  const auto lengths = sample_batches(parse_length_distribution(dist),
+                                      static_cast<std::size_t>(batches), packing, 0);
   AttentionShape shape;
   shape.head_dim = head_dim;
   shape.dtype = dtype;

@@ -20,6 +20,10 @@
 #include "dcp/data/batch_packing.h"
 #include "dcp/data/length_distribution.h"
 
+#include "dcp/comm/comm_kind.h"
+#include "dcp/comm/communicator.h"
+#include "dcp/comm/local/local_communicator.h"
+#include "dcp/kernels/attention_kernels.h"
 #include "dcp/planner/baselines/static_plans.h"
 #include "dcp/planner/partition/hmetis_format.h"
 #include "dcp/planner/placement/block_hypergraph.h"
@@ -31,11 +35,6 @@
 #include "dcp/program/program.h"
 #include "dcp/program/program_stats.h"
 #include "dcp/program/verifier.h"
-
-#include "dcp/comm/comm_kind.h"
-#include "dcp/comm/communicator.h"
-#include "dcp/comm/local/local_communicator.h"
-#include "dcp/kernels/attention_kernels.h"
 #include "dcp/runtime/batch_tensors.h"
 #include "dcp/runtime/dense_reference.h"
 #include "dcp/runtime/distributed_run.h"

@@ -145,10 +145,9 @@ int run_attention(std::span<const std::string> argv, std::ostream& out) {
             [&] { HeadBlocking(shape, workload_options.head_block_size); });
   std::vector<SequenceMask> masks = with_flag(mask.file.empty() ? "--mask" : "--mask-file",
                                               [&] { return build_masks(mask, batch); });
-  const BuiltWorkload built_workload =
-      with_flag("--block-size " + args.get_or("--block-size", "auto"), [&] {
-        return make_workload(shape, std::move(batch), std::move(masks), workload_options);
-      });
+  const BuiltWorkload built_workload = with_flag(
+      "--block-size " + args.get_or("--block-size", "auto"),
+      [&] { return make_workload(shape, std::move(batch), std::move(masks), workload_options); });
   const Workload& workload = built_workload.workload;
 
   runtime::BatchInputs inputs;

@@ -49,8 +49,8 @@ std::vector<std::string> with_defaults(std::span<const std::string> argv) {
     return std::find(args.begin(), args.end(), flag) == args.end();
   };
   const std::pair<const char*, const char*> defaults[] = {
-      {"--tokens", "16384"},  {"--heads", "8"},    {"--kv-heads", "2"},
-      {"--head-dim", "64"},   {"--nodes", "2"},    {"--devices-per-node", "4"},
+      {"--tokens", "16384"}, {"--heads", "8"}, {"--kv-heads", "2"},
+      {"--head-dim", "64"},  {"--nodes", "2"}, {"--devices-per-node", "4"},
       {"--seed", "3"}};
   if (absent("--dist") && absent("--seqlens") && absent("--seqlens-file")) {
     args.insert(args.end(), {"--dist", "ldc"});
@@ -101,10 +101,9 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
 
   std::cerr << "dcp demo: batch of " << batch.size() << " sequences, " << batch.total_tokens()
             << " tokens (longest " << longest << "), " << workload.shape().q_heads << "/"
-            << workload.shape().kv_heads << " heads, head dim " << workload.shape().head_dim
-            << ", " << to_string(workload.shape().dtype) << "; "
-            << plan_options.cluster.shape.nodes << " nodes x "
-            << plan_options.cluster.shape.devices_per_node << " devices ("
+            << workload.shape().kv_heads << " heads, head dim " << workload.shape().head_dim << ", "
+            << to_string(workload.shape().dtype) << "; " << plan_options.cluster.shape.nodes
+            << " nodes x " << plan_options.cluster.shape.devices_per_node << " devices ("
             << plan_options.cluster.name << " cost model)\n";
   runtime::BatchShape shape;
   shape.tokens = batch.total_tokens();
@@ -113,12 +112,11 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
   shape.head_dim = workload.shape().head_dim;
   shape.storage = runtime::element_type(workload.shape().dtype);
   const runtime::BatchInputs inputs = runtime::random_inputs(shape, seed);
-  const auto threads =
-      static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto threads = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   std::cerr << "dcp demo: dense fp64 reference attention, forward and backward ..." << std::flush;
   auto start = Clock::now();
-  const runtime::DenseReference reference = runtime::dense_reference(
-      workload, inputs, workload.shape().effective_scale(), threads);
+  const runtime::DenseReference reference =
+      runtime::dense_reference(workload, inputs, workload.shape().effective_scale(), threads);
   std::cerr << " " << static_cast<std::int64_t>(ms_since(start)) << " ms\n";
 
   std::vector<DemoRow> rows;
@@ -140,8 +138,8 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
       row.intra_node += traffic.intra_node;
     }
     row.imbalance = evaluate(built.workload, built.placement).imbalance_compute;
-    std::cerr << ", run forward and backward on " << built.plan.header.cluster.devices()
-              << " ranks" << std::flush;
+    std::cerr << ", run forward and backward on " << built.plan.header.cluster.devices() << " ranks"
+              << std::flush;
     const runtime::RunResult result =
         execute_plan(nullptr, built.plan, batch, inputs, execution.run);
     row.forward_ms = result.forward_seconds * 1e3;
@@ -156,8 +154,8 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
 
   char line[256];
   out << "dcp demo: " << batch.size() << " sequences, " << batch.total_tokens()
-      << " tokens (longest " << longest << "), " << plan_options.cluster.shape.nodes
-      << " nodes x " << plan_options.cluster.shape.devices_per_node
+      << " tokens (longest " << longest << "), " << plan_options.cluster.shape.nodes << " nodes x "
+      << plan_options.cluster.shape.devices_per_node
       << " devices; every plan verified, every result checked against dense fp64 attention\n\n";
   std::snprintf(line, sizeof(line), "%-9s %9s %15s %15s %11s %11s %12s %11s\n", "strategy",
                 "plan ms", "inter-node MB", "intra-node MB", "imbalance", "forward ms",

@@ -96,12 +96,14 @@ double error_bound(kernels::ElementType storage) {
 
 void print_errors(std::ostream& out, const runtime::OutputErrors& errors) {
   char line[160];
-  std::snprintf(line, sizeof(line), "%-8s %14s %14s %12s\n", "tensor", "max abs error",
-                "max |ref|", "relative");
+  std::snprintf(line, sizeof(line), "%-8s %14s %14s %12s\n", "tensor", "max abs error", "max |ref|",
+                "relative");
   out << line;
-  const std::pair<const char*, const runtime::TensorError*> rows[] = {
-      {"o", &errors.o}, {"lse", &errors.lse}, {"dq", &errors.dq}, {"dk", &errors.dk},
-      {"dv", &errors.dv}};
+  const std::pair<const char*, const runtime::TensorError*> rows[] = {{"o", &errors.o},
+                                                                      {"lse", &errors.lse},
+                                                                      {"dq", &errors.dq},
+                                                                      {"dk", &errors.dk},
+                                                                      {"dv", &errors.dv}};
   for (const auto& [name, error] : rows) {
     std::snprintf(line, sizeof(line), "%-8s %14.3e %14.3e %12.3e\n", name, error->max_abs,
                   error->max_reference, error->relative());
@@ -118,9 +120,11 @@ void check_errors(const runtime::OutputErrors& errors, kernels::ElementType stor
                 " lse values are -inf on one side only (a row attends to keys on one side)");
   }
   const double bound = error_bound(storage);
-  const std::pair<const char*, const runtime::TensorError*> rows[] = {
-      {"o", &errors.o}, {"lse", &errors.lse}, {"dq", &errors.dq}, {"dk", &errors.dk},
-      {"dv", &errors.dv}};
+  const std::pair<const char*, const runtime::TensorError*> rows[] = {{"o", &errors.o},
+                                                                      {"lse", &errors.lse},
+                                                                      {"dq", &errors.dq},
+                                                                      {"dk", &errors.dk},
+                                                                      {"dv", &errors.dv}};
   for (const auto& [name, error] : rows) {
     if (!(error->relative() <= bound)) {
       char text[200];

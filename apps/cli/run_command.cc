@@ -125,10 +125,10 @@ int run_run(std::span<const std::string> argv, std::ostream& out) {
         execute_plan(communicator, built.plan, workload.batch(), inputs, execution.run);
     if (!talk) return;
     std::ostringstream text;
-    text << "run        " << built.plan.header.strategy << " on "
-         << built.plan.header.cluster.nodes << " x " << built.plan.header.cluster.devices_per_node
-         << " " << to_string(execution.comm) << " ranks, " << kernels::to_string(execution.run.kernels)
-         << " kernels; planned in " << static_cast<std::int64_t>(plan_ms) << " ms\n";
+    text << "run        " << built.plan.header.strategy << " on " << built.plan.header.cluster.nodes
+         << " x " << built.plan.header.cluster.devices_per_node << " " << to_string(execution.comm)
+         << " ranks, " << kernels::to_string(execution.run.kernels) << " kernels; planned in "
+         << static_cast<std::int64_t>(plan_ms) << " ms\n";
     text << "batch      " << workload.batch().size() << " sequences, " << shape.tokens
          << " tokens, " << shape.q_heads << "/" << shape.kv_heads << " heads, head dim "
          << shape.head_dim << ", " << kernels::to_string(shape.storage) << "\n";
@@ -138,7 +138,8 @@ int run_run(std::span<const std::string> argv, std::ostream& out) {
       const runtime::DenseReference reference = runtime::dense_reference(
           workload, inputs, built.plan.header.softmax_scale,
           static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency())));
-      const runtime::OutputErrors errors = runtime::compare_outputs(shape, result.outputs, reference);
+      const runtime::OutputErrors errors =
+          runtime::compare_outputs(shape, result.outputs, reference);
       text << "error vs dense fp64 attention (bound " << error_bound(shape.storage)
            << " relative):\n";
       print_errors(text, errors);

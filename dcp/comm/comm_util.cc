@@ -29,14 +29,13 @@ void validate_ops(std::span<const TransferOp> ops, std::int32_t rank, std::int32
     const TransferOp& op = ops[i];
     const char* what = op.kind == TransferOp::Kind::kSend ? "send" : "receive";
     if (op.peer < 0 || op.peer >= size) {
-      throw InvalidInput("rank " + std::to_string(rank) + ": transfer " + std::to_string(i) +
-                         " (" + what + ") names peer " + std::to_string(op.peer) +
+      throw InvalidInput("rank " + std::to_string(rank) + ": transfer " + std::to_string(i) + " (" +
+                         what + ") names peer " + std::to_string(op.peer) +
                          ", outside the ranks [0, " + std::to_string(size) + ")");
     }
     if (op.bytes > 0 && op.data == nullptr) {
-      throw InvalidInput("rank " + std::to_string(rank) + ": transfer " + std::to_string(i) +
-                         " (" + what + ", " + std::to_string(op.bytes) +
-                         " bytes) has no buffer");
+      throw InvalidInput("rank " + std::to_string(rank) + ": transfer " + std::to_string(i) + " (" +
+                         what + ", " + std::to_string(op.bytes) + " bytes) has no buffer");
     }
   }
 }

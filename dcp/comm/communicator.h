@@ -39,12 +39,17 @@ using GroupId = std::int64_t;
 // Contract:
 // - Messages between an ordered pair (a, b) match in issue order: the n-th send from a to b is the
 //   n-th receive on b from a, whatever group each belongs to. A receive's size must equal the
-//   matching send's, else both sides fail with CommError.
+//   matching send's, else the receiving side fails with CommError and its buffer is not written
+//   (local fails the sender too; with mpi the send may complete, and the sender learns of the
+//   failure when the receiver aborts the job).
 // - start() returns at once; a send's memory must not change and a receive's memory must not be
 //   touched until wait() on its group has returned. Groups complete in any order, but wait(g)
 //   returns only when every operation of g is complete.
 // - wait() throws CommError if the group is not complete within CommOptions::timeout_seconds, or
-//   as soon as another rank has called abort() or failed; it never hangs.
+//   as soon as another rank has called abort() or failed; it never hangs. After a CommError the
+//   caller must abort() (the local backend has already failed the whole world), since other
+//   started groups may still be in flight. wait() on an unknown or already waited group throws
+//   Error.
 // - A rank may send to itself.
 // Implementations: local/ (ranks are threads of one process), mpi/ (ranks are MPI processes).
 class Communicator {

@@ -91,13 +91,12 @@ LocalTensors gather_local_inputs(const BatchInputs& batch, const LocalLayout& la
   const BatchShape& shape = batch.shape;
   if (shape.q_heads != layout.q_heads || shape.kv_heads != layout.kv_heads ||
       shape.head_dim != layout.head_dim || shape.storage != layout.storage) {
-    throw InvalidInput("the inputs have " + std::to_string(shape.q_heads) + " q heads, " +
-                       std::to_string(shape.kv_heads) + " kv heads, head dim " +
-                       std::to_string(shape.head_dim) + " in " +
-                       std::string(kernels::to_string(shape.storage)) + "; the plan has " +
-                       std::to_string(layout.q_heads) + ", " + std::to_string(layout.kv_heads) +
-                       ", " + std::to_string(layout.head_dim) + " in " +
-                       std::string(kernels::to_string(layout.storage)));
+    throw InvalidInput(
+        "the inputs have " + std::to_string(shape.q_heads) + " q heads, " +
+        std::to_string(shape.kv_heads) + " kv heads, head dim " + std::to_string(shape.head_dim) +
+        " in " + std::string(kernels::to_string(shape.storage)) + "; the plan has " +
+        std::to_string(layout.q_heads) + ", " + std::to_string(layout.kv_heads) + ", " +
+        std::to_string(layout.head_dim) + " in " + std::string(kernels::to_string(layout.storage)));
   }
   LocalTensors local;
   local.q.resize(layout.q_bytes());
@@ -105,10 +104,10 @@ LocalTensors gather_local_inputs(const BatchInputs& batch, const LocalLayout& la
   local.k.resize(layout.kv_bytes());
   local.v.resize(layout.kv_bytes());
   const std::size_t element = kernels::element_size(shape.storage);
-  const std::size_t q_row = static_cast<std::size_t>(shape.q_heads) *
-                            static_cast<std::size_t>(shape.head_dim) * element;
-  const std::size_t kv_row = static_cast<std::size_t>(shape.kv_heads) *
-                             static_cast<std::size_t>(shape.head_dim) * element;
+  const std::size_t q_row =
+      static_cast<std::size_t>(shape.q_heads) * static_cast<std::size_t>(shape.head_dim) * element;
+  const std::size_t kv_row =
+      static_cast<std::size_t>(shape.kv_heads) * static_cast<std::size_t>(shape.head_dim) * element;
   for_each_block(layout, sequence_offsets, shape.tokens,
                  [&](std::int64_t global, std::int64_t token, std::int64_t tokens) {
                    copy_rows(batch.q.data(), local.q.data(), global, token, tokens, q_row);
@@ -125,29 +124,28 @@ void scatter_local_outputs(const BatchShape& shape, const LocalLayout& layout,
                            std::span<const std::byte> dq, std::span<const std::byte> dk,
                            std::span<const std::byte> dv, BatchOutputs& batch) {
   const std::size_t element = kernels::element_size(shape.storage);
-  const std::size_t q_row = static_cast<std::size_t>(shape.q_heads) *
-                            static_cast<std::size_t>(shape.head_dim) * element;
-  const std::size_t kv_row = static_cast<std::size_t>(shape.kv_heads) *
-                             static_cast<std::size_t>(shape.head_dim) * element;
+  const std::size_t q_row =
+      static_cast<std::size_t>(shape.q_heads) * static_cast<std::size_t>(shape.head_dim) * element;
+  const std::size_t kv_row =
+      static_cast<std::size_t>(shape.kv_heads) * static_cast<std::size_t>(shape.head_dim) * element;
   if (o.size() != layout.q_bytes() || dq.size() != layout.q_bytes() ||
       dk.size() != layout.kv_bytes() || dv.size() != layout.kv_bytes() ||
       lse.size() != layout.lse_elements()) {
     throw Error("local outputs do not match the rank's layout");
   }
   const std::int64_t local_tokens = layout.tokens();
-  for_each_block(
-      layout, sequence_offsets, shape.tokens,
-      [&](std::int64_t global, std::int64_t token, std::int64_t tokens) {
-        copy_rows(o.data(), batch.o.data(), token, global, tokens, q_row);
-        copy_rows(dq.data(), batch.dq.data(), token, global, tokens, q_row);
-        copy_rows(dk.data(), batch.dk.data(), token, global, tokens, kv_row);
-        copy_rows(dv.data(), batch.dv.data(), token, global, tokens, kv_row);
-        for (std::int32_t head = 0; head < shape.q_heads; ++head) {
-          std::memcpy(batch.lse.data() + to_size(head * shape.tokens + global),
-                      lse.data() + to_size(head * local_tokens + token),
-                      to_size(tokens) * sizeof(float));
-        }
-      });
+  for_each_block(layout, sequence_offsets, shape.tokens,
+                 [&](std::int64_t global, std::int64_t token, std::int64_t tokens) {
+                   copy_rows(o.data(), batch.o.data(), token, global, tokens, q_row);
+                   copy_rows(dq.data(), batch.dq.data(), token, global, tokens, q_row);
+                   copy_rows(dk.data(), batch.dk.data(), token, global, tokens, kv_row);
+                   copy_rows(dv.data(), batch.dv.data(), token, global, tokens, kv_row);
+                   for (std::int32_t head = 0; head < shape.q_heads; ++head) {
+                     std::memcpy(batch.lse.data() + to_size(head * shape.tokens + global),
+                                 lse.data() + to_size(head * local_tokens + token),
+                                 to_size(tokens) * sizeof(float));
+                   }
+                 });
 }
 
 std::vector<double> to_doubles(kernels::ElementType type, std::span<const std::byte> data) {

@@ -8,6 +8,7 @@
 
 #include "dcp/core/error.h"
 #include "dcp/core/thread_pool.h"
+
 #include "dcp/kernels/reference/reference_attention.h"
 
 namespace dcp::runtime {
@@ -104,16 +105,15 @@ DenseReference dense_reference(const Workload& workload, const BatchInputs& inpu
     const std::size_t rows = static_cast<std::size_t>(length);
     std::vector<double> lse(rows * hq), delta(rows * hq);
     kernels::reference_forward(params, length, length, q.data() + first * hq * d,
-                      k.data() + first * hkv * d, v.data() + first * hkv * d, view,
-                      out.o.data() + first * hq * d, lse.data());
-    kernels::reference_delta(length, shape.q_heads, shape.head_dim,
-                             out.o.data() + first * hq * d, dout.data() + first * hq * d,
-                             delta.data());
+                               k.data() + first * hkv * d, v.data() + first * hkv * d, view,
+                               out.o.data() + first * hq * d, lse.data());
+    kernels::reference_delta(length, shape.q_heads, shape.head_dim, out.o.data() + first * hq * d,
+                             dout.data() + first * hq * d, delta.data());
     kernels::reference_backward(params, length, length, q.data() + first * hq * d,
-                       k.data() + first * hkv * d, v.data() + first * hkv * d, view,
-                       dout.data() + first * hq * d, lse.data(), delta.data(),
-                       out.dq.data() + first * hq * d, out.dk.data() + first * hkv * d,
-                       out.dv.data() + first * hkv * d);
+                                k.data() + first * hkv * d, v.data() + first * hkv * d, view,
+                                dout.data() + first * hq * d, lse.data(), delta.data(),
+                                out.dq.data() + first * hq * d, out.dk.data() + first * hkv * d,
+                                out.dv.data() + first * hkv * d);
     for (std::size_t h = 0; h < hq; ++h) {
       std::copy_n(lse.data() + h * rows, rows, out.lse.data() + h * to_size(shape.tokens) + first);
     }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dcp/model/workload.h"
+
 #include "dcp/runtime/batch_tensors.h"
 
 namespace dcp::runtime {

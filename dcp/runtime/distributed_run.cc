@@ -8,8 +8,9 @@
 #include <string>
 #include <thread>
 
-#include "dcp/comm/local/local_communicator.h"
 #include "dcp/core/error.h"
+
+#include "dcp/comm/local/local_communicator.h"
 
 namespace dcp::runtime {
 
@@ -51,14 +52,16 @@ std::int32_t threads_per_rank(const RunOptions& options, std::int32_t ranks_here
   if (options.kernel_threads > 0) {
     return options.kernel_threads;
   }
-  const auto hardware = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto hardware =
+      static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, hardware / std::max(1, ranks_here));
 }
 
 RunResult run_rank(comm::Communicator& communicator, const Plan& plan,
                    std::span<const TokenCount> sequence_offsets, const BatchInputs& inputs,
                    const RunOptions& options, std::int32_t ranks_here) {
-  const auto kernel_set = kernels::make_kernels(options.kernels, threads_per_rank(options, ranks_here));
+  const auto kernel_set =
+      kernels::make_kernels(options.kernels, threads_per_rank(options, ranks_here));
   Executor executor(communicator, *kernel_set);
   executor.prepare(plan);
   const LocalLayout& layout = executor.layout();
@@ -80,10 +83,13 @@ RunResult run_rank(comm::Communicator& communicator, const Plan& plan,
   std::vector<double> backward_profile = pack(executor.profile(Pass::kBackward));
   if (rank != 0) {
     constexpr auto kSend = comm::TransferOp::Kind::kSend;
-    const std::vector<comm::TransferOp> ops = {
-        op(kSend, 0, o),  op(kSend, 0, lse), op(kSend, 0, dq),
-        op(kSend, 0, dk), op(kSend, 0, dv),  op(kSend, 0, forward_profile),
-        op(kSend, 0, backward_profile)};
+    const std::vector<comm::TransferOp> ops = {op(kSend, 0, o),
+                                               op(kSend, 0, lse),
+                                               op(kSend, 0, dq),
+                                               op(kSend, 0, dk),
+                                               op(kSend, 0, dv),
+                                               op(kSend, 0, forward_profile),
+                                               op(kSend, 0, backward_profile)};
     communicator.wait(communicator.start(ops));
     return {};
   }
@@ -91,8 +97,7 @@ RunResult run_rank(comm::Communicator& communicator, const Plan& plan,
   result.outputs = empty_outputs(inputs.shape);
   result.forward.resize(to_size(size));
   result.backward.resize(to_size(size));
-  scatter_local_outputs(inputs.shape, layout, sequence_offsets, o, lse, dq, dk, dv,
-                        result.outputs);
+  scatter_local_outputs(inputs.shape, layout, sequence_offsets, o, lse, dq, dk, dv, result.outputs);
   result.forward[0] = executor.profile(Pass::kForward);
   result.backward[0] = executor.profile(Pass::kBackward);
   for (std::int32_t peer = 1; peer < size; ++peer) {
@@ -103,10 +108,9 @@ RunResult run_rank(comm::Communicator& communicator, const Plan& plan,
     std::vector<double> pf(packed_size(plan.forward[to_size(peer)]));
     std::vector<double> pb(packed_size(plan.backward[to_size(peer)]));
     constexpr auto kRecv = comm::TransferOp::Kind::kRecv;
-    const std::vector<comm::TransferOp> ops = {op(kRecv, peer, po),  op(kRecv, peer, plse),
-                                               op(kRecv, peer, pdq), op(kRecv, peer, pdk),
-                                               op(kRecv, peer, pdv), op(kRecv, peer, pf),
-                                               op(kRecv, peer, pb)};
+    const std::vector<comm::TransferOp> ops = {
+        op(kRecv, peer, po),  op(kRecv, peer, plse), op(kRecv, peer, pdq), op(kRecv, peer, pdk),
+        op(kRecv, peer, pdv), op(kRecv, peer, pf),   op(kRecv, peer, pb)};
     communicator.wait(communicator.start(ops));
     scatter_local_outputs(inputs.shape, peer_layout, sequence_offsets, po, plse, pdq, pdk, pdv,
                           result.outputs);

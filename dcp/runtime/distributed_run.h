@@ -23,9 +23,9 @@ struct RunOptions {
 };
 
 struct RunResult {
-  BatchOutputs outputs;                    // the whole batch's, on rank 0
-  std::vector<PassProfile> forward;        // per rank, on rank 0
-  std::vector<PassProfile> backward;       // per rank, on rank 0
+  BatchOutputs outputs;               // the whole batch's, on rank 0
+  std::vector<PassProfile> forward;   // per rank, on rank 0
+  std::vector<PassProfile> backward;  // per rank, on rank 0
   // The slowest rank's pass time, each pass started together after a barrier.
   double forward_seconds = 0;
   double backward_seconds = 0;

@@ -11,6 +11,7 @@
 
 #include "dcp/core/error.h"
 #include "dcp/core/timing.h"
+
 #include "dcp/program/plan_file.h"
 
 namespace dcp::runtime {
@@ -34,10 +35,10 @@ void copy_heads(const std::byte* from, std::byte* to, std::int64_t token, std::i
                 std::size_t element, bool to_local) {
   const std::size_t run = static_cast<std::size_t>(heads) * static_cast<std::size_t>(d) * element;
   for (std::int32_t i = 0; i < tokens; ++i) {
-    const std::size_t local = ((to_size(token) + static_cast<std::size_t>(i)) *
-                                   static_cast<std::size_t>(all_heads) +
-                               static_cast<std::size_t>(head)) *
-                              static_cast<std::size_t>(d) * element;
+    const std::size_t local =
+        ((to_size(token) + static_cast<std::size_t>(i)) * static_cast<std::size_t>(all_heads) +
+         static_cast<std::size_t>(head)) *
+        static_cast<std::size_t>(d) * element;
     const std::size_t dense = static_cast<std::size_t>(i) * run;
     if (to_local) {
       std::memcpy(to + local, from + dense, run);
@@ -157,8 +158,7 @@ void Executor::prepare_pass(PassState& state, Program program) {
 }
 
 void Executor::forward(std::span<const std::byte> q, std::span<const std::byte> k,
-                       std::span<const std::byte> v, std::span<std::byte> o,
-                       std::span<float> lse) {
+                       std::span<const std::byte> v, std::span<std::byte> o, std::span<float> lse) {
   if (!prepared_) {
     throw Error("Executor::forward called before prepare()");
   }
@@ -289,8 +289,9 @@ std::int32_t Executor::value_tokens(const PassState& state, SlotId slot) const {
 
 const BlockInfo& Executor::block_info(const PassState& state, BlockId id) const {
   const auto& blocks = state.program.blocks;
-  const auto it = std::lower_bound(blocks.begin(), blocks.end(), id,
-                                   [](const BlockInfo& b, BlockId wanted) { return b.id < wanted; });
+  const auto it =
+      std::lower_bound(blocks.begin(), blocks.end(), id,
+                       [](const BlockInfo& b, BlockId wanted) { return b.id < wanted; });
   if (it == blocks.end() || it->id != id) {
     throw Error("block " + std::to_string(id) + " is not in the Program's block list");
   }
@@ -298,11 +299,9 @@ const BlockInfo& Executor::block_info(const PassState& state, BlockId id) const 
 }
 
 std::int64_t Executor::local_offset(BlockId id) const {
-  const auto it = std::lower_bound(
-      block_offsets_.begin(), block_offsets_.end(), id,
-      [](const std::pair<BlockId, std::int64_t>& entry, BlockId wanted) {
-        return entry.first < wanted;
-      });
+  const auto it = std::lower_bound(block_offsets_.begin(), block_offsets_.end(), id,
+                                   [](const std::pair<BlockId, std::int64_t>& entry,
+                                      BlockId wanted) { return entry.first < wanted; });
   if (it == block_offsets_.end() || it->first != id) {
     throw Error("block " + std::to_string(id) + " is not owned by this device");
   }
@@ -350,8 +349,8 @@ void Executor::load(PassState& state, const Load& load) {
                                   static_cast<std::size_t>(d) * element;
       copy_heads(k_.data(), data, token, t, header_.kv_heads, load.head_block * hk, hk, d, element,
                  false);
-      copy_heads(v_.data(), data + k_value, token, t, header_.kv_heads, load.head_block * hk, hk,
-                 d, element, false);
+      copy_heads(v_.data(), data + k_value, token, t, header_.kv_heads, load.head_block * hk, hk, d,
+                 element, false);
       break;
     }
     case SlotKind::kQGrad: {
@@ -359,13 +358,13 @@ void Executor::load(PassState& state, const Load& load) {
       // forward pass returned it.
       copy_heads(q_.data(), data, token, t, header_.q_heads, load.head_block * h, h, d, element,
                  false);
-      copy_heads(dout_.data(), data + q_value, token, t, header_.q_heads, load.head_block * h, h,
-                 d, element, false);
+      copy_heads(dout_.data(), data + q_value, token, t, header_.q_heads, load.head_block * h, h, d,
+                 element, false);
       auto* lse = reinterpret_cast<float*>(data + 2 * q_value);
       copy_lse(lse_.data(), lse, token, t, layout_.tokens(), load.head_block * h, h, false);
       scratch_o_.resize(q_value);
-      copy_heads(o_.data(), scratch_o_.data(), token, t, header_.q_heads, load.head_block * h, h,
-                 d, element, false);
+      copy_heads(o_.data(), scratch_o_.data(), token, t, header_.q_heads, load.head_block * h, h, d,
+                 element, false);
       kernels_.delta(params_.storage, scratch_o_.data(), data + q_value, t, h, d,
                      lse + static_cast<std::size_t>(h) * static_cast<std::size_t>(t));
       break;
@@ -445,8 +444,8 @@ void Executor::launch(PassState& state, const Launch& launch) {
       if (op.bytes % per_token != 0 || op.bytes / per_token > slot.tokens) {
         throw Error("receive of " + std::to_string(op.bytes) + " bytes from device " +
                     std::to_string(op.peer) + " into slot " + std::to_string(op.slot) +
-                    " is not a whole " + std::string(to_string(slot.kind)) +
-                    " value of at most " + std::to_string(slot.tokens) + " tokens");
+                    " is not a whole " + std::string(to_string(slot.kind)) + " value of at most " +
+                    std::to_string(slot.tokens) + " tokens");
       }
       transfer.kind = comm::TransferOp::Kind::kRecv;
       state.slot_tokens[to_size(op.slot)] = static_cast<std::int32_t>(op.bytes / per_token);
@@ -502,7 +501,8 @@ void Executor::attention_forward(PassState& state, const AttnForward& attention)
       std::byte* kv = slot_data(state, entry.kv);
       kernels::ForwardTile tile;
       tile.k = kv;
-      tile.v = kv + static_cast<std::size_t>(kv_tokens) * static_cast<std::size_t>(hk) * d * element;
+      tile.v =
+          kv + static_cast<std::size_t>(kv_tokens) * static_cast<std::size_t>(hk) * d * element;
       tile.kv_tokens = kv_tokens;
       tile.mask = mask_view(state, entry.mask, q_tokens, kv_tokens);
       tiles.push_back(tile);
@@ -586,8 +586,8 @@ void Executor::attention_backward(PassState& state, const AttnBackward& attentio
         }
         const std::int32_t kv_tokens = value_tokens(state, kv_entry.kv);
         if (kv_entry.dkv_accumulate && value_tokens(state, kv_entry.dkv) != kv_tokens) {
-          throw Error("entry accumulates into dkv slot " + std::to_string(kv_entry.dkv) +
-                      " of " + std::to_string(value_tokens(state, kv_entry.dkv)) +
+          throw Error("entry accumulates into dkv slot " + std::to_string(kv_entry.dkv) + " of " +
+                      std::to_string(value_tokens(state, kv_entry.dkv)) +
                       " tokens from a kv value of " + std::to_string(kv_tokens));
         }
         if (kv_tokens > state.program.slots[to_size(kv_entry.dkv)].tokens) {
@@ -616,8 +616,8 @@ void Executor::attention_backward(PassState& state, const AttnBackward& attentio
       kernel_row.lse = stats;
       kernel_row.delta = stats + static_cast<std::size_t>(q_tokens) * static_cast<std::size_t>(h);
       kernel_row.q_tokens = q_tokens;
-      kernel_row.tiles = std::span<const kernels::BackwardTile>(tiles).subspan(
-          first, tiles.size() - first);
+      kernel_row.tiles =
+          std::span<const kernels::BackwardTile>(tiles).subspan(first, tiles.size() - first);
       kernel_row.dq = reinterpret_cast<float*>(slot_data(state, row.out));
       kernel_row.accumulate = accumulate;
       rows.push_back(kernel_row);

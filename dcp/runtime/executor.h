@@ -23,10 +23,10 @@ namespace dcp::runtime {
 
 // Where one pass's time went on this rank. Seconds are wall-clock, measured around instructions.
 struct PassProfile {
-  double seconds = 0;          // the whole pass
-  double kernel_seconds = 0;   // AttnForward, AttnBackward, Merge, Sum
-  double wait_seconds = 0;     // blocked in Wait
-  double copy_seconds = 0;     // Load and Store (with the backward's delta)
+  double seconds = 0;                 // the whole pass
+  double kernel_seconds = 0;          // AttnForward, AttnBackward, Merge, Sum
+  double wait_seconds = 0;            // blocked in Wait
+  double copy_seconds = 0;            // Load and Store (with the backward's delta)
   std::vector<double> stage_seconds;  // per compute stage, then the epilogue
   std::int64_t bytes_sent = 0;
   std::int64_t bytes_received = 0;
@@ -106,10 +106,10 @@ class Executor {
   // Local tensors: the inputs kept from forward, and where outputs go during a pass.
   std::vector<std::byte> q_, k_, v_, o_, dout_;
   std::vector<float> lse_;
-  std::byte* out_q_ = nullptr;   // forward: o; backward: dq
-  std::byte* out_k_ = nullptr;   // backward: dk
-  std::byte* out_v_ = nullptr;   // backward: dv
-  std::vector<float> scratch_;   // fp32 staging for stores
+  std::byte* out_q_ = nullptr;  // forward: o; backward: dq
+  std::byte* out_k_ = nullptr;  // backward: dk
+  std::byte* out_v_ = nullptr;  // backward: dv
+  std::vector<float> scratch_;  // fp32 staging for stores
   std::vector<std::byte> scratch_o_;
 };
 

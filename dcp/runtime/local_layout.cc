@@ -43,9 +43,9 @@ LocalLayout local_layout(const PlanHeader& header, const Program& program) {
   layout.storage = element_type(header.dtype);
   layout.offsets.push_back(0);
   for (const BlockId id : program.owned) {
-    const auto it = std::lower_bound(
-        program.blocks.begin(), program.blocks.end(), id,
-        [](const BlockInfo& block, BlockId wanted) { return block.id < wanted; });
+    const auto it =
+        std::lower_bound(program.blocks.begin(), program.blocks.end(), id,
+                         [](const BlockInfo& block, BlockId wanted) { return block.id < wanted; });
     if (it == program.blocks.end() || it->id != id) {
       throw InvalidInput("device " + std::to_string(program.device) + ": owned block " +
                          std::to_string(id) + " is not in the Program's block list");

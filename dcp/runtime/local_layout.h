@@ -22,7 +22,7 @@ kernels::ElementType element_type(DType dtype);
 //   lse            [q_heads][tokens]              fp32
 // A block's first local token is block_offset(i) for the i-th owned block.
 struct LocalLayout {
-  std::vector<BlockInfo> blocks;     // the owned blocks, in local order
+  std::vector<BlockInfo> blocks;      // the owned blocks, in local order
   std::vector<std::int64_t> offsets;  // first local token of each block, then the total
   std::int32_t q_heads = 0;
   std::int32_t kv_heads = 0;

@@ -2,10 +2,10 @@
 // The dcp command line end to end: outputs, and exit status 2 with a one-line error for bad input.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <cstring>
 
 #include <gtest/gtest.h>
 
@@ -386,9 +386,9 @@ struct AttentionFiles {
     for (const auto& path : {q, k, v, dout}) std::filesystem::remove(path);
   }
   std::vector<std::string> args(std::vector<std::string> extra) const {
-    std::vector<std::string> argv = {"attention", "--q", q, "--k", k, "--v", v, "--do", dout,
-                                     "--seqlens", "200,99,1", "--block-size", "64",
-                                     "--out-dir", dir};
+    std::vector<std::string> argv = {
+        "attention", "--q",       q,          "--k",          k,    "--v",       v,  "--do",
+        dout,        "--seqlens", "200,99,1", "--block-size", "64", "--out-dir", dir};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }

@@ -2,9 +2,9 @@
 // Tests of the communicator backend names and of mpi_available().
 #include "dcp/comm/comm_kind.h"
 
-#include <gtest/gtest.h>
-
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "dcp/core/error.h"
 

@@ -2,8 +2,6 @@
 // Tests of the local (threads) communicator over world sizes 1 to 8: data, order, failures.
 #include "dcp/comm/local/local_communicator.h"
 
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -14,7 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "dcp/core/error.h"
+
 #include "tests/comm/comm_checks.h"
 
 namespace dcp::comm {

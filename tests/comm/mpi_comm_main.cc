@@ -6,8 +6,7 @@
 //        dcp_comm_mpi_test kill VICTIM   (VICTIM raises SIGKILL in the middle of an exchange)
 //        dcp_comm_mpi_test hang VICTIM   (VICTIM sleeps far longer than the 2 s timeout)
 // "checks" exits 0 when every check passed on every rank; any failure aborts the job (non-zero).
-#include <signal.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -20,9 +19,12 @@
 
 #include "dcp/core/error.h"
 #include "dcp/core/parse.h"
+
 #include "dcp/comm/comm_kind.h"
 #include "dcp/comm/mpi/mpi_communicator.h"
+
 #include "tests/comm/comm_checks.h"
+#include <signal.h>
 
 namespace dcp::comm {
 namespace {
@@ -30,49 +32,46 @@ namespace {
 using testing::check;
 using testing::CheckFailed;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// A receive whose size differs from its send fails on the receiving rank with both ranks and the
-// sizes in the message; the communicator is unusable afterwards. Each case uses a fresh
-// communicator (block size `block`, so multi-block messages are covered too).
+// A receive whose size differs from its send fails on the receiving rank with both ranks and both
+// sizes in the message, smaller or larger, below or above MPI's eager limits, in plain and
+// multi-block messages; the communicator is unusable afterwards. The sender does not wait: a large
+// send is never received. Each case uses a fresh communicator whose destructor frees the send.
 void check_size_mismatch(const MpiSession& session, Communicator& world, std::size_t send_bytes,
                          std::size_t recv_bytes, std::size_t block) {
-  MpiCommunicator comm(session, {}, block);
-  const std::int32_t sender = 0;
-  const std::int32_t receiver = comm.size() - 1;
-  std::vector<std::uint8_t> out(send_bytes, 1);
-  std::vector<std::uint8_t> in(recv_bytes);
-  std::vector<TransferOp> ops;
-  if (comm.rank() == sender) ops.push_back(testing::send_op(receiver, out));
-  if (comm.rank() == receiver) ops.push_back(testing::recv_op(sender, in));
-  const std::string case_name =
-      "mismatch " + std::to_string(send_bytes) + " -> " + std::to_string(recv_bytes);
-  if (comm.rank() == receiver) {
-    const std::string expected =
-        send_bytes < recv_bytes
-            ? "size mismatch: rank 0 sends " + std::to_string(send_bytes) + " bytes to rank " +
-                  std::to_string(receiver) + ", which receives " + std::to_string(recv_bytes) +
-                  " bytes"
-            : "size mismatch: rank 0 sends more than " + std::to_string(recv_bytes) +
-                  " bytes to rank " + std::to_string(receiver) + ", which receives " +
-                  std::to_string(recv_bytes) + " bytes";
-    try {
-      comm.wait(comm.start(ops));
-      throw CheckFailed(case_name + ": the receive did not fail");
-    } catch (const CommError& e) {
-      check(contains(e.what(), expected), case_name + ": unexpected message: " + e.what());
+  {
+    MpiCommunicator comm(session, {}, block);
+    const std::int32_t sender = 0;
+    const std::int32_t receiver = comm.size() - 1;
+    std::vector<std::uint8_t> out(send_bytes, 1);
+    std::vector<std::uint8_t> in(recv_bytes);
+    std::vector<TransferOp> ops;
+    if (comm.rank() == sender) ops.push_back(testing::send_op(receiver, out));
+    if (comm.rank() == receiver) ops.push_back(testing::recv_op(sender, in));
+    const GroupId group = comm.start(ops);
+    if (comm.rank() == receiver) {
+      const std::string case_name =
+          "mismatch " + std::to_string(send_bytes) + " -> " + std::to_string(recv_bytes);
+      const std::string expected =
+          "rank " + std::to_string(receiver) + ": group 0: size mismatch: rank 0 sends " +
+          std::to_string(send_bytes) + " bytes to rank " + std::to_string(receiver) +
+          ", which receives " + std::to_string(recv_bytes) + " bytes";
+      try {
+        comm.wait(group);
+        throw CheckFailed(case_name + ": the receive did not fail");
+      } catch (const CommError& e) {
+        check(e.what() == expected, case_name + ": unexpected message: " + e.what());
+      }
+      bool unusable = false;
+      try {
+        comm.start({});
+      } catch (const CommError&) {
+        unusable = true;
+      }
+      check(unusable, case_name + ": the communicator stayed usable after the error");
+      check(std::all_of(in.begin(), in.end(), [](std::uint8_t byte) { return byte == 0; }),
+            case_name + ": the receive buffer was written");
     }
-    bool unusable = false;
-    try {
-      comm.start({});
-    } catch (const CommError&) {
-      unusable = true;
-    }
-    check(unusable, case_name + ": the communicator stayed usable after the error");
-  } else if (comm.rank() == sender) {
-    comm.wait(comm.start(ops));  // MPI completes the sending side normally
+    world.barrier();
   }
   world.barrier();
 }
@@ -91,8 +90,9 @@ void check_wait_timeout(const MpiSession& session, Communicator& world) {
       comm.wait(comm.start({&op, 1}));
       throw CheckFailed("a receive nobody sends did not time out");
     } catch (const CommError& e) {
-      const std::string expected = "rank 0: timed out after 0.2 s waiting for group 0: receive from rank " +
-                                   std::to_string(silent) + " (64 bytes)";
+      const std::string expected =
+          "rank 0: timed out after 0.2 s waiting for group 0: receive from rank " +
+          std::to_string(silent) + " (64 bytes)";
       check(e.what() == expected, std::string("unexpected timeout message: ") + e.what());
     }
   }
@@ -137,8 +137,11 @@ int run_checks(const MpiSession& session) {
       MpiCommunicator small_blocks(session, {}, 1000);
       testing::run_all_checks(small_blocks);
     }
-    check_size_mismatch(session, world, 8, 16, MpiCommunicator::kDefaultMaxBlockBytes);
-    check_size_mismatch(session, world, 32, 16, MpiCommunicator::kDefaultMaxBlockBytes);
+    constexpr std::size_t kPlain = MpiCommunicator::kDefaultMaxBlockBytes;
+    check_size_mismatch(session, world, 8, 16, kPlain);
+    check_size_mismatch(session, world, 32, 16, kPlain);
+    check_size_mismatch(session, world, 0, 16, kPlain);
+    check_size_mismatch(session, world, 1 << 20, 1 << 19, kPlain);  // above the eager limits
     check_size_mismatch(session, world, 2500, 3000, 1000);
     check_size_mismatch(session, world, 3000, 2500, 1000);
     check_wait_timeout(session, world);

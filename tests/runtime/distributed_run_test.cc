@@ -151,8 +151,7 @@ runtime::BatchOutputs single_device(const Workload& workload, const runtime::Bat
     kernel_set->delta(shape.storage, o_out, dout, length, shape.q_heads, shape.head_dim,
                       delta.data());
     std::vector<float> dq(n * hq * d), dk(n * hk * d), dv(n * hk * d);
-    const kernels::BackwardTile back_tile{
-        k, v, length, tile.mask, dk.data(), dv.data(), false};
+    const kernels::BackwardTile back_tile{k, v, length, tile.mask, dk.data(), dv.data(), false};
     kernels::BackwardRow back;
     back.q = row.q;
     back.dout = dout;
@@ -184,7 +183,8 @@ TEST(DistributedRun, Bf16StaysWithinTwiceTheSingleDeviceBf16Error) {
         runtime::compare_outputs(inputs.shape, single_device(workload, inputs), reference);
     for (const Strategy strategy : {Strategy::kDcp, Strategy::kZigzag, Strategy::kHybrid}) {
       const Outcome outcome = run_and_compare(workload, strategy, {2, 2}, 41);
-      const std::string what = std::string(to_string(kind)) + " " + std::string(to_string(strategy));
+      const std::string what =
+          std::string(to_string(kind)) + " " + std::string(to_string(strategy));
       const runtime::OutputErrors& e = outcome.errors;
       EXPECT_EQ(e.non_finite, 0) << what;
       EXPECT_EQ(e.lse_mismatches, 0) << what;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The executor on the hand-built sample plan (every instruction), with both kernel sets, and its
 // errors: wrong world, wrong tensor sizes, a peer that fails.
+#include "dcp/runtime/executor.h"
+
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -8,9 +10,9 @@
 
 #include <gtest/gtest.h>
 
-#include "dcp/comm/local/local_communicator.h"
 #include "dcp/model/mask_builder.h"
-#include "dcp/runtime/executor.h"
+
+#include "dcp/comm/local/local_communicator.h"
 
 #include "tests/runtime/run_fixtures.h"
 #include "tests/testing/sample_plan.h"
@@ -49,7 +51,8 @@ runtime::OutputErrors run_sample(kernels::KernelKind kind) {
 }
 
 TEST(Executor, RunsTheSamplePlanWithEveryInstructionCorrectly) {
-  for (const kernels::KernelKind kind : {kernels::KernelKind::kReference, kernels::KernelKind::kCpu}) {
+  for (const kernels::KernelKind kind :
+       {kernels::KernelKind::kReference, kernels::KernelKind::kCpu}) {
     const runtime::OutputErrors errors = run_sample(kind);
     EXPECT_EQ(errors.non_finite, 0);
     EXPECT_EQ(errors.lse_mismatches, 0);  // sequence 1's rows: -inf on both sides

@@ -10,6 +10,7 @@
 #include "dcp/model/mask_builder.h"
 #include "dcp/model/mask_spec.h"
 #include "dcp/model/workload.h"
+
 #include "dcp/planner/plan_builder.h"
 #include "dcp/runtime/batch_tensors.h"
 #include "dcp/runtime/dense_reference.h"

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dcp/core/error.h"
+
 #include "dcp/comm/comm_util.h"
 
 namespace dcp::comm {
@@ -128,8 +129,8 @@ class LocalCommunicator final : public Communicator {
     auto group = std::make_unique<Group>();
     group->ops.reserve(ops.size());
     for (const TransferOp& op : ops) {
-      group->ops.push_back(LocalOp{op.kind, rank_, op.peer, op.data, op.bytes, OpState::kQueued,
-                                   group.get()});
+      group->ops.push_back(
+          LocalOp{op.kind, rank_, op.peer, op.data, op.bytes, OpState::kQueued, group.get()});
     }
     group->pending = group->ops.size();
     std::vector<Copy> copies;
@@ -189,10 +190,9 @@ class LocalCommunicator final : public Communicator {
             pending.add(detail::describe_op(op.kind, op.peer, op.bytes));
           }
         }
-        fail_and_throw(lock, "timed out after " +
-                                 detail::seconds_text(world_.options.timeout_seconds) +
-                                 " waiting for group " + std::to_string(group_id) + ": " +
-                                 pending.text());
+        fail_and_throw(
+            lock, "timed out after " + detail::seconds_text(world_.options.timeout_seconds) +
+                      " waiting for group " + std::to_string(group_id) + ": " + pending.text());
       }
     }
   }
@@ -212,8 +212,8 @@ class LocalCommunicator final : public Communicator {
     for (;;) {
       if (world_.failed) throw_world_failure(lock);
       if (all_entered()) return;
-      if (world_.changed.wait_until(lock, deadline) == std::cv_status::timeout &&
-          !world_.failed && !all_entered()) {
+      if (world_.changed.wait_until(lock, deadline) == std::cv_status::timeout && !world_.failed &&
+          !all_entered()) {
         std::string missing;
         for (std::size_t r = 0; r < world_.barrier_entries.size(); ++r) {
           if (world_.barrier_entries[r] >= target) continue;

@@ -2,15 +2,12 @@
 // MpiSession and MpiCommunicator: nonblocking MPI point-to-point messages polled with a deadline.
 #include "dcp/comm/mpi/mpi_communicator.h"
 
-#include <mpi.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <string>
 #include <thread>
@@ -18,7 +15,12 @@
 #include <vector>
 
 #include "dcp/core/error.h"
+
 #include "dcp/comm/comm_util.h"
+
+#include <mpi.h>
+#include <signal.h>
+#include <unistd.h>
 
 namespace dcp::comm {
 namespace {
@@ -60,18 +62,28 @@ struct MessageShape {
   bool derived = false;
 };
 
-// A posted operation, for completion checks and error messages.
+// One operation of a group. Sends are posted by start(); receives wait in their peer's queue
+// until wait() or barrier() finds the matching message with MPI_Improbe, checks its size and
+// receives exactly that message with MPI_Imrecv.
 struct PostedOp {
   TransferOp::Kind kind = TransferOp::Kind::kSend;
   std::int32_t peer = 0;
   std::size_t bytes = 0;
-  MPI_Datatype type = MPI_BYTE;  // freed with the group when derived
-  bool derived = false;
+  MessageShape shape;   // shape.type is freed with the group when derived
+  bool posted = false;  // the MPI request exists (it is MPI_REQUEST_NULL again once complete)
 };
 
 struct PendingGroup {
-  std::vector<MPI_Request> requests;  // MPI_REQUEST_NULL once complete
   std::vector<PostedOp> ops;
+  std::vector<MPI_Request> requests;  // one per operation
+  std::size_t unposted = 0;           // receives still waiting for their message
+};
+
+// A receive waiting for its message, in its peer's queue (issue order).
+struct QueuedRecv {
+  GroupId group = 0;
+  PendingGroup* pending = nullptr;  // groups are erased only once every receive is posted
+  std::size_t index = 0;
 };
 
 // Polling pace: spin (yielding) for a while, then sleep with exponential backoff up to 1 ms.
@@ -119,7 +131,8 @@ void MpiSession::init(int* argc, char*** argv) {
   const int length =
       std::snprintf(g_term_message, sizeof(g_term_message),
                     "dcp: rank %d terminated: another rank of the job failed\n", rank);
-  g_term_length = std::min(static_cast<std::size_t>(std::max(length, 0)), sizeof(g_term_message) - 1);
+  g_term_length =
+      std::min(static_cast<std::size_t>(std::max(length, 0)), sizeof(g_term_message) - 1);
   struct sigaction action = {};
   action.sa_handler = &on_sigterm;
   sigemptyset(&action.sa_mask);
@@ -159,8 +172,8 @@ struct MpiCommunicator::Impl {
   MessageShape shape(void* data, std::size_t bytes) {
     static char empty_buffer = 0;  // MPI wants a valid address even for 0 bytes
     if (bytes <= max_block) {
-      return MessageShape{data != nullptr ? data : &empty_buffer, static_cast<int>(bytes),
-                          MPI_BYTE, false};
+      return MessageShape{data != nullptr ? data : &empty_buffer, static_cast<int>(bytes), MPI_BYTE,
+                          false};
     }
     const std::size_t blocks = bytes / max_block;
     const std::size_t rest = bytes % max_block;
@@ -183,41 +196,60 @@ struct MpiCommunicator::Impl {
     return MessageShape{data, 1, whole, true};
   }
 
-  // Frees what a group still holds; pending receives are cancelled first.
+  // Frees what a group still holds. Requests still active are released to complete on their own
+  // (every posted receive has already matched its message, so there is nothing to cancel); this
+  // happens only after an error, on the way to abort() or the end of the process.
   static void release(PendingGroup& group) noexcept {
-    for (std::size_t i = 0; i < group.requests.size(); ++i) {
-      MPI_Request& request = group.requests[i];
-      if (request == MPI_REQUEST_NULL) continue;
-      if (group.ops[i].kind == TransferOp::Kind::kRecv) MPI_Cancel(&request);
-      MPI_Request_free(&request);
+    for (MPI_Request& request : group.requests) {
+      if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
     }
     for (PostedOp& op : group.ops) {
-      if (op.derived) MPI_Type_free(&op.type);
-      op.derived = false;
+      if (op.shape.derived) MPI_Type_free(&op.shape.type);
+      op.shape.derived = false;
     }
   }
 
-  // Checks one completed operation (status valid only when `status_valid`).
-  void check_completed(GroupId id, const PostedOp& op, MPI_Status& status, int op_rc) {
-    const std::string where = "group " + std::to_string(id) + ": ";
-    if (op_rc != MPI_SUCCESS) {
-      int error_class = MPI_SUCCESS;
-      MPI_Error_class(op_rc, &error_class);
-      if (error_class == MPI_ERR_TRUNCATE && op.kind == TransferOp::Kind::kRecv) {
-        fail(where + "size mismatch: rank " + std::to_string(op.peer) + " sends more than " +
-             std::to_string(op.bytes) + " bytes to rank " + std::to_string(rank) +
-             ", which receives " + std::to_string(op.bytes) + " bytes");
+  // Matches queued receives with arrived messages, in issue order per peer: the size of each
+  // message is known before it is received, so a mismatch is reported with both sizes and MPI never
+  // truncates into (or past) a receive buffer. Returns how many receives were posted.
+  int progress_receives() {
+    int posted = 0;
+    for (std::size_t peer = 0; peer < unmatched.size(); ++peer) {
+      std::deque<QueuedRecv>& queue = unmatched[peer];
+      while (!queue.empty()) {
+        const QueuedRecv& front = queue.front();
+        int found = 0;
+        MPI_Message message = MPI_MESSAGE_NULL;
+        MPI_Status status;
+        check(MPI_Improbe(static_cast<int>(peer), kTag, comm, &found, &message, &status),
+              "MPI_Improbe");
+        if (found == 0) break;
+        PostedOp& op = front.pending->ops[front.index];
+        MPI_Count sent = 0;
+        check(MPI_Get_elements_x(&status, MPI_BYTE, &sent), "MPI_Get_elements_x");
+        if (sent < 0 || static_cast<std::size_t>(sent) != op.bytes) {
+          // The matched message stays unreceived; the communicator is unusable from here on.
+          fail("group " + std::to_string(front.group) + ": " +
+               detail::mismatch_text(op.peer, sent < 0 ? 0 : static_cast<std::size_t>(sent), rank,
+                                     op.bytes));
+        }
+        check(MPI_Imrecv(op.shape.buffer, op.shape.count, op.shape.type, &message,
+                         &front.pending->requests[front.index]),
+              "receiving the " + detail::describe_op(op.kind, op.peer, op.bytes));
+        op.posted = true;
+        --front.pending->unposted;
+        queue.pop_front();
+        ++posted;
       }
-      fail(where + detail::describe_op(op.kind, op.peer, op.bytes) +
-           " failed: " + mpi_error_text(op_rc));
     }
-    if (op.kind != TransferOp::Kind::kRecv) return;
-    MPI_Count received = 0;
-    check(MPI_Get_elements_x(&status, op.type, &received), "MPI_Get_elements_x");
-    if (received < 0 || static_cast<std::size_t>(received) != op.bytes) {
-      const std::size_t sent = received < 0 ? 0 : static_cast<std::size_t>(received);
-      fail(where + detail::mismatch_text(op.peer, sent, rank, op.bytes));
-    }
+    return posted;
+  }
+
+  // Fails with the MPI error of a completed operation, if it has one.
+  void check_completed(GroupId id, const PostedOp& op, int op_rc) {
+    if (op_rc == MPI_SUCCESS) return;
+    fail("group " + std::to_string(id) + ": " + detail::describe_op(op.kind, op.peer, op.bytes) +
+         " failed: " + mpi_error_text(op_rc));
   }
 
   MPI_Comm comm = MPI_COMM_NULL;
@@ -229,8 +261,9 @@ struct MpiCommunicator::Impl {
   GroupId next_group = 0;
   std::uint64_t barriers = 0;
   std::map<GroupId, PendingGroup> groups;
-  std::vector<MPI_Request> abandoned;  // barrier requests left behind by a timeout
-  std::string broken;                  // the error that made the communicator unusable
+  std::vector<std::deque<QueuedRecv>> unmatched;  // per peer: receives waiting for their message
+  std::vector<MPI_Request> abandoned;             // barrier requests left behind by a timeout
+  std::string broken;                             // the error that made the communicator unusable
 };
 
 MpiCommunicator::MpiCommunicator(const MpiSession& session, CommOptions options,
@@ -254,6 +287,7 @@ MpiCommunicator::MpiCommunicator(const MpiSession& session, CommOptions options,
   impl.check(MPI_Comm_size(impl.comm, &size), "MPI_Comm_size");
   impl.rank = rank;
   impl.size = size;
+  impl.unmatched.resize(static_cast<std::size_t>(size));
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -279,29 +313,33 @@ GroupId MpiCommunicator::start(std::span<const TransferOp> ops) {
                          " of " + std::to_string(ops[i].bytes) + " bytes is too large for MPI");
     }
   }
+  const GroupId id = impl.next_group;
   PendingGroup group;
-  group.requests.reserve(ops.size());
   group.ops.reserve(ops.size());
+  group.requests.assign(ops.size(), MPI_REQUEST_NULL);
   try {
-    for (const TransferOp& op : ops) {
-      const MessageShape message = impl.shape(op.data, op.bytes);
-      group.ops.push_back(PostedOp{op.kind, op.peer, op.bytes, message.type, message.derived});
-      MPI_Request request = MPI_REQUEST_NULL;
-      const int rc =
-          op.kind == TransferOp::Kind::kSend
-              ? MPI_Isend(message.buffer, message.count, message.type, op.peer, kTag, impl.comm,
-                          &request)
-              : MPI_Irecv(message.buffer, message.count, message.type, op.peer, kTag, impl.comm,
-                          &request);
-      group.requests.push_back(request);
-      impl.check(rc, "posting the " + detail::describe_op(op.kind, op.peer, op.bytes));
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const TransferOp& op = ops[i];
+      group.ops.push_back(PostedOp{op.kind, op.peer, op.bytes, impl.shape(op.data, op.bytes)});
+      if (op.kind == TransferOp::Kind::kRecv) continue;
+      const MessageShape& message = group.ops.back().shape;
+      impl.check(MPI_Isend(message.buffer, message.count, message.type, op.peer, kTag, impl.comm,
+                           &group.requests[i]),
+                 "posting the " + detail::describe_op(op.kind, op.peer, op.bytes));
+      group.ops.back().posted = true;
     }
   } catch (...) {
     Impl::release(group);
     throw;
   }
-  const GroupId id = impl.next_group++;
-  impl.groups.emplace(id, std::move(group));
+  impl.next_group = id + 1;
+  PendingGroup& stored = impl.groups.emplace(id, std::move(group)).first->second;
+  for (std::size_t i = 0; i < stored.ops.size(); ++i) {
+    const PostedOp& op = stored.ops[i];
+    if (op.kind != TransferOp::Kind::kRecv) continue;
+    impl.unmatched[static_cast<std::size_t>(op.peer)].push_back(QueuedRecv{id, &stored, i});
+    ++stored.unposted;
+  }
   return id;
 }
 
@@ -320,29 +358,35 @@ void MpiCommunicator::wait(GroupId group_id) {
   const Clock::time_point deadline = Clock::now() + impl.timeout;
   int polls = 0;
   for (;;) {
+    const int posted = impl.progress_receives();
     int completed = 0;
     const int rc = MPI_Testsome(static_cast<int>(count), group.requests.data(), &completed,
                                 indices.data(), statuses.data());
     if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
-      impl.fail("group " + std::to_string(group_id) + ": MPI_Testsome failed: " + mpi_error_text(rc));
+      impl.fail("group " + std::to_string(group_id) +
+                ": MPI_Testsome failed: " + mpi_error_text(rc));
     }
-    if (completed == MPI_UNDEFINED) break;  // no active request left: the group is complete
+    if (completed == MPI_UNDEFINED) {
+      // No active request: complete once every receive has found its message.
+      if (group.unposted == 0) break;
+      completed = 0;
+    }
     for (int k = 0; k < completed; ++k) {
       const auto i = static_cast<std::size_t>(indices[static_cast<std::size_t>(k)]);
-      MPI_Status& status = statuses[static_cast<std::size_t>(k)];
       // Per-request error codes are set only when the call reports MPI_ERR_IN_STATUS.
-      const int op_rc = rc == MPI_ERR_IN_STATUS ? status.MPI_ERROR : MPI_SUCCESS;
-      impl.check_completed(group_id, group.ops[i], status, op_rc);
+      const int op_rc =
+          rc == MPI_ERR_IN_STATUS ? statuses[static_cast<std::size_t>(k)].MPI_ERROR : MPI_SUCCESS;
+      impl.check_completed(group_id, group.ops[i], op_rc);
     }
-    if (completed > 0) {
+    if (completed > 0 || posted > 0) {
       polls = 0;
       continue;
     }
     if (Clock::now() >= deadline) {
       detail::PendingList pending;
       for (std::size_t i = 0; i < count; ++i) {
-        if (group.requests[i] == MPI_REQUEST_NULL) continue;
         const PostedOp& op = group.ops[i];
+        if (op.posted && group.requests[i] == MPI_REQUEST_NULL) continue;
         pending.add(detail::describe_op(op.kind, op.peer, op.bytes));
       }
       impl.fail(impl.timeout_text() + " waiting for group " + std::to_string(group_id) + ": " +
@@ -363,6 +407,7 @@ void MpiCommunicator::barrier() {
   const Clock::time_point deadline = Clock::now() + impl.timeout;
   int polls = 0;
   for (;;) {
+    impl.progress_receives();  // keeps started receives moving while this rank waits here
     int done = 0;
     const int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {

@@ -27,7 +27,7 @@ namespace dcp::comm {
 // session already existed in this process.
 class MpiSession {
  public:
-  MpiSession();                           // MPI_Init_thread(nullptr, nullptr, ...)
+  MpiSession();                         // MPI_Init_thread(nullptr, nullptr, ...)
   MpiSession(int& argc, char**& argv);  // lets MPI see (and strip) its command-line arguments
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
@@ -47,18 +47,21 @@ class MpiSession {
 
 // A Communicator over a private duplicate of MPI_COMM_WORLD whose errors are returned, not fatal.
 //
-// start() posts one MPI_Isend / MPI_Irecv per operation (one message per transfer, so MPI's
-// non-overtaking rule gives the contract's pairwise order); a transfer above max_block_bytes (by
-// default INT_MAX, MPI's count limit) is still one message, described by a derived datatype made
-// of max_block_bytes-sized blocks plus a remainder, so order and size checks stay exact.
-// wait() and barrier() poll (MPI_Testsome, MPI_Test on an MPI_Ibarrier) with a short backoff until
-// the deadline. A receive whose size differs from its send throws CommError naming the peer and
-// the sizes: a smaller send by its size, a larger one as "more than" the receive (MPI truncates
-// and cannot tell the sender's size). The sending side of such a pair completes normally; it learns
-// of the failure when the receiving rank aborts the job.
+// Every transfer is one MPI message with one tag, so MPI's non-overtaking rule gives the contract's
+// pairwise order. start() posts the sends (MPI_Isend). Receives are matched in issue order per
+// peer while wait() or barrier() polls: MPI_Improbe finds the next message from the peer, its size
+// is compared with the receive's, and only an equal-sized message is received (MPI_Imrecv). A size
+// mismatch therefore throws CommError naming both ranks and both sizes, and MPI never truncates:
+// Open MPI 4.1 writes past the receive buffer, or hangs, when a message above its eager limit is
+// truncated. A transfer above max_block_bytes (by default INT_MAX, MPI's count limit) is still one
+// message, described by a derived datatype of max_block_bytes-sized blocks plus a remainder.
+// wait() and barrier() (MPI_Ibarrier) poll with a short backoff until the deadline, then throw
+// CommError naming the operations still pending.
 //
-// After a CommError, call abort(e.what()): the communicator is unusable (later calls throw), and
-// MPI cannot be finalised cleanly while other ranks wait for this one.
+// The sending side of a mismatched pair is not told by MPI; it learns of the failure when the
+// receiving rank calls abort(). After any CommError, call abort(e.what()): the communicator is
+// unusable (later calls throw), and MPI cannot be finalised cleanly while other ranks wait for
+// this one.
 //
 // All calls must come from one thread at a time (MPI_THREAD_SERIALIZED).
 class MpiCommunicator final : public Communicator {
@@ -70,8 +73,8 @@ class MpiCommunicator final : public Communicator {
   // Throws InvalidInput for bad options, CommError if MPI fails.
   explicit MpiCommunicator(const MpiSession& session, CommOptions options = {},
                            std::size_t max_block_bytes = kDefaultMaxBlockBytes);
-  // Releases requests still pending (pending receives are cancelled) and the duplicate
-  // communicator.
+  // Releases the requests still pending (after an error; receives not yet matched are dropped)
+  // and the duplicate communicator. Collective in principle, like MPI_Comm_free.
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;

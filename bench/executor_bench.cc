@@ -80,8 +80,10 @@ int run(int argc, char** argv) {
       std::vector<double> wall[2], kernel[2], wait[2];
       for (const auto& batch_lengths : lengths) {
         const SequenceBatch batch(batch_lengths);
+        WorkloadOptions workload_options;
+        workload_options.auto_block.devices = nodes * per_node;
         const BuiltWorkload built_workload =
-            make_workload(shape, batch, build_batch_mask(spec, batch), WorkloadOptions{});
+            make_workload(shape, batch, build_batch_mask(spec, batch), workload_options);
         const BuiltPlan built = build_plan(built_workload.workload, options);
         runtime::BatchShape batch_shape;
         batch_shape.tokens = batch.total_tokens();

@@ -85,12 +85,7 @@ int run(int argc, char** argv) {
         const BuiltWorkload built_workload =
             make_workload(shape, batch, build_batch_mask(spec, batch), workload_options);
         const BuiltPlan built = build_plan(built_workload.workload, options);
-        runtime::BatchShape batch_shape;
-        batch_shape.tokens = batch.total_tokens();
-        batch_shape.q_heads = shape.q_heads;
-        batch_shape.kv_heads = shape.kv_heads;
-        batch_shape.head_dim = shape.head_dim;
-        batch_shape.storage = runtime::element_type(shape.dtype);
+        const runtime::BatchShape batch_shape = runtime::batch_shape_of(built_workload.workload);
         const runtime::BatchInputs inputs = runtime::random_inputs(batch_shape, 1);
         std::vector<TokenCount> offsets;
         for (SeqIndex s = 0; s < batch.size(); ++s) offsets.push_back(batch.offset(s));

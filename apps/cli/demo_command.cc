@@ -105,12 +105,7 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
             << to_string(workload.shape().dtype) << "; " << plan_options.cluster.shape.nodes
             << " nodes x " << plan_options.cluster.shape.devices_per_node << " devices ("
             << plan_options.cluster.name << " cost model)\n";
-  runtime::BatchShape shape;
-  shape.tokens = batch.total_tokens();
-  shape.q_heads = workload.shape().q_heads;
-  shape.kv_heads = workload.shape().kv_heads;
-  shape.head_dim = workload.shape().head_dim;
-  shape.storage = runtime::element_type(workload.shape().dtype);
+  const runtime::BatchShape shape = runtime::batch_shape_of(workload);
   const runtime::BatchInputs inputs = runtime::random_inputs(shape, seed);
   const auto threads = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   std::cerr << "dcp demo: dense fp64 reference attention, forward and backward ..." << std::flush;

@@ -3,6 +3,7 @@
 // or MPI ranks, and reporting errors against the dense reference.
 #include "apps/cli/execution.h"
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -82,6 +83,17 @@ runtime::RunResult execute_plan(comm::Communicator* communicator, const Plan& pl
   return runtime::run_plan(*communicator, plan, offsets, inputs, options);
 }
 
+namespace {
+
+using NamedError = std::pair<const char*, const runtime::TensorError*>;
+
+std::array<NamedError, 5> named(const runtime::OutputErrors& errors) {
+  return {NamedError{"o", &errors.o}, NamedError{"lse", &errors.lse}, NamedError{"dq", &errors.dq},
+          NamedError{"dk", &errors.dk}, NamedError{"dv", &errors.dv}};
+}
+
+}  // namespace
+
 double error_bound(kernels::ElementType storage) {
   switch (storage) {
     case kernels::ElementType::kFp32:
@@ -99,11 +111,7 @@ void print_errors(std::ostream& out, const runtime::OutputErrors& errors) {
   std::snprintf(line, sizeof(line), "%-8s %14s %14s %12s\n", "tensor", "max abs error", "max |ref|",
                 "relative");
   out << line;
-  const std::pair<const char*, const runtime::TensorError*> rows[] = {{"o", &errors.o},
-                                                                      {"lse", &errors.lse},
-                                                                      {"dq", &errors.dq},
-                                                                      {"dk", &errors.dk},
-                                                                      {"dv", &errors.dv}};
+  const auto rows = named(errors);
   for (const auto& [name, error] : rows) {
     std::snprintf(line, sizeof(line), "%-8s %14.3e %14.3e %12.3e\n", name, error->max_abs,
                   error->max_reference, error->relative());
@@ -120,11 +128,7 @@ void check_errors(const runtime::OutputErrors& errors, kernels::ElementType stor
                 " lse values are -inf on one side only (a row attends to keys on one side)");
   }
   const double bound = error_bound(storage);
-  const std::pair<const char*, const runtime::TensorError*> rows[] = {{"o", &errors.o},
-                                                                      {"lse", &errors.lse},
-                                                                      {"dq", &errors.dq},
-                                                                      {"dk", &errors.dk},
-                                                                      {"dv", &errors.dv}};
+  const auto rows = named(errors);
   for (const auto& [name, error] : rows) {
     if (!(error->relative() <= bound)) {
       char text[200];

@@ -110,12 +110,7 @@ int run_run(std::span<const std::string> argv, std::ostream& out) {
     const BuiltPlan built = with_flag("--strategy " + std::string(to_string(plan_options.strategy)),
                                       [&] { return build_plan(workload, plan_options); });
     const double plan_ms = ms_since(plan_start);
-    runtime::BatchShape shape;
-    shape.tokens = workload.batch().total_tokens();
-    shape.q_heads = workload.shape().q_heads;
-    shape.kv_heads = workload.shape().kv_heads;
-    shape.head_dim = workload.shape().head_dim;
-    shape.storage = runtime::element_type(workload.shape().dtype);
+    const runtime::BatchShape shape = runtime::batch_shape_of(workload);
     const runtime::BatchInputs inputs = runtime::random_inputs(shape, seed);
     if (talk) {
       std::cerr << "dcp run: executing on " << built.plan.header.cluster.devices() << " "

@@ -19,6 +19,16 @@ std::size_t to_size(std::int64_t value) { return static_cast<std::size_t>(value)
 
 }  // namespace
 
+BatchShape batch_shape_of(const Workload& workload) {
+  BatchShape shape;
+  shape.tokens = workload.batch().total_tokens();
+  shape.q_heads = workload.shape().q_heads;
+  shape.kv_heads = workload.shape().kv_heads;
+  shape.head_dim = workload.shape().head_dim;
+  shape.storage = element_type(workload.shape().dtype);
+  return shape;
+}
+
 SequenceIntervals sequence_intervals(const SequenceMask& mask) {
   SequenceIntervals out;
   out.row_offsets.push_back(0);

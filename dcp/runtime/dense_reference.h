@@ -11,6 +11,9 @@
 
 namespace dcp::runtime {
 
+// The packed tensors' shape for a workload's batch and attention shape.
+BatchShape batch_shape_of(const Workload& workload);
+
 // A sequence's mask as per-row key intervals over the whole sequence (kernels::TileMaskView form).
 struct SequenceIntervals {
   std::vector<std::int32_t> row_offsets;  // length + 1

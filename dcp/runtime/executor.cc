@@ -468,6 +468,19 @@ void Executor::wait(PassState& state, LaunchId launch) {
   }
 }
 
+void Executor::expect_output_fits(const PassState& state, SlotId slot, std::int32_t tokens,
+                                  bool accumulate) const {
+  if (accumulate && value_tokens(state, slot) != tokens) {
+    throw Error("adding a value of " + std::to_string(tokens) + " tokens into slot " +
+                std::to_string(slot) + ", which holds " +
+                std::to_string(value_tokens(state, slot)));
+  }
+  if (tokens > state.program.slots[to_size(slot)].tokens) {
+    throw Error("slot " + std::to_string(slot) + " is too small for " + std::to_string(tokens) +
+                " tokens");
+  }
+}
+
 void Executor::attention_forward(PassState& state, const AttnForward& attention) {
   const std::int32_t h = header_.head_block_size;
   const std::int32_t hk = header_.kv_heads_per_block;
@@ -507,15 +520,7 @@ void Executor::attention_forward(PassState& state, const AttnForward& attention)
       tile.mask = mask_view(state, entry.mask, q_tokens, kv_tokens);
       tiles.push_back(tile);
     }
-    if (row.accumulate && value_tokens(state, row.out) != q_tokens) {
-      throw Error("row accumulates into slot " + std::to_string(row.out) + " of " +
-                  std::to_string(value_tokens(state, row.out)) + " tokens from a q value of " +
-                  std::to_string(q_tokens));
-    }
-    if (q_tokens > state.program.slots[to_size(row.out)].tokens) {
-      throw Error("slot " + std::to_string(row.out) + " is too small for " +
-                  std::to_string(q_tokens) + " tokens");
-    }
+    expect_output_fits(state, row.out, q_tokens, row.accumulate);
     auto* out = reinterpret_cast<float*>(slot_data(state, row.out));
     kernels::ForwardRow kernel_row;
     kernel_row.q = slot_data(state, row.q);
@@ -560,15 +565,7 @@ void Executor::attention_backward(PassState& state, const AttnBackward& attentio
     const std::size_t q_value =
         static_cast<std::size_t>(q_tokens) * static_cast<std::size_t>(h) * d * element;
     const auto* stats = reinterpret_cast<const float*>(q + 2 * q_value);
-    if (row.accumulate && value_tokens(state, row.out) != q_tokens) {
-      throw Error("row accumulates into dq slot " + std::to_string(row.out) + " of " +
-                  std::to_string(value_tokens(state, row.out)) + " tokens from a q value of " +
-                  std::to_string(q_tokens));
-    }
-    if (q_tokens > state.program.slots[to_size(row.out)].tokens) {
-      throw Error("slot " + std::to_string(row.out) + " is too small for " +
-                  std::to_string(q_tokens) + " tokens");
-    }
+    expect_output_fits(state, row.out, q_tokens, row.accumulate);
     // A row becomes one or more kernel rows ("pieces"): a piece never writes a slot twice, and a
     // call never holds two pieces writing the same slot; later pieces of a row add to its dq.
     bool accumulate = row.accumulate;
@@ -585,15 +582,7 @@ void Executor::attention_backward(PassState& state, const AttnBackward& attentio
           break;
         }
         const std::int32_t kv_tokens = value_tokens(state, kv_entry.kv);
-        if (kv_entry.dkv_accumulate && value_tokens(state, kv_entry.dkv) != kv_tokens) {
-          throw Error("entry accumulates into dkv slot " + std::to_string(kv_entry.dkv) + " of " +
-                      std::to_string(value_tokens(state, kv_entry.dkv)) +
-                      " tokens from a kv value of " + std::to_string(kv_tokens));
-        }
-        if (kv_tokens > state.program.slots[to_size(kv_entry.dkv)].tokens) {
-          throw Error("slot " + std::to_string(kv_entry.dkv) + " is too small for " +
-                      std::to_string(kv_tokens) + " tokens");
-        }
+        expect_output_fits(state, kv_entry.dkv, kv_tokens, kv_entry.dkv_accumulate);
         const std::size_t kv_value =
             static_cast<std::size_t>(kv_tokens) * static_cast<std::size_t>(hk) * d;
         std::byte* kv = slot_data(state, kv_entry.kv);

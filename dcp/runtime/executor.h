@@ -87,6 +87,10 @@ class Executor {
 
   std::byte* slot_data(PassState& state, SlotId slot);
   std::int32_t value_tokens(const PassState& state, SlotId slot) const;
+  // An attention output of `tokens` tokens can go to `slot`: it fits, and adding to (merging
+  // into) what the slot holds requires a value of the same size.
+  void expect_output_fits(const PassState& state, SlotId slot, std::int32_t tokens,
+                          bool accumulate) const;
   const BlockInfo& block_info(const PassState& state, BlockId id) const;
   std::int64_t local_offset(BlockId id) const;
   kernels::TileMaskView mask_view(const PassState& state, MaskId mask, std::int32_t q_tokens,

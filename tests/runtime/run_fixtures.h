@@ -59,13 +59,7 @@ inline MaskSpec runtime_spec(MaskKind kind) {
 }
 
 inline runtime::BatchShape batch_shape(const Workload& workload) {
-  runtime::BatchShape shape;
-  shape.tokens = workload.batch().total_tokens();
-  shape.q_heads = workload.shape().q_heads;
-  shape.kv_heads = workload.shape().kv_heads;
-  shape.head_dim = workload.shape().head_dim;
-  shape.storage = runtime::element_type(workload.shape().dtype);
-  return shape;
+  return runtime::batch_shape_of(workload);
 }
 
 inline std::vector<TokenCount> sequence_offsets(const SequenceBatch& batch) {

@@ -41,22 +41,27 @@ std::vector<Strategy> parse_strategies(const std::string& text) {
   return strategies;
 }
 
-// The given flag values, else the demo's defaults: a LongDataCollections-like batch small enough
-// for the fp64 reference on a laptop, on 2 nodes x 4 devices.
+// The demo's defaults: a LongDataCollections-like batch small enough for the fp64 reference on a
+// laptop, on 2 nodes x 4 devices.
+constexpr std::pair<std::string_view, std::string_view> kDemoDefaults[] = {
+    {"--tokens", "16384"}, {"--heads", "8"}, {"--kv-heads", "2"},
+    {"--head-dim", "64"},  {"--nodes", "2"}, {"--devices-per-node", "4"},
+    {"--seed", "3"}};
+
+bool given(const std::vector<std::string>& args, std::string_view flag) {
+  return std::any_of(args.begin(), args.end(), [&](const std::string& arg) {
+    return arg == flag || arg.starts_with(std::string(flag) + "=");
+  });
+}
+
+// The given flag values, else the demo's defaults.
 std::vector<std::string> with_defaults(std::span<const std::string> argv) {
   std::vector<std::string> args(argv.begin(), argv.end());
-  auto absent = [&](std::string_view flag) {
-    return std::find(args.begin(), args.end(), flag) == args.end();
-  };
-  const std::pair<const char*, const char*> defaults[] = {
-      {"--tokens", "16384"}, {"--heads", "8"}, {"--kv-heads", "2"},
-      {"--head-dim", "64"},  {"--nodes", "2"}, {"--devices-per-node", "4"},
-      {"--seed", "3"}};
-  if (absent("--dist") && absent("--seqlens") && absent("--seqlens-file")) {
+  if (!given(args, "--dist") && !given(args, "--seqlens") && !given(args, "--seqlens-file")) {
     args.insert(args.end(), {"--dist", "ldc"});
   }
-  for (const auto& [flag, value] : defaults) {
-    if (absent(flag)) args.insert(args.end(), {flag, value});
+  for (const auto& [flag, value] : kDemoDefaults) {
+    if (!given(args, flag)) args.insert(args.end(), {std::string(flag), std::string(value)});
   }
   return args;
 }
@@ -73,6 +78,17 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
   }
   specs.push_back({"--strategies", "LIST", "comma-separated [dcp,ring,zigzag,ulysses,hybrid]"});
   specs.push_back({"--help", "", "show this help"});
+  // The help shows the demo's defaults where they differ from the other commands'.
+  std::vector<std::string> helps;
+  helps.reserve(specs.size());
+  for (FlagSpec& spec : specs) {
+    for (const auto& [flag, value] : kDemoDefaults) {
+      if (spec.name != flag) continue;
+      const std::string_view text = spec.help.substr(0, spec.help.rfind(" ["));
+      helps.push_back(std::string(text) + " [" + std::string(value) + "]");
+      spec.help = helps.back();
+    }
+  }
   const std::vector<std::string> full = with_defaults(argv);
   const Args args(specs, full);
   if (args.flag("--help")) {

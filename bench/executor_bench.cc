@@ -15,6 +15,7 @@
 
 #include "dcp/dcp.h"
 
+#include "bench/bench_main.h"
 #include "bench/bench_stats.h"
 
 namespace dcp {
@@ -87,14 +88,12 @@ int run(int argc, char** argv) {
         const BuiltPlan built = build_plan(built_workload.workload, options);
         const runtime::BatchShape batch_shape = runtime::batch_shape_of(built_workload.workload);
         const runtime::BatchInputs inputs = runtime::random_inputs(batch_shape, 1);
-        std::vector<TokenCount> offsets;
-        for (SeqIndex s = 0; s < batch.size(); ++s) offsets.push_back(batch.offset(s));
         runtime::RunOptions run_options;
         run_options.kernel_threads = threads;
         std::vector<double> runs[2][3];
         for (std::int64_t r = 0; r < repeats; ++r) {
           const runtime::RunResult result =
-              runtime::run_plan_locally(built.plan, offsets, inputs, run_options);
+              runtime::run_plan_locally(built.plan, batch.offsets(), inputs, run_options);
           for (int p = 0; p < 2; ++p) {
             const auto& profiles = p == 0 ? result.forward : result.backward;
             double max_kernel = 0, max_wait = 0;
@@ -134,10 +133,5 @@ int run(int argc, char** argv) {
 }  // namespace dcp
 
 int main(int argc, char** argv) {
-  try {
-    return dcp::run(argc, argv);
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "dcp_executor_bench: %s\n", error.what());
-    return 2;
-  }
+  return dcp::bench::guarded_main("dcp_executor_bench", argc, argv, dcp::run);
 }

@@ -31,6 +31,8 @@
 #include "dcp/planner/partition/multilevel_partitioner.h"
 #include "dcp/planner/partition/partitioned_hypergraph.h"
 
+#include "bench/bench_main.h"
+
 namespace dcp {
 namespace {
 
@@ -165,13 +167,5 @@ int run(int argc, char** argv) {
 }  // namespace dcp
 
 int main(int argc, char** argv) {
-  try {
-    return dcp::run(argc, argv);
-  } catch (const dcp::InvalidInput& e) {
-    std::fprintf(stderr, "dcp_hmetis_export: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dcp_hmetis_export: %s\n", e.what());
-    return 1;
-  }
+  return dcp::bench::guarded_main("dcp_hmetis_export", argc, argv, dcp::run);
 }

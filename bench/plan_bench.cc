@@ -19,6 +19,7 @@
 
 #include "dcp/dcp.h"
 
+#include "bench/bench_main.h"
 #include "bench/bench_stats.h"
 
 namespace dcp {
@@ -180,10 +181,5 @@ int run(int argc, char** argv) {
 }  // namespace dcp
 
 int main(int argc, char** argv) {
-  try {
-    return dcp::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "dcp_plan_bench: error: " << e.what() << "\n";
-    return 2;
-  }
+  return dcp::bench::guarded_main("dcp_plan_bench", argc, argv, dcp::run);
 }

@@ -119,35 +119,19 @@ int run_attention(std::span<const std::string> argv, std::ostream& out) {
   shape.kv_heads = static_cast<std::int32_t>(k.shape[1]);
   shape.head_dim = static_cast<std::int32_t>(q.shape[2]);
   shape.dtype = DType::kFp32;
-  if (const auto dtype = args.get("--dtype")) {
-    shape.dtype = with_flag("--dtype", [&] { return parse_dtype(*dtype); });
-  }
-  if (args.has("--scale")) {
-    shape.softmax_scale = args.get_double("--scale", 0.0);
-    if (!(shape.softmax_scale > 0)) {
-      throw UsageError("--scale " + dcp::quoted(*args.get("--scale")) + ": must be > 0");
-    }
-  }
+  dtype_and_scale_from_flags(args, shape);
   with_flag("--q " + dims(q) + " / --k " + dims(k), [&] { validate(shape); });
 
-  SequenceBatch batch = batch_from_flags(args);
-  if (batch.total_tokens() != q.shape[0]) {
-    throw UsageError("the sequence lengths sum to " + std::to_string(batch.total_tokens()) +
-                     " tokens but --q has " + std::to_string(q.shape[0]));
-  }
   const auto seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
   const PlanOptions plan_options = plan_options_from_flags(args, seed);
   const ExecutionOptions execution = execution_options_from_flags(args);
-  const MaskSource mask = mask_from_flags(args);
-  const WorkloadOptions workload_options =
-      workload_options_from_flags(args, plan_options.cluster.shape.devices());
-  with_flag("--head-block-size " + std::to_string(workload_options.head_block_size),
-            [&] { HeadBlocking(shape, workload_options.head_block_size); });
-  std::vector<SequenceMask> masks = with_flag(mask.file.empty() ? "--mask" : "--mask-file",
-                                              [&] { return build_masks(mask, batch); });
-  const BuiltWorkload built_workload = with_flag(
-      "--block-size " + args.get_or("--block-size", "auto"),
-      [&] { return make_workload(shape, std::move(batch), std::move(masks), workload_options); });
+  const BuiltWorkload built_workload =
+      workload_from_flags(args, shape, plan_options.cluster.shape.devices());
+  if (built_workload.workload.batch().total_tokens() != q.shape[0]) {
+    throw UsageError("the sequence lengths sum to " +
+                     std::to_string(built_workload.workload.batch().total_tokens()) +
+                     " tokens but --q has " + std::to_string(q.shape[0]));
+  }
   const Workload& workload = built_workload.workload;
 
   runtime::BatchInputs inputs;

@@ -73,14 +73,10 @@ bool with_communicator(const ExecutionOptions& options,
 runtime::RunResult execute_plan(comm::Communicator* communicator, const Plan& plan,
                                 const SequenceBatch& batch, const runtime::BatchInputs& inputs,
                                 const runtime::RunOptions& options) {
-  std::vector<TokenCount> offsets;
-  for (SeqIndex s = 0; s < batch.size(); ++s) {
-    offsets.push_back(batch.offset(s));
-  }
   if (communicator == nullptr) {
-    return runtime::run_plan_locally(plan, offsets, inputs, options);
+    return runtime::run_plan_locally(plan, batch.offsets(), inputs, options);
   }
-  return runtime::run_plan(*communicator, plan, offsets, inputs, options);
+  return runtime::run_plan(*communicator, plan, batch.offsets(), inputs, options);
 }
 
 namespace {

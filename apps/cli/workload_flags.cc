@@ -77,13 +77,7 @@ SequenceBatch batch_from_flags(const Args& args) {
   return SequenceBatch(batches.front());
 }
 
-AttentionShape shape_from_flags(const Args& args) {
-  AttentionShape shape;
-  shape.q_heads = static_cast<std::int32_t>(args.get_int("--heads", shape.q_heads, 1, kMaxHeads));
-  shape.kv_heads =
-      static_cast<std::int32_t>(args.get_int("--kv-heads", shape.kv_heads, 1, kMaxHeads));
-  shape.head_dim =
-      static_cast<std::int32_t>(args.get_int("--head-dim", shape.head_dim, 1, kMaxHeadDim));
+void dtype_and_scale_from_flags(const Args& args, AttentionShape& shape) {
   if (const auto dtype = args.get("--dtype")) {
     shape.dtype = with_flag("--dtype", [&] { return parse_dtype(*dtype); });
   }
@@ -93,6 +87,16 @@ AttentionShape shape_from_flags(const Args& args) {
       throw UsageError("--scale " + quoted(*args.get("--scale")) + ": must be > 0");
     }
   }
+}
+
+AttentionShape shape_from_flags(const Args& args) {
+  AttentionShape shape;
+  shape.q_heads = static_cast<std::int32_t>(args.get_int("--heads", shape.q_heads, 1, kMaxHeads));
+  shape.kv_heads =
+      static_cast<std::int32_t>(args.get_int("--kv-heads", shape.kv_heads, 1, kMaxHeads));
+  shape.head_dim =
+      static_cast<std::int32_t>(args.get_int("--head-dim", shape.head_dim, 1, kMaxHeadDim));
+  dtype_and_scale_from_flags(args, shape);
   with_flag(
       "--heads " + std::to_string(shape.q_heads) + " --kv-heads " + std::to_string(shape.kv_heads),
       [&] { validate(shape); });
@@ -124,8 +128,12 @@ WorkloadOptions workload_options_from_flags(const Args& args, std::int32_t devic
 }
 
 BuiltWorkload workload_from_flags(const Args& args, std::int32_t devices) {
+  return workload_from_flags(args, shape_from_flags(args), devices);
+}
+
+BuiltWorkload workload_from_flags(const Args& args, const AttentionShape& shape,
+                                  std::int32_t devices) {
   SequenceBatch batch = batch_from_flags(args);
-  const AttentionShape shape = shape_from_flags(args);
   const MaskSource mask = mask_from_flags(args);
   const WorkloadOptions options = workload_options_from_flags(args, devices);
   with_flag("--head-block-size " + std::to_string(options.head_block_size),

@@ -18,11 +18,16 @@ const std::vector<FlagSpec>& workload_flags();
 // The batch given by exactly one of --seqlens, --seqlens-file, --dist.
 SequenceBatch batch_from_flags(const Args& args);
 AttentionShape shape_from_flags(const Args& args);
+// --dtype and --scale into `shape`, for commands that take the rest of the shape from elsewhere.
+void dtype_and_scale_from_flags(const Args& args, AttentionShape& shape);
 MaskSource mask_from_flags(const Args& args);
 // `devices` is what the automatic block size plans for when --devices is not given.
 WorkloadOptions workload_options_from_flags(const Args& args, std::int32_t devices = 8);
 // All of the above, built; every InvalidInput names the flag it came from.
 BuiltWorkload workload_from_flags(const Args& args, std::int32_t devices = 8);
+// The same with the attention shape given (e.g. read from arrays) instead of flags.
+BuiltWorkload workload_from_flags(const Args& args, const AttentionShape& shape,
+                                  std::int32_t devices);
 
 // Sequence lengths in a text file, separated by commas or whitespace.
 std::vector<TokenCount> read_lengths_file(const std::string& path);

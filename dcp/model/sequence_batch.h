@@ -24,6 +24,10 @@ class SequenceBatch {
   // First packed token of a sequence; offset(size()) is the total.
   TokenCount offset(SeqIndex seq) const { return offsets_[static_cast<std::size_t>(seq)]; }
   TokenCount total_tokens() const { return offsets_.back(); }
+  // Each sequence's first packed token (size() entries).
+  std::span<const TokenCount> offsets() const {
+    return std::span<const TokenCount>(offsets_).first(lengths_.size());
+  }
   TokenCount max_length() const { return max_length_; }
   std::span<const TokenCount> lengths() const { return lengths_; }
 

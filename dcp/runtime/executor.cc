@@ -153,7 +153,6 @@ void Executor::prepare_pass(PassState& state, Program program) {
     }
   }
   state.launch_group.assign(to_size(launches), -1);
-  state.launch_done.assign(to_size(launches), false);
   state.profile = PassProfile{};
 }
 
@@ -204,7 +203,7 @@ void Executor::backward(std::span<const std::byte> dout, std::span<std::byte> dq
 void Executor::run(PassState& state) {
   std::fill(state.slot_tokens.begin(), state.slot_tokens.end(), -1);
   std::fill(state.launch_group.begin(), state.launch_group.end(), -1);
-  std::fill(state.launch_done.begin(), state.launch_done.end(), false);
+  state.waited = 0;
   PassProfile& profile = state.profile;
   profile = PassProfile{};
   profile.stage_seconds.assign(to_size(state.program.stages) + 1, 0.0);
@@ -235,12 +234,7 @@ void Executor::run(PassState& state) {
   }
   // A Program waits for all its launches; if one did not, its buffers must not be released while
   // a peer still writes into them.
-  for (std::size_t l = 0; l < state.launch_group.size(); ++l) {
-    if (state.launch_group[l] >= 0 && !state.launch_done[l]) {
-      communicator_.wait(state.launch_group[l]);
-      state.launch_done[l] = true;
-    }
-  }
+  wait_through(state, state.launch_group.size());
   profile.seconds = ms_since(pass_start) / 1000.0;
 }
 
@@ -256,7 +250,8 @@ void Executor::execute(PassState& state, std::size_t index) {
         } else if constexpr (std::is_same_v<Op, Launch>) {
           launch(state, op);
         } else if constexpr (std::is_same_v<Op, Wait>) {
-          wait(state, op.launch);
+          // Launches complete in issue order, so this also waits for every earlier one.
+          wait_through(state, to_size(op.launch) + 1);
         } else if constexpr (std::is_same_v<Op, AttnForward>) {
           attention_forward(state, op);
         } else if constexpr (std::is_same_v<Op, AttnBackward>) {
@@ -337,16 +332,14 @@ void Executor::load(PassState& state, const Load& load) {
   const std::int32_t h = header_.head_block_size;
   const std::int32_t hk = header_.kv_heads_per_block;
   const std::size_t element = kernels::element_size(params_.storage);
-  const std::size_t q_value = static_cast<std::size_t>(t) * static_cast<std::size_t>(h) *
-                              static_cast<std::size_t>(d) * element;
+  const std::size_t q_value = q_part(t) * element;
   switch (slot.kind) {
     case SlotKind::kQ:
       copy_heads(q_.data(), data, token, t, header_.q_heads, load.head_block * h, h, d, element,
                  false);
       break;
     case SlotKind::kKV: {
-      const std::size_t k_value = static_cast<std::size_t>(t) * static_cast<std::size_t>(hk) *
-                                  static_cast<std::size_t>(d) * element;
+      const std::size_t k_value = kv_part(t) * element;
       copy_heads(k_.data(), data, token, t, header_.kv_heads, load.head_block * hk, hk, d, element,
                  false);
       copy_heads(v_.data(), data + k_value, token, t, header_.kv_heads, load.head_block * hk, hk, d,
@@ -389,9 +382,8 @@ void Executor::store(PassState& state, const Store& store) {
   const std::int32_t heads = kv ? hk : h;
   const std::int32_t head = store.head_block * heads;
   const std::int32_t all_heads = kv ? header_.kv_heads : header_.q_heads;
-  const std::size_t value =
-      static_cast<std::size_t>(t) * static_cast<std::size_t>(heads) * static_cast<std::size_t>(d);
-  std::byte* out_a = store.kind == SlotKind::kDKV ? out_k_ : out_q_;
+  const std::size_t value = kv ? kv_part(t) : q_part(t);
+  std::byte* out_a = kv ? out_k_ : out_q_;
   if (out_a == nullptr || (kv && out_v_ == nullptr) ||
       (store.kind == SlotKind::kOut) != (state.program.pass == Pass::kForward)) {
     throw Error("a " + std::string(to_string(store.kind)) + " store in the " +
@@ -456,16 +448,22 @@ void Executor::launch(PassState& state, const Launch& launch) {
   state.launch_group[to_size(launch.id)] = communicator_.start(ops);
 }
 
-void Executor::wait(PassState& state, LaunchId launch) {
-  // A device's launches complete in issue order (docs/plan_format.md), so waiting for one waits
-  // for every earlier one too.
-  for (LaunchId l = 0; l <= launch; ++l) {
-    const auto index = to_size(l);
-    if (state.launch_group[index] >= 0 && !state.launch_done[index]) {
-      communicator_.wait(state.launch_group[index]);
-      state.launch_done[index] = true;
+void Executor::wait_through(PassState& state, std::size_t end) {
+  for (; state.waited < end; ++state.waited) {
+    if (state.launch_group[state.waited] >= 0) {
+      communicator_.wait(state.launch_group[state.waited]);
     }
   }
+}
+
+std::size_t Executor::q_part(std::int32_t tokens) const {
+  return static_cast<std::size_t>(tokens) * static_cast<std::size_t>(header_.head_block_size) *
+         static_cast<std::size_t>(header_.head_dim);
+}
+
+std::size_t Executor::kv_part(std::int32_t tokens) const {
+  return static_cast<std::size_t>(tokens) * static_cast<std::size_t>(header_.kv_heads_per_block) *
+         static_cast<std::size_t>(header_.head_dim);
 }
 
 void Executor::expect_output_fits(const PassState& state, SlotId slot, std::int32_t tokens,
@@ -481,17 +479,21 @@ void Executor::expect_output_fits(const PassState& state, SlotId slot, std::int3
   }
 }
 
-void Executor::attention_forward(PassState& state, const AttnForward& attention) {
-  const std::int32_t h = header_.head_block_size;
-  const std::int32_t hk = header_.kv_heads_per_block;
-  const auto d = static_cast<std::size_t>(header_.head_dim);
-  const std::size_t element = kernels::element_size(params_.storage);
-  std::vector<kernels::ForwardTile> tiles;
+namespace {
+
+std::size_t entry_count(const std::vector<AttnRow>& rows) {
   std::size_t entries = 0;
-  for (const AttnRow& row : attention.rows) {
-    entries += row.kv.size();
-  }
-  tiles.reserve(entries);
+  for (const AttnRow& row : rows) entries += row.kv.size();
+  return entries;
+}
+
+}  // namespace
+
+void Executor::attention_forward(PassState& state, const AttnForward& attention) {
+  const std::size_t element = kernels::element_size(params_.storage);
+  // Rows point into `tiles`: it must not reallocate while they are built.
+  std::vector<kernels::ForwardTile> tiles;
+  tiles.reserve(entry_count(attention.rows));
   std::vector<kernels::ForwardRow> rows;
   std::vector<SlotId> wave_outputs;
   auto flush = [&] {
@@ -514,8 +516,7 @@ void Executor::attention_forward(PassState& state, const AttnForward& attention)
       std::byte* kv = slot_data(state, entry.kv);
       kernels::ForwardTile tile;
       tile.k = kv;
-      tile.v =
-          kv + static_cast<std::size_t>(kv_tokens) * static_cast<std::size_t>(hk) * d * element;
+      tile.v = kv + kv_part(kv_tokens) * element;
       tile.kv_tokens = kv_tokens;
       tile.mask = mask_view(state, entry.mask, q_tokens, kv_tokens);
       tiles.push_back(tile);
@@ -527,7 +528,7 @@ void Executor::attention_forward(PassState& state, const AttnForward& attention)
     kernel_row.q_tokens = q_tokens;
     kernel_row.tiles = std::span<const kernels::ForwardTile>(tiles).subspan(first, row.kv.size());
     kernel_row.o = out;
-    kernel_row.lse = out + static_cast<std::size_t>(q_tokens) * static_cast<std::size_t>(h) * d;
+    kernel_row.lse = out + q_part(q_tokens);
     kernel_row.accumulate = row.accumulate;
     rows.push_back(kernel_row);
     wave_outputs.push_back(row.out);
@@ -537,16 +538,10 @@ void Executor::attention_forward(PassState& state, const AttnForward& attention)
 }
 
 void Executor::attention_backward(PassState& state, const AttnBackward& attention) {
-  const std::int32_t h = header_.head_block_size;
-  const std::int32_t hk = header_.kv_heads_per_block;
-  const auto d = static_cast<std::size_t>(header_.head_dim);
   const std::size_t element = kernels::element_size(params_.storage);
+  // Rows point into `tiles`: it must not reallocate while they are built.
   std::vector<kernels::BackwardTile> tiles;
-  std::size_t entries = 0;
-  for (const AttnRow& row : attention.rows) {
-    entries += row.kv.size();
-  }
-  tiles.reserve(entries);
+  tiles.reserve(entry_count(attention.rows));
   std::vector<kernels::BackwardRow> rows;
   std::vector<SlotId> written;  // every slot the current call writes
   auto flush = [&] {
@@ -562,8 +557,7 @@ void Executor::attention_backward(PassState& state, const AttnBackward& attentio
   for (const AttnRow& row : attention.rows) {
     const std::int32_t q_tokens = value_tokens(state, row.q);
     std::byte* q = slot_data(state, row.q);
-    const std::size_t q_value =
-        static_cast<std::size_t>(q_tokens) * static_cast<std::size_t>(h) * d * element;
+    const std::size_t q_value = q_part(q_tokens) * element;
     const auto* stats = reinterpret_cast<const float*>(q + 2 * q_value);
     expect_output_fits(state, row.out, q_tokens, row.accumulate);
     // A row becomes one or more kernel rows ("pieces"): a piece never writes a slot twice, and a
@@ -583,8 +577,7 @@ void Executor::attention_backward(PassState& state, const AttnBackward& attentio
         }
         const std::int32_t kv_tokens = value_tokens(state, kv_entry.kv);
         expect_output_fits(state, kv_entry.dkv, kv_tokens, kv_entry.dkv_accumulate);
-        const std::size_t kv_value =
-            static_cast<std::size_t>(kv_tokens) * static_cast<std::size_t>(hk) * d;
+        const std::size_t kv_value = kv_part(kv_tokens);
         std::byte* kv = slot_data(state, kv_entry.kv);
         auto* dkv = reinterpret_cast<float*>(slot_data(state, kv_entry.dkv));
         kernels::BackwardTile tile;
@@ -603,7 +596,8 @@ void Executor::attention_backward(PassState& state, const AttnBackward& attentio
       kernel_row.q = q;
       kernel_row.dout = q + q_value;
       kernel_row.lse = stats;
-      kernel_row.delta = stats + static_cast<std::size_t>(q_tokens) * static_cast<std::size_t>(h);
+      kernel_row.delta = stats + static_cast<std::size_t>(q_tokens) *
+                                     static_cast<std::size_t>(header_.head_block_size);
       kernel_row.q_tokens = q_tokens;
       kernel_row.tiles =
           std::span<const kernels::BackwardTile>(tiles).subspan(first, tiles.size() - first);
@@ -623,9 +617,7 @@ void Executor::merge(PassState& state, const Merge& merge) {
     throw Error("merging a value of " + std::to_string(value_tokens(state, merge.src)) +
                 " tokens into one of " + std::to_string(tokens));
   }
-  const std::size_t o_elements = static_cast<std::size_t>(tokens) *
-                                 static_cast<std::size_t>(header_.head_block_size) *
-                                 static_cast<std::size_t>(header_.head_dim);
+  const std::size_t o_elements = q_part(tokens);
   auto* dst = reinterpret_cast<float*>(slot_data(state, merge.dst));
   const auto* src = reinterpret_cast<const float*>(slot_data(state, merge.src));
   kernels_.merge(dst, dst + o_elements, src, src + o_elements, tokens, header_.head_block_size,

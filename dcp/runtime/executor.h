@@ -67,9 +67,9 @@ class Executor {
     Program program;
     std::vector<std::byte> arena;
     std::vector<std::size_t> slot_offset;
-    std::vector<std::int32_t> slot_tokens;  // tokens of the value a slot holds, -1 if none
-    std::vector<comm::GroupId> launch_group;
-    std::vector<bool> launch_done;
+    std::vector<std::int32_t> slot_tokens;    // tokens of the value a slot holds, -1 if none
+    std::vector<comm::GroupId> launch_group;  // by LaunchId
+    std::size_t waited = 0;                   // launches [0, waited) are complete
     PassProfile profile;
   };
 
@@ -79,7 +79,8 @@ class Executor {
   void load(PassState& state, const Load& load);
   void store(PassState& state, const Store& store);
   void launch(PassState& state, const Launch& launch);
-  void wait(PassState& state, LaunchId launch);
+  // Waits for launches [state.waited, end): a device's launches complete in issue order.
+  void wait_through(PassState& state, std::size_t end);
   void attention_forward(PassState& state, const AttnForward& attention);
   void attention_backward(PassState& state, const AttnBackward& attention);
   void merge(PassState& state, const Merge& merge);
@@ -87,6 +88,9 @@ class Executor {
 
   std::byte* slot_data(PassState& state, SlotId slot);
   std::int32_t value_tokens(const PassState& state, SlotId slot) const;
+  // Elements of one value's q-shaped part ([tokens][h][d]) and kv-shaped part ([tokens][hk][d]).
+  std::size_t q_part(std::int32_t tokens) const;
+  std::size_t kv_part(std::int32_t tokens) const;
   // An attention output of `tokens` tokens can go to `slot`: it fits, and adding to (merging
   // into) what the slot holds requires a value of the same size.
   void expect_output_fits(const PassState& state, SlotId slot, std::int32_t tokens,

@@ -249,6 +249,18 @@ class AttentionCase {
   std::vector<RowData> rows_;
 };
 
+// Two rows that cover the kernels' cases at once: intervals cutting sub-tiles anywhere (random
+// masks with up to 3 intervals per row, some rows empty), a shifted causal tile, a full tile, and
+// sizes that are not multiples of any chunk.
+inline void add_mixed_rows(AttentionCase& c) {
+  const std::size_t a = c.add_row(140);
+  c.add_tile(a, 270, random_mask(c.rng(), 140, 270, 3, 0.2));
+  c.add_tile(a, 33, random_mask(c.rng(), 140, 33, 2, 0.5));
+  const std::size_t b = c.add_row(37);
+  c.add_tile(b, 130, causal_mask(37, 130, 60));
+  c.add_tile(b, 20, full_mask());
+}
+
 inline double max_abs(const std::vector<float>& x) {
   double m = 0;
   for (float v : x) {

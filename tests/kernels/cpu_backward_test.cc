@@ -74,12 +74,7 @@ TEST(CpuKernels, BackwardMatchesReferenceOnRandomMasksForEveryHeadShape) {
     for (std::int32_t d : {1, 3, 64, 96, 128}) {
       SCOPED_TRACE(testing::sz(qh * 1000 + kvh * 100 + d));
       AttentionCase c(make_params(qh, kvh, d), ++seed);
-      const std::size_t a = c.add_row(140);
-      c.add_tile(a, 270, testing::random_mask(c.rng(), 140, 270, 3, 0.2));
-      c.add_tile(a, 33, testing::random_mask(c.rng(), 140, 33, 2, 0.5));
-      const std::size_t b = c.add_row(37);
-      c.add_tile(b, 130, testing::causal_mask(37, 130, 60));
-      c.add_tile(b, 20, testing::full_mask());
+      testing::add_mixed_rows(c);
       expect_backward_matches_reference(c, 3);
     }
   }

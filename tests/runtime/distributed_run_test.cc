@@ -30,7 +30,7 @@ Outcome run_and_compare(const Workload& workload, Strategy strategy, ClusterShap
   const runtime::BatchInputs inputs = runtime::random_inputs(batch_shape(workload), seed);
   runtime::RunOptions options;
   options.kernel_threads = 1;
-  const std::vector<TokenCount> offsets = testing::sequence_offsets(workload.batch());
+  const std::span<const TokenCount> offsets = workload.batch().offsets();
   runtime::RunResult result = runtime::run_plan_locally(built.plan, offsets, inputs, options);
   const runtime::DenseReference reference =
       runtime::dense_reference(workload, inputs, built.plan.header.softmax_scale, 2);

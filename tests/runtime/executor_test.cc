@@ -41,7 +41,7 @@ runtime::OutputErrors run_sample(kernels::KernelKind kind) {
   const runtime::BatchInputs inputs = runtime::random_inputs(testing::batch_shape(workload), 17);
   runtime::RunOptions options;
   options.kernels = kind;
-  const std::vector<TokenCount> offsets = testing::sequence_offsets(workload.batch());
+  const std::span<const TokenCount> offsets = workload.batch().offsets();
   const runtime::RunResult result = runtime::run_plan_locally(plan, offsets, inputs, options);
   EXPECT_EQ(result.forward.size(), 2u);
   EXPECT_GT(result.forward[1].bytes_received, 0);  // the kv of block 0 travelled
@@ -95,7 +95,7 @@ TEST(Executor, FailsPromptlyWhenAPeerFails) {
   const Plan plan = testing::sample_plan();
   const Workload workload = sample_workload();
   const runtime::BatchInputs inputs = runtime::random_inputs(testing::batch_shape(workload), 1);
-  const std::vector<TokenCount> offsets = testing::sequence_offsets(workload.batch());
+  const std::span<const TokenCount> offsets = workload.batch().offsets();
   comm::CommOptions options;
   options.timeout_seconds = 30;
   const auto start = std::chrono::steady_clock::now();
@@ -117,7 +117,7 @@ TEST(Executor, TimesOutWhenAPeerStopsAnswering) {
   const Plan plan = testing::sample_plan();
   const Workload workload = sample_workload();
   const runtime::BatchInputs inputs = runtime::random_inputs(testing::batch_shape(workload), 1);
-  const std::vector<TokenCount> offsets = testing::sequence_offsets(workload.batch());
+  const std::span<const TokenCount> offsets = workload.batch().offsets();
   comm::CommOptions options;
   options.timeout_seconds = 0.3;
   try {

@@ -62,12 +62,6 @@ inline runtime::BatchShape batch_shape(const Workload& workload) {
   return runtime::batch_shape_of(workload);
 }
 
-inline std::vector<TokenCount> sequence_offsets(const SequenceBatch& batch) {
-  std::vector<TokenCount> offsets;
-  for (SeqIndex s = 0; s < batch.size(); ++s) offsets.push_back(batch.offset(s));
-  return offsets;
-}
-
 inline PlanOptions runtime_plan_options(Strategy strategy, ClusterShape world) {
   PlanOptions options;
   options.strategy = strategy;

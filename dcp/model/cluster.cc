@@ -12,6 +12,44 @@
 
 namespace dcp {
 
+namespace {
+
+struct Field {
+  const char* key;
+  double ClusterSpec::*member;
+  double unit;
+  bool required;
+};
+
+constexpr Field kFields[] = {
+    {"intra_node_gbps", &ClusterSpec::intra_node_bandwidth, 1e9, true},
+    {"intra_node_latency_us", &ClusterSpec::intra_node_latency, 1e-6, true},
+    {"inter_node_gbps", &ClusterSpec::inter_node_bandwidth, 1e9, true},
+    {"inter_node_latency_us", &ClusterSpec::inter_node_latency, 1e-6, true},
+    {"forward_tflops", &ClusterSpec::forward_flops, 1e12, true},
+    {"backward_tflops", &ClusterSpec::backward_flops, 1e12, true},
+    {"kernel_overhead_us", &ClusterSpec::kernel_overhead, 1e-6, true},
+    {"memory_gbps", &ClusterSpec::memory_bandwidth, 1e9, false},
+    {"softmax_share", &ClusterSpec::softmax_share, 1, false},
+    {"fp32_kernel_factor", &ClusterSpec::fp32_kernel_factor, 1, false},
+    {"partial_subtile_extra", &ClusterSpec::partial_subtile_extra, 1, false},
+    {"subtile_overhead_us", &ClusterSpec::subtile_overhead, 1e-6, false},
+};
+
+struct SubtileField {
+  const char* key;
+  std::int32_t ClusterSpec::*member;
+};
+
+constexpr SubtileField kSubtileFields[] = {
+    {"forward_subtile_q", &ClusterSpec::forward_subtile_q},
+    {"forward_subtile_kv", &ClusterSpec::forward_subtile_kv},
+    {"backward_subtile_q", &ClusterSpec::backward_subtile_q},
+    {"backward_subtile_kv", &ClusterSpec::backward_subtile_kv},
+};
+
+}  // namespace
+
 void validate(const ClusterShape& cluster) {
   constexpr std::int32_t kMax = 1 << 16;
   if (cluster.nodes < 1 || cluster.nodes > kMax) {
@@ -55,11 +93,56 @@ void validate(const ClusterSpec& spec) {
   latency(spec.intra_node_latency, "intra_node_latency_us");
   latency(spec.inter_node_latency, "inter_node_latency_us");
   latency(spec.kernel_overhead, "kernel_overhead_us");
+  rate(spec.memory_bandwidth, "memory_gbps");
+  latency(spec.subtile_overhead, "subtile_overhead_us");
+  const auto in_range = [&](double value, double lo, double hi, const char* field) {
+    if (!std::isfinite(value) || value < lo || value >= hi) {
+      throw InvalidInput(std::string("cluster '") + spec.name + "': " + field + " must be in [" +
+                         std::to_string(lo) + ", " + std::to_string(hi) + "), got " +
+                         std::to_string(value));
+    }
+  };
+  in_range(spec.softmax_share, 0, 1, "softmax_share");
+  in_range(spec.fp32_kernel_factor, 0.01, 100, "fp32_kernel_factor");
+  in_range(spec.partial_subtile_extra, 0, 100, "partial_subtile_extra");
+  for (const SubtileField& f : kSubtileFields) {
+    if (spec.*f.member < 1 || spec.*f.member > 65536) {
+      throw InvalidInput(std::string("cluster '") + spec.name + "': " + f.key +
+                         " must be in [1, 65536], got " + std::to_string(spec.*f.member));
+    }
+  }
 }
 
-std::vector<std::string> cluster_presets() { return {"a100-p4de", "h100-dgx"}; }
+std::vector<std::string> cluster_presets() { return {"a100-p4de", "h100-dgx", "cpu-local"}; }
 
 namespace {
+
+// This repository's machine (2 cores of an AMD EPYC Zen 4, one rank per core, one kernel thread
+// per rank, the local communicator), as measured by `dcp calibrate` on 2026-11-21; every value
+// is that command's output (docs/cost_model.md). Other machines: run `dcp calibrate --out FILE`
+// and pass the file as --cluster.
+ClusterSpec cpu_local_preset() {
+  ClusterSpec spec;
+  spec.name = "cpu-local";
+  spec.shape = {1, 2};
+  spec.intra_node_bandwidth = 10e9;
+  spec.intra_node_latency = 5e-6;
+  spec.inter_node_bandwidth = 10e9;
+  spec.inter_node_latency = 5e-6;
+  spec.forward_flops = 85e9;
+  spec.backward_flops = 78e9;
+  spec.kernel_overhead = 5e-6;
+  spec.memory_bandwidth = 10e9;
+  spec.softmax_share = 0.1;
+  spec.fp32_kernel_factor = 1;
+  spec.partial_subtile_extra = 0.3;
+  spec.subtile_overhead = 1e-6;
+  spec.forward_subtile_q = 128;
+  spec.forward_subtile_kv = 256;
+  spec.backward_subtile_q = 128;
+  spec.backward_subtile_kv = 128;
+  return spec;
+}
 
 // "a100-p4de, h100-dgx": the presets for an error message.
 std::string preset_list() {
@@ -83,6 +166,15 @@ ClusterSpec cluster_preset(std::string_view name) {
     spec.forward_flops = 200e12;        // FlashAttention-2 on A100: 50-73% of 312 TFLOP/s bf16
     spec.backward_flops = 160e12;       // FlashAttention-2 backward runs ~20% below forward
     spec.kernel_overhead = 8e-6;        // CUDA launch plus tail of a small grid, estimate
+    spec.memory_bandwidth = 1.6e12;     // 2039 GB/s HBM2e (A100 80 GB SXM), ~80% sustained
+    spec.softmax_share = 0.25;  // FA2 reaches ~0.8x its d=128 FLOP rate at d=64: s = 0.25 fits
+    spec.fp32_kernel_factor = 2;      // TF32 tensor peak 156 vs bf16 312 TFLOP/s
+    spec.partial_subtile_extra = 0.1;   // FA2 masks only diagonal blocks, estimate
+    spec.subtile_overhead = 0;          // absorbed by the sustained rate (108 SMs in parallel)
+    spec.forward_subtile_q = 128;       // FA2 sm80 hdim128 forward: 128 x 64 blocks
+    spec.forward_subtile_kv = 64;
+    spec.backward_subtile_q = 64;       // FA2 sm80 hdim128 backward: 64 x 128 blocks
+    spec.backward_subtile_kv = 128;
   } else if (name == "h100-dgx") {
     // NVIDIA DGX H100: 8 x H100 SXM per node (anchors §D.4).
     spec.name = "h100-dgx";
@@ -94,32 +186,23 @@ ClusterSpec cluster_preset(std::string_view name) {
     spec.forward_flops = 580e12;        // FlashAttention-3 varlen causal fwd, bf16 (anchors §D.2)
     spec.backward_flops = 425e12;       // FlashAttention-3 varlen causal bwd (anchors §D.2)
     spec.kernel_overhead = 6e-6;        // estimate
+    spec.memory_bandwidth = 2.7e12;     // 3.35 TB/s HBM3 (anchors §D.4), ~80% sustained
+    spec.softmax_share = 0.25;          // as FA2; FA3 overlaps softmax with matmul, estimate
+    spec.fp32_kernel_factor = 2;        // TF32 tensor peak is half the bf16 peak
+    spec.partial_subtile_extra = 0.1;   // estimate
+    spec.subtile_overhead = 0;          // absorbed by the sustained rate (132 SMs in parallel)
+    spec.forward_subtile_q = 128;       // FA3 hdim128 forward: 128 x 128 blocks
+    spec.forward_subtile_kv = 128;
+    spec.backward_subtile_q = 64;       // FA3 hdim128 backward: 64 x 128 blocks
+    spec.backward_subtile_kv = 128;
+  } else if (name == "cpu-local") {
+    spec = cpu_local_preset();
   } else {
     throw InvalidInput("unknown cluster preset " + quoted(name) + " (presets: " + preset_list() +
                        "; or give a cluster file)");
   }
   return spec;
 }
-
-namespace {
-
-struct Field {
-  const char* key;
-  double ClusterSpec::*member;
-  double unit;
-};
-
-constexpr Field kFields[] = {
-    {"intra_node_gbps", &ClusterSpec::intra_node_bandwidth, 1e9},
-    {"intra_node_latency_us", &ClusterSpec::intra_node_latency, 1e-6},
-    {"inter_node_gbps", &ClusterSpec::inter_node_bandwidth, 1e9},
-    {"inter_node_latency_us", &ClusterSpec::inter_node_latency, 1e-6},
-    {"forward_tflops", &ClusterSpec::forward_flops, 1e12},
-    {"backward_tflops", &ClusterSpec::backward_flops, 1e12},
-    {"kernel_overhead_us", &ClusterSpec::kernel_overhead, 1e-6},
-};
-
-}  // namespace
 
 ClusterSpec parse_cluster_text(std::string_view text, std::string_view origin) {
   ClusterSpec spec;
@@ -165,6 +248,15 @@ ClusterSpec parse_cluster_text(std::string_view text, std::string_view origin) {
       have_shape[key == "nodes" ? 0 : 1] = true;
     } else {
       bool known = false;
+      for (const SubtileField& f : kSubtileFields) {
+        if (key != f.key) continue;
+        const std::int64_t tokens = parse_int(value, what);
+        if (tokens < 1 || tokens > 65536) {
+          throw InvalidInput(what + " must be in [1, 65536], got " + quoted(value));
+        }
+        spec.*f.member = static_cast<std::int32_t>(tokens);
+        known = true;
+      }
       for (std::size_t f = 0; f < std::size(kFields); ++f) {
         if (key != kFields[f].key) continue;
         const double number = parse_double(value, what);
@@ -180,6 +272,7 @@ ClusterSpec parse_cluster_text(std::string_view text, std::string_view origin) {
       if (!known) {
         std::string keys = "preset, name, nodes, devices_per_node";
         for (const Field& f : kFields) keys.append(", ").append(f.key);
+        for (const SubtileField& f : kSubtileFields) keys.append(", ").append(f.key);
         throw InvalidInput(where + ": unknown key " + quoted(key) + " (keys: " + keys + ")");
       }
     }
@@ -193,7 +286,9 @@ ClusterSpec parse_cluster_text(std::string_view text, std::string_view origin) {
   };
   require(have_shape[0], "nodes");
   require(have_shape[1], "devices_per_node");
-  for (std::size_t f = 0; f < std::size(kFields); ++f) require(have_field[f], kFields[f].key);
+  for (std::size_t f = 0; f < std::size(kFields); ++f) {
+    if (kFields[f].required) require(have_field[f], kFields[f].key);
+  }
   if (spec.name.empty()) spec.name = std::string(origin);
   validate(spec);
   return spec;
@@ -228,6 +323,9 @@ std::string to_cluster_text(const ClusterSpec& spec) {
     char buffer[64];
     std::snprintf(buffer, sizeof buffer, "%.17g", spec.*f.member / f.unit);
     out.append(f.key).append(" = ").append(buffer).append("\n");
+  }
+  for (const SubtileField& f : kSubtileFields) {
+    out.append(f.key).append(" = ").append(std::to_string(spec.*f.member)).append("\n");
   }
   return out;
 }

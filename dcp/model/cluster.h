@@ -41,6 +41,26 @@ struct ClusterSpec {
   // Fixed cost of one kernel launch (one attention, merge or sum instruction).
   double kernel_overhead = 0;
 
+  // The kernel's shape (the simulator's cost model, docs/cost_model.md). Optional in cluster
+  // files; the defaults here are neutral (every pair costs the same).
+  // Device memory bandwidth for loads, stores, merges and sums (bytes/s, read plus write).
+  double memory_bandwidth = 1e12;
+  // Share of a pair's kernel time at head dim 128 that does not scale with the head dim (the
+  // softmax's exp, scaling and bookkeeping); the rest scales with head_dim / 128.
+  double softmax_share = 0;
+  // Kernel time with fp32 storage over bf16/fp16 storage.
+  double fp32_kernel_factor = 1;
+  // Extra time of a sub-tile the mask cuts (element-wise masking), relative to a full one.
+  double partial_subtile_extra = 0;
+  // Fixed cost per computed sub-tile (loading its q and kv chunks, the loop around it).
+  double subtile_overhead = 0;
+  // The kernel's sub-tile (q rows x keys) per pass: tiles are computed in these units, and a
+  // sub-tile with any unmasked pair costs its used rectangle.
+  std::int32_t forward_subtile_q = 128;
+  std::int32_t forward_subtile_kv = 128;
+  std::int32_t backward_subtile_q = 128;
+  std::int32_t backward_subtile_kv = 128;
+
   // Seconds to move `bytes` between two devices (same node or not), alone on the link.
   double transfer_seconds(std::int64_t bytes, bool inter_node) const;
 };
@@ -56,9 +76,12 @@ std::vector<std::string> cluster_presets();
 ClusterSpec cluster_preset(std::string_view name);
 
 // Reads a cluster file: "key = value" lines, '#' comments. An optional first key `preset` names
-// the spec the other keys change. Keys: name, nodes, devices_per_node, intra_node_gbps,
+// the spec the other keys change. Required keys: name, nodes, devices_per_node, intra_node_gbps,
 // intra_node_latency_us, inter_node_gbps (per node), inter_node_latency_us, forward_tflops,
-// backward_tflops, kernel_overhead_us (GB/s = 1e9 bytes/s). Throws InvalidInput naming the file,
+// backward_tflops, kernel_overhead_us (GB/s = 1e9 bytes/s). Optional keys (the kernel's shape):
+// memory_gbps, softmax_share, fp32_kernel_factor, partial_subtile_extra, subtile_overhead_us,
+// forward_subtile_q, forward_subtile_kv, backward_subtile_q, backward_subtile_kv. Throws
+// InvalidInput naming the file,
 // line and key for an unknown key, a repeated key, a bad number or a missing field, and IoError if
 // the file cannot be read.
 ClusterSpec read_cluster_file(const std::string& path);

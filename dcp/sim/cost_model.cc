@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kernel and memory costs of the simulator.
+#include "dcp/sim/cost_model.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+namespace dcp::sim {
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// The used rectangle and attended-pair count of one sub-tile.
+struct Cell {
+  std::int32_t q_lo = std::numeric_limits<std::int32_t>::max(), q_hi = -1;
+  std::int32_t k_lo = std::numeric_limits<std::int32_t>::max(), k_hi = -1;
+  std::int64_t attended = 0;
+};
+
+}  // namespace
+
+SubtileWork subtile_work(const TileMask* mask, std::int32_t q_tokens, std::int32_t kv_tokens,
+                         std::int32_t q_sub, std::int32_t kv_sub) {
+  SubtileWork work;
+  if (q_tokens <= 0 || kv_tokens <= 0) return work;
+  const std::int64_t q_cells = ceil_div(q_tokens, q_sub);
+  const std::int64_t kv_cells = ceil_div(kv_tokens, kv_sub);
+  if (mask == nullptr) {
+    work.subtiles = q_cells * kv_cells;
+    work.full_area = std::int64_t{q_tokens} * kv_tokens;
+    return work;
+  }
+  std::vector<Cell> cells(static_cast<std::size_t>(q_cells * kv_cells));
+  for (std::int32_t r = 0; r < q_tokens; ++r) {
+    const std::int64_t qc = r / q_sub;
+    const auto first = static_cast<std::size_t>(mask->row_offsets[static_cast<std::size_t>(r)]);
+    const auto last = static_cast<std::size_t>(mask->row_offsets[static_cast<std::size_t>(r) + 1]);
+    for (std::size_t i = first; i < last; ++i) {
+      const std::int32_t a = mask->intervals[2 * i];
+      const std::int32_t b = mask->intervals[2 * i + 1];
+      for (std::int32_t kc = a / kv_sub; kc <= (b - 1) / kv_sub; ++kc) {
+        const std::int32_t lo = std::max(a, kc * kv_sub);
+        const std::int32_t hi = std::min(b, (kc + 1) * kv_sub);
+        Cell& cell = cells[static_cast<std::size_t>(qc * kv_cells + kc)];
+        cell.q_lo = std::min(cell.q_lo, r);
+        cell.q_hi = std::max(cell.q_hi, r + 1);
+        cell.k_lo = std::min(cell.k_lo, lo);
+        cell.k_hi = std::max(cell.k_hi, hi);
+        cell.attended += hi - lo;
+      }
+    }
+  }
+  for (const Cell& cell : cells) {
+    if (cell.attended == 0) continue;
+    const std::int64_t area = std::int64_t{cell.q_hi - cell.q_lo} * (cell.k_hi - cell.k_lo);
+    ++work.subtiles;
+    (cell.attended == area ? work.full_area : work.partial_area) += area;
+  }
+  return work;
+}
+
+CostModel::CostModel(const ClusterSpec& spec, const PlanHeader& header) : spec_(spec) {
+  validate(spec_);
+  // FLOPs per pair and q head: 4 d forward (QK^T, PV), 10 d backward (the recomputed S, dV, dP,
+  // dQ, dK). The rates are sustained on full tiles at head dim 128; the share `softmax_share` of
+  // that time does not scale with the head dim.
+  constexpr double kReferenceHeadDim = 128;
+  const double dim_scale = (1 - spec_.softmax_share) * header.head_dim / kReferenceHeadDim +
+                           spec_.softmax_share;
+  const double dtype_factor = header.dtype == DType::kFp32 ? spec_.fp32_kernel_factor : 1.0;
+  const double heads = header.head_block_size;
+  pair_seconds_[0] = 4 * kReferenceHeadDim / spec_.forward_flops * dim_scale * dtype_factor * heads;
+  pair_seconds_[1] =
+      10 * kReferenceHeadDim / spec_.backward_flops * dim_scale * dtype_factor * heads;
+}
+
+double CostModel::pair_seconds(Pass pass) const {
+  return pair_seconds_[pass == Pass::kForward ? 0 : 1];
+}
+
+double CostModel::tile_seconds(Pass pass, const TileMask* mask, std::int32_t q_tokens,
+                               std::int32_t kv_tokens) const {
+  const bool forward = pass == Pass::kForward;
+  const SubtileWork work = subtile_work(
+      mask, q_tokens, kv_tokens, forward ? spec_.forward_subtile_q : spec_.backward_subtile_q,
+      forward ? spec_.forward_subtile_kv : spec_.backward_subtile_kv);
+  const double pairs = static_cast<double>(work.full_area) +
+                       static_cast<double>(work.partial_area) * (1 + spec_.partial_subtile_extra);
+  return pairs * pair_seconds(pass) + static_cast<double>(work.subtiles) * spec_.subtile_overhead;
+}
+
+double CostModel::memory_seconds(std::int64_t bytes) const {
+  return spec_.kernel_overhead + static_cast<double>(bytes) / spec_.memory_bandwidth;
+}
+
+}  // namespace dcp::sim

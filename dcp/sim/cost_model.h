@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+// The simulator's cost model: what each instruction of a Program costs on a device's compute
+// stream, and what a link costs. Every constant comes from the ClusterSpec (one table, each
+// constant with its source: dcp/model/cluster.cc and docs/cost_model.md).
+#pragma once
+
+#include <cstdint>
+
+#include "dcp/model/cluster.h"
+#include "dcp/program/program.h"
+
+namespace dcp::sim {
+
+// How a kernel with sub-tiles of q_sub rows x kv_sub keys computes one (q, kv) tile: every
+// sub-tile with an unmasked pair costs the rectangle its attended pairs span (rows and keys),
+// at the full rate if no pair inside it is masked, else at the partial rate.
+struct SubtileWork {
+  std::int64_t subtiles = 0;      // with at least one unmasked pair
+  std::int64_t full_area = 0;     // pairs computed in sub-tiles no mask cuts
+  std::int64_t partial_area = 0;  // pairs computed (masked or not) in sub-tiles the mask cuts
+};
+// mask = nullptr is the full q_tokens x kv_tokens tile. The mask must be well formed
+// (tile_mask_problem); cost is linear in its intervals plus the sub-tiles they cross.
+SubtileWork subtile_work(const TileMask* mask, std::int32_t q_tokens, std::int32_t kv_tokens,
+                         std::int32_t q_sub, std::int32_t kv_sub);
+
+class CostModel {
+ public:
+  // Throws InvalidInput if the spec is invalid (validate).
+  CostModel(const ClusterSpec& spec, const PlanHeader& header);
+
+  const ClusterSpec& spec() const { return spec_; }
+
+  // One (q, k) pair of one tile, for every q head of a head block, in a full sub-tile: the
+  // pass's FLOPs at the sustained rate, with the head-dim-independent share and the fp32 factor.
+  double pair_seconds(Pass pass) const;
+  // One tile of an attention instruction (no launch overhead).
+  double tile_seconds(Pass pass, const TileMask* mask, std::int32_t q_tokens,
+                      std::int32_t kv_tokens) const;
+  // A memory-bound instruction (load, store, merge, sum) moving `bytes` to and from device
+  // memory, with its launch overhead.
+  double memory_seconds(std::int64_t bytes) const;
+  double kernel_overhead() const { return spec_.kernel_overhead; }
+
+  // Link sides: a device's intra-node send and receive sides, and a node's network interface
+  // (shared by its devices) each way.
+  double latency(bool inter_node) const {
+    return inter_node ? spec_.inter_node_latency : spec_.intra_node_latency;
+  }
+  double bandwidth(bool inter_node) const {
+    return inter_node ? spec_.inter_node_bandwidth : spec_.intra_node_bandwidth;
+  }
+
+ private:
+  ClusterSpec spec_;
+  double pair_seconds_[2] = {0, 0};  // forward, backward
+};
+
+}  // namespace dcp::sim

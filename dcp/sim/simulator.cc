@@ -1,0 +1,611 @@
+// SPDX-License-Identifier: Apache-2.0
+// The event simulator: compute streams advance independently until a Wait; transfers progress in
+// time order with max-min fair sharing of link sides; a completed launch releases its Wait.
+#include "dcp/sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <map>
+#include <queue>
+#include <string>
+#include <utility>
+
+#include "dcp/core/error.h"
+#include "dcp/program/plan_file.h"
+#include "dcp/sim/cost_model.h"
+
+namespace dcp::sim {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+template <typename T>
+std::size_t at(T index) {
+  return static_cast<std::size_t>(index);
+}
+
+// What released a launch: its last transfer, the launch before it (launches complete in order),
+// or nothing (it carried nothing; its own Launch instruction).
+struct LaunchCause {
+  enum class Kind : std::uint8_t { kTransfer, kPrevious, kIssue };
+  Kind kind = Kind::kIssue;
+  std::int32_t transfer = -1;
+};
+
+struct LaunchState {
+  std::int32_t instruction = 0;
+  double issued = 0;
+  std::int32_t open = 0;  // transfers not yet done
+  double last_end = 0;
+  std::int32_t last_transfer = -1;
+  double done = kInf;
+  LaunchCause cause;
+};
+
+struct DeviceState {
+  const Program* program = nullptr;
+  std::size_t pc = 0;
+  double time = 0;
+  bool blocked = false;
+  std::vector<LaunchState> launches;  // issued so far
+  std::size_t completed = 0;          // launches [0, completed) are complete
+  std::vector<std::int32_t> slot_tokens;
+  std::vector<double> mask_cost;  // per mask, NaN until first used
+  // Per compute event: whether a Wait was held by its launch (else by the stream).
+  std::vector<bool> held_by_launch;
+  std::vector<std::int32_t> wait_launch;
+};
+
+// A posted side of a transfer that waits for its other side.
+struct Posted {
+  std::int32_t launch = 0;
+  std::int32_t instruction = 0;
+  std::int64_t bytes = 0;
+  double time = 0;
+  std::int32_t ordinal = 0;
+};
+
+class Simulation {
+ public:
+  Simulation(const PlanHeader& header, const std::vector<Program>& programs,
+             const ClusterSpec& cluster)
+      : header_(header), cost_(cluster, header), shape_(cluster.shape) {
+    const auto devices = at(shape_.devices());
+    devices_.resize(devices);
+    result_.devices.resize(devices);
+    result_.pass = programs.front().pass;
+    for (std::size_t d = 0; d < devices; ++d) {
+      DeviceState& state = devices_[d];
+      state.program = &programs[d];
+      state.slot_tokens.assign(programs[d].slots.size(), 0);
+      state.mask_cost.assign(programs[d].masks.size(), std::nan(""));
+    }
+    const auto resources = 2 * devices + 2 * at(shape_.nodes);
+    capacity_.resize(resources);
+    for (std::size_t r = 0; r < resources; ++r) {
+      capacity_[r] = cost_.bandwidth(r >= 2 * devices);
+    }
+  }
+
+  PassSimulation run() {
+    for (std::size_t d = 0; d < devices_.size(); ++d) advance(d);
+    run_network();
+    for (std::size_t d = 0; d < devices_.size(); ++d) {
+      const DeviceState& state = devices_[d];
+      if (state.pc < state.program->instructions.size()) {
+        const auto& wait = std::get<Wait>(state.program->instructions[state.pc]);
+        throw InvalidInput(std::string(to_string(result_.pass)) + " pass: device " +
+                           std::to_string(d) + " waits forever on launch " + std::to_string(wait.launch) +
+                           " (instruction " + std::to_string(state.pc) +
+                           "): a transfer it carries has no matching post on its peer");
+      }
+    }
+    for (const bool send : {true, false}) {
+      const auto& waiting = send ? waiting_sends_ : waiting_recvs_;
+      if (waiting.empty()) continue;
+      const auto& [key, queue] = *waiting.begin();
+      throw InvalidInput(std::string(to_string(result_.pass)) + " pass: " +
+                         (send ? "device " + std::to_string(key.first) + "'s send #"
+                               : "device " + std::to_string(key.second) + "'s receive #") +
+                         std::to_string(queue.front().ordinal) +
+                         (send ? " to device " + std::to_string(key.second)
+                               : " from device " + std::to_string(key.first)) +
+                         " has no matching " + (send ? "receive" : "send"));
+    }
+    finish_summary();
+    return std::move(result_);
+  }
+
+ private:
+  // --- compute streams -------------------------------------------------------------------------
+
+  std::int32_t tokens_of_block(const Program& program, BlockId block) const {
+    const auto it = std::lower_bound(
+        program.blocks.begin(), program.blocks.end(), block,
+        [](const BlockInfo& info, BlockId id) { return info.id < id; });
+    return it != program.blocks.end() && it->id == block ? it->tokens : 0;
+  }
+
+  std::int64_t slot_bytes(const DeviceState& state, SlotId slot) const {
+    return value_bytes(header_, state.program->slots[at(slot)].kind, state.slot_tokens[at(slot)]);
+  }
+
+  template <typename Attention>
+  double attention_seconds(DeviceState& state, const Attention& attention, Pass pass) {
+    double seconds = cost_.kernel_overhead();
+    for (const AttnRow& row : attention.rows) {
+      const std::int32_t q_tokens = state.slot_tokens[at(row.q)];
+      for (const AttnKv& entry : row.kv) {
+        const std::int32_t kv_tokens = state.slot_tokens[at(entry.kv)];
+        if (entry.mask == kFullTile) {
+          seconds += cost_.tile_seconds(pass, nullptr, q_tokens, kv_tokens);
+        } else {
+          double& cached = state.mask_cost[at(entry.mask)];
+          if (std::isnan(cached)) {
+            const TileMask& mask = state.program->masks[at(entry.mask)];
+            cached = cost_.tile_seconds(pass, &mask, mask.q_tokens, mask.kv_tokens);
+          }
+          seconds += cached;
+        }
+        if (entry.dkv != kNoSlot) state.slot_tokens[at(entry.dkv)] = kv_tokens;
+      }
+      state.slot_tokens[at(row.out)] = q_tokens;
+    }
+    return seconds;
+  }
+
+  // Runs device d's compute stream until it ends or waits on a launch not yet complete.
+  void advance(std::size_t d) {
+    DeviceState& state = devices_[d];
+    const Program& program = *state.program;
+    DeviceTimeline& timeline = result_.devices[d];
+    while (state.pc < program.instructions.size()) {
+      const std::size_t i = state.pc;
+      const Instruction& instruction = program.instructions[i];
+      const double start = state.time;
+      double seconds = 0;
+      bool compute = true;
+      if (const auto* load = std::get_if<Load>(&instruction)) {
+        state.slot_tokens[at(load->slot)] = tokens_of_block(program, load->block);
+        seconds = cost_.memory_seconds(2 * slot_bytes(state, load->slot));
+      } else if (const auto* store = std::get_if<Store>(&instruction)) {
+        seconds = store->slot == kNoSlot
+                      ? cost_.memory_seconds(value_bytes(header_, store->kind,
+                                                         tokens_of_block(program, store->block)))
+                      : cost_.memory_seconds(2 * slot_bytes(state, store->slot));
+      } else if (const auto* merge = std::get_if<Merge>(&instruction)) {
+        seconds = cost_.memory_seconds(3 * slot_bytes(state, merge->dst));
+      } else if (const auto* sum = std::get_if<Sum>(&instruction)) {
+        seconds = cost_.memory_seconds(3 * slot_bytes(state, sum->dst));
+      } else if (const auto* forward = std::get_if<AttnForward>(&instruction)) {
+        seconds = attention_seconds(state, *forward, Pass::kForward);
+      } else if (const auto* backward = std::get_if<AttnBackward>(&instruction)) {
+        seconds = attention_seconds(state, *backward, Pass::kBackward);
+      } else if (const auto* launch = std::get_if<Launch>(&instruction)) {
+        compute = false;
+        post(d, i, *launch);
+      } else if (const auto* wait = std::get_if<Wait>(&instruction)) {
+        compute = false;
+        if (at(wait->launch) >= state.completed) {
+          state.blocked = true;
+          return;  // released by complete_launches
+        }
+        const double done = state.launches[at(wait->launch)].done;
+        state.held_by_launch.push_back(done > state.time);
+        state.wait_launch.push_back(wait->launch);
+        state.time = std::max(state.time, done);
+        timeline.wait_seconds += state.time - start;
+        timeline.events.push_back({static_cast<std::int32_t>(i), program.instruction_stage[i],
+                                   start, state.time});
+        ++state.pc;
+        continue;
+      } else {
+        compute = false;  // Free
+      }
+      state.time += seconds;
+      if (compute) timeline.compute_seconds += seconds;
+      state.held_by_launch.push_back(false);
+      state.wait_launch.push_back(-1);
+      timeline.events.push_back(
+          {static_cast<std::int32_t>(i), program.instruction_stage[i], start, state.time});
+      ++state.pc;
+    }
+    timeline.end = std::max(timeline.end, state.time);
+  }
+
+  // --- posting and matching ---------------------------------------------------------------------
+
+  void post(std::size_t d, std::size_t instruction, const Launch& launch) {
+    DeviceState& state = devices_[d];
+    if (at(launch.id) != state.launches.size()) {
+      throw InvalidInput(std::string(to_string(result_.pass)) + " pass: device " +
+                         std::to_string(d) + " issues launch " + std::to_string(launch.id) + " as its launch #" +
+                         std::to_string(state.launches.size()));
+    }
+    LaunchState issued;
+    issued.instruction = static_cast<std::int32_t>(instruction);
+    issued.issued = state.time;
+    issued.open = static_cast<std::int32_t>(launch.ops.size());
+    state.launches.push_back(issued);
+    const auto self = static_cast<std::int32_t>(d);
+    for (const CommOp& op : launch.ops) {
+      const bool send = op.direction == CommOp::Direction::kSend;
+      if (!send) {
+        const SlotKind kind = state.program->slots[at(op.slot)].kind;
+        state.slot_tokens[at(op.slot)] =
+            static_cast<std::int32_t>(op.bytes / std::max<std::int64_t>(1, value_bytes(header_, kind, 1)));
+      }
+      const std::pair<std::int32_t, std::int32_t> key =
+          send ? std::pair{self, op.peer} : std::pair{op.peer, self};
+      std::int32_t& ordinal = (send ? sends_posted_ : recvs_posted_)[key];
+      const Posted mine{launch.id, static_cast<std::int32_t>(instruction), op.bytes, state.time,
+                        ordinal++};
+      auto& others = send ? waiting_recvs_ : waiting_sends_;
+      const auto found = others.find(key);
+      if (found == others.end()) {
+        (send ? waiting_sends_ : waiting_recvs_)[key].push_back(mine);
+        continue;
+      }
+      const Posted other = found->second.front();
+      found->second.pop_front();
+      if (found->second.empty()) others.erase(found);
+      const Posted& s = send ? mine : other;
+      const Posted& r = send ? other : mine;
+      if (s.bytes != r.bytes) {
+        throw InvalidInput(std::string(to_string(result_.pass)) + " pass: device " +
+                           std::to_string(key.first) + "'s send #" + std::to_string(s.ordinal) +
+                           " to device " + std::to_string(key.second) + " carries " +
+                           std::to_string(s.bytes) + " bytes but the receive expects " +
+                           std::to_string(r.bytes));
+      }
+      add_transfer(key.first, key.second, s, r);
+    }
+    if (launch.ops.empty()) complete_launches(d);
+  }
+
+  void add_transfer(std::int32_t src, std::int32_t dst, const Posted& s, const Posted& r) {
+    TransferEvent transfer;
+    transfer.src = src;
+    transfer.dst = dst;
+    transfer.src_instruction = s.instruction;
+    transfer.dst_instruction = r.instruction;
+    transfer.bytes = s.bytes;
+    transfer.inter_node = shape_.node_of(src) != shape_.node_of(dst);
+    transfer.posted = std::max(s.time, r.time);
+    transfer.ready = transfer.posted + cost_.latency(transfer.inter_node);
+    const auto id = static_cast<std::int32_t>(result_.transfers.size());
+    result_.transfers.push_back(transfer);
+    transfer_launch_.push_back({s.launch, r.launch});
+    pending_.push({transfer.ready, id});
+  }
+
+  // --- launches ----------------------------------------------------------------------------------
+
+  void transfer_done(std::int32_t id) {
+    // Copies: completing a launch may advance a device, which may add transfers.
+    const TransferEvent transfer = result_.transfers[at(id)];
+    const auto [src_launch, dst_launch] = transfer_launch_[at(id)];
+    for (const auto& [device, launch] : {std::pair{transfer.src, src_launch},
+                                         std::pair{transfer.dst, dst_launch}}) {
+      LaunchState& state = devices_[at(device)].launches[at(launch)];
+      --state.open;
+      if (transfer.end >= state.last_end) {
+        state.last_end = transfer.end;
+        state.last_transfer = id;
+      }
+      complete_launches(at(device));
+    }
+  }
+
+  void complete_launches(std::size_t d) {
+    DeviceState& state = devices_[d];
+    bool progressed = false;
+    while (state.completed < state.launches.size() && state.launches[state.completed].open == 0) {
+      LaunchState& launch = state.launches[state.completed];
+      launch.done = launch.issued;
+      launch.cause = {LaunchCause::Kind::kIssue, -1};
+      if (launch.last_transfer >= 0 && launch.last_end >= launch.done) {
+        launch.done = launch.last_end;
+        launch.cause = {LaunchCause::Kind::kTransfer, launch.last_transfer};
+      }
+      if (state.completed > 0 && state.launches[state.completed - 1].done > launch.done) {
+        launch.done = state.launches[state.completed - 1].done;
+        launch.cause = {LaunchCause::Kind::kPrevious, -1};
+      }
+      ++state.completed;
+      progressed = true;
+    }
+    if (progressed && state.blocked) {
+      state.blocked = false;
+      advance(d);
+    }
+  }
+
+  // --- the network -------------------------------------------------------------------------------
+
+  // Transfers on the same two link sides progress at the same rate, so they form one class; a
+  // class's `served` counts the bytes each of its transfers has moved since the class began, and
+  // a transfer joining at served = s with b bytes ends when served reaches s + b.
+  struct LinkClass {
+    std::size_t first = 0, second = 0;  // resources
+    double served = 0;
+    double rate = 0;  // bytes/s per transfer
+    std::priority_queue<std::pair<double, std::int32_t>,
+                        std::vector<std::pair<double, std::int32_t>>, std::greater<>>
+        ends;  // (served level at which it ends, transfer)
+  };
+
+  std::size_t class_of(const TransferEvent& transfer) {
+    const std::size_t devices = devices_.size();
+    std::size_t a = 0, b = 0;
+    if (transfer.inter_node) {
+      a = 2 * devices + at(shape_.node_of(transfer.src));
+      b = 2 * devices + at(shape_.nodes) + at(shape_.node_of(transfer.dst));
+    } else {
+      a = at(transfer.src);
+      b = devices + at(transfer.dst);
+    }
+    const auto [it, inserted] = class_index_.try_emplace(a * capacity_.size() + b, classes_.size());
+    if (inserted) {
+      LinkClass link;
+      link.first = a;
+      link.second = b;
+      classes_.push_back(std::move(link));
+    }
+    return it->second;
+  }
+
+  // Max-min fair rates by progressive filling over the classes with transfers in flight.
+  void allocate() {
+    std::vector<double> capacity = capacity_;
+    std::vector<double> load(capacity.size(), 0.0);
+    std::vector<std::size_t> open;
+    for (std::size_t c = 0; c < classes_.size(); ++c) {
+      classes_[c].rate = 0;
+      if (classes_[c].ends.empty()) continue;
+      const auto n = static_cast<double>(classes_[c].ends.size());
+      load[classes_[c].first] += n;
+      load[classes_[c].second] += n;
+      open.push_back(c);
+    }
+    while (!open.empty()) {
+      std::size_t bottleneck = 0;
+      double share = kInf;
+      for (std::size_t r = 0; r < capacity.size(); ++r) {
+        if (load[r] > 0 && capacity[r] / load[r] < share) {
+          share = capacity[r] / load[r];
+          bottleneck = r;
+        }
+      }
+      std::erase_if(open, [&](std::size_t c) {
+        LinkClass& link = classes_[c];
+        if (link.first != bottleneck && link.second != bottleneck) return false;
+        link.rate = share;
+        const auto n = static_cast<double>(link.ends.size());
+        for (const std::size_t r : {link.first, link.second}) {
+          capacity[r] = std::max(0.0, capacity[r] - share * n);
+          load[r] -= n;
+        }
+        return true;
+      });
+    }
+  }
+
+  void run_network() {
+    double now = 0;
+    while (true) {
+      double next = pending_.empty() ? kInf : pending_.top().first;
+      std::size_t ending = classes_.size();
+      for (std::size_t c = 0; c < classes_.size(); ++c) {
+        const LinkClass& link = classes_[c];
+        if (link.ends.empty() || link.rate <= 0) continue;
+        const double t = now + std::max(0.0, link.ends.top().first - link.served) / link.rate;
+        if (t < next) {
+          next = t;
+          ending = c;
+        }
+      }
+      if (next == kInf) break;
+      for (LinkClass& link : classes_) {
+        if (!link.ends.empty()) link.served += link.rate * (next - now);
+      }
+      now = next;
+      // Transfers that end now: the class that set `next`, and any within rounding of it.
+      std::vector<std::int32_t> ended;
+      for (std::size_t c = 0; c < classes_.size(); ++c) {
+        LinkClass& link = classes_[c];
+        while (!link.ends.empty() &&
+               (c == ending || link.ends.top().first - link.served <=
+                                   1e-9 * link.ends.top().first + 1e-6)) {
+          ended.push_back(link.ends.top().second);
+          link.ends.pop();
+          if (c == ending) ending = classes_.size();  // only its first is forced
+        }
+      }
+      while (!pending_.empty() && pending_.top().first <= now) {
+        const std::int32_t id = pending_.top().second;
+        pending_.pop();
+        const TransferEvent& transfer = result_.transfers[at(id)];
+        if (transfer.bytes == 0) {
+          ended.push_back(id);
+          continue;
+        }
+        LinkClass& link = classes_[class_of(transfer)];
+        link.ends.push({link.served + static_cast<double>(transfer.bytes), id});
+      }
+      allocate();
+      std::sort(ended.begin(), ended.end());
+      for (const std::int32_t id : ended) {
+        result_.transfers[at(id)].end = now;
+        TransferEvent& transfer = result_.transfers[at(id)];
+        DeviceTimeline& src = result_.devices[at(transfer.src)];
+        DeviceTimeline& dst = result_.devices[at(transfer.dst)];
+        src.end = std::max(src.end, now);
+        dst.end = std::max(dst.end, now);
+        transfer_done(id);  // may advance devices, which may post transfers ready from now on
+      }
+      if (!ended.empty()) allocate();
+    }
+  }
+
+  // --- summary -----------------------------------------------------------------------------------
+
+  void finish_summary() {
+    std::size_t last = 0;
+    for (std::size_t d = 0; d < devices_.size(); ++d) {
+      DeviceTimeline& timeline = result_.devices[d];
+      timeline.end = std::max(timeline.end, devices_[d].time);
+      if (timeline.end > result_.devices[last].end) last = d;
+      result_.seconds = std::max(result_.seconds, timeline.end);
+    }
+    stage_times();
+    critical_path(last);
+  }
+
+  void stage_times() {
+    std::int32_t stages = 0;
+    for (const DeviceState& state : devices_) stages = std::max(stages, state.program->stages + 1);
+    result_.stages.assign(at(stages), StageTime{kInf, 0, 0, 0});
+    std::vector<double> compute(at(stages));
+    for (std::size_t d = 0; d < devices_.size(); ++d) {
+      std::fill(compute.begin(), compute.end(), 0.0);
+      const Program& program = *devices_[d].program;
+      for (const ComputeEvent& event : result_.devices[d].events) {
+        StageTime& stage = result_.stages[at(event.stage)];
+        stage.begin = std::min(stage.begin, event.start);
+        stage.end = std::max(stage.end, event.end);
+        const Instruction& instruction = program.instructions[at(event.instruction)];
+        if (std::holds_alternative<Wait>(instruction)) {
+          stage.total_wait += event.end - event.start;
+        } else {
+          compute[at(event.stage)] += event.end - event.start;
+        }
+      }
+      for (std::size_t s = 0; s < compute.size(); ++s) {
+        result_.stages[s].max_compute = std::max(result_.stages[s].max_compute, compute[s]);
+      }
+    }
+    for (StageTime& stage : result_.stages) {
+      if (stage.begin == kInf) stage.begin = stage.end;
+    }
+  }
+
+  // Walks back from the last instruction of the device that ends last: along its stream, and from
+  // a Wait that its launch held to whatever completed that launch last.
+  void critical_path(std::size_t last_device) {
+    std::vector<CriticalStep> steps;
+    auto device = static_cast<std::int32_t>(last_device);
+    auto index = static_cast<std::int64_t>(result_.devices[last_device].events.size()) - 1;
+    const auto extend = [&](std::int32_t dev, std::size_t event_index) {
+      const ComputeEvent& event = result_.devices[at(dev)].events[event_index];
+      if (!steps.empty() && steps.back().kind == CriticalStep::Kind::kCompute &&
+          steps.back().device == dev && steps.back().first == event.instruction + 1) {
+        steps.back().first = event.instruction;
+        steps.back().start = event.start;
+      } else {
+        steps.push_back({CriticalStep::Kind::kCompute, dev, event.instruction, event.instruction,
+                         event.start, event.end});
+      }
+    };
+    while (index >= 0) {
+      const DeviceState& state = devices_[at(device)];
+      const auto e = at(index);
+      if (!state.held_by_launch[e]) {
+        extend(device, e);
+        --index;
+        continue;
+      }
+      // Follow the launch that held this Wait back to the transfer or issue that completed it.
+      std::int32_t launch = state.wait_launch[e];
+      while (state.launches[at(launch)].cause.kind == LaunchCause::Kind::kPrevious) --launch;
+      const LaunchState& released = state.launches[at(launch)];
+      if (released.cause.kind == LaunchCause::Kind::kIssue) {
+        index = released.instruction;  // events are one per instruction, in order
+        continue;
+      }
+      const TransferEvent& transfer = result_.transfers[at(released.cause.transfer)];
+      steps.push_back({CriticalStep::Kind::kTransfer, transfer.dst, released.cause.transfer,
+                       released.cause.transfer, transfer.posted, transfer.end});
+      // The transfer could start once its later side posted it.
+      const bool sender_later = result_.devices[at(transfer.src)]
+                                    .events[at(transfer.src_instruction)]
+                                    .start >= result_.devices[at(transfer.dst)]
+                                                  .events[at(transfer.dst_instruction)]
+                                                  .start;
+      device = sender_later ? transfer.src : transfer.dst;
+      index = sender_later ? transfer.src_instruction : transfer.dst_instruction;
+    }
+    // Launches and Waits that cost nothing are no stretch of their own.
+    std::erase_if(steps, [](const CriticalStep& step) { return step.end <= step.start; });
+    std::reverse(steps.begin(), steps.end());
+    for (const CriticalStep& step : steps) {
+      (step.kind == CriticalStep::Kind::kCompute ? result_.critical_compute_seconds
+                                                 : result_.critical_transfer_seconds) +=
+          step.end - step.start;
+    }
+    result_.critical_path = std::move(steps);
+  }
+
+  const PlanHeader& header_;
+  CostModel cost_;
+  ClusterShape shape_;
+  std::vector<DeviceState> devices_;
+  PassSimulation result_;
+  std::map<std::pair<std::int32_t, std::int32_t>, std::int32_t> sends_posted_, recvs_posted_;
+  // Posted sides whose other side has not posted yet, by (src, dst).
+  std::map<std::pair<std::int32_t, std::int32_t>, std::deque<Posted>> waiting_sends_,
+      waiting_recvs_;
+  std::vector<std::pair<std::int32_t, std::int32_t>> transfer_launch_;  // (src, dst) launch
+  std::priority_queue<std::pair<double, std::int32_t>,
+                      std::vector<std::pair<double, std::int32_t>>, std::greater<>>
+      pending_;  // (ready, transfer)
+  std::vector<double> capacity_;  // per link side
+  std::vector<LinkClass> classes_;
+  std::map<std::size_t, std::size_t> class_index_;
+};
+
+}  // namespace
+
+ClusterSpec with_shape(ClusterSpec cluster, const ClusterShape& shape) {
+  cluster.shape = shape;
+  return cluster;
+}
+
+PassSimulation simulate(const PlanHeader& header, const std::vector<Program>& programs,
+                        const ClusterSpec& cluster) {
+  validate(cluster);
+  check_plan_header(header, "");
+  if (!(cluster.shape == header.cluster)) {
+    throw InvalidInput("the plan is for " + std::to_string(header.cluster.nodes) + " x " +
+                       std::to_string(header.cluster.devices_per_node) + " devices but cluster '" +
+                       cluster.name + "' describes " + std::to_string(cluster.shape.nodes) +
+                       " x " + std::to_string(cluster.shape.devices_per_node));
+  }
+  if (programs.size() != at(header.cluster.devices())) {
+    throw InvalidInput("expected one Program per device (" +
+                       std::to_string(header.cluster.devices()) + "), got " +
+                       std::to_string(programs.size()));
+  }
+  for (std::size_t d = 0; d < programs.size(); ++d) {
+    if (programs[d].device != static_cast<std::int32_t>(d) ||
+        programs[d].pass != programs.front().pass) {
+      throw InvalidInput("Program " + std::to_string(d) + " is device " +
+                         std::to_string(programs[d].device) + "'s " +
+                         std::string(to_string(programs[d].pass)) +
+                         " Program; expected device " + std::to_string(d) + "'s " +
+                         std::string(to_string(programs.front().pass)));
+    }
+    check_program_structure(header, programs[d], "");
+  }
+  return Simulation(header, programs, cluster).run();
+}
+
+PlanSimulation simulate(const Plan& plan, const ClusterSpec& cluster) {
+  return {simulate(plan.header, plan.forward, cluster),
+          simulate(plan.header, plan.backward, cluster)};
+}
+
+}  // namespace dcp::sim

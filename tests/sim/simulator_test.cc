@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: Apache-2.0
+// The event simulator on hand-built Programs with known answers, on the sample plan, and on
+// planned batches (monotonicity, errors).
+#include "dcp/sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dcp/core/error.h"
+#include "dcp/core/rng.h"
+
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/planner/plan_builder.h"
+#include "dcp/sim/chrome_trace.h"
+#include "dcp/sim/cost_model.h"
+#include "tests/testing/sample_plan.h"
+
+namespace dcp::sim {
+namespace {
+
+using D = CommOp::Direction;
+
+// Round numbers: 1 GB/s links, 2 us / 5 us latency, no kernel overhead.
+ClusterSpec test_cluster(ClusterShape shape) {
+  ClusterSpec spec;
+  spec.name = "test";
+  spec.shape = shape;
+  spec.intra_node_bandwidth = 1e9;
+  spec.intra_node_latency = 2e-6;
+  spec.inter_node_bandwidth = 1e9;
+  spec.inter_node_latency = 5e-6;
+  spec.forward_flops = 1e12;
+  spec.backward_flops = 1e12;
+  spec.kernel_overhead = 0;
+  spec.memory_bandwidth = 1e12;
+  return spec;
+}
+
+// One sequence of `blocks` blocks of `tokens` tokens each, one q head, head dim 128, bf16.
+PlanHeader test_header(ClusterShape shape, std::int32_t blocks, std::int32_t tokens) {
+  PlanHeader h;
+  h.strategy = "test";
+  h.cluster = shape;
+  h.q_heads = 1;
+  h.kv_heads = 1;
+  h.head_dim = 128;
+  h.dtype = DType::kBf16;
+  h.softmax_scale = 1.0 / std::sqrt(128.0);
+  h.total_tokens = std::int64_t{blocks} * tokens;
+  h.sequences = 1;
+  h.token_blocks = blocks;
+  return h;
+}
+
+BlockInfo block(BlockId id, std::int32_t tokens) { return {id, 0, tokens, id * tokens}; }
+
+Program program(std::int32_t device, std::vector<BlockInfo> blocks, std::vector<Slot> slots,
+                std::vector<Instruction> instructions, std::int32_t stages = 1) {
+  Program p;
+  p.device = device;
+  p.pass = Pass::kForward;
+  p.stages = stages;
+  p.blocks = std::move(blocks);
+  p.slots = std::move(slots);
+  p.instructions = std::move(instructions);
+  p.instruction_stage.assign(p.instructions.size(), 0);
+  return p;
+}
+
+// Device `src` sends one kv value of `tokens` tokens to `dst`; every other device idles.
+std::vector<Program> transfers(const PlanHeader& h, std::vector<std::pair<int, int>> pairs,
+                               std::vector<std::int32_t> tokens) {
+  std::vector<Program> programs;
+  for (std::int32_t d = 0; d < h.cluster.devices(); ++d) {
+    std::vector<CommOp> ops;
+    std::vector<Slot> slots;
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      const std::int64_t bytes = value_bytes(h, SlotKind::kKV, tokens[i]);
+      if (pairs[i].first == d || pairs[i].second == d) {
+        const bool send = pairs[i].first == d;
+        ops.push_back({send ? D::kSend : D::kRecv, send ? pairs[i].second : pairs[i].first,
+                       static_cast<SlotId>(slots.size()), bytes});
+        slots.push_back({SlotKind::kKV, tokens[i]});
+      }
+    }
+    programs.push_back(program(d, {}, slots, {Launch{0, ops}, Wait{0}}));
+  }
+  return programs;
+}
+
+TEST(Simulator, OneTransferTakesLatencyPlusBytesOverBandwidth) {
+  const ClusterShape shape{2, 1};
+  const PlanHeader h = test_header(shape, 1, 1000);
+  const PassSimulation sim = simulate(h, transfers(h, {{0, 1}}, {1000}), test_cluster(shape));
+  const double bytes = static_cast<double>(value_bytes(h, SlotKind::kKV, 1000));  // 512000
+  ASSERT_EQ(sim.transfers.size(), 1u);
+  EXPECT_TRUE(sim.transfers[0].inter_node);
+  EXPECT_DOUBLE_EQ(sim.transfers[0].posted, 0);
+  EXPECT_DOUBLE_EQ(sim.transfers[0].ready, 5e-6);
+  EXPECT_NEAR(sim.transfers[0].end, 5e-6 + bytes / 1e9, 1e-15);
+  EXPECT_NEAR(sim.seconds, 5e-6 + bytes / 1e9, 1e-15);
+  // Both ends wait for it: the sender's Wait too.
+  EXPECT_NEAR(sim.devices[0].wait_seconds, sim.seconds, 1e-15);
+  EXPECT_NEAR(sim.devices[1].wait_seconds, sim.seconds, 1e-15);
+  ASSERT_FALSE(sim.critical_path.empty());
+  EXPECT_NEAR(sim.critical_transfer_seconds, sim.seconds, 1e-15);
+  EXPECT_DOUBLE_EQ(sim.critical_compute_seconds, 0);
+}
+
+TEST(Simulator, TwoSendersShareTheirNodesNetworkInterface) {
+  const ClusterShape shape{2, 2};
+  const PlanHeader h = test_header(shape, 1, 1000);
+  const double bytes = static_cast<double>(value_bytes(h, SlotKind::kKV, 1000));
+  // Devices 0 and 1 (node 0) send to 2 and 3 (node 1): each gets half of the interface.
+  const PassSimulation shared =
+      simulate(h, transfers(h, {{0, 2}, {1, 3}}, {1000, 1000}), test_cluster(shape));
+  for (const TransferEvent& t : shared.transfers) {
+    EXPECT_NEAR(t.end, 5e-6 + 2 * bytes / 1e9, 1e-15);
+  }
+  // Inside a node each device has its own send and receive sides: no sharing.
+  const PassSimulation apart =
+      simulate(h, transfers(h, {{0, 1}, {2, 3}}, {1000, 1000}), test_cluster(shape));
+  for (const TransferEvent& t : apart.transfers) EXPECT_NEAR(t.end, 2e-6 + bytes / 1e9, 1e-15);
+  // Unequal sizes: the small one ends at 2 x its bytes; the big one then has the link alone.
+  const PassSimulation unequal =
+      simulate(h, transfers(h, {{0, 2}, {1, 3}}, {1000, 3000}), test_cluster(shape));
+  EXPECT_NEAR(unequal.transfers[0].end, 5e-6 + 2 * bytes / 1e9, 1e-15);
+  EXPECT_NEAR(unequal.transfers[1].end, 5e-6 + 4 * bytes / 1e9, 1e-14);
+}
+
+TEST(Simulator, ReceiverSideIsSharedToo) {
+  const ClusterShape shape{1, 3};
+  const PlanHeader h = test_header(shape, 1, 1000);
+  const double bytes = static_cast<double>(value_bytes(h, SlotKind::kKV, 1000));
+  const PassSimulation sim =
+      simulate(h, transfers(h, {{0, 2}, {1, 2}}, {1000, 1000}), test_cluster(shape));
+  for (const TransferEvent& t : sim.transfers) EXPECT_NEAR(t.end, 2e-6 + 2 * bytes / 1e9, 1e-15);
+}
+
+// Device 1 computes a full tile on its own kv while device 0's kv arrives, then one on the
+// received kv. `tokens` sets the transfer's size against the tile's compute.
+struct Pipeline {
+  PlanHeader header;
+  std::vector<Program> programs;
+};
+
+Pipeline two_stage_pipeline(std::int32_t kv_tokens) {
+  const ClusterShape shape{2, 1};
+  Pipeline p{test_header(shape, 2, kv_tokens), {}};
+  const PlanHeader& h = p.header;
+  const std::int64_t kv_bytes = value_bytes(h, SlotKind::kKV, kv_tokens);
+  const auto row = [](SlotId q, SlotId out, bool accumulate, SlotId kv) {
+    return AttnRow{q, out, accumulate, {AttnKv{kv, kFullTile, kNoSlot, false}}};
+  };
+  p.programs.push_back(program(0, {block(0, kv_tokens)}, {{SlotKind::kKV, kv_tokens}},
+                               {Launch{0, {{D::kSend, 1, 0, kv_bytes}}}, Wait{0}}));
+  Program receiver = program(
+      1, {block(0, kv_tokens), block(1, kv_tokens)},
+      {{SlotKind::kQ, kv_tokens}, {SlotKind::kKV, kv_tokens}, {SlotKind::kKV, kv_tokens},
+       {SlotKind::kOut, kv_tokens}},
+      {Launch{0, {{D::kRecv, 0, 2, kv_bytes}}}, Load{0, 1, 0}, Load{1, 1, 0},
+       AttnForward{{row(0, 3, false, 1)}}, Wait{0}, AttnForward{{row(0, 3, true, 2)}}},
+      2);
+  receiver.instruction_stage = {0, 0, 0, 0, 1, 1};
+  p.programs.push_back(std::move(receiver));
+  return p;
+}
+
+TEST(Simulator, TwoStagePipelineOverlapsTheTransferFully) {
+  // 4096 tokens: a 4096 x 4096 tile takes 4 * 4096^2 * 128 / 1e12 = 8.6 ms; its kv (2 MiB) 2 ms.
+  const Pipeline p = two_stage_pipeline(4096);
+  const ClusterSpec cluster = test_cluster(p.header.cluster);
+  const PassSimulation sim = simulate(p.header, p.programs, cluster);
+  const CostModel cost(cluster, p.header);
+  const double tile = cost.tile_seconds(Pass::kForward, nullptr, 4096, 4096);
+  const double load = cost.memory_seconds(2 * value_bytes(p.header, SlotKind::kQ, 4096)) +
+                      cost.memory_seconds(2 * value_bytes(p.header, SlotKind::kKV, 4096));
+  const double transfer = 5e-6 + static_cast<double>(value_bytes(p.header, SlotKind::kKV, 4096)) / 1e9;
+  ASSERT_LT(transfer, load + tile);
+  EXPECT_NEAR(sim.devices[1].end, load + 2 * tile, 1e-12);
+  EXPECT_NEAR(sim.devices[1].wait_seconds, 0, 1e-15);
+  EXPECT_NEAR(sim.devices[1].compute_seconds, load + 2 * tile, 1e-12);
+  EXPECT_NEAR(sim.seconds, load + 2 * tile, 1e-12);
+  EXPECT_NEAR(sim.critical_compute_seconds, sim.seconds, 1e-12);
+  ASSERT_EQ(sim.stages.size(), 3u);  // two stages and the (empty) epilogue
+  EXPECT_NEAR(sim.stages[0].max_compute, load + tile, 1e-12);
+  EXPECT_NEAR(sim.stages[1].max_compute, tile, 1e-12);
+}
+
+TEST(Simulator, SlowTransferIsExposedAsWaitAndOnTheCriticalPath) {
+  // 512 tokens: the tile takes 0.13 ms, the kv transfer 0.26 ms.
+  const Pipeline p = two_stage_pipeline(512);
+  const ClusterSpec cluster = test_cluster(p.header.cluster);
+  const PassSimulation sim = simulate(p.header, p.programs, cluster);
+  const CostModel cost(cluster, p.header);
+  const double tile = cost.tile_seconds(Pass::kForward, nullptr, 512, 512);
+  const double transfer = 5e-6 + static_cast<double>(value_bytes(p.header, SlotKind::kKV, 512)) / 1e9;
+  EXPECT_NEAR(sim.seconds, transfer + tile, 1e-12);
+  EXPECT_NEAR(sim.devices[1].wait_seconds, transfer - sim.devices[1].events[3].end, 1e-12);
+  // The critical path: the transfer, then the second tile.
+  ASSERT_EQ(sim.critical_path.size(), 2u);
+  EXPECT_EQ(sim.critical_path[0].kind, CriticalStep::Kind::kTransfer);
+  EXPECT_EQ(sim.critical_path[1].kind, CriticalStep::Kind::kCompute);
+  EXPECT_EQ(sim.critical_path[1].device, 1);
+  EXPECT_NEAR(sim.critical_transfer_seconds, transfer, 1e-12);
+  EXPECT_NEAR(sim.critical_compute_seconds, tile, 1e-12);
+}
+
+TEST(Simulator, SamplePlanRunsBothPassesAndItsTraceNamesEveryDevice) {
+  const Plan plan = testing::sample_plan();
+  const PlanSimulation sim = simulate(plan, with_shape(cluster_preset("a100-p4de"),
+                                                       plan.header.cluster));
+  for (const PassSimulation* pass : {&sim.forward, &sim.backward}) {
+    EXPECT_GT(pass->seconds, 0);
+    EXPECT_EQ(pass->devices.size(), 2u);
+    EXPECT_EQ(pass->stages.size(), 3u);
+    EXPECT_FALSE(pass->critical_path.empty());
+    for (const DeviceTimeline& d : pass->devices) {
+      EXPECT_LE(d.compute_seconds + d.wait_seconds, d.end + 1e-15);
+    }
+  }
+  EXPECT_EQ(sim.forward.transfers.size(), 1u);
+  EXPECT_EQ(sim.backward.transfers.size(), 2u);
+  const std::string trace = chrome_trace(plan, sim);
+  EXPECT_EQ(trace.front(), '{');
+  EXPECT_NE(trace.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(trace.find("device 1 compute"), std::string::npos);
+  EXPECT_NE(trace.find("attn_bwd"), std::string::npos);
+  // Every transfer begins and ends once.
+  std::size_t begins = 0, ends = 0;
+  for (std::size_t at = 0; (at = trace.find("\"ph\": \"b\"", at)) != std::string::npos; ++at) {
+    ++begins;
+  }
+  for (std::size_t at = 0; (at = trace.find("\"ph\": \"e\"", at)) != std::string::npos; ++at) {
+    ++ends;
+  }
+  EXPECT_EQ(begins, 3u);
+  EXPECT_EQ(ends, 3u);
+}
+
+TEST(Simulator, UnmatchedSendsDeadlocksAndSizeMismatchesAreErrors) {
+  const ClusterShape shape{1, 2};
+  const PlanHeader h = test_header(shape, 1, 100);
+  const std::int64_t bytes = value_bytes(h, SlotKind::kKV, 100);
+  const std::vector<Slot> one_slot = {{SlotKind::kKV, 100}};
+  const auto error = [&](std::vector<Program> programs) {
+    try {
+      simulate(h, programs, test_cluster(shape));
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // A send nobody receives, without a Wait: the pass ends with the send unmatched.
+  EXPECT_NE(error({program(0, {}, one_slot, {Launch{0, {{D::kSend, 1, 0, bytes}}}}),
+                   program(1, {}, one_slot, {})})
+                .find("device 0's send #0 to device 1 has no matching receive"),
+            std::string::npos);
+  // Waiting on it: device 0 waits forever.
+  EXPECT_NE(error({program(0, {}, one_slot, {Launch{0, {{D::kSend, 1, 0, bytes}}}, Wait{0}}),
+                   program(1, {}, one_slot, {})})
+                .find("device 0 waits forever on launch 0"),
+            std::string::npos);
+  EXPECT_NE(error({program(0, {}, one_slot, {Launch{0, {{D::kSend, 1, 0, bytes}}}, Wait{0}}),
+                   program(1, {}, one_slot, {Launch{0, {{D::kRecv, 0, 0, bytes / 2}}}, Wait{0}})})
+                .find("but the receive expects"),
+            std::string::npos);
+  EXPECT_NE(error({program(0, {}, one_slot, {})}).find("one Program per device"),
+            std::string::npos);
+  ClusterSpec wrong = test_cluster({2, 1});
+  EXPECT_THROW(simulate(h, transfers(h, {{0, 1}}, {100}), wrong), InvalidInput);
+}
+
+// Planned batches: more bandwidth, less latency or faster kernels never make a pass slower.
+TEST(Simulator, FasterClustersAreNeverSlower) {
+  Rng rng(3);
+  for (const Strategy strategy : {Strategy::kDcp, Strategy::kRing, Strategy::kHybrid}) {
+    for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kSharedQuestion}) {
+      std::vector<TokenCount> lengths;
+      for (int i = 0; i < 6; ++i) lengths.push_back(rng.uniform_int(50, 1500));
+      SequenceBatch batch(lengths);
+      AttentionShape shape;
+      shape.q_heads = 8;
+      shape.kv_heads = 2;
+      shape.head_dim = 64;
+      MaskSpec spec;
+      spec.kind = kind;
+      Workload workload(shape, batch, build_batch_mask(spec, batch), 128, 1);
+      PlanOptions options;
+      options.strategy = strategy;
+      options.cluster = with_shape(cluster_preset("a100-p4de"), {2, 4});
+      options.seed = 1;
+      const Plan plan = build_plan(workload, options).plan;
+      double previous[2] = {1e300, 1e300};
+      for (const double scale : {0.25, 0.5, 1.0, 2.0, 4.0, 16.0}) {
+        ClusterSpec faster = options.cluster;
+        faster.intra_node_bandwidth *= scale;
+        faster.inter_node_bandwidth *= scale;
+        faster.intra_node_latency /= scale;
+        faster.inter_node_latency /= scale;
+        faster.forward_flops *= std::sqrt(scale);
+        faster.backward_flops *= std::sqrt(scale);
+        const PlanSimulation sim = simulate(plan, faster);
+        const double seconds[2] = {sim.forward.seconds, sim.backward.seconds};
+        for (int pass = 0; pass < 2; ++pass) {
+          EXPECT_LE(seconds[pass], previous[pass] * (1 + 1e-12))
+              << to_string(strategy) << " " << to_string(kind) << " x" << scale;
+          previous[pass] = seconds[pass];
+        }
+      }
+    }
+  }
+}
+
+TEST(CostModel, SubtilesOfACausalTile) {
+  // Row r attends to keys [0, r + 1): a 4 x 4 tile in 2 x 2 sub-tiles has two diagonal (cut)
+  // sub-tiles and one full one below them; the one above is empty.
+  const TileMask causal{4, 4, {0, 1, 2, 3, 4}, {0, 1, 0, 2, 0, 3, 0, 4}};
+  const SubtileWork work = subtile_work(&causal, 4, 4, 2, 2);
+  EXPECT_EQ(work.subtiles, 3);
+  EXPECT_EQ(work.full_area, 4);
+  EXPECT_EQ(work.partial_area, 8);
+  const SubtileWork full = subtile_work(nullptr, 5, 3, 2, 2);
+  EXPECT_EQ(full.subtiles, 6);
+  EXPECT_EQ(full.full_area, 15);
+  EXPECT_EQ(full.partial_area, 0);
+  // A sub-tile's used rectangle: rows 0-1 attend to key 1 only of sub-tile (0, 0).
+  const TileMask narrow{2, 4, {0, 1, 2}, {1, 2, 1, 2}};
+  const SubtileWork used = subtile_work(&narrow, 2, 4, 2, 4);
+  EXPECT_EQ(used.subtiles, 1);
+  EXPECT_EQ(used.full_area, 2);
+}
+
+TEST(CostModel, PairTimeFollowsHeadDimDtypeAndPass) {
+  ClusterSpec spec = test_cluster({1, 1});
+  spec.softmax_share = 0.25;
+  spec.fp32_kernel_factor = 2;
+  PlanHeader h = test_header({1, 1}, 1, 1);
+  const double bf16_128 = CostModel(spec, h).pair_seconds(Pass::kForward);
+  EXPECT_DOUBLE_EQ(bf16_128, 4 * 128 / 1e12);
+  h.head_dim = 64;
+  EXPECT_DOUBLE_EQ(CostModel(spec, h).pair_seconds(Pass::kForward), bf16_128 * (0.75 / 2 + 0.25));
+  h.head_dim = 128;
+  h.dtype = DType::kFp32;
+  EXPECT_DOUBLE_EQ(CostModel(spec, h).pair_seconds(Pass::kForward), 2 * bf16_128);
+  h.dtype = DType::kBf16;
+  EXPECT_DOUBLE_EQ(CostModel(spec, h).pair_seconds(Pass::kBackward), 2.5 * bf16_128);
+  spec.partial_subtile_extra = 0.5;
+  spec.subtile_overhead = 1e-6;
+  const TileMask causal{4, 4, {0, 1, 2, 3, 4}, {0, 1, 0, 2, 0, 3, 0, 4}};
+  spec.forward_subtile_q = spec.forward_subtile_kv = 2;
+  EXPECT_DOUBLE_EQ(CostModel(spec, h).tile_seconds(Pass::kForward, &causal, 4, 4),
+                   (4 + 8 * 1.5) * bf16_128 + 3e-6);
+}
+
+}  // namespace
+}  // namespace dcp::sim

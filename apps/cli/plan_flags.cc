@@ -12,10 +12,12 @@ namespace dcp::cli {
 const std::vector<FlagSpec>& plan_flags() {
   static const std::vector<FlagSpec> specs = {
       {"--cluster", "PRESET|FILE",
-       "a100-p4de | h100-dgx | a cluster file (docs/scheduling.md) [a100-p4de]"},
+       "a100-p4de | h100-dgx | cpu-local | a cluster file (docs/cost_model.md) [a100-p4de]"},
       {"--nodes", "N", "nodes [the cluster's]"},
       {"--devices-per-node", "D", "devices per node [the cluster's]"},
-      {"--strategy", "NAME", "dcp | ring | zigzag | ulysses | hybrid [dcp]"},
+      {"--strategy", "NAME",
+       "dcp | dcp-pure | ring | zigzag | ulysses | hybrid [dcp]; dcp keeps the fastest of its "
+       "own plan and the static plans under the simulator, dcp-pure always its own"},
       {"--stages", "S", "dcp: fetch stages; 0 = chosen by the cost model [0]"},
       {"--compute-masked-tiles", "",
        "static strategies: compute fully masked tiles too (TransformerEngine's path for "
@@ -41,13 +43,13 @@ PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
   }
   options.schedule.fetch_launches = static_cast<std::int32_t>(args.get_int("--stages", 0, 0, 64));
   for (const char* flag : {"--stages", "--eps-compute", "--eps-memory"}) {
-    if (args.has(flag) && options.strategy != Strategy::kDcp) {
-      throw UsageError(std::string(flag) + " applies to --strategy dcp; " +
+    if (args.has(flag) && !is_dcp(options.strategy)) {
+      throw UsageError(std::string(flag) + " applies to --strategy dcp or dcp-pure; " +
                        std::string(to_string(options.strategy)) + " has a fixed schedule");
     }
   }
   if (args.flag("--compute-masked-tiles")) {
-    if (options.strategy == Strategy::kDcp) {
+    if (is_dcp(options.strategy)) {
       throw UsageError(
           "--compute-masked-tiles applies to static strategies; dcp never computes "
           "a fully masked tile");

@@ -4,7 +4,14 @@
 
 #include "dcp/core/timing.h"
 
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "dcp/core/error.h"
+
 #include "dcp/planner/compile/compiler.h"
+#include "dcp/sim/simulator.h"
 
 namespace dcp {
 namespace {
@@ -15,19 +22,21 @@ ScheduleSummary summarize(const ScheduledPass& scheduled) {
 
 }  // namespace
 
-BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
-  validate(options.cluster);
+namespace {
+
+BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
   const auto start = Clock::now();
   const ClusterShape& shape = options.cluster.shape;
-  if (options.strategy == Strategy::kDcp) {
+  if (is_dcp(options.strategy)) {
     PlacementOptions placement_options = options.placement;
     placement_options.cluster = shape;
     placement_options.seed = options.seed;
     PlacementResult placed = place(workload, placement_options);
     BuiltPlan built{Plan{}, workload, std::move(placed.placement), placed.within_bounds, {},
-                    {},     {}};
+                    {},     {},       {}};
     built.timings.partition_ms = ms_since(start);
-    built.plan.header = plan_header(workload, shape, "dcp", options.seed);
+    built.plan.header =
+        plan_header(workload, shape, std::string(to_string(options.strategy)), options.seed);
     ScheduledPass passes[2];
     for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
       const auto begin = Clock::now();
@@ -50,7 +59,7 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
   }
   StaticPlan layout = static_plan(options.strategy, workload, shape, options.masked_tiles);
   BuiltPlan built{Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {},
-                  {}};
+                  {},     {}};
   built.timings.partition_ms = ms_since(start);
   built.plan.header =
       plan_header(built.workload, shape, std::string(to_string(options.strategy)), options.seed);
@@ -68,6 +77,49 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
   }
   built.timings.total_ms = ms_since(start);
   return built;
+}
+
+PlanCandidate simulated(const BuiltPlan& built, std::string strategy,
+                        const ClusterSpec& cluster) {
+  const sim::PlanSimulation simulation = sim::simulate(built.plan, cluster);
+  return {std::move(strategy), true, "", simulation.forward.seconds,
+          simulation.backward.seconds};
+}
+
+}  // namespace
+
+BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
+  validate(options.cluster);
+  if (options.strategy != Strategy::kDcp) return build_one(workload, options);
+  const auto start = Clock::now();
+  BuiltPlan best = build_one(workload, options);
+  const auto select_start = Clock::now();
+  PlanSelection selection;
+  selection.candidates.push_back(simulated(best, "dcp", options.cluster));
+  double best_seconds = selection.candidates.front().seconds();
+  for (const Strategy strategy : kStaticStrategies) {
+    PlanOptions static_options = options;
+    static_options.strategy = strategy;
+    const std::string name(to_string(strategy));
+    std::optional<BuiltPlan> candidate;
+    try {
+      candidate.emplace(build_one(workload, static_options));
+    } catch (const InvalidInput& e) {
+      selection.candidates.push_back({name, false, e.what(), 0, 0});
+      continue;
+    }
+    selection.candidates.push_back(simulated(*candidate, name, options.cluster));
+    if (selection.candidates.back().seconds() < best_seconds) {
+      best_seconds = selection.candidates.back().seconds();
+      selection.kept = name;
+      best = std::move(*candidate);
+      best.plan.header.strategy = "dcp/" + name;
+    }
+  }
+  selection.simulate_ms = ms_since(select_start);
+  best.selection = std::move(selection);
+  best.timings.total_ms = ms_since(start);
+  return best;
 }
 
 }  // namespace dcp

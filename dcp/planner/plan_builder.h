@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "dcp/model/cluster.h"
 #include "dcp/model/workload.h"
@@ -37,6 +39,22 @@ struct ScheduleSummary {
   ScheduleEstimate estimate;        // under PlanOptions::cluster
 };
 
+// How Strategy::kDcp chose its plan: every candidate's simulated time under PlanOptions::cluster
+// (dcp's own plan first, then each static strategy), and which one it kept.
+struct PlanCandidate {
+  std::string strategy;
+  bool feasible = true;  // false: the strategy cannot run on the cluster (`reason`)
+  std::string reason;
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  double seconds() const { return forward_seconds + backward_seconds; }
+};
+struct PlanSelection {
+  std::vector<PlanCandidate> candidates;  // empty unless the strategy is kDcp
+  std::string kept = "dcp";               // the candidate's strategy
+  double simulate_ms = 0;                 // planning the static candidates and simulating all
+};
+
 struct BuiltPlan {
   Plan plan;
   Workload workload;  // what the plan computes: the input, or its re-cut for static strategies
@@ -44,9 +62,15 @@ struct BuiltPlan {
   bool placement_within_bounds = true;
   ScheduleSummary forward;
   ScheduleSummary backward;
-  PlanTimings timings;
+  PlanTimings timings;  // total_ms includes the selection
+  PlanSelection selection;
 };
 
+// kDcp: dcp's own plan (placement, schedules, compile), then every static strategy that can run
+// on the cluster; each is simulated forward and backward under options.cluster (dcp::sim), and
+// the fastest in forward plus backward time is kept (dcp's own on a tie). Since dcp can simulate
+// before it executes, it is never slower than a static strategy under the cost model. The kept
+// plan's header names "dcp" or "dcp/<static strategy>". kDcpPure: dcp's own plan always.
 // Throws InvalidInput if the cluster spec is invalid, or the strategy cannot run on it.
 BuiltPlan build_plan(const Workload& workload, const PlanOptions& options);
 

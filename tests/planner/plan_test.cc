@@ -17,6 +17,7 @@
 #include "dcp/program/plan_file.h"
 #include "dcp/program/plan_json.h"
 #include "dcp/program/verifier.h"
+#include "dcp/sim/simulator.h"
 
 namespace dcp {
 namespace {
@@ -82,15 +83,17 @@ TEST_P(EveryStrategyAndWorld, VerifiesOnEveryMaskBothPasses) {
 
 INSTANTIATE_TEST_SUITE_P(
     Plans, EveryStrategyAndWorld,
-    ::testing::Combine(::testing::Values(Strategy::kDcp, Strategy::kRing, Strategy::kZigzag,
+    ::testing::Combine(::testing::Values(Strategy::kDcpPure, Strategy::kRing, Strategy::kZigzag,
                                          Strategy::kUlysses, Strategy::kHybrid),
                        ::testing::Values(ClusterShape{1, 1}, ClusterShape{1, 2}, ClusterShape{1, 3},
                                          ClusterShape{2, 2}, ClusterShape{2, 4},
                                          ClusterShape{4, 8})),
     [](const auto& param_info) {
       const ClusterShape world = std::get<1>(param_info.param);
-      return std::string(to_string(std::get<0>(param_info.param))) + "_" +
-             std::to_string(world.nodes) + "x" + std::to_string(world.devices_per_node);
+      std::string name(to_string(std::get<0>(param_info.param)));
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name + "_" + std::to_string(world.nodes) + "x" +
+             std::to_string(world.devices_per_node);
     });
 
 TEST(PlanBuilder, UlyssesNeedsAHeadBlockPerDevice) {
@@ -110,7 +113,7 @@ TEST(PlanBuilder, SameInputsAndSeedGiveTheSameBytes) {
 
 TEST(PlanBuilder, BinaryRoundTripKeepsEveryField) {
   const Workload workload = make(random_batch(4), MaskKind::kSharedQuestion, 8, 2);
-  const BuiltPlan built = build_plan(workload, options_for(Strategy::kDcp, {2, 2}));
+  const BuiltPlan built = build_plan(workload, options_for(Strategy::kDcpPure, {2, 2}));
   const std::string bytes = serialize_plan(built.plan);
   const Plan back = parse_plan(bytes, "memory");
   EXPECT_TRUE(back == built.plan);
@@ -154,11 +157,54 @@ TEST(StageScheduler, StageZeroUsesOnlyLocalInputsAndInputsCrossToANodeOnce) {
   }
 }
 
+TEST(PlanBuilder, DcpKeepsTheFastestOfItsOwnAndTheStaticPlansUnderTheSimulator) {
+  std::uint64_t seed = 21;
+  std::set<std::string> kept;
+  for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kFull, MaskKind::kLambda}) {
+    const Workload workload = make(random_batch(seed++), kind, 8, 2);
+    PlanOptions options = options_for(Strategy::kDcp, {2, 2});
+    // A fast network makes static plans competitive on some batches.
+    options.cluster.inter_node_bandwidth *= 50;
+    const BuiltPlan best = build_plan(workload, options);
+    ASSERT_EQ(best.selection.candidates.size(), 5u);  // dcp and the four static strategies
+    const sim::PlanSimulation kept_time = sim::simulate(best.plan, options.cluster);
+    for (const PlanCandidate& candidate : best.selection.candidates) {
+      ASSERT_TRUE(candidate.feasible) << candidate.reason;
+      // Each candidate's time is that of the plan its strategy builds on its own.
+      options.strategy = candidate.strategy == "dcp" ? Strategy::kDcpPure
+                                                     : parse_strategy(candidate.strategy);
+      const sim::PlanSimulation alone =
+          sim::simulate(build_plan(workload, options).plan, options.cluster);
+      EXPECT_DOUBLE_EQ(candidate.forward_seconds, alone.forward.seconds);
+      EXPECT_DOUBLE_EQ(candidate.backward_seconds, alone.backward.seconds);
+      EXPECT_LE(kept_time.seconds(), alone.seconds()) << candidate.strategy;
+    }
+    options.strategy = Strategy::kDcp;
+    EXPECT_EQ(best.plan.header.strategy,
+              best.selection.kept == "dcp" ? "dcp" : "dcp/" + best.selection.kept);
+    EXPECT_TRUE(verify(best.plan).ok);
+    kept.insert(best.selection.kept);
+  }
+  // With a network this fast, a static plan wins at least once (these batches: Ulysses).
+  EXPECT_TRUE(kept.size() > 1 || *kept.begin() != "dcp");
+  // Ulysses cannot split 8 q heads over 16 devices: a candidate that is not feasible.
+  const Workload workload = make(random_batch(30), MaskKind::kCausal, 8, 2);
+  const BuiltPlan wide = build_plan(workload, options_for(Strategy::kDcp, {2, 8}));
+  const auto ulysses = std::find_if(
+      wide.selection.candidates.begin(), wide.selection.candidates.end(),
+      [](const PlanCandidate& c) { return c.strategy == "ulysses"; });
+  ASSERT_NE(ulysses, wide.selection.candidates.end());
+  EXPECT_FALSE(ulysses->feasible);
+  EXPECT_NE(ulysses->reason.find("head"), std::string::npos);
+  // dcp-pure never selects.
+  EXPECT_TRUE(build_plan(workload, options_for(Strategy::kDcpPure, {2, 2})).selection.candidates.empty());
+}
+
 // --- The verifier on broken compiled plans --------------------------------------------------
 
 Plan compiled_plan() {
   const Workload workload = make(random_batch(9), MaskKind::kCausal, 8, 2);
-  PlanOptions options = options_for(Strategy::kDcp, {2, 2});
+  PlanOptions options = options_for(Strategy::kDcpPure, {2, 2});
   options.schedule.fetch_launches = 3;
   Plan plan = build_plan(workload, options).plan;
   EXPECT_TRUE(verify(plan).ok);

@@ -18,6 +18,8 @@ std::string_view to_string(Strategy strategy) {
   switch (strategy) {
     case Strategy::kDcp:
       return "dcp";
+    case Strategy::kDcpPure:
+      return "dcp-pure";
     case Strategy::kRing:
       return "ring";
     case Strategy::kZigzag:
@@ -31,12 +33,16 @@ std::string_view to_string(Strategy strategy) {
 }
 
 Strategy parse_strategy(std::string_view name) {
-  for (const Strategy s : {Strategy::kDcp, Strategy::kRing, Strategy::kZigzag, Strategy::kUlysses,
-                           Strategy::kHybrid}) {
+  for (const Strategy s : {Strategy::kDcp, Strategy::kDcpPure, Strategy::kRing, Strategy::kZigzag,
+                           Strategy::kUlysses, Strategy::kHybrid}) {
     if (name == to_string(s)) return s;
   }
   throw InvalidInput("unknown strategy " + quoted(name) +
-                     " (strategies: dcp, ring, zigzag, ulysses, hybrid)");
+                     " (strategies: dcp, dcp-pure, ring, zigzag, ulysses, hybrid)");
+}
+
+bool is_dcp(Strategy strategy) {
+  return strategy == Strategy::kDcp || strategy == Strategy::kDcpPure;
 }
 
 namespace {
@@ -250,7 +256,9 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
                          std::to_string(head_blocks) + " q head blocks");
     }
   };
-  if (strategy == Strategy::kDcp) throw InvalidInput("dcp is not a static strategy");
+  if (is_dcp(strategy)) {
+    throw InvalidInput(std::string(to_string(strategy)) + " is not a static strategy");
+  }
   if (strategy == Strategy::kUlysses) need_heads(devices, "all devices");
   if (strategy == Strategy::kHybrid) need_heads(cluster.devices_per_node, "the devices of a node");
   // Ring and Ulysses cut each sequence into P chunks, zigzag and hybrid into 2P.

@@ -12,9 +12,16 @@
 
 namespace dcp {
 
-enum class Strategy { kDcp, kRing, kZigzag, kUlysses, kHybrid };
+// kDcp: dcp's plan, or the best static plan when the simulator finds one faster (see build_plan);
+// kDcpPure: dcp's own placement always.
+enum class Strategy { kDcp, kDcpPure, kRing, kZigzag, kUlysses, kHybrid };
 std::string_view to_string(Strategy strategy);
-// Accepts dcp, ring, zigzag, ulysses, hybrid. Throws InvalidInput naming the text otherwise.
+bool is_dcp(Strategy strategy);
+// The static strategies, in the order plans and tables list them.
+inline constexpr Strategy kStaticStrategies[] = {Strategy::kRing, Strategy::kZigzag,
+                                                 Strategy::kUlysses, Strategy::kHybrid};
+// Accepts dcp, dcp-pure, ring, zigzag, ulysses, hybrid. Throws InvalidInput naming the text
+// otherwise.
 Strategy parse_strategy(std::string_view name);
 
 // A static strategy's plan before compilation. Static systems cut each sequence their own way, so
@@ -37,7 +44,7 @@ Strategy parse_strategy(std::string_view name);
 // Backward runs the same way; partial dK, dV travel the ring back to their owner with each
 // device's contribution added on the way, and other partial outputs (O, LSE forward; dQ and, for
 // Ulysses, dK, dV) return to their owner by all-to-all after the last stage that adds to them.
-// Throws InvalidInput if the strategy cannot run on the cluster, or for kDcp.
+// Throws InvalidInput if the strategy cannot run on the cluster, or for kDcp and kDcpPure.
 struct StaticPlan {
   Workload workload;
   Placement placement;

@@ -23,11 +23,15 @@ constexpr Command kCommands[] = {
     {"verify", "check a plan file by executing all its Programs symbolically", run_verify},
     {"inspect", "per device: instructions, bytes per stage and buffer peak of a plan file",
      run_inspect},
+    {"simulate", "a plan file's time on a described cluster: timelines, critical path, trace",
+     run_simulate},
     {"run", "plan a batch and execute it on local or MPI ranks, checked against fp64 attention",
      run_run},
     {"attention", "distributed attention forward and backward on your .npy arrays", run_attention},
     {"demo", "plan a realistic batch with dcp and the static baselines, run and compare them",
      run_demo},
+    {"calibrate", "measure the cost model's constants for cpu kernels and local ranks here",
+     run_calibrate},
 };
 
 std::string overview() {

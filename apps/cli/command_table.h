@@ -32,5 +32,7 @@ int run_inspect(std::span<const std::string> args, std::ostream& out);
 int run_run(std::span<const std::string> args, std::ostream& out);
 int run_attention(std::span<const std::string> args, std::ostream& out);
 int run_demo(std::span<const std::string> args, std::ostream& out);
+int run_calibrate(std::span<const std::string> args, std::ostream& out);
+int run_simulate(std::span<const std::string> args, std::ostream& out);
 
 }  // namespace dcp::cli

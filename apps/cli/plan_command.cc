@@ -89,6 +89,7 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     json.field("schedule_forward", built.timings.schedule_forward_ms);
     json.field("schedule_backward", built.timings.schedule_backward_ms);
     json.field("compile", built.timings.compile_ms);
+    json.field("selection", built.selection.simulate_ms);
     json.field("total", total_ms);
     json.end_object();
     json.key("plan").raw(plan_to_json(built.plan));
@@ -121,11 +122,30 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
                   format_mb(pass_bytes.intra_node, 2).c_str());
     out << line;
   }
+  if (!built.selection.candidates.empty()) {
+    out << "selection  kept " << built.selection.kept
+        << " (simulated forward + backward ms, the fastest is kept):";
+    for (const PlanCandidate& c : built.selection.candidates) {
+      out << " " << c.strategy << " ";
+      if (!c.feasible) {
+        out << "n/a";
+      } else if (!c.simulated) {
+        std::snprintf(line, sizeof(line), "screened (estimate %.3f)", c.estimate_seconds * 1e3);
+        out << line;
+      } else {
+        std::snprintf(line, sizeof(line), "%.3f", c.seconds() * 1e3);
+        out << line;
+      }
+      if (&c != &built.selection.candidates.back()) out << ",";
+    }
+    out << "\n";
+  }
   std::snprintf(line, sizeof(line),
                 "time ms    workload %.1f, partition %.1f, schedule forward %.1f, backward %.1f, "
-                "compile %.1f, total %.1f\n",
+                "compile %.1f, selection %.1f, total %.1f\n",
                 workload_ms, built.timings.partition_ms, built.timings.schedule_forward_ms,
-                built.timings.schedule_backward_ms, built.timings.compile_ms, total_ms);
+                built.timings.schedule_backward_ms, built.timings.compile_ms,
+                built.selection.simulate_ms, total_ms);
   out << line;
   if (const auto path = args.get("--out")) out << "wrote      " << *path << "\n";
   return 0;

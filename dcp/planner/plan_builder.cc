@@ -2,13 +2,12 @@
 // The whole planner, timed per phase.
 #include "dcp/planner/plan_builder.h"
 
-#include "dcp/core/timing.h"
-
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "dcp/core/error.h"
+#include "dcp/core/timing.h"
 
 #include "dcp/planner/compile/compiler.h"
 #include "dcp/sim/simulator.h"
@@ -23,6 +22,8 @@ ScheduleSummary summarize(const ScheduledPass& scheduled) {
 }  // namespace
 
 namespace {
+
+BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start);
 
 BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
   const auto start = Clock::now();
@@ -57,7 +58,12 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
     built.timings.total_ms = ms_since(start);
     return built;
   }
-  StaticPlan layout = static_plan(options.strategy, workload, shape, options.masked_tiles);
+  return compile_static(static_plan(options.strategy, workload, shape, options.masked_tiles),
+                        options, start);
+}
+
+BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start) {
+  const ClusterShape& shape = options.cluster.shape;
   BuiltPlan built{Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {},
                   {},     {}};
   built.timings.partition_ms = ms_since(start);
@@ -82,7 +88,7 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
 PlanCandidate simulated(const BuiltPlan& built, std::string strategy,
                         const ClusterSpec& cluster) {
   const sim::PlanSimulation simulation = sim::simulate(built.plan, cluster);
-  return {std::move(strategy), true, "", simulation.forward.seconds,
+  return {std::move(strategy), true, "", true, 0, simulation.forward.seconds,
           simulation.backward.seconds};
 }
 
@@ -101,18 +107,36 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
     PlanOptions static_options = options;
     static_options.strategy = strategy;
     const std::string name(to_string(strategy));
-    std::optional<BuiltPlan> candidate;
+    const auto static_start = Clock::now();
+    std::optional<StaticPlan> layout;
     try {
-      candidate.emplace(build_one(workload, static_options));
+      layout.emplace(static_plan(strategy, workload, options.cluster.shape, options.masked_tiles));
     } catch (const InvalidInput& e) {
-      selection.candidates.push_back({name, false, e.what(), 0, 0});
+      selection.candidates.push_back({name, false, e.what(), false, 0, 0, 0});
       continue;
     }
-    selection.candidates.push_back(simulated(*candidate, name, options.cluster));
-    if (selection.candidates.back().seconds() < best_seconds) {
-      best_seconds = selection.candidates.back().seconds();
+    // Screen: a static plan whose schedule estimate is far above dcp's simulated time is not
+    // compiled and simulated (docs/cost_model.md; the estimate is within a few percent of the
+    // simulation for static plans, whose time is transfers and whole-tile kernels).
+    const PlanHeader header =
+        plan_header(layout->workload, options.cluster.shape, name, options.seed);
+    const double estimated =
+        estimate(layout->workload, layout->placement, options.cluster, header, layout->forward)
+            .seconds +
+        estimate(layout->workload, layout->placement, options.cluster, header, layout->backward)
+            .seconds;
+    if (estimated >= kScreenFactor * best_seconds) {
+      selection.candidates.push_back({name, true, "", false, estimated, 0, 0});
+      continue;
+    }
+    BuiltPlan candidate = compile_static(std::move(*layout), static_options, static_start);
+    PlanCandidate simulated_candidate = simulated(candidate, name, options.cluster);
+    simulated_candidate.estimate_seconds = estimated;
+    selection.candidates.push_back(simulated_candidate);
+    if (simulated_candidate.seconds() < best_seconds) {
+      best_seconds = simulated_candidate.seconds();
       selection.kept = name;
-      best = std::move(*candidate);
+      best = std::move(candidate);
       best.plan.header.strategy = "dcp/" + name;
     }
   }

@@ -45,10 +45,15 @@ struct PlanCandidate {
   std::string strategy;
   bool feasible = true;  // false: the strategy cannot run on the cluster (`reason`)
   std::string reason;
-  double forward_seconds = 0;
+  // false: screened out; its schedule estimate (forward plus backward) was at least
+  // kScreenFactor times the best simulated time so far, so it was not compiled.
+  bool simulated = true;
+  double estimate_seconds = 0;
+  double forward_seconds = 0;  // simulated
   double backward_seconds = 0;
   double seconds() const { return forward_seconds + backward_seconds; }
 };
+inline constexpr double kScreenFactor = 1.25;
 struct PlanSelection {
   std::vector<PlanCandidate> candidates;  // empty unless the strategy is kDcp
   std::string kept = "dcp";               // the candidate's strategy
@@ -68,7 +73,8 @@ struct BuiltPlan {
 
 // kDcp: dcp's own plan (placement, schedules, compile), then every static strategy that can run
 // on the cluster; each is simulated forward and backward under options.cluster (dcp::sim), and
-// the fastest in forward plus backward time is kept (dcp's own on a tie). Since dcp can simulate
+// the fastest in forward plus backward time is kept (dcp's own on a tie). A static strategy whose
+// schedule estimate is at least kScreenFactor times the best simulated time is not compiled. Since dcp can simulate
 // before it executes, it is never slower than a static strategy under the cost model. The kept
 // plan's header names "dcp" or "dcp/<static strategy>". kDcpPure: dcp's own plan always.
 // Throws InvalidInput if the cluster spec is invalid, or the strategy cannot run on it.

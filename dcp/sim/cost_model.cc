@@ -91,7 +91,7 @@ double CostModel::tile_seconds(Pass pass, const TileMask* mask, std::int32_t q_t
 }
 
 double CostModel::memory_seconds(std::int64_t bytes) const {
-  return spec_.kernel_overhead + static_cast<double>(bytes) / spec_.memory_bandwidth;
+  return static_cast<double>(bytes) / spec_.memory_bandwidth;
 }
 
 }  // namespace dcp::sim

@@ -38,7 +38,8 @@ class CostModel {
   double tile_seconds(Pass pass, const TileMask* mask, std::int32_t q_tokens,
                       std::int32_t kv_tokens) const;
   // A memory-bound instruction (load, store, merge, sum) moving `bytes` to and from device
-  // memory, with its launch overhead.
+  // memory, without launch overhead: consecutive instructions of one kind run as one batched
+  // kernel, which pays kernel_overhead once (the simulator charges it).
   double memory_seconds(std::int64_t bytes) const;
   double kernel_overhead() const { return spec_.kernel_overhead; }
 

@@ -12,6 +12,7 @@
 #include <queue>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "dcp/core/error.h"
 #include "dcp/program/plan_file.h"
@@ -54,6 +55,7 @@ struct DeviceState {
   std::size_t completed = 0;          // launches [0, completed) are complete
   std::vector<std::int32_t> slot_tokens;
   std::vector<double> mask_cost;  // per mask, NaN until first used
+  std::size_t memory_run = std::variant_npos;  // opcode of the batched memory kernel running
   // Per compute event: whether a Wait was held by its launch (else by the stream).
   std::vector<bool> held_by_launch;
   std::vector<std::int32_t> wait_launch;
@@ -168,18 +170,27 @@ class Simulation {
       const double start = state.time;
       double seconds = 0;
       bool compute = true;
+      // A load, store, merge or sum right after one of its kind joins its batched kernel.
+      const bool memory = std::holds_alternative<Load>(instruction) ||
+                          std::holds_alternative<Store>(instruction) ||
+                          std::holds_alternative<Merge>(instruction) ||
+                          std::holds_alternative<Sum>(instruction);
+      if (memory && instruction.index() != state.memory_run) seconds = cost_.kernel_overhead();
+      if (!std::holds_alternative<Free>(instruction)) {
+        state.memory_run = memory ? instruction.index() : std::variant_npos;
+      }
       if (const auto* load = std::get_if<Load>(&instruction)) {
         state.slot_tokens[at(load->slot)] = tokens_of_block(program, load->block);
-        seconds = cost_.memory_seconds(2 * slot_bytes(state, load->slot));
+        seconds += cost_.memory_seconds(2 * slot_bytes(state, load->slot));
       } else if (const auto* store = std::get_if<Store>(&instruction)) {
-        seconds = store->slot == kNoSlot
-                      ? cost_.memory_seconds(value_bytes(header_, store->kind,
+        seconds += store->slot == kNoSlot
+                       ? cost_.memory_seconds(value_bytes(header_, store->kind,
                                                          tokens_of_block(program, store->block)))
-                      : cost_.memory_seconds(2 * slot_bytes(state, store->slot));
+                       : cost_.memory_seconds(2 * slot_bytes(state, store->slot));
       } else if (const auto* merge = std::get_if<Merge>(&instruction)) {
-        seconds = cost_.memory_seconds(3 * slot_bytes(state, merge->dst));
+        seconds += cost_.memory_seconds(3 * slot_bytes(state, merge->dst));
       } else if (const auto* sum = std::get_if<Sum>(&instruction)) {
-        seconds = cost_.memory_seconds(3 * slot_bytes(state, sum->dst));
+        seconds += cost_.memory_seconds(3 * slot_bytes(state, sum->dst));
       } else if (const auto* forward = std::get_if<AttnForward>(&instruction)) {
         seconds = attention_seconds(state, *forward, Pass::kForward);
       } else if (const auto* backward = std::get_if<AttnBackward>(&instruction)) {

@@ -22,6 +22,11 @@ constexpr std::size_t kPiece = std::size_t{1} << 15;
 
 }  // namespace
 
+SubtileShape cpu_subtile_shape(bool forward) {
+  return forward ? SubtileShape{kForwardQChunk, kForwardKvChunk}
+                 : SubtileShape{kBackwardQChunk, kBackwardKvChunk};
+}
+
 void check_params(const AttentionParams& params) {
   if (params.q_heads < 1 || params.kv_heads < 1 || params.head_dim < 1 ||
       params.q_heads % params.kv_heads != 0) {

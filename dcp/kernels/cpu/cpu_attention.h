@@ -13,6 +13,15 @@
 
 namespace dcp::kernels {
 
+// The cpu kernels' sub-tile (q rows x keys) of one pass: tiles are computed in these units, and
+// element-wise masking runs only in sub-tiles the mask cuts (the simulator's cost model and the
+// cpu-local calibration read it).
+struct SubtileShape {
+  std::int32_t q = 0;
+  std::int32_t kv = 0;
+};
+SubtileShape cpu_subtile_shape(bool forward);
+
 // Forward: tasks over (row, q chunk, q head), each owning its o and lse rows, scheduled
 // dynamically. Backward: tasks over (row, tile, kv chunk, kv head), each owning its dk, dv chunk;
 // dq contributions go to one fp32 buffer per bucket of a fixed cost-balanced task assignment and

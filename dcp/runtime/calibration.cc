@@ -1,0 +1,490 @@
+// SPDX-License-Identifier: Apache-2.0
+// Calibration of the cost model's constants for the cpu kernels and the local communicator.
+#include "dcp/runtime/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <utility>
+
+#include "dcp/core/error.h"
+#include "dcp/core/rng.h"
+#include "dcp/core/timing.h"
+
+#include "dcp/comm/local/local_communicator.h"
+#include "dcp/kernels/attention_kernels.h"
+#include "dcp/kernels/cpu/cpu_attention.h"
+#include "dcp/program/program.h"
+#include "dcp/sim/cost_model.h"
+
+namespace dcp::runtime {
+namespace {
+
+using kernels::ElementType;
+
+// Each repeat runs the operation at least this long (a loop of calls for short operations), so
+// that the clock's resolution and the barrier's wake-up do not show in the per-call time.
+constexpr double kMinRepeatSeconds = 0.05;
+constexpr std::int64_t kMaxIterations = 10000;
+constexpr std::int32_t kHeadDim = 128;  // the cost model's reference head dim
+// The sub-tile overhead call: many tiny full tiles.
+constexpr std::int32_t kTinyRows = 64;
+constexpr std::int32_t kTinyTiles = 16;
+constexpr std::int32_t kTinyTokens = 16;
+
+std::size_t to_size(std::int64_t x) { return static_cast<std::size_t>(x); }
+
+void check_range(std::int64_t value, std::int64_t lo, std::int64_t hi, const char* option) {
+  if (value < lo || value > hi) {
+    throw InvalidInput(std::string("calibration option ") + option + " must be in [" +
+                       std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                       std::to_string(value));
+  }
+}
+
+void check_options(const CalibrationOptions& o) {
+  check_range(o.devices, 1, 256, "devices");
+  check_range(o.repeats, 1, 1000, "repeats");
+  check_range(o.tile_tokens, 64, 16384, "tile_tokens");
+  check_range(o.copy_bytes, std::int64_t{4} << 10, std::int64_t{4} << 30, "copy_bytes");
+  check_range(o.message_bytes, std::int64_t{4} << 10, std::int64_t{4} << 30, "message_bytes");
+}
+
+// --- Timing on ranks -------------------------------------------------------------------------
+
+using Operation = std::function<void()>;
+// Builds one rank's operation (its kernels and buffers) on that rank's thread.
+using OperationFactory = std::function<Operation(comm::Communicator&)>;
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Seconds of one operation: `ranks` threads run it at the same time (a barrier before each
+// repeat), each repeat timing a loop of the same number of calls on every rank; per repeat the
+// mean over ranks [0, measured), then the median over repeats. One warm-up call first.
+double time_on_ranks(std::int32_t ranks, std::int32_t measured, std::int32_t repeats,
+                     const OperationFactory& make) {
+  std::vector<double> once(to_size(ranks), 0.0);
+  std::vector<double> seconds(to_size(std::int64_t{ranks} * repeats), 0.0);
+  comm::CommOptions options;
+  options.timeout_seconds = 3600;  // a barrier waits for the slowest rank's operation
+  comm::run_local_ranks(ranks, options, [&](comm::Communicator& communicator) {
+    const auto rank = to_size(communicator.rank());
+    const Operation operation = make(communicator);
+    operation();  // warm-up: page faults, scratch buffers, BLAS's first call
+    communicator.barrier();
+    Clock::time_point start = Clock::now();
+    operation();
+    once[rank] = ms_since(start) * 1e-3;
+    communicator.barrier();
+    // Every rank reads the same slowest single call, so all loop the same number of times.
+    const double slowest = *std::max_element(once.begin(), once.end());
+    const auto iterations =
+        static_cast<std::int64_t>(std::clamp(std::ceil(kMinRepeatSeconds / std::max(slowest, 1e-9)),
+                                             1.0, static_cast<double>(kMaxIterations)));
+    for (std::int32_t repeat = 0; repeat < repeats; ++repeat) {
+      communicator.barrier();
+      start = Clock::now();
+      for (std::int64_t i = 0; i < iterations; ++i) operation();
+      seconds[to_size(std::int64_t{repeat} * ranks) + rank] =
+          ms_since(start) * 1e-3 / static_cast<double>(iterations);
+    }
+  });
+  std::vector<double> per_repeat;
+  for (std::int32_t repeat = 0; repeat < repeats; ++repeat) {
+    double sum = 0;
+    for (std::int32_t r = 0; r < measured; ++r) {
+      sum += seconds[to_size(std::int64_t{repeat} * ranks + r)];
+    }
+    per_repeat.push_back(sum / measured);
+  }
+  return median(std::move(per_repeat));
+}
+
+// --- Attention operations --------------------------------------------------------------------
+
+// Storage-type values, uniform in [-1, 1]; the vector of floats only provides aligned memory.
+std::vector<float> random_values(ElementType type, std::int64_t n, Rng& rng) {
+  std::vector<float> values(to_size(n));
+  for (float& x : values) x = static_cast<float>(2 * rng.uniform01() - 1);
+  if (type != ElementType::kFp32) {
+    std::vector<float> stored(to_size((n + 1) / 2));
+    kernels::from_float(type, values.data(), stored.data(), to_size(n));
+    return stored;
+  }
+  return values;
+}
+
+kernels::AttentionParams attention_params(std::int32_t head_dim, ElementType storage) {
+  kernels::AttentionParams params;
+  params.q_heads = 1;
+  params.kv_heads = 1;
+  params.head_dim = head_dim;
+  params.storage = storage;
+  params.softmax_scale = static_cast<float>(1 / std::sqrt(static_cast<double>(head_dim)));
+  return params;
+}
+
+// One forward call: `rows` rows of q_tokens queries, each against the same `tiles` kv tiles of
+// kv_tokens keys (full, or causal: row r attends keys [0, r + 1), for q_tokens == kv_tokens).
+struct ForwardCase {
+  std::int32_t rows = 1;
+  std::int32_t q_tokens = 1;
+  std::int32_t tiles = 1;
+  std::int32_t kv_tokens = 1;
+  bool causal = false;
+  std::int32_t head_dim = kHeadDim;
+  ElementType storage = ElementType::kBf16;
+};
+
+TileMask causal_mask(std::int32_t tokens) {
+  TileMask mask;
+  mask.q_tokens = tokens;
+  mask.kv_tokens = tokens;
+  for (std::int32_t r = 0; r <= tokens; ++r) mask.row_offsets.push_back(r);
+  for (std::int32_t r = 0; r < tokens; ++r) mask.intervals.insert(mask.intervals.end(), {0, r + 1});
+  return mask;
+}
+
+struct ForwardState {
+  std::unique_ptr<kernels::AttentionKernels> kernel_set;
+  kernels::AttentionParams params;
+  std::vector<float> q, k, v, o, lse;
+  TileMask mask;
+  std::vector<kernels::ForwardTile> tiles;  // [row][tile]
+  std::vector<kernels::ForwardRow> rows;
+};
+
+std::shared_ptr<ForwardState> make_forward_state(const ForwardCase& c, std::uint64_t seed) {
+  auto state = std::make_shared<ForwardState>();
+  state->kernel_set = kernels::make_kernels(kernels::KernelKind::kCpu, 1);
+  state->params = attention_params(c.head_dim, c.storage);
+  Rng rng(seed);
+  const std::int64_t q_elements = std::int64_t{c.rows} * c.q_tokens * c.head_dim;
+  const std::int64_t kv_elements = std::int64_t{c.tiles} * c.kv_tokens * c.head_dim;
+  state->q = random_values(c.storage, q_elements, rng);
+  state->k = random_values(c.storage, kv_elements, rng);
+  state->v = random_values(c.storage, kv_elements, rng);
+  state->o.assign(to_size(q_elements), 0.0f);
+  state->lse.assign(to_size(std::int64_t{c.rows} * c.q_tokens), 0.0f);
+  kernels::TileMaskView view;
+  if (c.causal) {
+    state->mask = causal_mask(c.q_tokens);
+    view.row_offsets = state->mask.row_offsets.data();
+    view.intervals = state->mask.intervals.data();
+  }
+  const std::size_t element = kernels::element_size(c.storage);
+  const auto* k_bytes = reinterpret_cast<const unsigned char*>(state->k.data());
+  const auto* v_bytes = reinterpret_cast<const unsigned char*>(state->v.data());
+  const auto* q_bytes = reinterpret_cast<const unsigned char*>(state->q.data());
+  const std::size_t tile_bytes = to_size(std::int64_t{c.kv_tokens} * c.head_dim) * element;
+  const std::size_t row_bytes = to_size(std::int64_t{c.q_tokens} * c.head_dim) * element;
+  for (std::int32_t r = 0; r < c.rows; ++r) {
+    for (std::int32_t t = 0; t < c.tiles; ++t) {
+      kernels::ForwardTile tile;
+      tile.k = k_bytes + to_size(t) * tile_bytes;  // the same kv tiles for every row
+      tile.v = v_bytes + to_size(t) * tile_bytes;
+      tile.kv_tokens = c.kv_tokens;
+      tile.mask = view;
+      state->tiles.push_back(tile);
+    }
+  }
+  const std::span<const kernels::ForwardTile> all(state->tiles);
+  for (std::int32_t r = 0; r < c.rows; ++r) {
+    kernels::ForwardRow row;
+    row.q = q_bytes + to_size(r) * row_bytes;
+    row.q_tokens = c.q_tokens;
+    row.tiles = all.subspan(to_size(std::int64_t{r} * c.tiles), to_size(c.tiles));
+    row.o = state->o.data() + to_size(std::int64_t{r} * c.q_tokens * c.head_dim);
+    row.lse = state->lse.data() + to_size(std::int64_t{r} * c.q_tokens);
+    state->rows.push_back(row);
+  }
+  return state;
+}
+
+OperationFactory forward_operation(const ForwardCase& c) {
+  return [c](comm::Communicator& communicator) -> Operation {
+    auto state = make_forward_state(c, 1000 + static_cast<std::uint64_t>(communicator.rank()));
+    return [state] { state->kernel_set->forward(state->params, state->rows); };
+  };
+}
+
+// One backward call of one row of q_tokens queries against one full tile of kv_tokens keys, from
+// the lse and delta of a forward run; dq, dk, dv are fp32.
+struct BackwardState {
+  std::shared_ptr<ForwardState> forward;
+  std::vector<float> dout, o_stored, delta, dq, dk, dv;
+  kernels::BackwardTile tile;
+  kernels::BackwardRow row;
+};
+
+OperationFactory backward_operation(std::int32_t q_tokens, std::int32_t kv_tokens) {
+  return [q_tokens, kv_tokens](comm::Communicator& communicator) -> Operation {
+    ForwardCase c;
+    c.q_tokens = q_tokens;
+    c.kv_tokens = kv_tokens;
+    auto state = std::make_shared<BackwardState>();
+    const auto seed = 2000 + static_cast<std::uint64_t>(communicator.rank());
+    state->forward = make_forward_state(c, seed);
+    ForwardState& f = *state->forward;
+    f.kernel_set->forward(f.params, f.rows);
+    Rng rng(seed + 500);
+    const std::int64_t q_elements = std::int64_t{q_tokens} * c.head_dim;
+    const std::int64_t kv_elements = std::int64_t{kv_tokens} * c.head_dim;
+    state->dout = random_values(c.storage, q_elements, rng);
+    // delta from the output as the caller holds it (rounded to the storage type).
+    state->o_stored.assign(to_size((q_elements + 1) / 2), 0.0f);
+    kernels::from_float(c.storage, f.o.data(), state->o_stored.data(), to_size(q_elements));
+    state->delta.assign(to_size(q_tokens), 0.0f);
+    f.kernel_set->delta(c.storage, state->o_stored.data(), state->dout.data(), q_tokens, 1,
+                        c.head_dim, state->delta.data());
+    state->dq.assign(to_size(q_elements), 0.0f);
+    state->dk.assign(to_size(kv_elements), 0.0f);
+    state->dv.assign(to_size(kv_elements), 0.0f);
+    state->tile.k = f.k.data();
+    state->tile.v = f.v.data();
+    state->tile.kv_tokens = kv_tokens;
+    state->tile.dk = state->dk.data();
+    state->tile.dv = state->dv.data();
+    state->row.q = f.q.data();
+    state->row.dout = state->dout.data();
+    state->row.lse = f.lse.data();
+    state->row.delta = state->delta.data();
+    state->row.q_tokens = q_tokens;
+    state->row.tiles = std::span<const kernels::BackwardTile>(&state->tile, 1);
+    state->row.dq = state->dq.data();
+    return [state] {
+      state->forward->kernel_set->backward(state->forward->params,
+                                           std::span<const kernels::BackwardRow>(&state->row, 1));
+    };
+  };
+}
+
+// --- Memory and links ------------------------------------------------------------------------
+
+OperationFactory copy_operation(std::int64_t bytes) {
+  return [bytes](comm::Communicator&) -> Operation {
+    auto buffers = std::make_shared<std::pair<std::vector<char>, std::vector<char>>>(
+        std::vector<char>(to_size(bytes), 1), std::vector<char>(to_size(bytes), 0));
+    return [buffers] {
+      std::memcpy(buffers->second.data(), buffers->first.data(), buffers->first.size());
+    };
+  };
+}
+
+// Ranks paired 0 <-> 1, 2 <-> 3, ...; each pair exchanges a message both ways in one group (an
+// odd last rank exchanges with itself, so that it loads the memory as the others do).
+OperationFactory exchange_operation(std::int64_t bytes) {
+  return [bytes](comm::Communicator& communicator) -> Operation {
+    const std::int32_t rank = communicator.rank();
+    std::int32_t peer = rank ^ 1;
+    if (peer >= communicator.size()) peer = rank;
+    auto buffers = std::make_shared<std::pair<std::vector<char>, std::vector<char>>>(
+        std::vector<char>(to_size(bytes), 1), std::vector<char>(to_size(bytes), 0));
+    return [buffers, peer, &communicator] {
+      const comm::TransferOp ops[] = {
+          {comm::TransferOp::Kind::kSend, peer, buffers->first.data(), buffers->first.size()},
+          {comm::TransferOp::Kind::kRecv, peer, buffers->second.data(), buffers->second.size()}};
+      communicator.wait(communicator.start(ops));
+    };
+  };
+}
+
+// --- Rounding --------------------------------------------------------------------------------
+
+// `value` rounded to 4 significant digits in `unit` (the cluster file's), back in SI units.
+double round4(double value, double unit) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.4g", value / unit);
+  return std::strtod(text, nullptr) * unit;
+}
+
+std::string describe(const ForwardCase& c) {
+  char text[128];
+  const char* type = c.storage == ElementType::kFp32 ? "fp32" : "bf16";
+  if (c.rows == 1 && c.tiles == 1) {
+    std::snprintf(text, sizeof text, "forward %s%dx%d d%d %s", c.causal ? "causal " : "",
+                  c.q_tokens, c.kv_tokens, c.head_dim, type);
+  } else {
+    std::snprintf(text, sizeof text, "forward %d rows x %d tiles of %dx%d d%d %s", c.rows, c.tiles,
+                  c.q_tokens, c.kv_tokens, c.head_dim, type);
+  }
+  return text;
+}
+
+}  // namespace
+
+CalibrationReport calibrate_cpu_local(const CalibrationOptions& options) {
+  check_options(options);
+  const std::int32_t ranks = options.devices;
+  const std::int32_t repeats = options.repeats;
+  const std::int32_t tokens = options.tile_tokens;
+  const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
+  const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
+  const auto progress = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  const auto time_forward = [&](const ForwardCase& c) {
+    progress("timing " + describe(c) + " on " + std::to_string(ranks) + " ranks");
+    return time_on_ranks(ranks, ranks, repeats, forward_operation(c));
+  };
+
+  // The kernel timings.
+  ForwardCase launch;  // one q token, one key
+  ForwardCase big;     // the rate tile: tokens x 2 tokens
+  big.q_tokens = tokens;
+  big.kv_tokens = 2 * tokens;
+  ForwardCase tiny;  // many tiny full tiles: one sub-tile each
+  tiny.rows = kTinyRows;
+  tiny.q_tokens = kTinyTokens;
+  tiny.tiles = kTinyTiles;
+  tiny.kv_tokens = kTinyTokens;
+  ForwardCase half_dim = big;
+  half_dim.head_dim = kHeadDim / 2;
+  ForwardCase square;  // the causal tile's reference: the same tile without a mask
+  square.q_tokens = tokens;
+  square.kv_tokens = tokens;
+  ForwardCase causal = square;
+  causal.causal = true;
+  ForwardCase fp32 = big;
+  fp32.storage = ElementType::kFp32;
+
+  const double t_launch = time_forward(launch);
+  const double t_big = time_forward(big);
+  const double t_tiny = time_forward(tiny);
+  const double t_half = time_forward(half_dim);
+  const double t_square = time_forward(square);
+  const double t_causal = time_forward(causal);
+  const double t_fp32 = time_forward(fp32);
+  progress("timing backward " + std::to_string(tokens) + "x" + std::to_string(2 * tokens) +
+           " d128 bf16 on " + std::to_string(ranks) + " ranks");
+  const double t_backward =
+      time_on_ranks(ranks, ranks, repeats, backward_operation(tokens, 2 * tokens));
+
+  // Kernel overhead, sub-tile overhead and the pair time solve each other: the 1 x 1 call is one
+  // launch, one sub-tile and one pair; the big tile is mostly pairs; the tiny tiles mostly
+  // sub-tiles. A few rounds of substitution converge (each coupling is small).
+  const double big_area = static_cast<double>(tokens) * 2 * tokens;
+  const double big_subtiles =
+      static_cast<double>(sim::subtile_work(nullptr, tokens, 2 * tokens, fwd.q, fwd.kv).subtiles);
+  const double tiny_subtiles = double{kTinyRows} * kTinyTiles;
+  const double tiny_area = tiny_subtiles * kTinyTokens * kTinyTokens;
+  // Time left for the pairs of a call, never below a tenth of the call (noise must not make a
+  // rate negative or infinite).
+  const auto pair_time = [](double t, double launch_s, double subtiles, double subtile_s,
+                            double area) {
+    return std::max(t - launch_s - subtiles * subtile_s, 0.1 * t) / area;
+  };
+  double overhead = t_launch;
+  double subtile = 0;
+  double pair = t_big / big_area;
+  for (int round = 0; round < 4; ++round) {
+    pair = pair_time(t_big, overhead, big_subtiles, subtile, big_area);
+    subtile = std::max(0.0, (t_tiny - overhead - tiny_area * pair) / tiny_subtiles);
+    overhead = std::max(0.0, t_launch - subtile - pair);
+  }
+  const double pair_half = pair_time(t_half, overhead, big_subtiles, subtile, big_area);
+  const double softmax_share = std::clamp(2 * pair_half / pair - 1, 0.0, 0.95);
+  const double pair_fp32 = pair_time(t_fp32, overhead, big_subtiles, subtile, big_area);
+  const double fp32_factor = std::clamp(pair_fp32 / pair, 0.25, 4.0);
+
+  // The causal tile against the full tile of the same size: a T x T tile's pairs need not run at
+  // the rate tile's speed (each q chunk streams half the keys), and that is no masking cost.
+  const double square_area = static_cast<double>(tokens) * tokens;
+  const double square_subtiles =
+      static_cast<double>(sim::subtile_work(nullptr, tokens, tokens, fwd.q, fwd.kv).subtiles);
+  const double pair_square = pair_time(t_square, overhead, square_subtiles, subtile, square_area);
+  const TileMask mask = causal_mask(tokens);
+  const sim::SubtileWork work = sim::subtile_work(&mask, tokens, tokens, fwd.q, fwd.kv);
+  double partial_extra = 0;
+  if (work.partial_area > 0) {
+    const double used =
+        (t_causal - overhead - static_cast<double>(work.subtiles) * subtile) / pair_square;
+    partial_extra = std::clamp(
+        (used - static_cast<double>(work.full_area)) / static_cast<double>(work.partial_area) - 1,
+        0.0, 99.0);
+  }
+
+  const double backward_subtiles =
+      static_cast<double>(sim::subtile_work(nullptr, tokens, 2 * tokens, bwd.q, bwd.kv).subtiles);
+  const double pair_backward =
+      pair_time(t_backward, overhead, backward_subtiles, subtile, big_area);
+
+  // Memory and links.
+  progress("timing memcpy of " + std::to_string(options.copy_bytes) + " bytes on " +
+           std::to_string(ranks) + " ranks");
+  const double t_copy = time_on_ranks(ranks, ranks, repeats, copy_operation(options.copy_bytes));
+  const std::int32_t link_ranks = std::max(ranks, 2);
+  const std::int32_t paired = link_ranks - link_ranks % 2;
+  progress("timing 8-byte exchanges on " + std::to_string(link_ranks) + " ranks");
+  const double t_latency = time_on_ranks(link_ranks, paired, repeats, exchange_operation(8));
+  progress("timing " + std::to_string(options.message_bytes) + "-byte exchanges on " +
+           std::to_string(link_ranks) + " ranks");
+  const double t_message =
+      time_on_ranks(link_ranks, paired, repeats, exchange_operation(options.message_bytes));
+  const double link_bandwidth = static_cast<double>(options.message_bytes) /
+                                std::max(t_message - t_latency, 0.05 * t_message);
+
+  ClusterSpec spec;
+  spec.name = "cpu-local";
+  spec.shape = {1, ranks};
+  spec.kernel_overhead = round4(overhead, 1e-6);
+  spec.forward_flops = round4(4.0 * kHeadDim / pair, 1e12);
+  spec.subtile_overhead = round4(subtile, 1e-6);
+  spec.softmax_share = round4(softmax_share, 1);
+  spec.partial_subtile_extra = round4(partial_extra, 1);
+  spec.backward_flops = round4(10.0 * kHeadDim / pair_backward, 1e12);
+  spec.fp32_kernel_factor = round4(fp32_factor, 1);
+  spec.memory_bandwidth = round4(2 * static_cast<double>(options.copy_bytes) / t_copy, 1e9);
+  spec.intra_node_latency = round4(t_latency, 1e-6);
+  spec.intra_node_bandwidth = round4(link_bandwidth, 1e9);
+  spec.inter_node_latency = spec.intra_node_latency;  // all ranks share one process
+  spec.inter_node_bandwidth = spec.intra_node_bandwidth;
+  spec.forward_subtile_q = fwd.q;
+  spec.forward_subtile_kv = fwd.kv;
+  spec.backward_subtile_q = bwd.q;
+  spec.backward_subtile_kv = bwd.kv;
+  validate(spec);
+  // The file form reads back as the same spec (a fixed point of write and read).
+  for (int round = 0; round < 4; ++round) {
+    const ClusterSpec back = parse_cluster_text(to_cluster_text(spec), "calibration");
+    if (to_cluster_text(back) == to_cluster_text(spec)) break;
+    spec = back;
+  }
+
+  CalibrationReport report;
+  report.spec = spec;
+  const auto add = [&](std::string name, double seconds, std::string derives, double value,
+                       std::string unit) {
+    report.measurements.push_back(
+        {std::move(name), seconds, std::move(derives), value, std::move(unit)});
+  };
+  add(describe(launch), t_launch, "kernel_overhead_us", spec.kernel_overhead * 1e6, "us");
+  add(describe(big), t_big, "forward_tflops", spec.forward_flops * 1e-12, "TFLOP/s");
+  add(describe(tiny), t_tiny, "subtile_overhead_us", spec.subtile_overhead * 1e6, "us");
+  add(describe(half_dim), t_half, "softmax_share", spec.softmax_share, "");
+  add(describe(square), t_square, "partial_subtile_extra", spec.partial_subtile_extra, "");
+  add(describe(causal), t_causal, "partial_subtile_extra", spec.partial_subtile_extra, "");
+  add("backward " + std::to_string(tokens) + "x" + std::to_string(2 * tokens) + " d128 bf16",
+      t_backward, "backward_tflops", spec.backward_flops * 1e-12, "TFLOP/s");
+  add(describe(fp32), t_fp32, "fp32_kernel_factor", spec.fp32_kernel_factor, "");
+  add("memcpy " + std::to_string(options.copy_bytes) + " B", t_copy, "memory_gbps",
+      spec.memory_bandwidth * 1e-9, "GB/s");
+  const std::string latency_name = "exchange 8 B both ways";
+  const std::string message_name =
+      "exchange " + std::to_string(options.message_bytes) + " B both ways";
+  add(latency_name, t_latency, "intra_node_latency_us", spec.intra_node_latency * 1e6, "us");
+  add(message_name, t_message, "intra_node_gbps", spec.intra_node_bandwidth * 1e-9, "GB/s");
+  add(latency_name, t_latency, "inter_node_latency_us", spec.inter_node_latency * 1e6, "us");
+  add(message_name, t_message, "inter_node_gbps", spec.inter_node_bandwidth * 1e-9, "GB/s");
+  return report;
+}
+
+}  // namespace dcp::runtime

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dcp calibrate`: the cluster file it writes reads back as the text it prints, and bad flags
+// exit 2 without writing anything.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dcp/model/cluster.h"
+
+#include "apps/cli/command_table.h"
+
+namespace dcp::cli {
+namespace {
+
+struct Result {
+  int status;
+  std::string out;
+  std::string err;
+};
+
+Result run(const std::vector<std::string>& argv) {
+  std::ostringstream out, err;
+  const int status = run_main(argv, out, err);
+  return {status, out.str(), err.str()};
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Small tiles and buffers: the command's wiring, not the machine, is under test.
+std::vector<std::string> fast(std::vector<std::string> argv) {
+  argv.insert(argv.begin(), {"calibrate", "--repeats", "1", "--tile-tokens", "128", "--copy-bytes",
+                             "1048576", "--message-bytes", "262144"});
+  return argv;
+}
+
+TEST(CalibrateCommand, WritesAClusterFileThatReadsBackAsThePrintedText) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "dcp_calibrate_test.cluster").string();
+  std::filesystem::remove(path);
+  const Result r = run(fast({"--out", path}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("forward_tflops"), std::string::npos) << r.out;
+  const std::size_t at = r.out.find("\nname = ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string printed = r.out.substr(at + 1);
+  EXPECT_EQ(read_text(path), printed);
+  const ClusterSpec spec = resolve_cluster(path);
+  EXPECT_EQ(spec.name, "cpu-local");
+  EXPECT_EQ(spec.shape, (ClusterShape{1, 2}));
+  EXPECT_EQ(to_cluster_text(spec), printed);
+  std::filesystem::remove(path);
+}
+
+TEST(CalibrateCommand, RejectsBadFlagsWithExitStatus2AndWritesNothing) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "dcp_calibrate_bad.cluster").string();
+  std::filesystem::remove(path);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"calibrate", "--devices", "0", "--out", path}, "--devices"},
+      {{"calibrate", "--devices", "300", "--out", path}, "--devices"},
+      {{"calibrate", "--repeats", "0", "--out", path}, "--repeats"},
+      {{"calibrate", "--tile-tokens", "32", "--out", path}, "--tile-tokens"},
+      {{"calibrate", "--tile-tokens", "x", "--out", path}, "--tile-tokens"},
+      {{"calibrate", "--copy-bytes", "1", "--out", path}, "--copy-bytes"},
+      {{"calibrate", "--bogus", "--out", path}, "--bogus"},
+      {{"calibrate", "--out", path + ".missing/dir/file"}, "--out"},
+  };
+  for (const auto& [argv, flag] : cases) {
+    const Result r = run(argv);
+    EXPECT_EQ(r.status, 2) << flag;
+    EXPECT_EQ(r.out, "") << flag;
+    EXPECT_NE(r.err.find(flag), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(path)) << flag;
+  }
+}
+
+TEST(CalibrateCommand, ExplainsItsFlags) {
+  const Result r = run({"calibrate", "--help"});
+  EXPECT_EQ(r.status, 0);
+  for (const char* flag : {"--devices", "--repeats", "--tile-tokens", "--out"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace dcp::cli

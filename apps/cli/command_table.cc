@@ -25,6 +25,8 @@ constexpr Command kCommands[] = {
      run_inspect},
     {"simulate", "a plan file's time on a described cluster: timelines, critical path, trace",
      run_simulate},
+    {"bench", "benchmark suites: the paper's micro-benchmark (simulated), simulator calibration",
+     run_bench},
     {"run", "plan a batch and execute it on local or MPI ranks, checked against fp64 attention",
      run_run},
     {"attention", "distributed attention forward and backward on your .npy arrays", run_attention},

@@ -34,5 +34,6 @@ int run_attention(std::span<const std::string> args, std::ostream& out);
 int run_demo(std::span<const std::string> args, std::ostream& out);
 int run_calibrate(std::span<const std::string> args, std::ostream& out);
 int run_simulate(std::span<const std::string> args, std::ostream& out);
+int run_bench(std::span<const std::string> args, std::ostream& out);
 
 }  // namespace dcp::cli

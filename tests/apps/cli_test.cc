@@ -12,33 +12,11 @@
 #include "dcp/core/npy.h"
 
 #include "apps/cli/command_table.h"
+#include "tests/apps/cli_testing.h"
 #include <sys/wait.h>
 
 namespace dcp::cli {
 namespace {
-
-struct Result {
-  int status;
-  std::string out;
-  std::string err;
-};
-
-Result run(std::vector<std::string> argv) {
-  std::ostringstream out, err;
-  const int status = run_main(argv, out, err);
-  return {status, out.str(), err.str()};
-}
-
-// Every bad input: exit 2, nothing on stdout, one line on stderr that contains `fragment`.
-void expect_usage_error(std::vector<std::string> argv, const std::string& fragment) {
-  const Result r = run(argv);
-  std::string joined;
-  for (const auto& a : argv) joined += a + " ";
-  EXPECT_EQ(r.status, 2) << joined;
-  EXPECT_EQ(r.out, "") << joined;
-  EXPECT_NE(r.err.find(fragment), std::string::npos) << joined << "\nstderr: " << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-}
 
 std::string json_value(const std::string& json, const std::string& key) {
   std::string pattern = "\"";
@@ -237,16 +215,6 @@ TEST(PartitionCommand, SaysWhenSomeDevicesGetNoData) {
 namespace dcp::cli {
 namespace {
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("dcp_cli_test_" + name)).string();
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 TEST(PlanCommand, WritesAPlanThatVerifiesAndInspects) {
   const std::string plan = temp_path("a.plan");

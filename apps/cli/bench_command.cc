@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dcp bench --suite micro|calibration`: the benchmark suites, their reports and records.
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dcp/core/npy.h"
+#include "dcp/core/parse.h"
+
+#include "apps/cli/args.h"
+#include "apps/cli/bench_suites.h"
+#include "apps/cli/command_table.h"
+
+namespace dcp::cli {
+namespace {
+
+template <typename T, typename Parse>
+std::vector<T> parse_list(const Args& args, std::string_view flag, std::string_view fallback,
+                          Parse parse) {
+  std::vector<T> values;
+  const std::string text = args.get_or(flag, fallback);
+  for (const std::string_view item : split(text, ',')) {
+    values.push_back(with_flag(std::string(flag), [&] { return parse(trim(item)); }));
+  }
+  if (values.empty()) throw UsageError(std::string(flag) + ": give at least one value");
+  return values;
+}
+
+std::vector<MaskSpec> masks_from(const Args& args) {
+  return parse_list<MaskSpec>(args, "--masks", "causal,lambda,shared_question,causal_blockwise",
+                              [](std::string_view name) {
+                                if (name.find(':') != std::string_view::npos) {
+                                  throw InvalidInput("give mask kinds only (" + dcp::quoted(name) +
+                                                     "); they take the paper's parameters");
+                                }
+                                return parse_mask_spec(name);
+                              });
+}
+
+AttentionShape shape_from(const Args& args) {
+  AttentionShape shape;
+  shape.q_heads = static_cast<std::int32_t>(args.get_int("--heads", 8, 1, 1024));
+  shape.kv_heads = static_cast<std::int32_t>(args.get_int("--kv-heads", 2, 1, 1024));
+  shape.head_dim = static_cast<std::int32_t>(args.get_int("--head-dim", 128, 1, 1024));
+  const std::string dtype = args.get_or("--dtype", "bf16");
+  shape.dtype = with_flag("--dtype", [&] { return parse_dtype(dtype); });
+  with_flag("--heads/--kv-heads/--head-dim", [&] { validate(shape); });
+  return shape;
+}
+
+ClusterSpec cluster_from(const Args& args, std::string_view fallback) {
+  const std::string name = args.get_or("--cluster", fallback);
+  return with_flag("--cluster " + dcp::quoted(name), [&] { return resolve_cluster(name); });
+}
+
+std::string command_line(std::span<const std::string> argv) {
+  std::string line = "dcp bench";
+  for (const std::string& arg : argv) line += " " + arg;
+  return line;
+}
+
+void write_report(const Args& args, const std::string& name, const std::string& text,
+                  std::ostream& out) {
+  const std::string dir = args.get_or("--report-dir", "docs");
+  if (dir.empty()) return;
+  const std::string path = dir + "/" + name;
+  with_flag("--report-dir " + dcp::quoted(dir), [&] {
+    std::error_code ignored;
+    std::filesystem::create_directories(dir, ignored);  // write_file_atomically names failures
+    write_file_atomically(path, text);
+  });
+  out << "wrote " << path << "\n";
+}
+
+}  // namespace
+
+int run_bench(std::span<const std::string> argv, std::ostream& out) {
+  const std::vector<FlagSpec> specs = {
+      {"--suite", "NAME", "micro | calibration [micro]"},
+      {"--batches", "N", "batches per configuration [3]"},
+      {"--datasets", "LIST", "micro: length distributions [ldc,longalign]"},
+      {"--dataset", "NAME", "calibration: length distribution [ldc]"},
+      {"--scales", "LIST", "micro: length scales [0.5,1,2,4]"},
+      {"--masks", "LIST", "mask kinds [causal,lambda,shared_question,causal_blockwise]"},
+      {"--strategies", "LIST",
+       "micro [dcp,dcp-pure,ring,zigzag,ulysses,hybrid]; calibration [dcp,ring,zigzag,ulysses,"
+       "hybrid]"},
+      {"--tokens", "N", "tokens per batch [micro 131072, calibration 8192]"},
+      {"--cluster", "PRESET|FILE", "[micro a100-p4de, calibration cpu-local]"},
+      {"--heads", "N", "q heads [8]"},
+      {"--kv-heads", "N", "kv heads [2]"},
+      {"--head-dim", "N", "head dimension [128]"},
+      {"--dtype", "T", "bf16 | fp16 | fp32 [bf16]"},
+      {"--seed", "S", "seed of the sampled batches and the planner [0]"},
+      {"--threads", "N", "micro: configurations planned at once [hardware threads]"},
+      {"--report-dir", "DIR",
+       "where the Markdown report (and micro's SVG charts) go; empty for none [docs]"},
+      {"--json", "FILE", "micro: write the records as JSON"},
+      {"--help", "", "show this help"},
+  };
+  const Args args(specs, argv);
+  if (args.flag("--help")) {
+    out << format_help(
+        "dcp bench --suite micro|calibration [flags]",
+        "micro: the DCP paper's attention micro-benchmark under the simulator: datasets x "
+        "length scales x masks x strategies on 4 x 8 A100s (a100-p4de), 131072-token batches; "
+        "writes docs/micro_bench.md and two SVG charts. calibration: real runs of the CPU "
+        "runtime on local ranks next to the simulator's prediction under cpu-local; writes "
+        "docs/calibration.md with the error distribution. Progress goes to stderr.",
+        specs);
+    return 0;
+  }
+  const std::string suite = args.get_or("--suite", "micro");
+  const auto seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
+  const auto batches = static_cast<std::int32_t>(args.get_int("--batches", 3, 1, 10000));
+  if (suite == "micro") {
+    MicroOptions options;
+    options.datasets = parse_list<LengthDistributionKind>(args, "--datasets", "ldc,longalign",
+                                                          parse_length_distribution);
+    options.scales = parse_list<double>(args, "--scales", "0.5,1,2,4", [](std::string_view s) {
+      const double scale = parse_double(s, "scale");
+      if (!(scale > 0 && scale <= 64)) throw InvalidInput("scale must be in (0, 64]");
+      return scale;
+    });
+    options.masks = masks_from(args);
+    options.strategies = parse_list<Strategy>(
+        args, "--strategies", "dcp,dcp-pure,ring,zigzag,ulysses,hybrid", parse_strategy);
+    options.batches = batches;
+    options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
+    options.cluster = cluster_from(args, "a100-p4de");
+    options.shape = shape_from(args);
+    options.seed = seed;
+    const auto hardware = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+    options.threads = static_cast<int>(args.get_int("--threads", hardware, 1, 256));
+    std::cerr << "dcp bench micro: " << options.datasets.size() * options.scales.size() *
+                                            options.masks.size()
+              << " configurations x " << options.batches << " batches x "
+              << options.strategies.size() << " strategies on " << options.cluster.name << "\n";
+    const std::vector<MicroRecord> records = run_micro_suite(options, std::cerr);
+    const std::string command = command_line(argv);
+    const std::string markdown = micro_markdown(options, records, command);
+    if (const auto json = args.get("--json")) {
+      with_flag("--json " + dcp::quoted(*json),
+                [&] { write_file_atomically(*json, micro_records_json(records)); });
+      out << "wrote " << *json << "\n";
+    }
+    write_report(args, "micro_bench.md", markdown, out);
+    write_report(args, "micro_bench_forward.svg", micro_svg(options, records, "forward"), out);
+    write_report(args, "micro_bench_backward.svg", micro_svg(options, records, "backward"), out);
+    out << markdown;
+    return 0;
+  }
+  if (suite == "calibration") {
+    for (const char* flag : {"--datasets", "--scales", "--threads", "--json"}) {
+      if (args.has(flag)) throw UsageError(std::string(flag) + " applies to --suite micro");
+    }
+    CalibrationSuiteOptions options;
+    options.masks = masks_from(args);
+    options.strategies = parse_list<Strategy>(args, "--strategies",
+                                              "dcp,ring,zigzag,ulysses,hybrid", parse_strategy);
+    options.batches = batches;
+    options.tokens = args.get_int("--tokens", 8192, 1, 1 << 24);
+    const std::string dataset = args.get_or("--dataset", "ldc");
+    options.dataset =
+        with_flag("--dataset", [&] { return parse_length_distribution(dataset); });
+    options.cluster = cluster_from(args, "cpu-local");
+    options.shape = shape_from(args);
+    options.seed = seed;
+    const std::vector<CalibrationSample> samples = run_calibration_suite(options, std::cerr);
+    const std::string markdown = calibration_markdown(options, samples, command_line(argv));
+    write_report(args, "calibration.md", markdown, out);
+    out << markdown;
+    return 0;
+  }
+  throw UsageError("--suite " + dcp::quoted(suite) + ": expected micro or calibration");
+}
+
+}  // namespace dcp::cli

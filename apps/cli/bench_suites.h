@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// The benchmark suites of `dcp bench`: the paper's attention micro-benchmark under the simulator,
+// and the simulator's calibration against measured runs on local ranks.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "dcp/dcp.h"
+
+namespace dcp::cli {
+
+// --- micro --------------------------------------------------------------------------------------
+
+struct MicroOptions {
+  std::vector<LengthDistributionKind> datasets;
+  std::vector<double> scales;
+  std::vector<MaskSpec> masks;
+  std::vector<Strategy> strategies;  // dcp and dcp-pure come first when present
+  std::int32_t batches = 3;
+  TokenCount tokens = 131072;
+  ClusterSpec cluster;
+  AttentionShape shape;
+  std::uint64_t seed = 0;
+  int threads = 1;
+};
+
+// One (dataset, scale, mask, pass, strategy): means over the configuration's batches. A strategy
+// that cannot run on the cluster has feasible = false and no figures.
+struct MicroRecord {
+  std::string dataset;
+  double scale = 1;
+  std::string mask;
+  std::string pass;
+  std::string strategy;
+  bool feasible = true;
+  double time_ms = 0;
+  double bytes_inter_node = 0;
+  double bytes_intra_node = 0;
+  double imbalance_compute = 1;
+  double plan_ms = 0;
+  std::int32_t batches = 0;
+  std::string kept;  // dcp: how often each plan was kept, e.g. "dcp 3" or "dcp 2, zigzag 1"
+};
+
+// Plans every batch of every configuration with every strategy, simulates each plan, and
+// returns the records in (dataset, scale, mask, pass, strategy) order. Progress lines go to
+// `progress`. Results do not depend on `threads` (planning times aside).
+std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostream& progress);
+
+std::string micro_records_json(const std::vector<MicroRecord>& records);
+// The Markdown report: setup, per-pass tables of simulated times and speedups, bytes and
+// imbalance, and the targets. `command` is the line that reproduces it.
+std::string micro_markdown(const MicroOptions& options, const std::vector<MicroRecord>& records,
+                           const std::string& command);
+// A bar chart (SVG) of dcp's and dcp-pure's speedup over the best baseline for one pass.
+std::string micro_svg(const MicroOptions& options, const std::vector<MicroRecord>& records,
+                      const std::string& pass);
+
+// --- calibration --------------------------------------------------------------------------------
+
+struct CalibrationSuiteOptions {
+  std::vector<MaskSpec> masks;
+  std::vector<Strategy> strategies;
+  std::int32_t batches = 3;
+  TokenCount tokens = 8192;
+  LengthDistributionKind dataset = LengthDistributionKind::kLongDataCollections;
+  ClusterSpec cluster;  // its shape is the local ranks'
+  AttentionShape shape;
+  std::uint64_t seed = 0;
+};
+
+struct CalibrationSample {
+  std::string mask;
+  std::string strategy;
+  std::int32_t batch = 0;
+  std::string pass;
+  double measured_ms = 0;
+  double simulated_ms = 0;
+  double error() const { return (simulated_ms - measured_ms) / measured_ms; }
+};
+
+std::vector<CalibrationSample> run_calibration_suite(const CalibrationSuiteOptions& options,
+                                                     std::ostream& progress);
+std::string calibration_markdown(const CalibrationSuiteOptions& options,
+                                 const std::vector<CalibrationSample>& samples,
+                                 const std::string& command);
+
+}  // namespace dcp::cli

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: Apache-2.0
+// The micro-benchmark's Markdown report and SVG charts.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/cli/bench_suites.h"
+
+namespace dcp::cli {
+namespace {
+
+constexpr const char* kBaselines[] = {"ring", "zigzag", "ulysses", "hybrid"};
+
+std::string fixed(double value, int decimals) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+std::string scale_text(double scale) {
+  char text[16];
+  std::snprintf(text, sizeof text, "x%g", scale);
+  return text;
+}
+
+// The records of one configuration and pass, by strategy.
+struct Config {
+  std::string dataset, mask, pass;
+  double scale = 1;
+  std::vector<const MicroRecord*> records;
+
+  const MicroRecord* find(const std::string& strategy) const {
+    for (const MicroRecord* r : records) {
+      if (r->strategy == strategy && r->feasible) return r;
+    }
+    return nullptr;
+  }
+  // The fastest feasible baseline.
+  const MicroRecord* best_baseline() const {
+    const MicroRecord* best = nullptr;
+    for (const char* name : kBaselines) {
+      const MicroRecord* r = find(name);
+      if (r != nullptr && (best == nullptr || r->time_ms < best->time_ms)) best = r;
+    }
+    return best;
+  }
+  std::optional<double> speedup(const std::string& strategy, const MicroRecord* over) const {
+    const MicroRecord* r = find(strategy);
+    if (r == nullptr || over == nullptr || r->time_ms <= 0) return std::nullopt;
+    return over->time_ms / r->time_ms;
+  }
+};
+
+std::vector<Config> configs(const std::vector<MicroRecord>& records, const std::string& pass) {
+  std::vector<Config> out;
+  for (const MicroRecord& r : records) {
+    if (r.pass != pass) continue;
+    if (out.empty() || out.back().dataset != r.dataset || out.back().scale != r.scale ||
+        out.back().mask != r.mask) {
+      out.push_back({r.dataset, r.mask, r.pass, r.scale, {}});
+    }
+    out.back().records.push_back(&r);
+  }
+  return out;
+}
+
+std::string ratio_text(std::optional<double> ratio) {
+  return ratio ? fixed(*ratio, 2) + "×" : "n/a";
+}
+
+void time_table(const MicroOptions& options, const std::vector<MicroRecord>& records,
+                const std::string& pass, std::string& md) {
+  md += "| dataset | scale | mask |";
+  for (const Strategy s : options.strategies) md += " " + std::string(to_string(s)) + " |";
+  md += " best baseline | dcp / best | dcp-pure / best | dcp / hybrid | dcp kept |\n|---|---|---|";
+  for (std::size_t i = 0; i < options.strategies.size() + 5; ++i) md += "---|";
+  md += "\n";
+  for (const Config& c : configs(records, pass)) {
+    md += "| " + c.dataset + " | " + scale_text(c.scale) + " | " + c.mask + " |";
+    for (const Strategy s : options.strategies) {
+      const MicroRecord* r = c.find(std::string(to_string(s)));
+      md += " " + (r ? fixed(r->time_ms, 3) : std::string("n/a")) + " |";
+    }
+    const MicroRecord* best = c.best_baseline();
+    const MicroRecord* dcp = c.find("dcp");
+    md += " " + (best ? best->strategy : std::string("n/a")) + " | " +
+          ratio_text(c.speedup("dcp", best)) + " | " + ratio_text(c.speedup("dcp-pure", best)) +
+          " | " + ratio_text(c.speedup("dcp", c.find("hybrid"))) + " | " +
+          (dcp ? dcp->kept : std::string()) + " |\n";
+  }
+}
+
+void traffic_table(const std::vector<MicroRecord>& records, const std::string& pass,
+                   std::string& md) {
+  md += "| dataset | scale | mask | inter-node MB dcp | dcp-pure | best baseline | intra-node MB "
+        "dcp | best baseline | imbalance dcp | dcp-pure | best baseline | plan ms dcp | "
+        "dcp-pure | best baseline |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  const auto mb = [](const MicroRecord* r, double MicroRecord::*field) {
+    return r ? fixed(r->*field / 1e6, 1) : std::string("n/a");
+  };
+  const auto value = [](const MicroRecord* r, double MicroRecord::*field, int decimals) {
+    return r ? fixed(r->*field, decimals) : std::string("n/a");
+  };
+  for (const Config& c : configs(records, pass)) {
+    const MicroRecord* dcp = c.find("dcp");
+    const MicroRecord* pure = c.find("dcp-pure");
+    const MicroRecord* best = c.best_baseline();
+    md += "| " + c.dataset + " | " + scale_text(c.scale) + " | " + c.mask + " | " +
+          mb(dcp, &MicroRecord::bytes_inter_node) + " | " +
+          mb(pure, &MicroRecord::bytes_inter_node) + " | " +
+          mb(best, &MicroRecord::bytes_inter_node) + " (" + (best ? best->strategy : "") +
+          ") | " + mb(dcp, &MicroRecord::bytes_intra_node) + " | " +
+          mb(best, &MicroRecord::bytes_intra_node) + " | " +
+          value(dcp, &MicroRecord::imbalance_compute, 2) + " | " +
+          value(pure, &MicroRecord::imbalance_compute, 2) + " | " +
+          value(best, &MicroRecord::imbalance_compute, 2) + " | " +
+          value(dcp, &MicroRecord::plan_ms, 0) + " | " + value(pure, &MicroRecord::plan_ms, 0) +
+          " | " + value(best, &MicroRecord::plan_ms, 0) + " |\n";
+  }
+}
+
+void targets(const std::vector<MicroRecord>& records, std::string& md) {
+  md += "\n## Targets\n\n";
+  for (const std::string pass : {"forward", "backward"}) {
+    int at_least = 0, total = 0;
+    double worst = 1e300;
+    std::string worst_config;
+    for (const Config& c : configs(records, pass)) {
+      const auto s = c.speedup("dcp", c.best_baseline());
+      if (!s) continue;
+      ++total;
+      at_least += *s >= 1.0 - 1e-12;
+      if (*s < worst) {
+        worst = *s;
+        worst_config = c.dataset + " " + scale_text(c.scale) + " " + c.mask;
+      }
+    }
+    md += "- " + pass + ": dcp at least as fast as the best baseline on " +
+          std::to_string(at_least) + " of " + std::to_string(total) +
+          " configurations (lowest speedup " + fixed(worst, 2) + "× on " + worst_config + ").\n";
+  }
+  for (const Config& c : configs(records, "forward")) {
+    if (c.dataset == "ldc" && c.scale == 0.5 && c.mask == "causal") {
+      md += "- ldc causal forward at x0.5 (target ≥ 2.4× over the best baseline): " +
+            ratio_text(c.speedup("dcp", c.best_baseline())) + ".\n";
+    }
+  }
+  for (const std::string pass : {"forward", "backward"}) {
+    double lowest = 1e300;
+    std::string where;
+    for (const Config& c : configs(records, pass)) {
+      if (c.mask == "causal") continue;
+      const auto s = c.speedup("dcp", c.find("hybrid"));
+      if (s && *s < lowest) {
+        lowest = *s;
+        where = c.dataset + " " + scale_text(c.scale) + " " + c.mask;
+      }
+    }
+    if (lowest < 1e300) {
+      md += "- sparse masks, " + pass + " (target ≥ 3× over hybrid): lowest " + fixed(lowest, 2) +
+            "× (" + where + ").\n";
+    }
+  }
+}
+
+}  // namespace
+
+std::string micro_markdown(const MicroOptions& options, const std::vector<MicroRecord>& records,
+                           const std::string& command) {
+  const ClusterSpec& cluster = options.cluster;
+  std::string md = "# Attention micro-benchmark (simulated)\n\n";
+  md += "Written by `" + command + "`.\n\n";
+  md += "Setup: cluster `" + cluster.name + "` (" + std::to_string(cluster.shape.nodes) +
+        " nodes × " + std::to_string(cluster.shape.devices_per_node) + " devices), " +
+        std::to_string(options.tokens) + "-token batches packed from the dataset's lengths × the "
+        "scale, " + std::to_string(options.shape.q_heads) + " q heads, " +
+        std::to_string(options.shape.kv_heads) + " kv heads, head dim " +
+        std::to_string(options.shape.head_dim) + ", " + std::string(to_string(options.shape.dtype)) +
+        ", " + std::to_string(options.batches) + " batches per configuration (seed " +
+        std::to_string(options.seed) + "). Times are the event simulator's (docs/simulator.md), "
+        "means over the batches, in ms.\n\n";
+  md += "`dcp` is the plan dcp keeps: it simulates its own plan and every static plan before "
+        "executing and keeps the fastest (forward plus backward), so under the cost model it is "
+        "never slower than a static strategy; the `dcp kept` column counts which plan was kept. "
+        "`dcp-pure` is dcp's own placement always, so the planner's own quality stays visible. "
+        "Baselines: ring, zigzag, ulysses (n/a when the q heads do not cover the devices) and "
+        "hybrid (TransformerEngine-style a2a inside a node + zigzag ring across nodes).\n\n";
+  md += "![forward speedup](micro_bench_forward.svg)\n![backward speedup](micro_bench_backward.svg)\n\n";
+  for (const std::string pass : {"forward", "backward"}) {
+    md += "## " + std::string(pass == "forward" ? "Forward" : "Backward") +
+          ": simulated time (ms) and speedup\n\n";
+    time_table(options, records, pass, md);
+    md += "\n";
+  }
+  for (const std::string pass : {"forward", "backward"}) {
+    md += "## " + std::string(pass == "forward" ? "Forward" : "Backward") +
+          ": bytes moved, compute imbalance and planning time\n\n";
+    traffic_table(records, pass, md);
+    md += "\n";
+  }
+  targets(records, md);
+  return md;
+}
+
+std::string micro_svg(const MicroOptions& options, const std::vector<MicroRecord>& records,
+                      const std::string& pass) {
+  const std::vector<Config> all = configs(records, pass);
+  const std::size_t scales = std::max<std::size_t>(1, options.scales.size());
+  const std::size_t groups = (all.size() + scales - 1) / scales;
+  double top = 2;
+  for (const Config& c : all) {
+    for (const char* s : {"dcp", "dcp-pure"}) {
+      if (const auto v = c.speedup(s, c.best_baseline())) top = std::max(top, *v);
+    }
+  }
+  const double log_top = std::ceil(std::log2(top));
+  const double log_bottom = -1;  // 0.5x
+  const double left = 60, right = 20, plot_top = 50, height = 300, bar = 14, gap = 24;
+  const double width = left + right + static_cast<double>(groups) *
+                                          (static_cast<double>(scales) * bar + gap);
+  const auto y_of = [&](double value) {
+    const double l = std::clamp(std::log2(value), log_bottom, log_top);
+    return plot_top + height * (log_top - l) / (log_top - log_bottom);
+  };
+  const char* colors[] = {"#9ecae1", "#4292c6", "#2171b5", "#08306b", "#6baed6", "#084594"};
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fixed(width, 0) +
+                    "\" height=\"" + fixed(plot_top + height + 90, 0) +
+                    "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  svg += "<text x=\"" + fixed(left, 0) + "\" y=\"20\" font-size=\"14\">" + pass +
+         ": dcp's speedup over the best baseline (bars; black tick: dcp-pure), simulated on " +
+         options.cluster.name + "</text>\n";
+  for (double l = log_bottom; l <= log_top; l += 1) {
+    const double y = y_of(std::exp2(l));
+    svg += "<line x1=\"" + fixed(left, 0) + "\" x2=\"" + fixed(width - right, 0) + "\" y1=\"" +
+           fixed(y, 1) + "\" y2=\"" + fixed(y, 1) + "\" stroke=\"" +
+           (l == 0 ? "#d62728" : "#dddddd") + "\"/>\n";
+    svg += "<text x=\"" + fixed(left - 6, 0) + "\" y=\"" + fixed(y + 4, 1) +
+           "\" text-anchor=\"end\">" + fixed(std::exp2(l), l < 0 ? 1 : 0) + "×</text>\n";
+  }
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const Config& c = all[i];
+    const std::size_t group = i / scales, within = i % scales;
+    const double x = left + gap / 2 +
+                     static_cast<double>(group) * (static_cast<double>(scales) * bar + gap) +
+                     static_cast<double>(within) * bar;
+    if (const auto v = c.speedup("dcp", c.best_baseline())) {
+      const double y = y_of(*v), base = y_of(1);
+      svg += "<rect x=\"" + fixed(x, 1) + "\" y=\"" + fixed(std::min(y, base), 1) +
+             "\" width=\"" + fixed(bar - 2, 1) + "\" height=\"" + fixed(std::abs(base - y), 1) +
+             "\" fill=\"" + colors[within % 6] + "\"><title>" + c.dataset + " " +
+             scale_text(c.scale) + " " + c.mask + ": " + fixed(*v, 2) + "×</title></rect>\n";
+    }
+    if (const auto v = c.speedup("dcp-pure", c.best_baseline())) {
+      const double y = y_of(*v);
+      svg += "<line x1=\"" + fixed(x, 1) + "\" x2=\"" + fixed(x + bar - 2, 1) + "\" y1=\"" +
+             fixed(y, 1) + "\" y2=\"" + fixed(y, 1) + "\" stroke=\"black\" stroke-width=\"2\"/>\n";
+    }
+    if (within == 0) {
+      const double cx = x + static_cast<double>(scales) * bar / 2;
+      svg += "<text x=\"" + fixed(cx, 1) + "\" y=\"" + fixed(plot_top + height + 16, 1) +
+             "\" text-anchor=\"middle\">" + c.dataset + "</text>\n";
+      svg += "<text x=\"" + fixed(cx, 1) + "\" y=\"" + fixed(plot_top + height + 30, 1) +
+             "\" text-anchor=\"middle\">" + c.mask + "</text>\n";
+    }
+  }
+  for (std::size_t s = 0; s < options.scales.size(); ++s) {
+    const double x = left + static_cast<double>(s) * 90;
+    const double y = plot_top + height + 56;
+    svg += "<rect x=\"" + fixed(x, 0) + "\" y=\"" + fixed(y - 10, 0) +
+           "\" width=\"12\" height=\"12\" fill=\"" + colors[s % 6] + "\"/>\n";
+    svg += "<text x=\"" + fixed(x + 16, 0) + "\" y=\"" + fixed(y, 0) + "\">lengths " +
+           scale_text(options.scales[s]) + "</text>\n";
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace dcp::cli

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+// The attention micro-benchmark of the DCP paper under the simulator: datasets x length scales x
+// masks x strategies on a described cluster.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "dcp/core/json_writer.h"
+#include "dcp/core/thread_pool.h"
+#include "dcp/core/timing.h"
+
+#include "apps/cli/bench_suites.h"
+
+namespace dcp::cli {
+namespace {
+
+// One strategy's figures on one batch.
+struct Measured {
+  bool feasible = true;
+  double seconds[2] = {0, 0};  // forward, backward
+  double inter[2] = {0, 0};
+  double intra[2] = {0, 0};
+  double imbalance = 1;
+  double plan_ms = 0;
+  std::string kept;
+};
+
+struct Job {
+  std::size_t dataset = 0, scale = 0, mask = 0;
+  std::int32_t batch = 0;
+  std::vector<TokenCount> lengths;
+  std::vector<Measured> results;  // per strategy
+};
+
+Measured measure(const Workload& workload, Strategy strategy, const MicroOptions& options) {
+  Measured m;
+  PlanOptions plan_options;
+  plan_options.strategy = strategy;
+  plan_options.cluster = options.cluster;
+  plan_options.seed = options.seed;
+  const auto start = Clock::now();
+  std::optional<BuiltPlan> built;
+  try {
+    built.emplace(build_plan(workload, plan_options));
+  } catch (const InvalidInput&) {
+    if (is_dcp(strategy)) throw;
+    m.feasible = false;  // e.g. Ulysses with fewer head blocks than devices
+    return m;
+  }
+  m.plan_ms = ms_since(start);
+  const sim::PlanSimulation simulation = sim::simulate(built->plan, options.cluster);
+  m.seconds[0] = simulation.forward.seconds;
+  m.seconds[1] = simulation.backward.seconds;
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const PassTraffic traffic = pass_traffic(built->plan.header, built->plan.programs(pass));
+    const int p = pass == Pass::kForward ? 0 : 1;
+    m.inter[p] = static_cast<double>(traffic.inter_node);
+    m.intra[p] = static_cast<double>(traffic.intra_node);
+  }
+  m.imbalance = evaluate(built->workload, built->placement).imbalance_compute;
+  m.kept = strategy == Strategy::kDcp ? built->selection.kept : "";
+  return m;
+}
+
+std::string scale_text(double scale) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%g", scale);
+  return text;
+}
+
+}  // namespace
+
+std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostream& progress) {
+  std::vector<Job> jobs;
+  for (std::size_t d = 0; d < options.datasets.size(); ++d) {
+    for (std::size_t s = 0; s < options.scales.size(); ++s) {
+      PackingOptions packing;
+      packing.tokens_per_batch = options.tokens;
+      packing.scale = options.scales[s];
+      const std::vector<std::vector<TokenCount>> batches =
+          sample_batches(options.datasets[d], static_cast<std::size_t>(options.batches), packing,
+                         options.seed);
+      for (std::size_t m = 0; m < options.masks.size(); ++m) {
+        for (std::size_t b = 0; b < batches.size(); ++b) {
+          jobs.push_back({d, s, m, static_cast<std::int32_t>(b), batches[b], {}});
+        }
+      }
+    }
+  }
+  std::mutex progress_mutex;
+  std::size_t done = 0;
+  const auto suite_start = Clock::now();
+  ThreadPool pool(options.threads);
+  pool.parallel_for(jobs.size(), [&](std::size_t j, int) {
+    Job& job = jobs[j];
+    const SequenceBatch batch(job.lengths);
+    WorkloadOptions workload_options;
+    workload_options.auto_block.devices = options.cluster.shape.devices();
+    const Workload workload =
+        make_workload(options.shape, batch,
+                      build_batch_mask(options.masks[job.mask], batch), workload_options)
+            .workload;
+    for (const Strategy strategy : options.strategies) {
+      job.results.push_back(measure(workload, strategy, options));
+    }
+    const std::lock_guard<std::mutex> lock(progress_mutex);
+    ++done;
+    char line[160];
+    std::snprintf(line, sizeof line, "[%zu/%zu %.0f s] %s x%s %s batch %d (%d sequences): ",
+                  done, jobs.size(), ms_since(suite_start) / 1e3,
+                  std::string(to_string(options.datasets[job.dataset])).c_str(),
+                  scale_text(options.scales[job.scale]).c_str(),
+                  std::string(to_string(options.masks[job.mask].kind)).c_str(), job.batch,
+                  batch.size());
+    progress << line;
+    for (std::size_t i = 0; i < options.strategies.size(); ++i) {
+      const Measured& m = job.results[i];
+      progress << (i ? ", " : "") << to_string(options.strategies[i]) << " ";
+      if (!m.feasible) {
+        progress << "n/a";
+        continue;
+      }
+      std::snprintf(line, sizeof line, "%.2f/%.2f", m.seconds[0] * 1e3, m.seconds[1] * 1e3);
+      progress << line;
+    }
+    progress << " ms\n" << std::flush;
+  });
+
+  // Means per (dataset, scale, mask, pass, strategy), in that order.
+  std::vector<MicroRecord> records;
+  for (std::size_t d = 0; d < options.datasets.size(); ++d) {
+    for (std::size_t s = 0; s < options.scales.size(); ++s) {
+      for (std::size_t m = 0; m < options.masks.size(); ++m) {
+        for (const int p : {0, 1}) {
+          for (std::size_t i = 0; i < options.strategies.size(); ++i) {
+            MicroRecord r;
+            r.dataset = to_string(options.datasets[d]);
+            r.scale = options.scales[s];
+            r.mask = to_string(options.masks[m].kind);
+            r.pass = p == 0 ? "forward" : "backward";
+            r.strategy = to_string(options.strategies[i]);
+            std::map<std::string, int> kept;
+            double imbalance = 0;
+            for (const Job& job : jobs) {
+              if (job.dataset != d || job.scale != s || job.mask != m) continue;
+              const Measured& x = job.results[i];
+              if (!x.feasible) {
+                r.feasible = false;
+                continue;
+              }
+              ++r.batches;
+              r.time_ms += x.seconds[p] * 1e3;
+              r.bytes_inter_node += x.inter[p];
+              r.bytes_intra_node += x.intra[p];
+              imbalance += x.imbalance;
+              r.plan_ms += x.plan_ms;
+              if (!x.kept.empty()) ++kept[x.kept];
+            }
+            if (r.feasible && r.batches > 0) {
+              const double n = r.batches;
+              r.time_ms /= n;
+              r.bytes_inter_node /= n;
+              r.bytes_intra_node /= n;
+              r.imbalance_compute = imbalance / n;
+              r.plan_ms /= n;
+            } else {
+              r.feasible = false;
+            }
+            for (const auto& [name, count] : kept) {
+              r.kept += (r.kept.empty() ? "" : ", ") + name + " " + std::to_string(count);
+            }
+            records.push_back(std::move(r));
+          }
+        }
+      }
+    }
+  }
+  return records;
+}
+
+std::string micro_records_json(const std::vector<MicroRecord>& records) {
+  JsonWriter json;
+  json.begin_array();
+  for (const MicroRecord& r : records) {
+    if (!r.feasible) continue;
+    JsonWriter::Inline one_line(json);
+    json.begin_object();
+    json.field("dataset", r.dataset).field("scale", r.scale).field("mask", r.mask);
+    json.field("pass", r.pass).field("strategy", r.strategy).field("time_ms", r.time_ms);
+    json.field("bytes_inter_node", r.bytes_inter_node);
+    json.field("bytes_intra_node", r.bytes_intra_node);
+    json.field("imbalance_compute", r.imbalance_compute).field("plan_ms", r.plan_ms);
+    json.field("batches", r.batches);
+    if (!r.kept.empty()) json.field("kept", r.kept);
+    json.end_object();
+  }
+  json.end_array();
+  return json.str() + "\n";
+}
+
+}  // namespace dcp::cli

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dcp simulate` and `dcp bench` end to end, on small batches.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/apps/cli_testing.h"
+
+namespace dcp::cli {
+namespace {
+
+// a100-p4de with 2 nodes x 2 devices.
+std::string small_cluster_file() {
+  const std::string path = temp_path("small.cluster");
+  std::ofstream(path) << "preset = a100-p4de\nnodes = 2\ndevices_per_node = 2\n";
+  return path;
+}
+
+TEST(SimulateCommand, PrintsPassesDevicesStagesAndWritesATrace) {
+  const std::string plan = temp_path("sim.plan");
+  const std::string trace = temp_path("sim.trace.json");
+  std::filesystem::remove(trace);
+  ASSERT_EQ(run({"plan", "--seqlens", "3000,700,40", "--block-size", "256", "--nodes", "2",
+                 "--devices-per-node", "2", "--mask", "causal", "-o", plan})
+                .status,
+            0);
+  const Result r = run({"simulate", plan, "--cluster", "h100-dgx", "--trace", trace});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* text : {"cluster h100-dgx", "forward: ", "backward: ", "critical path",
+                           "per device", "per stage", "trace: "}) {
+    EXPECT_NE(r.out.find(text), std::string::npos) << text << "\n" << r.out;
+  }
+  const std::string json = read_all(trace);
+  EXPECT_EQ(json.front(), '{');
+  EXPECT_NE(json.find("\"displayTimeUnit\""), std::string::npos);
+  EXPECT_NE(json.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(json.find("device 3 compute"), std::string::npos);
+  // A faster network never makes the plan slower.
+  const std::string fast = temp_path("fast.cluster");
+  std::ofstream(fast) << "preset = h100-dgx\nnodes = 2\ndevices_per_node = 2\n"
+                         "inter_node_gbps = 4000\nintra_node_gbps = 4000\n";
+  const Result f = run({"simulate", plan, "--cluster", fast});
+  ASSERT_EQ(f.status, 0) << f.err;
+  const std::regex total(R"(= ([0-9.]+) ms)");
+  std::smatch a, b;
+  ASSERT_TRUE(std::regex_search(r.out, a, total));
+  ASSERT_TRUE(std::regex_search(f.out, b, total));
+  EXPECT_LE(std::stod(b[1]), std::stod(a[1]));
+
+  expect_usage_error({"simulate", plan, "--cluster", "tpu-pod"}, "--cluster 'tpu-pod'");
+  // A cluster file describes its own shape, which must be the plan's.
+  const std::string wrong = temp_path("wrong.cluster");
+  std::ofstream(wrong) << "preset = a100-p4de\n";
+  expect_usage_error({"simulate", plan, "--cluster", wrong}, "describes 4 x 8");
+  const Result missing = run({"simulate", temp_path("no_such.plan")});
+  EXPECT_NE(missing.status, 0);
+  EXPECT_EQ(missing.out, "");
+  EXPECT_NE(missing.err.find("no_such.plan"), std::string::npos) << missing.err;
+  for (const std::string& path : {plan, trace, fast, wrong}) std::filesystem::remove(path);
+}
+
+TEST(BenchCommand, MicroSuiteWritesRecordsReportAndCharts) {
+  const std::string cluster = small_cluster_file();
+  const std::string dir = temp_path("micro_report");
+  const std::string json = temp_path("micro.json");
+  std::filesystem::remove_all(dir);
+  const Result r = run({"bench", "--suite", "micro", "--batches", "1", "--datasets", "ldc",
+                        "--scales", "0.5", "--masks", "causal,lambda", "--tokens", "8192",
+                        "--cluster", cluster, "--threads", "2", "--report-dir", dir, "--json",
+                        json});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string records = read_all(json);
+  // 2 masks x 2 passes x 6 strategies, every strategy feasible on 4 devices.
+  const std::regex record(R"re(\{ "dataset": "ldc", "scale": 0.5, "mask": "(\w+)", "pass": "(\w+)", "strategy": "([\w-]+)", "time_ms": ([0-9.e+-]+), "bytes_inter_node": [0-9.e+-]+, "bytes_intra_node": [0-9.e+-]+, "imbalance_compute": [0-9.e+-]+, "plan_ms": [0-9.e+-]+)re");
+  std::map<std::string, double> time;
+  for (auto it = std::sregex_iterator(records.begin(), records.end(), record);
+       it != std::sregex_iterator(); ++it) {
+    time[(*it)[1].str() + " " + (*it)[2].str() + " " + (*it)[3].str()] = std::stod((*it)[4]);
+  }
+  ASSERT_EQ(time.size(), 24u) << records;
+  // dcp keeps the fastest of its own and the static plans (forward plus backward).
+  for (const char* mask : {"causal", "lambda"}) {
+    const auto total = [&](const std::string& strategy) {
+      return time[std::string(mask) + " forward " + strategy] +
+             time[std::string(mask) + " backward " + strategy];
+    };
+    for (const char* other : {"dcp-pure", "ring", "zigzag", "ulysses", "hybrid"}) {
+      EXPECT_LE(total("dcp"), total(other) * (1 + 1e-9)) << mask << " " << other;
+    }
+  }
+  const std::string markdown = read_all(dir + "/micro_bench.md");
+  EXPECT_NE(markdown.find("## Forward: simulated time"), std::string::npos);
+  EXPECT_NE(markdown.find("| ldc | x0.5 | lambda |"), std::string::npos);
+  EXPECT_NE(markdown.find("## Targets"), std::string::npos);
+  EXPECT_EQ(read_all(dir + "/micro_bench_forward.svg").rfind("<svg", 0), 0u);
+  EXPECT_EQ(read_all(dir + "/micro_bench_backward.svg").rfind("<svg", 0), 0u);
+  EXPECT_NE(r.out.find("# Attention micro-benchmark"), std::string::npos);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(json);
+  std::filesystem::remove(cluster);
+}
+
+TEST(BenchCommand, CalibrationSuiteComparesMeasuredAndSimulatedTimes) {
+  const std::string dir = temp_path("calibration_report");
+  std::filesystem::remove_all(dir);
+  const Result r = run({"bench", "--suite", "calibration", "--batches", "1", "--tokens", "600",
+                        "--masks", "causal", "--strategies", "dcp,ring", "--head-dim", "16",
+                        "--report-dir", dir});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string markdown = read_all(dir + "/calibration.md");
+  EXPECT_NE(markdown.find("| samples | median |error|"), std::string::npos);
+  // One row per (strategy, pass) with positive measured and simulated times.
+  const std::regex row(R"re(\| 0 \| causal \| (dcp|ring) \| (forward|backward) \| ([0-9.]+) \| ([0-9.]+) \|)re");
+  int rows = 0;
+  for (auto it = std::sregex_iterator(markdown.begin(), markdown.end(), row);
+       it != std::sregex_iterator(); ++it) {
+    ++rows;
+    EXPECT_GT(std::stod((*it)[3]), 0);
+    EXPECT_GT(std::stod((*it)[4]), 0);
+  }
+  EXPECT_EQ(rows, 4) << markdown;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BenchCommand, RejectsBadFlagsWithExitStatus2) {
+  expect_usage_error({"bench", "--suite", "macro"}, "--suite 'macro'");
+  expect_usage_error({"bench", "--scales", "0"}, "--scales");
+  expect_usage_error({"bench", "--masks", "lambda:sink=1"}, "mask kinds only");
+  expect_usage_error({"bench", "--datasets", "wiki"}, "--datasets");
+  expect_usage_error({"bench", "--strategies", "dcp,star"}, "unknown strategy 'star'");
+  expect_usage_error({"bench", "--suite", "calibration", "--json", "x.json"},
+                     "--json applies to --suite micro");
+  expect_usage_error({"bench", "--batches", "0"}, "--batches");
+}
+
+}  // namespace
+}  // namespace dcp::cli

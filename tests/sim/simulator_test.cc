@@ -213,6 +213,24 @@ TEST(Simulator, SlowTransferIsExposedAsWaitAndOnTheCriticalPath) {
   EXPECT_NEAR(sim.critical_compute_seconds, tile, 1e-12);
 }
 
+TEST(Simulator, ConsecutiveMemoryInstructionsShareOneLaunch) {
+  const ClusterShape shape{1, 1};
+  const PlanHeader h = test_header(shape, 2, 256);
+  ClusterSpec cluster = test_cluster(shape);
+  cluster.kernel_overhead = 1e-3;  // dwarfs everything else
+  const std::vector<Slot> slots = {{SlotKind::kQ, 256}, {SlotKind::kKV, 256},
+                                   {SlotKind::kOut, 256}, {SlotKind::kKV, 256}};
+  const AttnRow row{0, 2, false, {AttnKv{1, kFullTile, kNoSlot, false}}};
+  // Two loads (one launch), attention (one), a load and a store (two: different kinds).
+  const std::vector<Program> programs = {
+      program(0, {block(0, 256), block(1, 256)}, slots,
+              {Load{0, 0, 0}, Free{{}}, Load{1, 0, 0}, AttnForward{{row}}, Load{3, 1, 0},
+               Store{2, SlotKind::kOut, 0, 0}})};
+  const PassSimulation sim = simulate(h, programs, cluster);
+  EXPECT_NEAR(sim.seconds, 4e-3, 1e-4);
+  EXPECT_NEAR(sim.devices[0].events[2].end - sim.devices[0].events[2].start, 0, 1e-5);
+}
+
 TEST(Simulator, SamplePlanRunsBothPassesAndItsTraceNamesEveryDevice) {
   const Plan plan = testing::sample_plan();
   const PlanSimulation sim = simulate(plan, with_shape(cluster_preset("a100-p4de"),

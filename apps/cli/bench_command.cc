@@ -2,9 +2,9 @@
 // `dcp bench --suite micro|calibration`: the benchmark suites, their reports and records.
 #include <algorithm>
 #include <filesystem>
-#include <system_error>
 #include <iostream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -14,6 +14,7 @@
 #include "apps/cli/args.h"
 #include "apps/cli/bench_suites.h"
 #include "apps/cli/command_table.h"
+#include "apps/cli/workload_flags.h"
 
 namespace dcp::cli {
 namespace {
@@ -39,17 +40,6 @@ std::vector<MaskSpec> masks_from(const Args& args) {
                                 }
                                 return parse_mask_spec(name);
                               });
-}
-
-AttentionShape shape_from(const Args& args) {
-  AttentionShape shape;
-  shape.q_heads = static_cast<std::int32_t>(args.get_int("--heads", 8, 1, 1024));
-  shape.kv_heads = static_cast<std::int32_t>(args.get_int("--kv-heads", 2, 1, 1024));
-  shape.head_dim = static_cast<std::int32_t>(args.get_int("--head-dim", 128, 1, 1024));
-  const std::string dtype = args.get_or("--dtype", "bf16");
-  shape.dtype = with_flag("--dtype", [&] { return parse_dtype(dtype); });
-  with_flag("--heads/--kv-heads/--head-dim", [&] { validate(shape); });
-  return shape;
 }
 
 ClusterSpec cluster_from(const Args& args, std::string_view fallback) {
@@ -132,12 +122,13 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     options.batches = batches;
     options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
     options.cluster = cluster_from(args, "a100-p4de");
-    options.shape = shape_from(args);
+    options.shape = shape_from_flags(args);
     options.seed = seed;
-    const auto hardware = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+    const auto hardware =
+        static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
     options.threads = static_cast<int>(args.get_int("--threads", hardware, 1, 256));
-    std::cerr << "dcp bench micro: " << options.datasets.size() * options.scales.size() *
-                                            options.masks.size()
+    std::cerr << "dcp bench micro: "
+              << options.datasets.size() * options.scales.size() * options.masks.size()
               << " configurations x " << options.batches << " batches x "
               << options.strategies.size() << " strategies on " << options.cluster.name << "\n";
     const std::vector<MicroRecord> records = run_micro_suite(options, std::cerr);
@@ -165,10 +156,9 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     options.batches = batches;
     options.tokens = args.get_int("--tokens", 8192, 1, 1 << 24);
     const std::string dataset = args.get_or("--dataset", "ldc");
-    options.dataset =
-        with_flag("--dataset", [&] { return parse_length_distribution(dataset); });
+    options.dataset = with_flag("--dataset", [&] { return parse_length_distribution(dataset); });
     options.cluster = cluster_from(args, "cpu-local");
-    options.shape = shape_from(args);
+    options.shape = shape_from_flags(args);
     options.seed = seed;
     const std::vector<CalibrationSample> samples = run_calibration_suite(options, std::cerr);
     const std::string markdown = calibration_markdown(options, samples, command_line(argv));

@@ -12,6 +12,9 @@
 
 namespace dcp::cli {
 
+// `value` with `decimals` digits after the point, for tables.
+std::string format_fixed(double value, int decimals);
+
 // --- micro --------------------------------------------------------------------------------------
 
 struct MicroOptions {

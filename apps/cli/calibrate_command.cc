@@ -23,7 +23,7 @@ namespace {
 constexpr FlagSpec kFlags[] = {
     {"--devices", "N", "ranks (threads) measured at the same time, one per core [2]"},
     {"--repeats", "R", "repeats of each timing; the median is kept [5]"},
-    {"--tile-tokens", "T", "q tokens of the big tiles; full tiles have 2T keys [1024]"},
+    {"--tile-tokens", "T", "q tokens of the big tiles; full tiles have 2T keys [512]"},
     {"--copy-bytes", "B", "bytes each rank copies for the memory bandwidth [67108864]"},
     {"--message-bytes", "B",
      "bytes each rank sends (and receives) for the link bandwidth "

@@ -15,19 +15,13 @@
 namespace dcp::cli {
 namespace {
 
-std::string fixed(double value, int decimals) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
-
 // The q-th quantile (0..1) of absolute errors, by the nearest rank.
 double quantile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  const auto index = static_cast<std::size_t>(
-      std::clamp(std::ceil(q * static_cast<double>(values.size())) - 1, 0.0,
-                 static_cast<double>(values.size() - 1)));
+  const auto index =
+      static_cast<std::size_t>(std::clamp(std::ceil(q * static_cast<double>(values.size())) - 1,
+                                          0.0, static_cast<double>(values.size() - 1)));
   return values[index];
 }
 
@@ -98,33 +92,37 @@ std::string calibration_markdown(const CalibrationSuiteOptions& options,
   const ClusterSpec& cluster = options.cluster;
   std::string md = "# Simulator calibration against measured runs\n\n";
   md += "Written by `" + command + "`.\n\n";
-  md += "Each sample: one batch, mask and strategy, planned for `" + cluster.name + "` (" +
-        std::to_string(cluster.shape.nodes) + " × " +
-        std::to_string(cluster.shape.devices_per_node) +
-        " local ranks, one kernel thread each), executed forward and backward with the CPU "
-        "runtime (the slowest rank's pass time after a barrier) and simulated under the same "
-        "spec. " + std::to_string(options.tokens) + "-token " +
-        std::string(to_string(options.dataset)) + " batches, " +
-        std::to_string(options.shape.q_heads) + "/" + std::to_string(options.shape.kv_heads) +
-        " heads, head dim " + std::to_string(options.shape.head_dim) + ", " +
-        std::string(to_string(options.shape.dtype)) + ". Error = (simulated − measured) / "
-        "measured.\n\n";
+  md +=
+      "Each sample: one batch, mask and strategy, planned for `" + cluster.name + "` (" +
+      std::to_string(cluster.shape.nodes) + " × " + std::to_string(cluster.shape.devices_per_node) +
+      " local ranks, one kernel thread each), executed forward and backward with the CPU "
+      "runtime (the slowest rank's pass time after a barrier) and simulated under the same "
+      "spec. " +
+      std::to_string(options.tokens) + "-token " + std::string(to_string(options.dataset)) +
+      " batches, " + std::to_string(options.shape.q_heads) + "/" +
+      std::to_string(options.shape.kv_heads) + " heads, head dim " +
+      std::to_string(options.shape.head_dim) + ", " + std::string(to_string(options.shape.dtype)) +
+      ". Error = (simulated − measured) / "
+      "measured.\n\n";
   const std::vector<double> errors = abs_errors(samples);
   md += "| samples | median |error| | p90 | worst | mean signed error |\n|---|---|---|---|---|\n";
   double signed_sum = 0;
   for (const CalibrationSample& s : samples) signed_sum += s.error();
-  md += "| " + std::to_string(samples.size()) + " | " + fixed(100 * quantile(errors, 0.5), 1) +
-        " % | " + fixed(100 * quantile(errors, 0.9), 1) + " % | " +
-        fixed(100 * quantile(errors, 1.0), 1) + " % | " +
-        fixed(samples.empty() ? 0 : 100 * signed_sum / static_cast<double>(samples.size()), 1) +
+  md += "| " + std::to_string(samples.size()) + " | " +
+        format_fixed(100 * quantile(errors, 0.5), 1) + " % | " +
+        format_fixed(100 * quantile(errors, 0.9), 1) + " % | " +
+        format_fixed(100 * quantile(errors, 1.0), 1) + " % | " +
+        format_fixed(samples.empty() ? 0 : 100 * signed_sum / static_cast<double>(samples.size()),
+                     1) +
         " % |\n\n";
   md += "Target: median ≤ 15 %, worst ≤ 30 %.\n\n";
-  md += "| batch | mask | strategy | pass | measured ms | simulated ms | error |\n"
-        "|---|---|---|---|---|---|---|\n";
+  md +=
+      "| batch | mask | strategy | pass | measured ms | simulated ms | error |\n"
+      "|---|---|---|---|---|---|---|\n";
   for (const CalibrationSample& s : samples) {
     md += "| " + std::to_string(s.batch) + " | " + s.mask + " | " + s.strategy + " | " + s.pass +
-          " | " + fixed(s.measured_ms, 1) + " | " + fixed(s.simulated_ms, 1) + " | " +
-          fixed(100 * s.error(), 1) + " % |\n";
+          " | " + format_fixed(s.measured_ms, 1) + " | " + format_fixed(s.simulated_ms, 1) + " | " +
+          format_fixed(100 * s.error(), 1) + " % |\n";
   }
   return md;
 }

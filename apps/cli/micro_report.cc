@@ -14,12 +14,6 @@ namespace {
 
 constexpr const char* kBaselines[] = {"ring", "zigzag", "ulysses", "hybrid"};
 
-std::string fixed(double value, int decimals) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
-
 std::string scale_text(double scale) {
   char text[16];
   std::snprintf(text, sizeof text, "x%g", scale);
@@ -68,7 +62,7 @@ std::vector<Config> configs(const std::vector<MicroRecord>& records, const std::
 }
 
 std::string ratio_text(std::optional<double> ratio) {
-  return ratio ? fixed(*ratio, 2) + "×" : "n/a";
+  return ratio ? format_fixed(*ratio, 2) + "×" : "n/a";
 }
 
 void time_table(const MicroOptions& options, const std::vector<MicroRecord>& records,
@@ -82,7 +76,7 @@ void time_table(const MicroOptions& options, const std::vector<MicroRecord>& rec
     md += "| " + c.dataset + " | " + scale_text(c.scale) + " | " + c.mask + " |";
     for (const Strategy s : options.strategies) {
       const MicroRecord* r = c.find(std::string(to_string(s)));
-      md += " " + (r ? fixed(r->time_ms, 3) : std::string("n/a")) + " |";
+      md += " " + (r ? format_fixed(r->time_ms, 3) : std::string("n/a")) + " |";
     }
     const MicroRecord* best = c.best_baseline();
     const MicroRecord* dcp = c.find("dcp");
@@ -95,14 +89,15 @@ void time_table(const MicroOptions& options, const std::vector<MicroRecord>& rec
 
 void traffic_table(const std::vector<MicroRecord>& records, const std::string& pass,
                    std::string& md) {
-  md += "| dataset | scale | mask | inter-node MB dcp | dcp-pure | best baseline | intra-node MB "
-        "dcp | best baseline | imbalance dcp | dcp-pure | best baseline | plan ms dcp | "
-        "dcp-pure | best baseline |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  md +=
+      "| dataset | scale | mask | inter-node MB dcp | dcp-pure | best baseline | intra-node MB "
+      "dcp | best baseline | imbalance dcp | dcp-pure | best baseline | plan ms dcp | "
+      "dcp-pure | best baseline |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   const auto mb = [](const MicroRecord* r, double MicroRecord::*field) {
-    return r ? fixed(r->*field / 1e6, 1) : std::string("n/a");
+    return r ? format_fixed(r->*field / 1e6, 1) : std::string("n/a");
   };
   const auto value = [](const MicroRecord* r, double MicroRecord::*field, int decimals) {
-    return r ? fixed(r->*field, decimals) : std::string("n/a");
+    return r ? format_fixed(r->*field, decimals) : std::string("n/a");
   };
   for (const Config& c : configs(records, pass)) {
     const MicroRecord* dcp = c.find("dcp");
@@ -111,8 +106,8 @@ void traffic_table(const std::vector<MicroRecord>& records, const std::string& p
     md += "| " + c.dataset + " | " + scale_text(c.scale) + " | " + c.mask + " | " +
           mb(dcp, &MicroRecord::bytes_inter_node) + " | " +
           mb(pure, &MicroRecord::bytes_inter_node) + " | " +
-          mb(best, &MicroRecord::bytes_inter_node) + " (" + (best ? best->strategy : "") +
-          ") | " + mb(dcp, &MicroRecord::bytes_intra_node) + " | " +
+          mb(best, &MicroRecord::bytes_inter_node) + " (" + (best ? best->strategy : "") + ") | " +
+          mb(dcp, &MicroRecord::bytes_intra_node) + " | " +
           mb(best, &MicroRecord::bytes_intra_node) + " | " +
           value(dcp, &MicroRecord::imbalance_compute, 2) + " | " +
           value(pure, &MicroRecord::imbalance_compute, 2) + " | " +
@@ -140,7 +135,8 @@ void targets(const std::vector<MicroRecord>& records, std::string& md) {
     }
     md += "- " + pass + ": dcp at least as fast as the best baseline on " +
           std::to_string(at_least) + " of " + std::to_string(total) +
-          " configurations (lowest speedup " + fixed(worst, 2) + "× on " + worst_config + ").\n";
+          " configurations (lowest speedup " + format_fixed(worst, 2) + "× on " + worst_config +
+          ").\n";
   }
   for (const Config& c : configs(records, "forward")) {
     if (c.dataset == "ldc" && c.scale == 0.5 && c.mask == "causal") {
@@ -160,13 +156,19 @@ void targets(const std::vector<MicroRecord>& records, std::string& md) {
       }
     }
     if (lowest < 1e300) {
-      md += "- sparse masks, " + pass + " (target ≥ 3× over hybrid): lowest " + fixed(lowest, 2) +
-            "× (" + where + ").\n";
+      md += "- sparse masks, " + pass + " (target ≥ 3× over hybrid): lowest " +
+            format_fixed(lowest, 2) + "× (" + where + ").\n";
     }
   }
 }
 
 }  // namespace
+
+std::string format_fixed(double value, int decimals) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
 
 std::string micro_markdown(const MicroOptions& options, const std::vector<MicroRecord>& records,
                            const std::string& command) {
@@ -175,20 +177,26 @@ std::string micro_markdown(const MicroOptions& options, const std::vector<MicroR
   md += "Written by `" + command + "`.\n\n";
   md += "Setup: cluster `" + cluster.name + "` (" + std::to_string(cluster.shape.nodes) +
         " nodes × " + std::to_string(cluster.shape.devices_per_node) + " devices), " +
-        std::to_string(options.tokens) + "-token batches packed from the dataset's lengths × the "
-        "scale, " + std::to_string(options.shape.q_heads) + " q heads, " +
+        std::to_string(options.tokens) +
+        "-token batches packed from the dataset's lengths × the "
+        "scale, " +
+        std::to_string(options.shape.q_heads) + " q heads, " +
         std::to_string(options.shape.kv_heads) + " kv heads, head dim " +
-        std::to_string(options.shape.head_dim) + ", " + std::string(to_string(options.shape.dtype)) +
-        ", " + std::to_string(options.batches) + " batches per configuration (seed " +
-        std::to_string(options.seed) + "). Times are the event simulator's (docs/simulator.md), "
+        std::to_string(options.shape.head_dim) + ", " +
+        std::string(to_string(options.shape.dtype)) + ", " + std::to_string(options.batches) +
+        " batches per configuration (seed " + std::to_string(options.seed) +
+        "). Times are the event simulator's (docs/simulator.md), "
         "means over the batches, in ms.\n\n";
-  md += "`dcp` is the plan dcp keeps: it simulates its own plan and every static plan before "
-        "executing and keeps the fastest (forward plus backward), so under the cost model it is "
-        "never slower than a static strategy; the `dcp kept` column counts which plan was kept. "
-        "`dcp-pure` is dcp's own placement always, so the planner's own quality stays visible. "
-        "Baselines: ring, zigzag, ulysses (n/a when the q heads do not cover the devices) and "
-        "hybrid (TransformerEngine-style a2a inside a node + zigzag ring across nodes).\n\n";
-  md += "![forward speedup](micro_bench_forward.svg)\n![backward speedup](micro_bench_backward.svg)\n\n";
+  md +=
+      "`dcp` is the plan dcp keeps: it simulates its own plan and every static plan before "
+      "executing and keeps the fastest (forward plus backward), so under the cost model it is "
+      "never slower than a static strategy; the `dcp kept` column counts which plan was kept. "
+      "`dcp-pure` is dcp's own placement always, so the planner's own quality stays visible. "
+      "Baselines: ring, zigzag, ulysses (n/a when the q heads do not cover the devices) and "
+      "hybrid (TransformerEngine-style a2a inside a node + zigzag ring across nodes).\n\n";
+  md +=
+      "![forward speedup](micro_bench_forward.svg)\n![backward "
+      "speedup](micro_bench_backward.svg)\n\n";
   for (const std::string pass : {"forward", "backward"}) {
     md += "## " + std::string(pass == "forward" ? "Forward" : "Backward") +
           ": simulated time (ms) and speedup\n\n";
@@ -219,27 +227,27 @@ std::string micro_svg(const MicroOptions& options, const std::vector<MicroRecord
   const double log_top = std::ceil(std::log2(top));
   const double log_bottom = -1;  // 0.5x
   const double left = 60, right = 20, plot_top = 50, height = 300, bar = 14, gap = 24;
-  const double width = left + right + static_cast<double>(groups) *
-                                          (static_cast<double>(scales) * bar + gap);
+  const double width =
+      left + right + static_cast<double>(groups) * (static_cast<double>(scales) * bar + gap);
   const auto y_of = [&](double value) {
     const double l = std::clamp(std::log2(value), log_bottom, log_top);
     return plot_top + height * (log_top - l) / (log_top - log_bottom);
   };
   const char* colors[] = {"#9ecae1", "#4292c6", "#2171b5", "#08306b", "#6baed6", "#084594"};
-  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fixed(width, 0) +
-                    "\" height=\"" + fixed(plot_top + height + 90, 0) +
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + format_fixed(width, 0) +
+                    "\" height=\"" + format_fixed(plot_top + height + 90, 0) +
                     "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg += "<text x=\"" + fixed(left, 0) + "\" y=\"20\" font-size=\"14\">" + pass +
+  svg += "<text x=\"" + format_fixed(left, 0) + "\" y=\"20\" font-size=\"14\">" + pass +
          ": dcp's speedup over the best baseline (bars; black tick: dcp-pure), simulated on " +
          options.cluster.name + "</text>\n";
   for (double l = log_bottom; l <= log_top; l += 1) {
     const double y = y_of(std::exp2(l));
-    svg += "<line x1=\"" + fixed(left, 0) + "\" x2=\"" + fixed(width - right, 0) + "\" y1=\"" +
-           fixed(y, 1) + "\" y2=\"" + fixed(y, 1) + "\" stroke=\"" +
+    svg += "<line x1=\"" + format_fixed(left, 0) + "\" x2=\"" + format_fixed(width - right, 0) +
+           "\" y1=\"" + format_fixed(y, 1) + "\" y2=\"" + format_fixed(y, 1) + "\" stroke=\"" +
            (l == 0 ? "#d62728" : "#dddddd") + "\"/>\n";
-    svg += "<text x=\"" + fixed(left - 6, 0) + "\" y=\"" + fixed(y + 4, 1) +
-           "\" text-anchor=\"end\">" + fixed(std::exp2(l), l < 0 ? 1 : 0) + "×</text>\n";
+    svg += "<text x=\"" + format_fixed(left - 6, 0) + "\" y=\"" + format_fixed(y + 4, 1) +
+           "\" text-anchor=\"end\">" + format_fixed(std::exp2(l), l < 0 ? 1 : 0) + "×</text>\n";
   }
   for (std::size_t i = 0; i < all.size(); ++i) {
     const Config& c = all[i];
@@ -249,30 +257,34 @@ std::string micro_svg(const MicroOptions& options, const std::vector<MicroRecord
                      static_cast<double>(within) * bar;
     if (const auto v = c.speedup("dcp", c.best_baseline())) {
       const double y = y_of(*v), base = y_of(1);
-      svg += "<rect x=\"" + fixed(x, 1) + "\" y=\"" + fixed(std::min(y, base), 1) +
-             "\" width=\"" + fixed(bar - 2, 1) + "\" height=\"" + fixed(std::abs(base - y), 1) +
-             "\" fill=\"" + colors[within % 6] + "\"><title>" + c.dataset + " " +
-             scale_text(c.scale) + " " + c.mask + ": " + fixed(*v, 2) + "×</title></rect>\n";
+      svg += "<rect x=\"" + format_fixed(x, 1) + "\" y=\"" + format_fixed(std::min(y, base), 1) +
+             "\" width=\"" + format_fixed(bar - 2, 1) + "\" height=\"" +
+             format_fixed(std::abs(base - y), 1) + "\" fill=\"" + colors[within % 6] +
+             "\"><title>" + c.dataset + " " + scale_text(c.scale) + " " + c.mask + ": " +
+             format_fixed(*v, 2) + "×</title></rect>\n";
     }
     if (const auto v = c.speedup("dcp-pure", c.best_baseline())) {
       const double y = y_of(*v);
-      svg += "<line x1=\"" + fixed(x, 1) + "\" x2=\"" + fixed(x + bar - 2, 1) + "\" y1=\"" +
-             fixed(y, 1) + "\" y2=\"" + fixed(y, 1) + "\" stroke=\"black\" stroke-width=\"2\"/>\n";
+      svg += "<line x1=\"" + format_fixed(x, 1) + "\" x2=\"" + format_fixed(x + bar - 2, 1) +
+             "\" y1=\"" + format_fixed(y, 1) + "\" y2=\"" + format_fixed(y, 1) +
+             "\" stroke=\"black\" stroke-width=\"2\"/>\n";
     }
     if (within == 0) {
       const double cx = x + static_cast<double>(scales) * bar / 2;
-      svg += "<text x=\"" + fixed(cx, 1) + "\" y=\"" + fixed(plot_top + height + 16, 1) +
-             "\" text-anchor=\"middle\">" + c.dataset + "</text>\n";
-      svg += "<text x=\"" + fixed(cx, 1) + "\" y=\"" + fixed(plot_top + height + 30, 1) +
-             "\" text-anchor=\"middle\">" + c.mask + "</text>\n";
+      svg += "<text x=\"" + format_fixed(cx, 1) + "\" y=\"" +
+             format_fixed(plot_top + height + 16, 1) + "\" text-anchor=\"middle\">" + c.dataset +
+             "</text>\n";
+      svg += "<text x=\"" + format_fixed(cx, 1) + "\" y=\"" +
+             format_fixed(plot_top + height + 30, 1) + "\" text-anchor=\"middle\">" + c.mask +
+             "</text>\n";
     }
   }
   for (std::size_t s = 0; s < options.scales.size(); ++s) {
     const double x = left + static_cast<double>(s) * 90;
     const double y = plot_top + height + 56;
-    svg += "<rect x=\"" + fixed(x, 0) + "\" y=\"" + fixed(y - 10, 0) +
+    svg += "<rect x=\"" + format_fixed(x, 0) + "\" y=\"" + format_fixed(y - 10, 0) +
            "\" width=\"12\" height=\"12\" fill=\"" + colors[s % 6] + "\"/>\n";
-    svg += "<text x=\"" + fixed(x + 16, 0) + "\" y=\"" + fixed(y, 0) + "\">lengths " +
+    svg += "<text x=\"" + format_fixed(x + 16, 0) + "\" y=\"" + format_fixed(y, 0) + "\">lengths " +
            scale_text(options.scales[s]) + "</text>\n";
   }
   svg += "</svg>\n";

@@ -81,9 +81,8 @@ std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostre
       PackingOptions packing;
       packing.tokens_per_batch = options.tokens;
       packing.scale = options.scales[s];
-      const std::vector<std::vector<TokenCount>> batches =
-          sample_batches(options.datasets[d], static_cast<std::size_t>(options.batches), packing,
-                         options.seed);
+      const std::vector<std::vector<TokenCount>> batches = sample_batches(
+          options.datasets[d], static_cast<std::size_t>(options.batches), packing, options.seed);
       for (std::size_t m = 0; m < options.masks.size(); ++m) {
         for (std::size_t b = 0; b < batches.size(); ++b) {
           jobs.push_back({d, s, m, static_cast<std::int32_t>(b), batches[b], {}});
@@ -101,8 +100,8 @@ std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostre
     WorkloadOptions workload_options;
     workload_options.auto_block.devices = options.cluster.shape.devices();
     const Workload workload =
-        make_workload(options.shape, batch,
-                      build_batch_mask(options.masks[job.mask], batch), workload_options)
+        make_workload(options.shape, batch, build_batch_mask(options.masks[job.mask], batch),
+                      workload_options)
             .workload;
     for (const Strategy strategy : options.strategies) {
       job.results.push_back(measure(workload, strategy, options));
@@ -110,8 +109,8 @@ std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostre
     const std::lock_guard<std::mutex> lock(progress_mutex);
     ++done;
     char line[160];
-    std::snprintf(line, sizeof line, "[%zu/%zu %.0f s] %s x%s %s batch %d (%d sequences): ",
-                  done, jobs.size(), ms_since(suite_start) / 1e3,
+    std::snprintf(line, sizeof line, "[%zu/%zu %.0f s] %s x%s %s batch %d (%d sequences): ", done,
+                  jobs.size(), ms_since(suite_start) / 1e3,
                   std::string(to_string(options.datasets[job.dataset])).c_str(),
                   scale_text(options.scales[job.scale]).c_str(),
                   std::string(to_string(options.masks[job.mask].kind)).c_str(), job.batch,

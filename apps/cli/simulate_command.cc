@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dcp/core/parse.h"
+
 #include "dcp/dcp.h"
 
 #include "apps/cli/args.h"
@@ -54,8 +55,8 @@ void print_pass(const Plan& plan, const sim::PassSimulation& s, std::int64_t ste
 
   char line[200];
   out << "  per device:\n";
-  std::snprintf(line, sizeof line, "  %6s %10s %10s %10s %6s\n", "device", "compute ms",
-                "wait ms", "end ms", "util %");
+  std::snprintf(line, sizeof line, "  %6s %10s %10s %10s %6s\n", "device", "compute ms", "wait ms",
+                "end ms", "util %");
   out << line;
   for (std::size_t d = 0; d < s.devices.size(); ++d) {
     const sim::DeviceTimeline& t = s.devices[d];
@@ -83,7 +84,8 @@ void print_pass(const Plan& plan, const sim::PassSimulation& s, std::int64_t ste
   };
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return length(a) > length(b); });
-  if (static_cast<std::int64_t>(order.size()) > steps) order.resize(static_cast<std::size_t>(steps));
+  if (static_cast<std::int64_t>(order.size()) > steps)
+    order.resize(static_cast<std::size_t>(steps));
   std::sort(order.begin(), order.end());
   out << "  critical path (" << s.critical_path.size() << " steps; the " << order.size()
       << " longest):\n";
@@ -98,9 +100,9 @@ void print_pass(const Plan& plan, const sim::PassSimulation& s, std::int64_t ste
                     program.instruction_stage[static_cast<std::size_t>(step.last)]);
     } else {
       const sim::TransferEvent& t = s.transfers[static_cast<std::size_t>(step.first)];
-      std::snprintf(line, sizeof line,
-                    "  %10s .. %10s ms  transfer %d -> %d: %s MB %s\n", ms(step.start).c_str(),
-                    ms(step.end).c_str(), t.src, t.dst, format_mb(t.bytes, 3).c_str(),
+      std::snprintf(line, sizeof line, "  %10s .. %10s ms  transfer %d -> %d: %s MB %s\n",
+                    ms(step.start).c_str(), ms(step.end).c_str(), t.src, t.dst,
+                    format_mb(t.bytes, 3).c_str(),
                     t.inter_node ? "between nodes" : "inside a node");
     }
     out << line;
@@ -131,11 +133,11 @@ int run_simulate(std::span<const std::string> argv, std::ostream& out) {
   const std::int64_t steps = args.get_int("--steps", 12, 0, 1 << 20);
   const Plan plan = read_plan_file(path);
   const std::string cluster_name = args.get_or("--cluster", "a100-p4de");
-  const ClusterSpec cluster =
-      with_flag("--cluster " + dcp::quoted(cluster_name),
-                [&] { return cluster_for(cluster_name, plan.header.cluster); });
-  const sim::PlanSimulation simulation =
-      with_flag("--cluster " + dcp::quoted(cluster_name), [&] { return sim::simulate(plan, cluster); });
+  const ClusterSpec cluster = with_flag("--cluster " + dcp::quoted(cluster_name), [&] {
+    return cluster_for(cluster_name, plan.header.cluster);
+  });
+  const sim::PlanSimulation simulation = with_flag("--cluster " + dcp::quoted(cluster_name),
+                                                   [&] { return sim::simulate(plan, cluster); });
   const PlanHeader& h = plan.header;
   out << path << ": " << h.strategy << ", " << h.cluster.nodes << " nodes x "
       << h.cluster.devices_per_node << " devices, " << h.total_tokens << " tokens, "

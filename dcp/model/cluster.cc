@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -125,19 +126,19 @@ ClusterSpec cpu_local_preset() {
   ClusterSpec spec;
   spec.name = "cpu-local";
   spec.shape = {1, 2};
-  spec.intra_node_bandwidth = 10e9;
-  spec.intra_node_latency = 5e-6;
-  spec.inter_node_bandwidth = 10e9;
-  spec.inter_node_latency = 5e-6;
-  spec.forward_flops = 85e9;
-  spec.backward_flops = 78e9;
-  spec.kernel_overhead = 5e-6;
-  spec.memory_bandwidth = 10e9;
-  spec.softmax_share = 0.1;
-  spec.fp32_kernel_factor = 1;
-  spec.partial_subtile_extra = 0.3;
-  spec.subtile_overhead = 1e-6;
-  spec.forward_subtile_q = 128;
+  spec.intra_node_bandwidth = 3.588e9;  // both directions of a pair at once
+  spec.intra_node_latency = 29.11e-6;   // a condition-variable wake-up, mostly
+  spec.inter_node_bandwidth = 3.588e9;  // one process: as intra
+  spec.inter_node_latency = 29.11e-6;
+  spec.forward_flops = 64.22e9;
+  spec.backward_flops = 77.1e9;
+  spec.kernel_overhead = 3.04e-6;
+  spec.memory_bandwidth = 11.91e9;
+  spec.softmax_share = 0;
+  spec.fp32_kernel_factor = 0.7861;
+  spec.partial_subtile_extra = 0.06041;
+  spec.subtile_overhead = 0.2835e-6;
+  spec.forward_subtile_q = 128;  // the cpu kernels' sub-tiles
   spec.forward_subtile_kv = 256;
   spec.backward_subtile_q = 128;
   spec.backward_subtile_kv = 128;
@@ -167,13 +168,13 @@ ClusterSpec cluster_preset(std::string_view name) {
     spec.backward_flops = 160e12;       // FlashAttention-2 backward runs ~20% below forward
     spec.kernel_overhead = 8e-6;        // CUDA launch plus tail of a small grid, estimate
     spec.memory_bandwidth = 1.6e12;     // 2039 GB/s HBM2e (A100 80 GB SXM), ~80% sustained
-    spec.softmax_share = 0.25;  // FA2 reaches ~0.8x its d=128 FLOP rate at d=64: s = 0.25 fits
-    spec.fp32_kernel_factor = 2;      // TF32 tensor peak 156 vs bf16 312 TFLOP/s
-    spec.partial_subtile_extra = 0.1;   // FA2 masks only diagonal blocks, estimate
-    spec.subtile_overhead = 0;          // absorbed by the sustained rate (108 SMs in parallel)
-    spec.forward_subtile_q = 128;       // FA2 sm80 hdim128 forward: 128 x 64 blocks
+    spec.softmax_share = 0.25;    // FA2 reaches ~0.8x its d=128 FLOP rate at d=64: s = 0.25 fits
+    spec.fp32_kernel_factor = 2;  // TF32 tensor peak 156 vs bf16 312 TFLOP/s
+    spec.partial_subtile_extra = 0.1;  // FA2 masks only diagonal blocks, estimate
+    spec.subtile_overhead = 0;         // absorbed by the sustained rate (108 SMs in parallel)
+    spec.forward_subtile_q = 128;      // FA2 sm80 hdim128 forward: 128 x 64 blocks
     spec.forward_subtile_kv = 64;
-    spec.backward_subtile_q = 64;       // FA2 sm80 hdim128 backward: 64 x 128 blocks
+    spec.backward_subtile_q = 64;  // FA2 sm80 hdim128 backward: 64 x 128 blocks
     spec.backward_subtile_kv = 128;
   } else if (name == "h100-dgx") {
     // NVIDIA DGX H100: 8 x H100 SXM per node (anchors §D.4).
@@ -193,7 +194,7 @@ ClusterSpec cluster_preset(std::string_view name) {
     spec.subtile_overhead = 0;          // absorbed by the sustained rate (132 SMs in parallel)
     spec.forward_subtile_q = 128;       // FA3 hdim128 forward: 128 x 128 blocks
     spec.forward_subtile_kv = 128;
-    spec.backward_subtile_q = 64;       // FA3 hdim128 backward: 64 x 128 blocks
+    spec.backward_subtile_q = 64;  // FA3 hdim128 backward: 64 x 128 blocks
     spec.backward_subtile_kv = 128;
   } else if (name == "cpu-local") {
     spec = cpu_local_preset();
@@ -321,7 +322,12 @@ std::string to_cluster_text(const ClusterSpec& spec) {
   out += "devices_per_node = " + std::to_string(spec.shape.devices_per_node) + "\n";
   for (const Field& f : kFields) {
     char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.17g", spec.*f.member / f.unit);
+    // The shortest form that reads back to the same double.
+    const double value = spec.*f.member / f.unit;
+    for (int digits = 1; digits <= 17; ++digits) {
+      std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
+      if (std::strtod(buffer, nullptr) == value) break;
+    }
     out.append(f.key).append(" = ").append(buffer).append("\n");
   }
   for (const SubtileField& f : kSubtileFields) {

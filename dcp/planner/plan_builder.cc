@@ -33,8 +33,8 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
     placement_options.cluster = shape;
     placement_options.seed = options.seed;
     PlacementResult placed = place(workload, placement_options);
-    BuiltPlan built{Plan{}, workload, std::move(placed.placement), placed.within_bounds, {},
-                    {},     {},       {}};
+    BuiltPlan built{Plan{}, workload, std::move(placed.placement), placed.within_bounds, {}, {},
+                    {},     {}};
     built.timings.partition_ms = ms_since(start);
     built.plan.header =
         plan_header(workload, shape, std::string(to_string(options.strategy)), options.seed);
@@ -64,8 +64,8 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
 
 BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start) {
   const ClusterShape& shape = options.cluster.shape;
-  BuiltPlan built{Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {},
-                  {},     {}};
+  BuiltPlan built{Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {},
+                  {}};
   built.timings.partition_ms = ms_since(start);
   built.plan.header =
       plan_header(built.workload, shape, std::string(to_string(options.strategy)), options.seed);
@@ -85,10 +85,9 @@ BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::t
   return built;
 }
 
-PlanCandidate simulated(const BuiltPlan& built, std::string strategy,
-                        const ClusterSpec& cluster) {
+PlanCandidate simulated(const BuiltPlan& built, std::string strategy, const ClusterSpec& cluster) {
   const sim::PlanSimulation simulation = sim::simulate(built.plan, cluster);
-  return {std::move(strategy), true, "", true, 0, simulation.forward.seconds,
+  return {std::move(strategy),        true, "", true, 0, simulation.forward.seconds,
           simulation.backward.seconds};
 }
 

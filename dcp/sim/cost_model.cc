@@ -66,8 +66,8 @@ CostModel::CostModel(const ClusterSpec& spec, const PlanHeader& header) : spec_(
   // dQ, dK). The rates are sustained on full tiles at head dim 128; the share `softmax_share` of
   // that time does not scale with the head dim.
   constexpr double kReferenceHeadDim = 128;
-  const double dim_scale = (1 - spec_.softmax_share) * header.head_dim / kReferenceHeadDim +
-                           spec_.softmax_share;
+  const double dim_scale =
+      (1 - spec_.softmax_share) * header.head_dim / kReferenceHeadDim + spec_.softmax_share;
   const double dtype_factor = header.dtype == DType::kFp32 ? spec_.fp32_kernel_factor : 1.0;
   const double heads = header.head_block_size;
   pair_seconds_[0] = 4 * kReferenceHeadDim / spec_.forward_flops * dim_scale * dtype_factor * heads;

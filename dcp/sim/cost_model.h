@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "dcp/model/cluster.h"
+
 #include "dcp/program/program.h"
 
 namespace dcp::sim {

@@ -15,6 +15,7 @@
 #include <variant>
 
 #include "dcp/core/error.h"
+
 #include "dcp/program/plan_file.h"
 #include "dcp/sim/cost_model.h"
 
@@ -54,7 +55,7 @@ struct DeviceState {
   std::vector<LaunchState> launches;  // issued so far
   std::size_t completed = 0;          // launches [0, completed) are complete
   std::vector<std::int32_t> slot_tokens;
-  std::vector<double> mask_cost;  // per mask, NaN until first used
+  std::vector<double> mask_cost;               // per mask, NaN until first used
   std::size_t memory_run = std::variant_npos;  // opcode of the batched memory kernel running
   // Per compute event: whether a Wait was held by its launch (else by the stream).
   std::vector<bool> held_by_launch;
@@ -99,10 +100,10 @@ class Simulation {
       const DeviceState& state = devices_[d];
       if (state.pc < state.program->instructions.size()) {
         const auto& wait = std::get<Wait>(state.program->instructions[state.pc]);
-        throw InvalidInput(std::string(to_string(result_.pass)) + " pass: device " +
-                           std::to_string(d) + " waits forever on launch " + std::to_string(wait.launch) +
-                           " (instruction " + std::to_string(state.pc) +
-                           "): a transfer it carries has no matching post on its peer");
+        throw InvalidInput(
+            std::string(to_string(result_.pass)) + " pass: device " + std::to_string(d) +
+            " waits forever on launch " + std::to_string(wait.launch) + " (instruction " +
+            std::to_string(state.pc) + "): a transfer it carries has no matching post on its peer");
       }
     }
     for (const bool send : {true, false}) {
@@ -125,9 +126,9 @@ class Simulation {
   // --- compute streams -------------------------------------------------------------------------
 
   std::int32_t tokens_of_block(const Program& program, BlockId block) const {
-    const auto it = std::lower_bound(
-        program.blocks.begin(), program.blocks.end(), block,
-        [](const BlockInfo& info, BlockId id) { return info.id < id; });
+    const auto it =
+        std::lower_bound(program.blocks.begin(), program.blocks.end(), block,
+                         [](const BlockInfo& info, BlockId id) { return info.id < id; });
     return it != program.blocks.end() && it->id == block ? it->tokens : 0;
   }
 
@@ -171,10 +172,9 @@ class Simulation {
       double seconds = 0;
       bool compute = true;
       // A load, store, merge or sum right after one of its kind joins its batched kernel.
-      const bool memory = std::holds_alternative<Load>(instruction) ||
-                          std::holds_alternative<Store>(instruction) ||
-                          std::holds_alternative<Merge>(instruction) ||
-                          std::holds_alternative<Sum>(instruction);
+      const bool memory =
+          std::holds_alternative<Load>(instruction) || std::holds_alternative<Store>(instruction) ||
+          std::holds_alternative<Merge>(instruction) || std::holds_alternative<Sum>(instruction);
       if (memory && instruction.index() != state.memory_run) seconds = cost_.kernel_overhead();
       if (!std::holds_alternative<Free>(instruction)) {
         state.memory_run = memory ? instruction.index() : std::variant_npos;
@@ -185,7 +185,7 @@ class Simulation {
       } else if (const auto* store = std::get_if<Store>(&instruction)) {
         seconds += store->slot == kNoSlot
                        ? cost_.memory_seconds(value_bytes(header_, store->kind,
-                                                         tokens_of_block(program, store->block)))
+                                                          tokens_of_block(program, store->block)))
                        : cost_.memory_seconds(2 * slot_bytes(state, store->slot));
       } else if (const auto* merge = std::get_if<Merge>(&instruction)) {
         seconds += cost_.memory_seconds(3 * slot_bytes(state, merge->dst));
@@ -209,8 +209,8 @@ class Simulation {
         state.wait_launch.push_back(wait->launch);
         state.time = std::max(state.time, done);
         timeline.wait_seconds += state.time - start;
-        timeline.events.push_back({static_cast<std::int32_t>(i), program.instruction_stage[i],
-                                   start, state.time});
+        timeline.events.push_back(
+            {static_cast<std::int32_t>(i), program.instruction_stage[i], start, state.time});
         ++state.pc;
         continue;
       } else {
@@ -233,8 +233,8 @@ class Simulation {
     DeviceState& state = devices_[d];
     if (at(launch.id) != state.launches.size()) {
       throw InvalidInput(std::string(to_string(result_.pass)) + " pass: device " +
-                         std::to_string(d) + " issues launch " + std::to_string(launch.id) + " as its launch #" +
-                         std::to_string(state.launches.size()));
+                         std::to_string(d) + " issues launch " + std::to_string(launch.id) +
+                         " as its launch #" + std::to_string(state.launches.size()));
     }
     LaunchState issued;
     issued.instruction = static_cast<std::int32_t>(instruction);
@@ -246,8 +246,8 @@ class Simulation {
       const bool send = op.direction == CommOp::Direction::kSend;
       if (!send) {
         const SlotKind kind = state.program->slots[at(op.slot)].kind;
-        state.slot_tokens[at(op.slot)] =
-            static_cast<std::int32_t>(op.bytes / std::max<std::int64_t>(1, value_bytes(header_, kind, 1)));
+        state.slot_tokens[at(op.slot)] = static_cast<std::int32_t>(
+            op.bytes / std::max<std::int64_t>(1, value_bytes(header_, kind, 1)));
       }
       const std::pair<std::int32_t, std::int32_t> key =
           send ? std::pair{self, op.peer} : std::pair{op.peer, self};
@@ -299,8 +299,8 @@ class Simulation {
     // Copies: completing a launch may advance a device, which may add transfers.
     const TransferEvent transfer = result_.transfers[at(id)];
     const auto [src_launch, dst_launch] = transfer_launch_[at(id)];
-    for (const auto& [device, launch] : {std::pair{transfer.src, src_launch},
-                                         std::pair{transfer.dst, dst_launch}}) {
+    for (const auto& [device, launch] :
+         {std::pair{transfer.src, src_launch}, std::pair{transfer.dst, dst_launch}}) {
       LaunchState& state = devices_[at(device)].launches[at(launch)];
       --state.open;
       if (transfer.end >= state.last_end) {
@@ -428,9 +428,8 @@ class Simulation {
       std::vector<std::int32_t> ended;
       for (std::size_t c = 0; c < classes_.size(); ++c) {
         LinkClass& link = classes_[c];
-        while (!link.ends.empty() &&
-               (c == ending || link.ends.top().first - link.served <=
-                                   1e-9 * link.ends.top().first + 1e-6)) {
+        while (!link.ends.empty() && (c == ending || link.ends.top().first - link.served <=
+                                                         1e-9 * link.ends.top().first + 1e-6)) {
           ended.push_back(link.ends.top().second);
           link.ends.pop();
           if (c == ending) ending = classes_.size();  // only its first is forced
@@ -541,11 +540,9 @@ class Simulation {
       steps.push_back({CriticalStep::Kind::kTransfer, transfer.dst, released.cause.transfer,
                        released.cause.transfer, transfer.posted, transfer.end});
       // The transfer could start once its later side posted it.
-      const bool sender_later = result_.devices[at(transfer.src)]
-                                    .events[at(transfer.src_instruction)]
-                                    .start >= result_.devices[at(transfer.dst)]
-                                                  .events[at(transfer.dst_instruction)]
-                                                  .start;
+      const bool sender_later =
+          result_.devices[at(transfer.src)].events[at(transfer.src_instruction)].start >=
+          result_.devices[at(transfer.dst)].events[at(transfer.dst_instruction)].start;
       device = sender_later ? transfer.src : transfer.dst;
       index = sender_later ? transfer.src_instruction : transfer.dst_instruction;
     }
@@ -570,9 +567,9 @@ class Simulation {
   std::map<std::pair<std::int32_t, std::int32_t>, std::deque<Posted>> waiting_sends_,
       waiting_recvs_;
   std::vector<std::pair<std::int32_t, std::int32_t>> transfer_launch_;  // (src, dst) launch
-  std::priority_queue<std::pair<double, std::int32_t>,
-                      std::vector<std::pair<double, std::int32_t>>, std::greater<>>
-      pending_;  // (ready, transfer)
+  std::priority_queue<std::pair<double, std::int32_t>, std::vector<std::pair<double, std::int32_t>>,
+                      std::greater<>>
+      pending_;                   // (ready, transfer)
   std::vector<double> capacity_;  // per link side
   std::vector<LinkClass> classes_;
   std::map<std::size_t, std::size_t> class_index_;
@@ -592,8 +589,8 @@ PassSimulation simulate(const PlanHeader& header, const std::vector<Program>& pr
   if (!(cluster.shape == header.cluster)) {
     throw InvalidInput("the plan is for " + std::to_string(header.cluster.nodes) + " x " +
                        std::to_string(header.cluster.devices_per_node) + " devices but cluster '" +
-                       cluster.name + "' describes " + std::to_string(cluster.shape.nodes) +
-                       " x " + std::to_string(cluster.shape.devices_per_node));
+                       cluster.name + "' describes " + std::to_string(cluster.shape.nodes) + " x " +
+                       std::to_string(cluster.shape.devices_per_node));
   }
   if (programs.size() != at(header.cluster.devices())) {
     throw InvalidInput("expected one Program per device (" +
@@ -605,9 +602,8 @@ PassSimulation simulate(const PlanHeader& header, const std::vector<Program>& pr
         programs[d].pass != programs.front().pass) {
       throw InvalidInput("Program " + std::to_string(d) + " is device " +
                          std::to_string(programs[d].device) + "'s " +
-                         std::string(to_string(programs[d].pass)) +
-                         " Program; expected device " + std::to_string(d) + "'s " +
-                         std::string(to_string(programs.front().pass)));
+                         std::string(to_string(programs[d].pass)) + " Program; expected device " +
+                         std::to_string(d) + "'s " + std::string(to_string(programs.front().pass)));
     }
     check_program_structure(header, programs[d], "");
   }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dcp/model/cluster.h"
+
 #include "dcp/program/program.h"
 
 namespace dcp::sim {
@@ -64,8 +65,8 @@ struct StageTime {
 struct CriticalStep {
   enum class Kind : std::uint8_t { kCompute, kTransfer };
   Kind kind = Kind::kCompute;
-  std::int32_t device = 0;       // compute: the device; transfer: the receiver
-  std::int32_t first = 0;        // compute: first instruction; transfer: index in transfers
+  std::int32_t device = 0;  // compute: the device; transfer: the receiver
+  std::int32_t first = 0;   // compute: first instruction; transfer: index in transfers
   std::int32_t last = 0;
   double start = 0;
   double end = 0;

@@ -12,28 +12,10 @@
 #include "dcp/model/cluster.h"
 
 #include "apps/cli/command_table.h"
+#include "tests/apps/cli_testing.h"
 
 namespace dcp::cli {
 namespace {
-
-struct Result {
-  int status;
-  std::string out;
-  std::string err;
-};
-
-Result run(const std::vector<std::string>& argv) {
-  std::ostringstream out, err;
-  const int status = run_main(argv, out, err);
-  return {status, out.str(), err.str()};
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // Small tiles and buffers: the command's wiring, not the machine, is under test.
 std::vector<std::string> fast(std::vector<std::string> argv) {
@@ -52,7 +34,7 @@ TEST(CalibrateCommand, WritesAClusterFileThatReadsBackAsThePrintedText) {
   const std::size_t at = r.out.find("\nname = ");
   ASSERT_NE(at, std::string::npos) << r.out;
   const std::string printed = r.out.substr(at + 1);
-  EXPECT_EQ(read_text(path), printed);
+  EXPECT_EQ(read_all(path), printed);
   const ClusterSpec spec = resolve_cluster(path);
   EXPECT_EQ(spec.name, "cpu-local");
   EXPECT_EQ(spec.shape, (ClusterShape{1, 2}));

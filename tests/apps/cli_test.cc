@@ -215,7 +215,6 @@ TEST(PartitionCommand, SaysWhenSomeDevicesGetNoData) {
 namespace dcp::cli {
 namespace {
 
-
 TEST(PlanCommand, WritesAPlanThatVerifiesAndInspects) {
   const std::string plan = temp_path("a.plan");
   const std::string json = temp_path("a.json");

@@ -69,14 +69,15 @@ TEST(BenchCommand, MicroSuiteWritesRecordsReportAndCharts) {
   const std::string dir = temp_path("micro_report");
   const std::string json = temp_path("micro.json");
   std::filesystem::remove_all(dir);
-  const Result r = run({"bench", "--suite", "micro", "--batches", "1", "--datasets", "ldc",
-                        "--scales", "0.5", "--masks", "causal,lambda", "--tokens", "8192",
-                        "--cluster", cluster, "--threads", "2", "--report-dir", dir, "--json",
-                        json});
+  const Result r = run(
+      {"bench",    "--suite",   "micro",   "--batches",     "1",        "--datasets", "ldc",
+       "--scales", "0.5",       "--masks", "causal,lambda", "--tokens", "8192",       "--cluster",
+       cluster,    "--threads", "2",       "--report-dir",  dir,        "--json",     json});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string records = read_all(json);
   // 2 masks x 2 passes x 6 strategies, every strategy feasible on 4 devices.
-  const std::regex record(R"re(\{ "dataset": "ldc", "scale": 0.5, "mask": "(\w+)", "pass": "(\w+)", "strategy": "([\w-]+)", "time_ms": ([0-9.e+-]+), "bytes_inter_node": [0-9.e+-]+, "bytes_intra_node": [0-9.e+-]+, "imbalance_compute": [0-9.e+-]+, "plan_ms": [0-9.e+-]+)re");
+  const std::regex record(
+      R"re(\{ "dataset": "ldc", "scale": 0.5, "mask": "(\w+)", "pass": "(\w+)", "strategy": "([\w-]+)", "time_ms": ([0-9.e+-]+), "bytes_inter_node": [0-9.e+-]+, "bytes_intra_node": [0-9.e+-]+, "imbalance_compute": [0-9.e+-]+, "plan_ms": [0-9.e+-]+)re");
   std::map<std::string, double> time;
   for (auto it = std::sregex_iterator(records.begin(), records.end(), record);
        it != std::sregex_iterator(); ++it) {
@@ -108,14 +109,15 @@ TEST(BenchCommand, MicroSuiteWritesRecordsReportAndCharts) {
 TEST(BenchCommand, CalibrationSuiteComparesMeasuredAndSimulatedTimes) {
   const std::string dir = temp_path("calibration_report");
   std::filesystem::remove_all(dir);
-  const Result r = run({"bench", "--suite", "calibration", "--batches", "1", "--tokens", "600",
-                        "--masks", "causal", "--strategies", "dcp,ring", "--head-dim", "16",
-                        "--report-dir", dir});
+  const Result r =
+      run({"bench", "--suite", "calibration", "--batches", "1", "--tokens", "600", "--masks",
+           "causal", "--strategies", "dcp,ring", "--head-dim", "16", "--report-dir", dir});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string markdown = read_all(dir + "/calibration.md");
   EXPECT_NE(markdown.find("| samples | median |error|"), std::string::npos);
   // One row per (strategy, pass) with positive measured and simulated times.
-  const std::regex row(R"re(\| 0 \| causal \| (dcp|ring) \| (forward|backward) \| ([0-9.]+) \| ([0-9.]+) \|)re");
+  const std::regex row(
+      R"re(\| 0 \| causal \| (dcp|ring) \| (forward|backward) \| ([0-9.]+) \| ([0-9.]+) \|)re");
   int rows = 0;
   for (auto it = std::sregex_iterator(markdown.begin(), markdown.end(), row);
        it != std::sregex_iterator(); ++it) {

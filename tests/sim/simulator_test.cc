@@ -20,6 +20,7 @@
 #include "dcp/planner/plan_builder.h"
 #include "dcp/sim/chrome_trace.h"
 #include "dcp/sim/cost_model.h"
+
 #include "tests/testing/sample_plan.h"
 
 namespace dcp::sim {
@@ -161,13 +162,15 @@ Pipeline two_stage_pipeline(std::int32_t kv_tokens) {
   };
   p.programs.push_back(program(0, {block(0, kv_tokens)}, {{SlotKind::kKV, kv_tokens}},
                                {Launch{0, {{D::kSend, 1, 0, kv_bytes}}}, Wait{0}}));
-  Program receiver = program(
-      1, {block(0, kv_tokens), block(1, kv_tokens)},
-      {{SlotKind::kQ, kv_tokens}, {SlotKind::kKV, kv_tokens}, {SlotKind::kKV, kv_tokens},
-       {SlotKind::kOut, kv_tokens}},
-      {Launch{0, {{D::kRecv, 0, 2, kv_bytes}}}, Load{0, 1, 0}, Load{1, 1, 0},
-       AttnForward{{row(0, 3, false, 1)}}, Wait{0}, AttnForward{{row(0, 3, true, 2)}}},
-      2);
+  Program receiver =
+      program(1, {block(0, kv_tokens), block(1, kv_tokens)},
+              {{SlotKind::kQ, kv_tokens},
+               {SlotKind::kKV, kv_tokens},
+               {SlotKind::kKV, kv_tokens},
+               {SlotKind::kOut, kv_tokens}},
+              {Launch{0, {{D::kRecv, 0, 2, kv_bytes}}}, Load{0, 1, 0}, Load{1, 1, 0},
+               AttnForward{{row(0, 3, false, 1)}}, Wait{0}, AttnForward{{row(0, 3, true, 2)}}},
+              2);
   receiver.instruction_stage = {0, 0, 0, 0, 1, 1};
   p.programs.push_back(std::move(receiver));
   return p;
@@ -182,7 +185,8 @@ TEST(Simulator, TwoStagePipelineOverlapsTheTransferFully) {
   const double tile = cost.tile_seconds(Pass::kForward, nullptr, 4096, 4096);
   const double load = cost.memory_seconds(2 * value_bytes(p.header, SlotKind::kQ, 4096)) +
                       cost.memory_seconds(2 * value_bytes(p.header, SlotKind::kKV, 4096));
-  const double transfer = 5e-6 + static_cast<double>(value_bytes(p.header, SlotKind::kKV, 4096)) / 1e9;
+  const double transfer =
+      5e-6 + static_cast<double>(value_bytes(p.header, SlotKind::kKV, 4096)) / 1e9;
   ASSERT_LT(transfer, load + tile);
   EXPECT_NEAR(sim.devices[1].end, load + 2 * tile, 1e-12);
   EXPECT_NEAR(sim.devices[1].wait_seconds, 0, 1e-15);
@@ -201,7 +205,8 @@ TEST(Simulator, SlowTransferIsExposedAsWaitAndOnTheCriticalPath) {
   const PassSimulation sim = simulate(p.header, p.programs, cluster);
   const CostModel cost(cluster, p.header);
   const double tile = cost.tile_seconds(Pass::kForward, nullptr, 512, 512);
-  const double transfer = 5e-6 + static_cast<double>(value_bytes(p.header, SlotKind::kKV, 512)) / 1e9;
+  const double transfer =
+      5e-6 + static_cast<double>(value_bytes(p.header, SlotKind::kKV, 512)) / 1e9;
   EXPECT_NEAR(sim.seconds, transfer + tile, 1e-12);
   EXPECT_NEAR(sim.devices[1].wait_seconds, transfer - sim.devices[1].events[3].end, 1e-12);
   // The critical path: the transfer, then the second tile.
@@ -218,8 +223,8 @@ TEST(Simulator, ConsecutiveMemoryInstructionsShareOneLaunch) {
   const PlanHeader h = test_header(shape, 2, 256);
   ClusterSpec cluster = test_cluster(shape);
   cluster.kernel_overhead = 1e-3;  // dwarfs everything else
-  const std::vector<Slot> slots = {{SlotKind::kQ, 256}, {SlotKind::kKV, 256},
-                                   {SlotKind::kOut, 256}, {SlotKind::kKV, 256}};
+  const std::vector<Slot> slots = {
+      {SlotKind::kQ, 256}, {SlotKind::kKV, 256}, {SlotKind::kOut, 256}, {SlotKind::kKV, 256}};
   const AttnRow row{0, 2, false, {AttnKv{1, kFullTile, kNoSlot, false}}};
   // Two loads (one launch), attention (one), a load and a store (two: different kinds).
   const std::vector<Program> programs = {
@@ -233,8 +238,8 @@ TEST(Simulator, ConsecutiveMemoryInstructionsShareOneLaunch) {
 
 TEST(Simulator, SamplePlanRunsBothPassesAndItsTraceNamesEveryDevice) {
   const Plan plan = testing::sample_plan();
-  const PlanSimulation sim = simulate(plan, with_shape(cluster_preset("a100-p4de"),
-                                                       plan.header.cluster));
+  const PlanSimulation sim =
+      simulate(plan, with_shape(cluster_preset("a100-p4de"), plan.header.cluster));
   for (const PassSimulation* pass : {&sim.forward, &sim.backward}) {
     EXPECT_GT(pass->seconds, 0);
     EXPECT_EQ(pass->devices.size(), 2u);

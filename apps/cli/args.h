@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dcp/core/error.h"
+#include "dcp/core/parse.h"
 
 namespace dcp::cli {
 
@@ -70,6 +71,20 @@ auto with_flag(const std::string& context, F&& body) -> decltype(body()) {
   } catch (const IoError& e) {
     throw UsageError(context + ": " + e.what());
   }
+}
+
+// A comma-separated flag value parsed item by item (`fallback` when the flag is absent); an item's
+// error names the flag. Throws UsageError for an empty list.
+template <typename T, typename Parse>
+std::vector<T> list_flag(const Args& args, std::string_view flag, std::string_view fallback,
+                         Parse parse) {
+  std::vector<T> values;
+  const std::string text = args.get_or(flag, fallback);
+  for (const std::string_view item : split(text, ',')) {
+    values.push_back(with_flag(std::string(flag), [&] { return parse(trim(item)); }));
+  }
+  if (values.empty()) throw UsageError(std::string(flag) + ": give at least one value");
+  return values;
 }
 
 }  // namespace dcp::cli

@@ -19,27 +19,15 @@
 namespace dcp::cli {
 namespace {
 
-template <typename T, typename Parse>
-std::vector<T> parse_list(const Args& args, std::string_view flag, std::string_view fallback,
-                          Parse parse) {
-  std::vector<T> values;
-  const std::string text = args.get_or(flag, fallback);
-  for (const std::string_view item : split(text, ',')) {
-    values.push_back(with_flag(std::string(flag), [&] { return parse(trim(item)); }));
-  }
-  if (values.empty()) throw UsageError(std::string(flag) + ": give at least one value");
-  return values;
-}
-
 std::vector<MaskSpec> masks_from(const Args& args) {
-  return parse_list<MaskSpec>(args, "--masks", "causal,lambda,shared_question,causal_blockwise",
-                              [](std::string_view name) {
-                                if (name.find(':') != std::string_view::npos) {
-                                  throw InvalidInput("give mask kinds only (" + dcp::quoted(name) +
-                                                     "); they take the paper's parameters");
-                                }
-                                return parse_mask_spec(name);
-                              });
+  return list_flag<MaskSpec>(args, "--masks", "causal,lambda,shared_question,causal_blockwise",
+                             [](std::string_view name) {
+                               if (name.find(':') != std::string_view::npos) {
+                                 throw InvalidInput("give mask kinds only (" + dcp::quoted(name) +
+                                                    "); they take the paper's parameters");
+                               }
+                               return parse_mask_spec(name);
+                             });
 }
 
 ClusterSpec cluster_from(const Args& args, std::string_view fallback) {
@@ -109,15 +97,15 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const auto batches = static_cast<std::int32_t>(args.get_int("--batches", 3, 1, 10000));
   if (suite == "micro") {
     MicroOptions options;
-    options.datasets = parse_list<LengthDistributionKind>(args, "--datasets", "ldc,longalign",
-                                                          parse_length_distribution);
-    options.scales = parse_list<double>(args, "--scales", "0.5,1,2,4", [](std::string_view s) {
+    options.datasets = list_flag<LengthDistributionKind>(args, "--datasets", "ldc,longalign",
+                                                         parse_length_distribution);
+    options.scales = list_flag<double>(args, "--scales", "0.5,1,2,4", [](std::string_view s) {
       const double scale = parse_double(s, "scale");
       if (!(scale > 0 && scale <= 64)) throw InvalidInput("scale must be in (0, 64]");
       return scale;
     });
     options.masks = masks_from(args);
-    options.strategies = parse_list<Strategy>(
+    options.strategies = list_flag<Strategy>(
         args, "--strategies", "dcp,dcp-pure,ring,zigzag,ulysses,hybrid", parse_strategy);
     options.batches = batches;
     options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
@@ -151,8 +139,8 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     }
     CalibrationSuiteOptions options;
     options.masks = masks_from(args);
-    options.strategies = parse_list<Strategy>(args, "--strategies",
-                                              "dcp,ring,zigzag,ulysses,hybrid", parse_strategy);
+    options.strategies =
+        list_flag<Strategy>(args, "--strategies", "dcp,ring,zigzag,ulysses,hybrid", parse_strategy);
     options.batches = batches;
     options.tokens = args.get_int("--tokens", 8192, 1, 1 << 24);
     const std::string dataset = args.get_or("--dataset", "ldc");

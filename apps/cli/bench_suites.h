@@ -14,6 +14,8 @@ namespace dcp::cli {
 
 // `value` with `decimals` digits after the point, for tables.
 std::string format_fixed(double value, int decimals);
+// A length scale as tables and progress show it: "x0.5".
+std::string format_scale(double scale);
 
 // --- micro --------------------------------------------------------------------------------------
 

@@ -32,15 +32,6 @@ struct DemoRow {
   double error = 0;
 };
 
-std::vector<Strategy> parse_strategies(const std::string& text) {
-  std::vector<Strategy> strategies;
-  for (const std::string_view name : split(text, ',')) {
-    strategies.push_back(with_flag("--strategies", [&] { return parse_strategy(name); }));
-  }
-  if (strategies.empty()) throw UsageError("--strategies: give at least one strategy");
-  return strategies;
-}
-
 // The demo's defaults: a LongDataCollections-like batch small enough for the fp64 reference on a
 // laptop, on 2 nodes x 4 devices.
 constexpr std::pair<std::string_view, std::string_view> kDemoDefaults[] = {
@@ -104,7 +95,7 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
     return 0;
   }
   const std::vector<Strategy> strategies =
-      parse_strategies(args.get_or("--strategies", "dcp,ring,zigzag,ulysses,hybrid"));
+      list_flag<Strategy>(args, "--strategies", "dcp,ring,zigzag,ulysses,hybrid", parse_strategy);
   const auto seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
   PlanOptions plan_options = plan_options_from_flags(args, seed);
   const ExecutionOptions execution = execution_options_from_flags(args);

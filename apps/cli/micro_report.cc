@@ -14,12 +14,6 @@ namespace {
 
 constexpr const char* kBaselines[] = {"ring", "zigzag", "ulysses", "hybrid"};
 
-std::string scale_text(double scale) {
-  char text[16];
-  std::snprintf(text, sizeof text, "x%g", scale);
-  return text;
-}
-
 // The records of one configuration and pass, by strategy.
 struct Config {
   std::string dataset, mask, pass;
@@ -73,7 +67,7 @@ void time_table(const MicroOptions& options, const std::vector<MicroRecord>& rec
   for (std::size_t i = 0; i < options.strategies.size() + 5; ++i) md += "---|";
   md += "\n";
   for (const Config& c : configs(records, pass)) {
-    md += "| " + c.dataset + " | " + scale_text(c.scale) + " | " + c.mask + " |";
+    md += "| " + c.dataset + " | " + format_scale(c.scale) + " | " + c.mask + " |";
     for (const Strategy s : options.strategies) {
       const MicroRecord* r = c.find(std::string(to_string(s)));
       md += " " + (r ? format_fixed(r->time_ms, 3) : std::string("n/a")) + " |";
@@ -103,7 +97,7 @@ void traffic_table(const std::vector<MicroRecord>& records, const std::string& p
     const MicroRecord* dcp = c.find("dcp");
     const MicroRecord* pure = c.find("dcp-pure");
     const MicroRecord* best = c.best_baseline();
-    md += "| " + c.dataset + " | " + scale_text(c.scale) + " | " + c.mask + " | " +
+    md += "| " + c.dataset + " | " + format_scale(c.scale) + " | " + c.mask + " | " +
           mb(dcp, &MicroRecord::bytes_inter_node) + " | " +
           mb(pure, &MicroRecord::bytes_inter_node) + " | " +
           mb(best, &MicroRecord::bytes_inter_node) + " (" + (best ? best->strategy : "") + ") | " +
@@ -130,7 +124,7 @@ void targets(const std::vector<MicroRecord>& records, std::string& md) {
       at_least += *s >= 1.0 - 1e-12;
       if (*s < worst) {
         worst = *s;
-        worst_config = c.dataset + " " + scale_text(c.scale) + " " + c.mask;
+        worst_config = c.dataset + " " + format_scale(c.scale) + " " + c.mask;
       }
     }
     md += "- " + pass + ": dcp at least as fast as the best baseline on " +
@@ -152,7 +146,7 @@ void targets(const std::vector<MicroRecord>& records, std::string& md) {
       const auto s = c.speedup("dcp", c.find("hybrid"));
       if (s && *s < lowest) {
         lowest = *s;
-        where = c.dataset + " " + scale_text(c.scale) + " " + c.mask;
+        where = c.dataset + " " + format_scale(c.scale) + " " + c.mask;
       }
     }
     if (lowest < 1e300) {
@@ -163,6 +157,12 @@ void targets(const std::vector<MicroRecord>& records, std::string& md) {
 }
 
 }  // namespace
+
+std::string format_scale(double scale) {
+  char text[16];
+  std::snprintf(text, sizeof text, "x%g", scale);
+  return text;
+}
 
 std::string format_fixed(double value, int decimals) {
   char text[32];
@@ -260,7 +260,7 @@ std::string micro_svg(const MicroOptions& options, const std::vector<MicroRecord
       svg += "<rect x=\"" + format_fixed(x, 1) + "\" y=\"" + format_fixed(std::min(y, base), 1) +
              "\" width=\"" + format_fixed(bar - 2, 1) + "\" height=\"" +
              format_fixed(std::abs(base - y), 1) + "\" fill=\"" + colors[within % 6] +
-             "\"><title>" + c.dataset + " " + scale_text(c.scale) + " " + c.mask + ": " +
+             "\"><title>" + c.dataset + " " + format_scale(c.scale) + " " + c.mask + ": " +
              format_fixed(*v, 2) + "×</title></rect>\n";
     }
     if (const auto v = c.speedup("dcp-pure", c.best_baseline())) {
@@ -285,7 +285,7 @@ std::string micro_svg(const MicroOptions& options, const std::vector<MicroRecord
     svg += "<rect x=\"" + format_fixed(x, 0) + "\" y=\"" + format_fixed(y - 10, 0) +
            "\" width=\"12\" height=\"12\" fill=\"" + colors[s % 6] + "\"/>\n";
     svg += "<text x=\"" + format_fixed(x + 16, 0) + "\" y=\"" + format_fixed(y, 0) + "\">lengths " +
-           scale_text(options.scales[s]) + "</text>\n";
+           format_scale(options.scales[s]) + "</text>\n";
   }
   svg += "</svg>\n";
   return svg;

@@ -66,12 +66,6 @@ Measured measure(const Workload& workload, Strategy strategy, const MicroOptions
   return m;
 }
 
-std::string scale_text(double scale) {
-  char text[16];
-  std::snprintf(text, sizeof text, "%g", scale);
-  return text;
-}
-
 }  // namespace
 
 std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostream& progress) {
@@ -109,12 +103,11 @@ std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostre
     const std::lock_guard<std::mutex> lock(progress_mutex);
     ++done;
     char line[160];
-    std::snprintf(line, sizeof line, "[%zu/%zu %.0f s] %s x%s %s batch %d (%d sequences): ", done,
-                  jobs.size(), ms_since(suite_start) / 1e3,
-                  std::string(to_string(options.datasets[job.dataset])).c_str(),
-                  scale_text(options.scales[job.scale]).c_str(),
-                  std::string(to_string(options.masks[job.mask].kind)).c_str(), job.batch,
-                  batch.size());
+    std::snprintf(
+        line, sizeof line, "[%zu/%zu %.0f s] %s %s %s batch %d (%d sequences): ", done, jobs.size(),
+        ms_since(suite_start) / 1e3, std::string(to_string(options.datasets[job.dataset])).c_str(),
+        format_scale(options.scales[job.scale]).c_str(),
+        std::string(to_string(options.masks[job.mask].kind)).c_str(), job.batch, batch.size());
     progress << line;
     for (std::size_t i = 0; i < options.strategies.size(); ++i) {
       const Measured& m = job.results[i];

@@ -24,10 +24,7 @@ std::string ms(double seconds) {
 
 // A preset takes the plan's shape; a cluster file must describe the plan's shape.
 ClusterSpec cluster_for(const std::string& name, const ClusterShape& shape) {
-  const std::vector<std::string> presets = cluster_presets();
-  if (std::find(presets.begin(), presets.end(), name) != presets.end()) {
-    return sim::with_shape(cluster_preset(name), shape);
-  }
+  if (is_cluster_preset(name)) return sim::with_shape(cluster_preset(name), shape);
   return resolve_cluster(name);
 }
 

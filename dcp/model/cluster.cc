@@ -2,6 +2,7 @@
 // Cluster shapes, presets and cluster files.
 #include "dcp/model/cluster.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -304,10 +305,13 @@ ClusterSpec read_cluster_file(const std::string& path) {
   return parse_cluster_text(text.str(), path);
 }
 
+bool is_cluster_preset(std::string_view name) {
+  const std::vector<std::string> presets = cluster_presets();
+  return std::find(presets.begin(), presets.end(), name) != presets.end();
+}
+
 ClusterSpec resolve_cluster(const std::string& preset_or_file) {
-  for (const std::string& preset : cluster_presets()) {
-    if (preset == preset_or_file) return cluster_preset(preset);
-  }
+  if (is_cluster_preset(preset_or_file)) return cluster_preset(preset_or_file);
   std::ifstream probe(preset_or_file);
   if (!probe) {
     throw InvalidInput("--cluster " + quoted(preset_or_file) + " is neither a preset (" +

@@ -71,6 +71,7 @@ void validate(const ClusterSpec& spec);
 
 // Preset names, in the order `dcp plan --help` lists them.
 std::vector<std::string> cluster_presets();
+bool is_cluster_preset(std::string_view name);
 // The preset of that name with its own shape (nodes, devices per node). Throws InvalidInput
 // naming the name and listing the presets if there is none.
 ClusterSpec cluster_preset(std::string_view name);

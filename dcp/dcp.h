@@ -24,6 +24,7 @@
 #include "dcp/comm/communicator.h"
 #include "dcp/comm/local/local_communicator.h"
 #include "dcp/kernels/attention_kernels.h"
+#include "dcp/plan_queue.h"
 #include "dcp/planner/baselines/static_plans.h"
 #include "dcp/planner/partition/hmetis_format.h"
 #include "dcp/planner/placement/block_hypergraph.h"

@@ -83,42 +83,59 @@ TokenCount scale_length(TokenCount length, double scale) {
   return result < 1 ? 1 : result;
 }
 
-std::vector<std::vector<TokenCount>> pack_batches(std::span<const TokenCount> lengths,
-                                                  const PackingOptions& options,
-                                                  std::uint64_t seed) {
+std::vector<std::vector<std::size_t>> pack_batch_indices(std::span<const TokenCount> lengths,
+                                                         const PackingOptions& options,
+                                                         std::uint64_t seed, bool shuffle) {
   validate(options);
-  std::vector<TokenCount> stream;
-  stream.reserve(lengths.size());
+  std::vector<TokenCount> scaled;
+  scaled.reserve(lengths.size());
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] < 1) {
       throw InvalidInput("lengths[" + std::to_string(i) + "] = " + std::to_string(lengths[i]) +
                          " is not a positive sequence length");
     }
-    stream.push_back(scale_length(lengths[i], options.scale));
+    scaled.push_back(scale_length(lengths[i], options.scale));
   }
-
+  std::vector<std::size_t> order(lengths.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   // Shuffle before dropping, as the reference does, so the kept order depends on the whole input.
-  Rng rng(seed);
-  rng.shuffle(stream);
+  if (shuffle) {
+    Rng rng(seed);
+    rng.shuffle(order);
+  }
 
   const TokenCount max_length = effective_max_length(options);
   const TokenCount min_tokens = min_batch_tokens(options);
-  std::vector<std::vector<TokenCount>> batches;
-  std::vector<TokenCount> current;
+  std::vector<std::vector<std::size_t>> batches;
+  std::vector<std::size_t> current;
   TokenCount current_sum = 0;
   const auto close_current = [&] {
     if (current_sum >= min_tokens) batches.push_back(std::move(current));
     current.clear();
     current_sum = 0;
   };
-  for (const TokenCount length : stream) {
+  for (const std::size_t index : order) {
+    const TokenCount length = scaled[index];
     if (length > max_length) continue;
     // max_length <= tokens_per_batch, so a length always fits an empty batch.
     if (current_sum + length > options.tokens_per_batch) close_current();
-    current.push_back(length);
+    current.push_back(index);
     current_sum += length;
   }
   close_current();
+  return batches;
+}
+
+std::vector<std::vector<TokenCount>> pack_batches(std::span<const TokenCount> lengths,
+                                                  const PackingOptions& options,
+                                                  std::uint64_t seed) {
+  std::vector<std::vector<TokenCount>> batches;
+  for (const std::vector<std::size_t>& indices : pack_batch_indices(lengths, options, seed)) {
+    std::vector<TokenCount>& batch = batches.emplace_back();
+    for (const std::size_t index : indices) {
+      batch.push_back(scale_length(lengths[index], options.scale));
+    }
+  }
   return batches;
 }
 

@@ -58,6 +58,12 @@ std::vector<std::vector<TokenCount>> pack_batches(std::span<const TokenCount> le
                                                   const PackingOptions& options,
                                                   std::uint64_t seed);
 
+// The same packing as indices into `lengths` (each batch in packed order), so that a data loader
+// packs its samples themselves. shuffle = false packs in the given order.
+std::vector<std::vector<std::size_t>> pack_batch_indices(std::span<const TokenCount> lengths,
+                                                         const PackingOptions& options,
+                                                         std::uint64_t seed, bool shuffle = true);
+
 // Exactly `count` packed batches of lengths drawn from `kind`. Lengths are drawn in rounds; round
 // r draws a pool from a seed mixed from (seed, r), packs it with pack_batches, and appends its
 // batches until `count` are collected (the surplus of the last round is discarded). The pool is

@@ -3,9 +3,11 @@
 // tensors.
 #include "dcp/runtime/batch_tensors.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "dcp/core/error.h"
 #include "dcp/core/rng.h"
@@ -116,6 +118,52 @@ LocalTensors gather_local_inputs(const BatchInputs& batch, const LocalLayout& la
                    copy_rows(batch.v.data(), local.v.data(), global, token, tokens, kv_row);
                  });
   return local;
+}
+
+std::vector<std::int64_t> local_token_positions(const LocalLayout& layout,
+                                                std::span<const TokenCount> sequence_offsets,
+                                                std::int64_t batch_tokens) {
+  std::vector<std::int64_t> positions(to_size(layout.tokens()));
+  for_each_block(layout, sequence_offsets, batch_tokens,
+                 [&](std::int64_t global, std::int64_t token, std::int64_t tokens) {
+                   for (std::int64_t i = 0; i < tokens; ++i) {
+                     positions[to_size(token + i)] = global + i;
+                   }
+                 });
+  return positions;
+}
+
+std::vector<TokenCount> plan_sequence_lengths(const Plan& plan) {
+  std::vector<std::vector<std::pair<TokenCount, TokenCount>>> spans(
+      to_size(std::max(plan.header.sequences, 0)));
+  for (const Program& program : plan.forward) {
+    for (const BlockId id : program.owned) {
+      const auto it = std::lower_bound(
+          program.blocks.begin(), program.blocks.end(), id,
+          [](const BlockInfo& block, BlockId wanted) { return block.id < wanted; });
+      if (it == program.blocks.end() || it->id != id || it->seq < 0 ||
+          it->seq >= plan.header.sequences) {
+        throw InvalidInput("device " + std::to_string(program.device) + " owns block " +
+                           std::to_string(id) + ", which is not a block of the plan's " +
+                           std::to_string(plan.header.sequences) + " sequences");
+      }
+      spans[to_size(it->seq)].emplace_back(it->begin, it->begin + it->tokens);
+    }
+  }
+  std::vector<TokenCount> lengths;
+  for (std::size_t seq = 0; seq < spans.size(); ++seq) {
+    std::sort(spans[seq].begin(), spans[seq].end());
+    TokenCount end = 0;
+    for (const auto& [begin, stop] : spans[seq]) {
+      if (begin != end) {
+        throw InvalidInput("the blocks the devices own leave a gap or overlap in sequence " +
+                           std::to_string(seq) + " at token " + std::to_string(end));
+      }
+      end = stop;
+    }
+    lengths.push_back(end);
+  }
+  return lengths;
 }
 
 void scatter_local_outputs(const BatchShape& shape, const LocalLayout& layout,

@@ -57,6 +57,17 @@ struct LocalTensors {
 LocalTensors gather_local_inputs(const BatchInputs& batch, const LocalLayout& layout,
                                  std::span<const TokenCount> sequence_offsets);
 
+// The batch position (packed order) of each local token of `layout`: one batch-wide token tensor
+// indexed by it gives the rank's local tensor. Throws InvalidInput like gather_local_inputs for a
+// block outside the batch.
+std::vector<std::int64_t> local_token_positions(const LocalLayout& layout,
+                                                std::span<const TokenCount> sequence_offsets,
+                                                std::int64_t batch_tokens);
+
+// The lengths of the sequences a plan covers: the tokens of the blocks every device owns, summed
+// per sequence. Throws InvalidInput if the owned blocks of a sequence do not tile it exactly.
+std::vector<TokenCount> plan_sequence_lengths(const Plan& plan);
+
 // Writes one rank's local outputs into the batch's.
 void scatter_local_outputs(const BatchShape& shape, const LocalLayout& layout,
                            std::span<const TokenCount> sequence_offsets,

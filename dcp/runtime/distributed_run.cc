@@ -73,7 +73,7 @@ RunResult run_rank(comm::Communicator& communicator, const Plan& plan,
   communicator.barrier();
   executor.forward(local.q, local.k, local.v, o, lse);
   communicator.barrier();
-  executor.backward(local.dout, dq, dk, dv);
+  executor.backward(local.q, local.k, local.v, o, lse, local.dout, dq, dk, dv);
 
   // Gather on rank 0: every other rank sends its outputs and profiles; rank 0 knows each rank's
   // layout from the plan.

@@ -4,6 +4,7 @@
 #include "dcp/runtime/executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -90,7 +91,6 @@ void Executor::prepare(const Plan& plan) {
 
 void Executor::prepare(const PlanHeader& header, Program forward, Program backward) {
   prepared_ = false;
-  forward_done_ = false;
   check_plan_header(header, "");
   if (header.cluster.devices() != communicator_.size()) {
     throw InvalidInput("the plan is for " + std::to_string(header.cluster.devices()) +
@@ -144,7 +144,9 @@ void Executor::prepare_pass(PassState& state, Program program) {
   }
   // Slot offsets are multiples of 64 from the arena's start; a vector of max_align_t-aligned
   // bytes is enough for the fp32 and 16-bit element accesses the kernels make.
-  state.arena.assign(total, std::byte{0});
+  state.owned_arena.assign(total, std::byte{0});
+  state.arena = state.owned_arena;
+  state.arena_bytes = total;
   state.slot_tokens.assign(state.program.slots.size(), -1);
   LaunchId launches = 0;
   for (const Instruction& instruction : state.program.instructions) {
@@ -156,8 +158,48 @@ void Executor::prepare_pass(PassState& state, Program program) {
   state.profile = PassProfile{};
 }
 
+std::size_t Executor::arena_bytes(Pass pass) const { return state(pass).arena_bytes; }
+
+void Executor::use_arena(Pass pass, std::span<std::byte> memory) {
+  PassState& s = state(pass);
+  if (memory.size() < s.arena_bytes) {
+    throw InvalidInput("the " + std::string(to_string(pass)) + " buffer table needs " +
+                       std::to_string(s.arena_bytes) + " bytes, the memory given has " +
+                       std::to_string(memory.size()));
+  }
+  if (reinterpret_cast<std::uintptr_t>(memory.data()) % kSlotAlignment != 0) {
+    throw InvalidInput("the memory given for the " + std::string(to_string(pass)) +
+                       " buffer table is not " + std::to_string(kSlotAlignment) + "-byte aligned");
+  }
+  s.arena = memory.first(s.arena_bytes);
+  s.owned_arena = std::vector<std::byte>();
+}
+
+void Executor::set_scale(double softmax_scale) {
+  if (!std::isfinite(softmax_scale) || softmax_scale < 0) {
+    throw InvalidInput("softmax scale " + std::to_string(softmax_scale) +
+                       " is not a finite non-negative number");
+  }
+  params_.softmax_scale =
+      static_cast<float>(softmax_scale > 0 ? softmax_scale : header_.softmax_scale);
+}
+
+namespace {
+
+// Clears the executor's view of a call's tensors when the call ends, however it ends.
+template <typename F>
+struct OnExit {
+  F f;
+  ~OnExit() { f(); }
+};
+template <typename F>
+OnExit(F) -> OnExit<F>;
+
+}  // namespace
+
 void Executor::forward(std::span<const std::byte> q, std::span<const std::byte> k,
-                       std::span<const std::byte> v, std::span<std::byte> o, std::span<float> lse) {
+                       std::span<const std::byte> v, std::span<std::byte> o, std::span<float> lse,
+                       double softmax_scale) {
   if (!prepared_) {
     throw Error("Executor::forward called before prepare()");
   }
@@ -166,38 +208,55 @@ void Executor::forward(std::span<const std::byte> q, std::span<const std::byte> 
   expect_size(v.size(), layout_.kv_bytes(), "v", "bytes");
   expect_size(o.size(), layout_.q_bytes(), "o", "bytes");
   expect_size(lse.size(), layout_.lse_elements(), "lse", "elements");
-  q_.assign(q.begin(), q.end());
-  k_.assign(k.begin(), k.end());
-  v_.assign(v.begin(), v.end());
+  set_scale(softmax_scale);
   // An output no Store writes keeps the value of no contribution: o = 0, lse = -inf.
-  o_.assign(layout_.q_bytes(), std::byte{0});
-  lse_.assign(layout_.lse_elements(), -std::numeric_limits<float>::infinity());
-  out_q_ = o_.data();
-  forward_done_ = false;
+  std::fill(o.begin(), o.end(), std::byte{0});
+  std::fill(lse.begin(), lse.end(), -std::numeric_limits<float>::infinity());
+  const OnExit clear{[this] { q_ = k_ = v_ = nullptr, out_q_ = nullptr, lse_out_ = nullptr; }};
+  q_ = q.data();
+  k_ = k.data();
+  v_ = v.data();
+  out_q_ = o.data();
+  lse_out_ = lse.data();
   run(forward_);
-  std::copy(o_.begin(), o_.end(), o.begin());
-  std::copy(lse_.begin(), lse_.end(), lse.begin());
-  forward_done_ = true;
 }
 
-void Executor::backward(std::span<const std::byte> dout, std::span<std::byte> dq,
-                        std::span<std::byte> dk, std::span<std::byte> dv) {
-  if (!forward_done_) {
-    throw Error("Executor::backward called before a successful forward()");
+void Executor::backward(std::span<const std::byte> q, std::span<const std::byte> k,
+                        std::span<const std::byte> v, std::span<const std::byte> o,
+                        std::span<const float> lse, std::span<const std::byte> dout,
+                        std::span<std::byte> dq, std::span<std::byte> dk, std::span<std::byte> dv,
+                        double softmax_scale) {
+  if (!prepared_) {
+    throw Error("Executor::backward called before prepare()");
   }
+  expect_size(q.size(), layout_.q_bytes(), "q", "bytes");
+  expect_size(k.size(), layout_.kv_bytes(), "k", "bytes");
+  expect_size(v.size(), layout_.kv_bytes(), "v", "bytes");
+  expect_size(o.size(), layout_.q_bytes(), "o", "bytes");
+  expect_size(lse.size(), layout_.lse_elements(), "lse", "elements");
   expect_size(dout.size(), layout_.q_bytes(), "do", "bytes");
   expect_size(dq.size(), layout_.q_bytes(), "dq", "bytes");
   expect_size(dk.size(), layout_.kv_bytes(), "dk", "bytes");
   expect_size(dv.size(), layout_.kv_bytes(), "dv", "bytes");
-  dout_.assign(dout.begin(), dout.end());
+  set_scale(softmax_scale);
   std::fill(dq.begin(), dq.end(), std::byte{0});
   std::fill(dk.begin(), dk.end(), std::byte{0});
   std::fill(dv.begin(), dv.end(), std::byte{0});
+  const OnExit clear{[this] {
+    q_ = k_ = v_ = o_ = dout_ = nullptr;
+    lse_ = nullptr;
+    out_q_ = out_k_ = out_v_ = nullptr;
+  }};
+  q_ = q.data();
+  k_ = k.data();
+  v_ = v.data();
+  o_ = o.data();
+  lse_ = lse.data();
+  dout_ = dout.data();
   out_q_ = dq.data();
   out_k_ = dk.data();
   out_v_ = dv.data();
   run(backward_);
-  out_q_ = out_k_ = out_v_ = nullptr;
 }
 
 void Executor::run(PassState& state) {
@@ -335,28 +394,28 @@ void Executor::load(PassState& state, const Load& load) {
   const std::size_t q_value = q_part(t) * element;
   switch (slot.kind) {
     case SlotKind::kQ:
-      copy_heads(q_.data(), data, token, t, header_.q_heads, load.head_block * h, h, d, element,
-                 false);
+      copy_heads(q_, data, token, t, header_.q_heads, load.head_block * h, h, d, element, false);
       break;
     case SlotKind::kKV: {
       const std::size_t k_value = kv_part(t) * element;
-      copy_heads(k_.data(), data, token, t, header_.kv_heads, load.head_block * hk, hk, d, element,
-                 false);
-      copy_heads(v_.data(), data + k_value, token, t, header_.kv_heads, load.head_block * hk, hk, d,
+      copy_heads(k_, data, token, t, header_.kv_heads, load.head_block * hk, hk, d, element, false);
+      copy_heads(v_, data + k_value, token, t, header_.kv_heads, load.head_block * hk, hk, d,
                  element, false);
       break;
     }
     case SlotKind::kQGrad: {
+      if (dout_ == nullptr) {
+        throw Error("a kQGrad load in the forward pass");
+      }
       // q, do, lse, delta = rowsum(do * o): delta from the stored o (storage dtype), as the
       // forward pass returned it.
-      copy_heads(q_.data(), data, token, t, header_.q_heads, load.head_block * h, h, d, element,
-                 false);
-      copy_heads(dout_.data(), data + q_value, token, t, header_.q_heads, load.head_block * h, h, d,
+      copy_heads(q_, data, token, t, header_.q_heads, load.head_block * h, h, d, element, false);
+      copy_heads(dout_, data + q_value, token, t, header_.q_heads, load.head_block * h, h, d,
                  element, false);
       auto* lse = reinterpret_cast<float*>(data + 2 * q_value);
-      copy_lse(lse_.data(), lse, token, t, layout_.tokens(), load.head_block * h, h, false);
+      copy_lse(lse_, lse, token, t, layout_.tokens(), load.head_block * h, h, false);
       scratch_o_.resize(q_value);
-      copy_heads(o_.data(), scratch_o_.data(), token, t, header_.q_heads, load.head_block * h, h, d,
+      copy_heads(o_, scratch_o_.data(), token, t, header_.q_heads, load.head_block * h, h, d,
                  element, false);
       kernels_.delta(params_.storage, scratch_o_.data(), data + q_value, t, h, d,
                      lse + static_cast<std::size_t>(h) * static_cast<std::size_t>(t));
@@ -409,7 +468,7 @@ void Executor::store(PassState& state, const Store& store) {
     copy_heads(converted, out, token, t, all_heads, head, heads, d, element, true);
   }
   if (store.kind == SlotKind::kOut) {
-    copy_lse(data + value, lse_.data(), token, t, layout_.tokens(), head, heads, true);
+    copy_lse(data + value, lse_out_, token, t, layout_.tokens(), head, heads, true);
   }
 }
 

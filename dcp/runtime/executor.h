@@ -6,7 +6,9 @@
 //   Executor executor(communicator, kernels);
 //   executor.prepare(plan);                        // once per batch: checks, allocates buffers
 //   executor.forward(q, k, v, o, lse);             // local tensors, LocalLayout order
-//   executor.backward(dout, dq, dk, dv);
+//   executor.backward(q, k, v, o, lse, dout, dq, dk, dv);
+// Passes keep nothing between calls: backward takes what forward used and returned, so any number
+// of layers may run forward and then backward in any order (autograd, activation checkpointing).
 #pragma once
 
 #include <cstddef>
@@ -49,14 +51,30 @@ class Executor {
   const PlanHeader& header() const { return header_; }
 
   // q: LocalLayout::q_bytes(), k and v: kv_bytes(); writes o (q_bytes) and lse (lse_elements).
-  // Keeps copies of q, k, v, o and lse for backward. Throws InvalidInput naming a tensor whose size
-  // is wrong, comm::CommError if a peer fails or times out, Error if the Program turns out
-  // inconsistent while running (a value of the wrong size).
+  // softmax_scale 0 means the plan's. Throws InvalidInput naming a tensor whose size is wrong,
+  // comm::CommError if a peer fails or times out (or whatever the communicator throws), Error if
+  // the Program turns out inconsistent while running (a value of the wrong size).
   void forward(std::span<const std::byte> q, std::span<const std::byte> k,
-               std::span<const std::byte> v, std::span<std::byte> o, std::span<float> lse);
-  // After forward: dout (q_bytes) in; dq (q_bytes), dk and dv (kv_bytes) out.
-  void backward(std::span<const std::byte> dout, std::span<std::byte> dq, std::span<std::byte> dk,
-                std::span<std::byte> dv);
+               std::span<const std::byte> v, std::span<std::byte> o, std::span<float> lse,
+               double softmax_scale = 0);
+  // The inputs and outputs of a forward call with the same plan, and dout (q_bytes) in; dq
+  // (q_bytes), dk and dv (kv_bytes) out.
+  void backward(std::span<const std::byte> q, std::span<const std::byte> k,
+                std::span<const std::byte> v, std::span<const std::byte> o,
+                std::span<const float> lse, std::span<const std::byte> dout,
+                std::span<std::byte> dq, std::span<std::byte> dk, std::span<std::byte> dv,
+                double softmax_scale = 0);
+
+  // One pass's buffer table, which prepare allocates: a communicator that moves bytes by its own
+  // means (torch.distributed) finds a transfer's slot in it.
+  std::span<std::byte> arena(Pass pass) { return state(pass).arena; }
+  // Bytes the pass's buffer table needs (after prepare).
+  std::size_t arena_bytes(Pass pass) const;
+  // Runs the pass in `memory` (at least arena_bytes, 64-byte aligned, owned by the caller until
+  // the next prepare or the executor's end) instead of the table prepare allocated, which is
+  // released: so a framework's allocator (PyTorch's) owns the memory. Throws InvalidInput if the
+  // memory is too small or misaligned.
+  void use_arena(Pass pass, std::span<std::byte> memory);
 
   const PassProfile& profile(Pass pass) const {
     return pass == Pass::kForward ? forward_.profile : backward_.profile;
@@ -65,7 +83,9 @@ class Executor {
  private:
   struct PassState {
     Program program;
-    std::vector<std::byte> arena;
+    std::vector<std::byte> owned_arena;  // empty when the caller lent the memory (use_arena)
+    std::span<std::byte> arena;
+    std::size_t arena_bytes = 0;
     std::vector<std::size_t> slot_offset;
     std::vector<std::int32_t> slot_tokens;    // tokens of the value a slot holds, -1 if none
     std::vector<comm::GroupId> launch_group;  // by LaunchId
@@ -74,6 +94,8 @@ class Executor {
   };
 
   void prepare_pass(PassState& state, Program program);
+  PassState& state(Pass pass) { return pass == Pass::kForward ? forward_ : backward_; }
+  const PassState& state(Pass pass) const { return pass == Pass::kForward ? forward_ : backward_; }
   void run(PassState& state);
   void execute(PassState& state, std::size_t index);
   void load(PassState& state, const Load& load);
@@ -109,15 +131,20 @@ class Executor {
   PassState forward_;
   PassState backward_;
   bool prepared_ = false;
-  bool forward_done_ = false;
+  void set_scale(double softmax_scale);
 
-  // Local tensors: the inputs kept from forward, and where outputs go during a pass.
-  std::vector<std::byte> q_, k_, v_, o_, dout_;
-  std::vector<float> lse_;
-  std::byte* out_q_ = nullptr;  // forward: o; backward: dq
-  std::byte* out_k_ = nullptr;  // backward: dk
-  std::byte* out_v_ = nullptr;  // backward: dv
-  std::vector<float> scratch_;  // fp32 staging for stores
+  // The local tensors of the pass that runs: inputs, and where outputs go. Null between calls.
+  const std::byte* q_ = nullptr;
+  const std::byte* k_ = nullptr;
+  const std::byte* v_ = nullptr;
+  const std::byte* o_ = nullptr;     // backward: the forward's o
+  const std::byte* dout_ = nullptr;  // backward
+  const float* lse_ = nullptr;       // backward: the forward's lse
+  float* lse_out_ = nullptr;         // forward
+  std::byte* out_q_ = nullptr;       // forward: o; backward: dq
+  std::byte* out_k_ = nullptr;       // backward: dk
+  std::byte* out_v_ = nullptr;       // backward: dv
+  std::vector<float> scratch_;       // fp32 staging for stores
   std::vector<std::byte> scratch_o_;
 };
 

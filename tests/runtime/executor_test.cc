@@ -76,7 +76,7 @@ TEST(Executor, RejectsAPlanForAnotherWorldSize) {
   }
 }
 
-TEST(Executor, RejectsLocalTensorsOfTheWrongSizeAndBackwardBeforeForward) {
+TEST(Executor, RejectsLocalTensorsOfTheWrongSize) {
   const Plan plan = testing::sample_plan();
   comm::LocalWorld world(2, {});
   auto kernel_set = kernels::make_kernels(kernels::KernelKind::kCpu, 1);
@@ -88,7 +88,62 @@ TEST(Executor, RejectsLocalTensorsOfTheWrongSizeAndBackwardBeforeForward) {
   std::vector<float> lse(layout.lse_elements());
   std::vector<std::byte> o(layout.q_bytes());
   EXPECT_THROW(executor.forward(short_q, kv, kv, o, lse), InvalidInput);
-  EXPECT_THROW(executor.backward(q, o, kv, kv), Error);
+  EXPECT_THROW(executor.backward(q, kv, kv, o, lse, short_q, q, kv, kv), InvalidInput);
+  EXPECT_THROW(executor.backward(q, kv, kv, short_q, lse, q, q, kv, kv), InvalidInput);
+  EXPECT_THROW(executor.forward(q, kv, kv, o, lse, -1.0), InvalidInput);
+}
+
+struct LayerOutputs {
+  std::vector<std::byte> o, dq, dk, dv;
+  std::vector<float> lse;
+  friend bool operator==(const LayerOutputs&, const LayerOutputs&) = default;
+};
+
+// Passes keep nothing between calls: two layers' forwards, then their backwards in reverse order
+// (as autograd runs them), give each layer what it gets when run alone.
+TEST(Executor, PassesAreStatelessAcrossInterleavedLayers) {
+  const Plan plan = testing::sample_plan();
+  const Workload workload = sample_workload();
+  const std::span<const TokenCount> offsets = workload.batch().offsets();
+  const runtime::BatchShape shape = testing::batch_shape(workload);
+  const runtime::BatchInputs a = runtime::random_inputs(shape, 3);
+  const runtime::BatchInputs b = runtime::random_inputs(shape, 4);
+  std::vector<LayerOutputs> alone(4), interleaved(4);  // [rank * 2 + layer]
+  comm::run_local_ranks(2, {}, [&](comm::Communicator& communicator) {
+    auto kernel_set = kernels::make_kernels(kernels::KernelKind::kCpu, 1);
+    runtime::Executor executor(communicator, *kernel_set);
+    executor.prepare(plan);
+    const runtime::LocalLayout& layout = executor.layout();
+    const runtime::LocalTensors la = runtime::gather_local_inputs(a, layout, offsets);
+    const runtime::LocalTensors lb = runtime::gather_local_inputs(b, layout, offsets);
+    auto fresh = [&] {
+      return LayerOutputs{
+          std::vector<std::byte>(layout.q_bytes()), std::vector<std::byte>(layout.q_bytes()),
+          std::vector<std::byte>(layout.kv_bytes()), std::vector<std::byte>(layout.kv_bytes()),
+          std::vector<float>(layout.lse_elements())};
+    };
+    auto forward = [&](const runtime::LocalTensors& in, LayerOutputs& out) {
+      executor.forward(in.q, in.k, in.v, out.o, out.lse);
+    };
+    auto backward = [&](const runtime::LocalTensors& in, LayerOutputs& out) {
+      executor.backward(in.q, in.k, in.v, out.o, out.lse, in.dout, out.dq, out.dk, out.dv);
+    };
+    const auto rank = static_cast<std::size_t>(communicator.rank());
+    LayerOutputs& alone_a = alone[rank * 2] = fresh();
+    LayerOutputs& alone_b = alone[rank * 2 + 1] = fresh();
+    forward(la, alone_a);
+    backward(la, alone_a);
+    forward(lb, alone_b);
+    backward(lb, alone_b);
+    LayerOutputs& layer_a = interleaved[rank * 2] = fresh();
+    LayerOutputs& layer_b = interleaved[rank * 2 + 1] = fresh();
+    forward(la, layer_a);
+    forward(lb, layer_b);
+    backward(lb, layer_b);
+    backward(la, layer_a);
+  });
+  EXPECT_NE(alone[0], alone[1]);  // the two layers differ
+  EXPECT_EQ(alone, interleaved);
 }
 
 TEST(Executor, FailsPromptlyWhenAPeerFails) {

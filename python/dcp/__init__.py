@@ -1,0 +1,112 @@
+# SPDX-License-Identifier: Apache-2.0
+"""dcp: dynamic context parallelism for long-context training.
+
+The planner from Python (every call goes to the C++ facade; nothing is implemented twice):
+
+    import dcp
+    plan = dcp.plan([45613, 9419], mask="lambda:sink=64,window=4096", heads=8, kv_heads=2,
+                    head_dim=128, dtype="bf16", nodes=2, devices_per_node=4)
+    plan.verify()["ok"]; plan.simulate("a100-p4de")["seconds"]; plan.save("plan.bin")
+    same = dcp.load_plan("plan.bin")
+
+The PyTorch API (DCPDataloader, DCPExecutor, DCPAttn) is in dcp.torch; docs/python.md.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["Plan", "plan", "workload", "load_plan", "plan_from_bytes", "mask_intervals",
+           "dtype_name"]
+
+Plan = _core.PlanHandle
+
+_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
+           "fp16": "fp16", "float16": "fp16", "torch.float16": "fp16", "half": "fp16",
+           "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32", "float": "fp32"}
+
+
+def dtype_name(dtype: Any) -> str:
+    """'bf16', 'fp16' or 'fp32' for a dtype given as a string or a torch dtype."""
+    name = _DTYPES.get(str(dtype))
+    if name is None:
+        raise TypeError(f"dtype {dtype!r} is not one of bf16, fp16, fp32 (or their torch dtypes)")
+    return name
+
+
+def _mask_array(mask: Any, what: str) -> np.ndarray:
+    if hasattr(mask, "detach") and hasattr(mask, "cpu"):  # a torch tensor
+        mask = mask.detach().cpu().numpy()
+    array = np.asarray(mask)
+    if array.dtype != np.int32:
+        raise TypeError(f"{what} is an array of {array.dtype}; per-row key intervals must be int32 "
+                        "of shape (tokens, K, 2)")
+    if array.ndim != 3 or array.shape[2] != 2:
+        raise ValueError(f"{what} has shape {tuple(array.shape)}; per-row key intervals must have "
+                         "shape (tokens, K, 2)")
+    return np.ascontiguousarray(array)
+
+
+def _masks(mask: Any) -> Any:
+    """A spec string, an int32 (tokens, K, 2) array, or a list of either, one per sequence."""
+    if isinstance(mask, str):
+        return mask
+    if isinstance(mask, (list, tuple)):
+        return [m if isinstance(m, str) else _mask_array(m, f"mask of sequence {i}")
+                for i, m in enumerate(mask)]
+    return _mask_array(mask, "mask")
+
+
+def _request(seqlens: Sequence[int], mask: Any = "causal", *, heads: int = 8, kv_heads: int = 2,
+             head_dim: int = 128, dtype: Any = "bf16", softmax_scale: float | None = None,
+             block_size: int | None = None, head_block_size: int = 1,
+             cluster: str = "a100-p4de", nodes: int | None = None,
+             devices_per_node: int | None = None, strategy: str = "dcp", stages: int = 0,
+             eps_compute: float = 0.1, eps_memory: float = 0.2,
+             compute_masked_tiles: bool = False, seed: int = 0) -> Any:
+    lengths = [int(n) for n in seqlens]
+    return _core.make_request(
+        lengths, _masks(mask), int(heads), int(kv_heads), int(head_dim), dtype_name(dtype),
+        float(softmax_scale or 0.0), int(block_size or 0), int(head_block_size), str(cluster),
+        int(nodes or 0), int(devices_per_node or 0), str(strategy), int(stages),
+        float(eps_compute), float(eps_memory), bool(compute_masked_tiles), int(seed))
+
+
+def plan(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Plan:
+    """Plans one batch, as `dcp plan` does. Options (with the command line's defaults): heads=8,
+    kv_heads=2, head_dim=128, dtype='bf16', softmax_scale=None (1/sqrt(head_dim)),
+    block_size=None (chosen), head_block_size=1, cluster='a100-p4de' (a preset or a cluster
+    file), nodes, devices_per_node (the cluster's), strategy='dcp' (dcp | dcp-pure | ring |
+    zigzag | ulysses | hybrid), stages=0 (chosen), eps_compute=0.1, eps_memory=0.2,
+    compute_masked_tiles=False, seed=0.
+
+    `mask` is a spec ('causal', 'lambda:sink=64,window=4096', ...) for every sequence, an int32
+    (total tokens, K, 2) array of per-row key intervals, or a list with one spec or array per
+    sequence. The same inputs and seed give the same plan bytes. Raises ValueError naming the
+    offending value."""
+    return _core.plan_request(_request(seqlens, mask, **options))
+
+
+def workload(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> dict:
+    """The block model of a batch (tokens, block size, token blocks, tiles, work units, pairs),
+    with plan()'s options."""
+    return _core.workload_summary(_request(seqlens, mask, **options))
+
+
+def load_plan(path: str) -> Plan:
+    """Reads a binary plan file (dcp plan -o, Plan.save). Raises ValueError for a damaged file."""
+    return _core.load_plan(str(path))
+
+
+def plan_from_bytes(data: bytes) -> Plan:
+    """The inverse of Plan.to_bytes()."""
+    return _core.plan_from_bytes(bytes(data))
+
+
+def mask_intervals(mask: Any, length: int) -> np.ndarray:
+    """A sequence's mask as per-row key intervals: int32 (length, K, 2), unused slots [0, 0)."""
+    return _core.mask_intervals(mask if isinstance(mask, str) else _mask_array(mask, "mask"),
+                                int(length))

@@ -1,0 +1,19 @@
+# SPDX-License-Identifier: Apache-2.0
+"""dcp.torch: the DCP paper's PyTorch API.
+
+    import dcp.torch as dcpt
+    loader = dcpt.DCPDataloader(dataset, mask_fn, group=group, tokens_per_batch=65536,
+                                heads=8, kv_heads=2, head_dim=128, dtype=torch.bfloat16)
+    executor = dcpt.DCPExecutor(group=group)
+    for local_batch, plan in loader:
+        executor.prepare(plan)
+        loss = model(local_batch, executor)   # attention layers: dcpt.DCPAttn.apply(executor, q, kv)
+        loss.backward(); optimizer.step()
+
+docs/python.md describes the design."""
+from dcp.torch.attention import DCPAttn, attention
+from dcp.torch.dataloader import IGNORE_INDEX, DCPDataloader, LocalBatch, pack_batches
+from dcp.torch.executor import DCPExecutor
+
+__all__ = ["DCPAttn", "DCPDataloader", "DCPExecutor", "IGNORE_INDEX", "LocalBatch", "attention",
+           "pack_batches"]

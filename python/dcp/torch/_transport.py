@@ -1,0 +1,89 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Moves the executor's transfers with torch.distributed point-to-point operations.
+
+The C++ executor calls start() once per Launch with (is_send, peer, arena, offset, bytes) tuples
+and wait() once per Wait; both run with the GIL held, everything else runs without it. A transfer
+is a contiguous byte slice of a pass's buffer table (arena), so gloo sends and receives in place.
+The n-th send from a to b matches the n-th receive on b from a (one tag), as the Program's
+Launches promise. Gloo cannot send to the own rank: such transfers are copied here, matched in
+the same order."""
+from __future__ import annotations
+
+import collections
+import datetime
+
+import torch
+import torch.distributed as dist
+
+
+class TorchTransport:
+    def __init__(self, group, rank: int, size: int, timeout: datetime.timedelta):
+        self.group = group
+        self.rank = rank
+        self.size = size
+        self.timeout = timeout
+        self.arenas: list[torch.Tensor] = []
+        self._pending: dict[int, tuple[list, list[int]]] = {}
+        self._next = 0
+        self._self_sends: collections.deque = collections.deque()
+        self._self_recvs: collections.deque = collections.deque()
+        self.failed: str | None = None
+
+    def set_arenas(self, arenas: list[torch.Tensor]) -> None:
+        self.arenas = arenas
+        self._pending.clear()
+        self._self_sends.clear()
+        self._self_recvs.clear()
+
+    def start(self, ops: list) -> int:
+        if self.failed is not None:
+            raise RuntimeError(f"the transport failed earlier: {self.failed}")
+        p2p = []
+        peers = []
+        for is_send, peer, arena, offset, nbytes in ops:
+            view = self.arenas[arena][offset:offset + nbytes]
+            if peer == self.rank:
+                (self._self_sends if is_send else self._self_recvs).append(view)
+                continue
+            peers.append(peer)
+            p2p.append(dist.P2POp(dist.isend if is_send else dist.irecv, view, group=self.group,
+                                  group_peer=peer))
+        while self._self_sends and self._self_recvs:
+            self._self_recvs.popleft().copy_(self._self_sends.popleft())
+        works = dist.batch_isend_irecv(p2p) if p2p else []
+        group = self._next
+        self._next += 1
+        self._pending[group] = (works, peers)
+        return group
+
+    def wait(self, group: int) -> None:
+        works, peers = self._pending.pop(group)
+        try:
+            for work in works:
+                if work.wait(timeout=self.timeout) is False:
+                    raise RuntimeError(f"timed out after {self.timeout.total_seconds():g} s")
+        except Exception as error:  # noqa: BLE001 - re-raised with the peers named
+            self.failed = (f"transfers with ranks {sorted(set(peers))} failed: "
+                           f"{type(error).__name__}: {str(error).splitlines()[0]}")
+            raise RuntimeError(self.failed) from error
+        if not self._pending and (self._self_sends or self._self_recvs):
+            raise RuntimeError(f"{len(self._self_sends)} sends to and {len(self._self_recvs)} "
+                               "receives from this rank itself found no partner")
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.group)
+
+    def abort(self, reason: str) -> None:
+        # torch.distributed has no way to fail the other ranks at once: they see this rank's
+        # connections close, or time out.
+        self.failed = reason
+
+
+class LocalTransport(TorchTransport):
+    """One rank, no process group: every transfer is a copy to itself."""
+
+    def __init__(self, timeout: datetime.timedelta):
+        super().__init__(None, 0, 1, timeout)
+
+    def barrier(self) -> None:
+        pass

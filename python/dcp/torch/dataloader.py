@@ -1,0 +1,234 @@
+# SPDX-License-Identifier: Apache-2.0
+"""DCPDataloader: packs samples into batches, plans each batch in the background in C++ threads,
+and yields this rank's tokens of each batch in the executor's local layout, with the plan.
+
+Every rank of the group iterates the same batches and plans each one itself: planning is
+deterministic (same batch, options and seed, same plan bytes), so no plan crosses the network
+and no rank waits for another to plan (docs/python.md has the measurement behind this choice)."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import dcp
+from dcp import _core
+
+IGNORE_INDEX = -100
+
+
+@dataclasses.dataclass
+class LocalBatch:
+    """This rank's tokens of one packed batch, in the plan's local layout."""
+    input_ids: torch.Tensor     # long (local tokens,)
+    labels: torch.Tensor        # long: the next token of the same sequence, -100 at a sequence end
+    position_ids: torch.Tensor  # long: position within the token's sequence (RoPE)
+    loss_mask: torch.Tensor     # bool: labels != -100
+    loss_tokens: int            # loss tokens of the whole batch (normalise the loss by this)
+    seqlens: list[int]          # the whole batch's sequence lengths, packed order
+    batch_indices: list[int]    # the samples (dataset indices, or stream positions) packed
+    global_positions: torch.Tensor  # long: each local token's position in the packed batch
+
+
+def pack_batches(lengths: Iterable[int], tokens_per_batch: int, seed: int = 0,
+                 shuffle: bool = True) -> list[list[int]]:
+    """Packs sample lengths into batches of at most tokens_per_batch tokens (dcp's packing:
+    shuffle with the seed, then fill batches in order); returns the indices of each batch. Every
+    sample is in exactly one batch. Raises ValueError for a sample longer than tokens_per_batch."""
+    return _core.pack_batch_indices([int(n) for n in lengths], int(tokens_per_batch), int(seed),
+                                    bool(shuffle))
+
+
+def _as_tokens(sample: Any, index: int) -> torch.Tensor:
+    tokens = sample if isinstance(sample, torch.Tensor) else torch.as_tensor(sample)
+    if tokens.dim() != 1:
+        raise ValueError(f"sample {index} has shape {tuple(tokens.shape)}; a sample is a 1-D "
+                         "sequence of token ids")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise TypeError(f"sample {index} holds {tokens.dtype}; token ids are integers")
+    if tokens.numel() == 0:
+        raise ValueError(f"sample {index} is empty")
+    return tokens.to(torch.long)
+
+
+class DCPDataloader:
+    """Iterates (local_batch, plan) pairs. `dataset`: map-style (len and [i]) or iterable, of
+    token sequences (1-D integer tensors or lists). `mask_fn(sample)` returns the sample's mask: a
+    built-in spec ('causal', 'lambda:sink=64,window=4096', ...) or an int32 (tokens, K, 2) array of
+    per-row key intervals; None means causal.
+
+    Batches hold at most tokens_per_batch tokens; a longer sample raises ValueError. A map-style
+    dataset is packed whole per epoch (shuffled with seed + epoch); an iterable one in pools of
+    `pool_size` samples. `prefetch` batches are planned ahead on `planner_threads` C++ threads,
+    without the GIL. The attention shape (heads, kv_heads, head_dim, dtype, softmax_scale) and the
+    planner options (block_size, head_block_size, strategy, cluster, nodes, devices_per_node,
+    stages) are those of dcp.plan; nodes x devices_per_node must be the group's size."""
+
+    def __init__(self, dataset, mask_fn: Callable[[Any], Any] | None = None, *, group=None,
+                 tokens_per_batch: int, heads: int, kv_heads: int, head_dim: int,
+                 dtype: Any = torch.bfloat16, softmax_scale: float | None = None,
+                 block_size: int | None = None, head_block_size: int = 1,
+                 strategy: str = "dcp", cluster: str = "a100-p4de", nodes: int = 1,
+                 devices_per_node: int | None = None, stages: int = 0, seed: int = 0,
+                 shuffle: bool = True, prefetch: int = 2, planner_threads: int = 1,
+                 epochs: int = 1, pool_size: int = 1024):
+        if dist.is_available() and dist.is_initialized():
+            group = group if group is not None else dist.group.WORLD
+            self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
+        elif group is not None:
+            raise RuntimeError("DCPDataloader got a group but torch.distributed is not initialized")
+        else:
+            self.rank, self.world_size = 0, 1
+        if tokens_per_batch < 1:
+            raise ValueError(f"tokens_per_batch {tokens_per_batch} is not positive")
+        if nodes < 1 or self.world_size % nodes != 0:
+            raise ValueError(f"nodes {nodes} does not divide the group's {self.world_size} ranks")
+        devices_per_node = devices_per_node or self.world_size // nodes
+        if nodes * devices_per_node != self.world_size:
+            raise ValueError(f"nodes x devices_per_node = {nodes} x {devices_per_node} is not the "
+                             f"group's {self.world_size} ranks")
+        for name, value, low in (("prefetch", prefetch, 1), ("planner_threads", planner_threads, 1),
+                                 ("epochs", epochs, 1), ("pool_size", pool_size, 1)):
+            if int(value) < low:
+                raise ValueError(f"{name} {value} is below {low}")
+        self.dataset = dataset
+        self.mask_fn = mask_fn
+        self.tokens_per_batch = int(tokens_per_batch)
+        self.options = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                            dtype=dcp.dtype_name(dtype), softmax_scale=softmax_scale,
+                            block_size=block_size, head_block_size=head_block_size,
+                            strategy=strategy, cluster=cluster, nodes=nodes,
+                            devices_per_node=devices_per_node, stages=stages, seed=seed)
+        self.seed, self.shuffle, self.epochs = int(seed), bool(shuffle), int(epochs)
+        self.prefetch, self.planner_threads, self.pool_size = int(prefetch), int(planner_threads), int(pool_size)
+        self.map_style = hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
+        self._lengths: list[int] | None = None
+        self.wait_seconds = 0.0  # time __next__ blocked on a plan not yet built
+        self.plan_seconds = 0.0  # planner time of the batches yielded (sum over threads)
+
+    def _sample(self, index: int) -> torch.Tensor:
+        tokens = _as_tokens(self.dataset[index], index)
+        if tokens.numel() > self.tokens_per_batch:
+            raise ValueError(f"sample {index} has {tokens.numel()} tokens, more than "
+                             f"tokens_per_batch {self.tokens_per_batch}")
+        return tokens
+
+    def _batches(self) -> Iterator[tuple[list[int], list[torch.Tensor]]]:
+        for epoch in range(self.epochs):
+            if self.map_style:
+                if self._lengths is None:
+                    self._lengths = [self._sample(i).numel() for i in range(len(self.dataset))]
+                for indices in pack_batches(self._lengths, self.tokens_per_batch,
+                                            self.seed + epoch, self.shuffle):
+                    yield indices, [self._sample(i) for i in indices]
+            else:
+                position = 0
+                pool: list[torch.Tensor] = []
+                stream = iter(self.dataset)
+                while True:
+                    sample = next(stream, None)
+                    if sample is not None:
+                        tokens = _as_tokens(sample, position + len(pool))
+                        if tokens.numel() > self.tokens_per_batch:
+                            raise ValueError(f"sample {position + len(pool)} has {tokens.numel()} "
+                                             f"tokens, more than tokens_per_batch "
+                                             f"{self.tokens_per_batch}")
+                        pool.append(tokens)
+                    if pool and (sample is None or len(pool) == self.pool_size):
+                        for batch in pack_batches([t.numel() for t in pool], self.tokens_per_batch,
+                                                  self.seed + epoch + position, self.shuffle):
+                            yield [position + i for i in batch], [pool[i] for i in batch]
+                        position += len(pool)
+                        pool = []
+                    if sample is None:
+                        break
+
+    def _request(self, samples: list[torch.Tensor]):
+        if self.mask_fn is None:
+            masks: Any = "causal"
+        else:
+            masks = []
+            for sample in samples:
+                mask = self.mask_fn(sample)
+                masks.append(mask if isinstance(mask, str) else dcp._mask_array(
+                    mask, f"mask_fn's mask for a sample of {sample.numel()} tokens"))
+        return dcp._request([s.numel() for s in samples], masks, **self.options)
+
+    def __iter__(self) -> "_LoaderIterator":
+        return _LoaderIterator(self)
+
+
+class _LoaderIterator:
+    def __init__(self, loader: DCPDataloader):
+        self.loader = loader
+        self.queue = _core.PlanQueue(loader.planner_threads)
+        self.batches = loader._batches()
+        self.pending: collections.deque = collections.deque()
+        self.exhausted = False
+        try:
+            self._fill()
+        except BaseException:
+            self.close()
+            raise
+
+    def _fill(self) -> None:
+        while not self.exhausted and len(self.pending) < self.loader.prefetch:
+            item = next(self.batches, None)
+            if item is None:
+                self.exhausted = True
+                break
+            indices, samples = item
+            ticket = self.queue.submit(self.loader._request(samples))
+            self.pending.append((ticket, indices, samples))
+
+    def __iter__(self) -> "_LoaderIterator":
+        return self
+
+    def __next__(self) -> tuple[LocalBatch, dcp.Plan]:
+        if not self.pending:
+            self.close()
+            raise StopIteration
+        try:
+            ticket, indices, samples = self.pending.popleft()
+            start = time.perf_counter()
+            plan = self.queue.take(ticket)
+            self.loader.wait_seconds += time.perf_counter() - start
+            self.loader.plan_seconds += plan.plan_ms / 1000.0
+            self._fill()
+            return _local_batch(plan, self.loader.rank, indices, samples), plan
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Drops the batches not yet planned and stops the planner threads."""
+        if self.queue is not None:
+            self.queue.close()
+            self.queue = None
+            self.pending.clear()
+            self.batches.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _local_batch(plan: dcp.Plan, rank: int, indices: list[int],
+                 samples: list[torch.Tensor]) -> LocalBatch:
+    tokens = torch.cat(samples)
+    lengths = torch.tensor([s.numel() for s in samples])
+    starts = torch.cumsum(lengths, 0) - lengths
+    positions = torch.arange(tokens.numel()) - torch.repeat_interleave(starts, lengths)
+    labels = torch.roll(tokens, -1)
+    labels[starts + lengths - 1] = IGNORE_INDEX  # the last token of every sequence
+    local = torch.from_numpy(np.asarray(plan.local_token_positions(rank)))
+    local_labels = labels[local]
+    return LocalBatch(input_ids=tokens[local], labels=local_labels, position_ids=positions[local],
+                      loss_mask=local_labels != IGNORE_INDEX,
+                      loss_tokens=int(tokens.numel() - len(samples)),
+                      seqlens=lengths.tolist(), batch_indices=list(indices),
+                      global_positions=local)

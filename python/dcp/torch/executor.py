@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: Apache-2.0
+"""DCPExecutor: runs one rank's Programs of a plan on local-layout tensors over a process group."""
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+
+import dcp
+from dcp import _core
+from dcp.torch._transport import LocalTransport, TorchTransport
+
+_STORAGE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _group_timeout(group) -> datetime.timedelta:
+    try:
+        return group._get_backend(torch.device("cpu")).options._timeout
+    except (AttributeError, RuntimeError):
+        return datetime.timedelta(minutes=30)  # torch.distributed's default
+
+
+class DCPExecutor:
+    """Executes the plan's Programs for this rank of `group` (default: the default group).
+
+    prepare(plan) once per batch; then any number of attention calls (dcp.torch.attention,
+    DCPAttn) forward and backward, in any order: a call keeps nothing for the next one. Tensors
+    are in the plan's local layout: this rank's tokens in the order the plan placed them
+    (DCPDataloader yields that order), shape (local tokens, heads, head dim), the plan's dtype,
+    on the CPU, contiguous. Every wait for a peer is bounded by `timeout` (default: the group's).
+    `threads`: the CPU kernels' threads (default torch.get_num_threads())."""
+
+    def __init__(self, group=None, *, threads: int | None = None,
+                 timeout: datetime.timedelta | float | None = None):
+        if dist.is_available() and dist.is_initialized():
+            self.group = group if group is not None else dist.group.WORLD
+            self.rank = dist.get_rank(self.group)
+            self.world_size = dist.get_world_size(self.group)
+            if self.rank < 0:
+                raise ValueError("this process is not a member of the group passed to DCPExecutor")
+        elif group is not None:
+            raise RuntimeError("DCPExecutor got a group but torch.distributed is not initialized")
+        else:
+            self.group, self.rank, self.world_size = None, 0, 1
+        if timeout is None:
+            timeout = _group_timeout(self.group) if self.group is not None else datetime.timedelta(
+                minutes=30)
+        elif not isinstance(timeout, datetime.timedelta):
+            timeout = datetime.timedelta(seconds=float(timeout))
+        if timeout.total_seconds() <= 0:
+            raise ValueError(f"timeout {timeout} is not positive")
+        self.timeout = timeout
+        self._transport = (TorchTransport(self.group, self.rank, self.world_size, timeout)
+                           if self.group is not None else LocalTransport(timeout))
+        threads = torch.get_num_threads() if threads is None else int(threads)
+        if threads < 1:
+            raise ValueError(f"threads {threads} is not positive")
+        self._core = _core.Executor(self._transport, self.rank, self.world_size, threads)
+        self.plan: dcp.Plan | None = None
+        self.generation = 0  # counts prepare() calls; an autograd node checks it in backward
+        self.local_tokens = 0
+
+    def prepare(self, plan: dcp.Plan) -> None:
+        """Takes this rank's Programs of `plan`. Raises ValueError if the plan is for another
+        world size than the group's, or is malformed."""
+        if not isinstance(plan, dcp.Plan):
+            raise TypeError(f"prepare() takes a dcp.Plan, not {type(plan).__name__}")
+        if plan.world_size != self.world_size:
+            raise ValueError(f"the plan is for {plan.world_size} devices ({plan.nodes} x "
+                             f"{plan.devices_per_node}) but the group has {self.world_size} ranks")
+        self.plan = None
+        self._core.prepare(plan)
+        # The buffer tables of both passes come from PyTorch's allocator; transfers are slices.
+        arenas = [torch.empty(self._core.arena_bytes(i), dtype=torch.uint8) for i in (0, 1)]
+        for i, arena in enumerate(arenas):
+            self._core.use_arena(i, arena)
+        self._transport.set_arenas(arenas)
+        self.plan = plan
+        self.generation += 1
+        self.local_tokens = self._core.local_tokens
+        self.dtype = _STORAGE[plan.dtype]
+
+    # --- checks -------------------------------------------------------------------------------
+
+    def _expect_prepared(self) -> None:
+        if self.plan is None:
+            raise RuntimeError("DCPExecutor: call prepare(plan) before attention")
+
+    def _check(self, name: str, t: torch.Tensor, heads: int, dtype: torch.dtype | None = None):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} is a {type(t).__name__}, not a torch.Tensor")
+        want = (self.local_tokens, heads, self.plan.head_dim)
+        if tuple(t.shape) != want:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; this rank's local layout of the "
+                             f"plan needs {want} (local tokens, heads, head dim)")
+        dtype = dtype or self.dtype
+        if t.dtype != dtype:
+            raise TypeError(f"{name} is {t.dtype}; the plan is for {dtype}")
+        if t.device.type != "cpu":
+            raise ValueError(f"{name} is on {t.device}; this executor runs on the CPU")
+        return t.contiguous()
+
+    def _scale(self, softmax_scale: float | None) -> float:
+        if softmax_scale is None:
+            return 0.0
+        if not (softmax_scale > 0) or softmax_scale == float("inf"):
+            raise ValueError(f"softmax_scale {softmax_scale} is not a positive finite number")
+        return float(softmax_scale)
+
+    # --- passes -------------------------------------------------------------------------------
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                softmax_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """o (like q) and lse (float32, (q heads, local tokens)); no autograd."""
+        self._expect_prepared()
+        p = self.plan
+        q = self._check("q", q, p.q_heads)
+        k = self._check("k", k, p.kv_heads)
+        v = self._check("v", v, p.kv_heads)
+        o = torch.empty_like(q)
+        lse = torch.empty((p.q_heads, self.local_tokens), dtype=torch.float32)
+        with torch.no_grad():
+            self._core.forward(q.detach(), k.detach(), v.detach(), o, lse,
+                               self._scale(softmax_scale))
+        return o, lse
+
+    def backward(self, q, k, v, o, lse, do, softmax_scale: float | None = None):
+        """dq, dk, dv from a forward call's inputs and outputs and the output gradient do."""
+        self._expect_prepared()
+        p = self.plan
+        q = self._check("q", q, p.q_heads)
+        k = self._check("k", k, p.kv_heads)
+        v = self._check("v", v, p.kv_heads)
+        o = self._check("o", o, p.q_heads)
+        do = self._check("do", do, p.q_heads)
+        if tuple(lse.shape) != (p.q_heads, self.local_tokens) or lse.dtype != torch.float32:
+            raise ValueError(f"lse has shape {tuple(lse.shape)} and dtype {lse.dtype}; the plan "
+                             f"needs ({p.q_heads}, {self.local_tokens}) float32")
+        lse = lse.contiguous()
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        with torch.no_grad():
+            self._core.backward(q.detach(), k.detach(), v.detach(), o.detach(), lse.detach(),
+                                do.detach(), dq, dk, dv, self._scale(softmax_scale))
+        return dq, dk, dv
+
+    def profile(self, backward: bool = False) -> dict:
+        """Where the last pass's time went on this rank (seconds, kernel, wait, copy, bytes)."""
+        return self._core.profile(1 if backward else 0)

@@ -1,0 +1,361 @@
+// SPDX-License-Identifier: Apache-2.0
+// Planning from Python: requests (batch, masks, shape, cluster, strategy), plans built here or in
+// the background queue, plan files, verification, simulation, masks as interval arrays, packing.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "python/src/bindings.h"
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+namespace nb = nanobind;
+
+namespace dcp::python {
+namespace {
+
+using MaskArray = nb::ndarray<const std::int32_t, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
+
+NpyArray to_npy(const MaskArray& array) {
+  NpyArray npy;
+  npy.descr = "<i4";
+  npy.shape = {static_cast<std::int64_t>(array.shape(0)), static_cast<std::int64_t>(array.shape(1)),
+               static_cast<std::int64_t>(array.shape(2))};
+  npy.data.resize(array.nbytes());
+  std::memcpy(npy.data.data(), array.data(), array.nbytes());
+  return npy;
+}
+
+// One sequence's mask from a spec string or an int32 (length, K, 2) interval array.
+SequenceMask sequence_mask(nb::handle item, TokenCount length, const std::string& what) {
+  if (nb::isinstance<nb::str>(item)) {
+    const std::string text = nb::cast<std::string>(item);
+    try {
+      return build_sequence_mask(parse_mask_spec(text), length);
+    } catch (const InvalidInput& error) {
+      throw InvalidInput(what + " \"" + text + "\": " + error.what());
+    }
+  }
+  MaskArray array;
+  if (!nb::try_cast(item, array, false)) {
+    throw InvalidInput(what + " is a " + std::string(nb::inst_name(item).c_str()) +
+                       ", not a mask spec string or an int32 array of shape (tokens, K, 2)");
+  }
+  return masks_from_array(to_npy(array), SequenceBatch({length}), what).front();
+}
+
+// masks: one spec string for every sequence, one int32 (total tokens, K, 2) array for the
+// batch (the --mask-file model), or a list with one spec or array per sequence.
+std::vector<SequenceMask> batch_masks(nb::handle masks, const SequenceBatch& batch) {
+  if (nb::isinstance<nb::str>(masks)) {
+    const std::string text = nb::cast<std::string>(masks);
+    try {
+      return build_batch_mask(parse_mask_spec(text), batch);
+    } catch (const InvalidInput& error) {
+      throw InvalidInput("mask \"" + text + "\": " + error.what());
+    }
+  }
+  if (nb::isinstance<nb::list>(masks) || nb::isinstance<nb::tuple>(masks)) {
+    const auto items = nb::cast<nb::sequence>(masks);
+    const auto count = static_cast<std::size_t>(nb::len(items));
+    if (count != batch.lengths().size()) {
+      throw InvalidInput("masks has " + std::to_string(count) + " entries for " +
+                         std::to_string(batch.lengths().size()) + " sequences");
+    }
+    std::vector<SequenceMask> built;
+    for (std::size_t i = 0; i < count; ++i) {
+      built.push_back(
+          sequence_mask(items[i], batch.lengths()[i], "mask of sequence " + std::to_string(i)));
+    }
+    return built;
+  }
+  MaskArray array;
+  if (!nb::try_cast(masks, array, false)) {
+    throw InvalidInput("mask is a " + std::string(nb::inst_name(masks).c_str()) +
+                       ", not a mask spec string, an int32 array of shape (tokens, K, 2) or a "
+                       "list of one per sequence");
+  }
+  return masks_from_array(to_npy(array), batch, "mask array");
+}
+
+PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle masks,
+                         std::int32_t heads, std::int32_t kv_heads, std::int32_t head_dim,
+                         const std::string& dtype, double softmax_scale, TokenCount block_size,
+                         std::int32_t head_block_size, const std::string& cluster,
+                         std::int32_t nodes, std::int32_t devices_per_node,
+                         const std::string& strategy, std::int32_t stages, double eps_compute,
+                         double eps_memory, bool compute_masked_tiles, std::uint64_t seed) {
+  PlanRequest request;
+  request.shape.q_heads = heads;
+  request.shape.kv_heads = kv_heads;
+  request.shape.head_dim = head_dim;
+  request.shape.dtype = parse_dtype(dtype);
+  request.shape.softmax_scale = softmax_scale;
+  validate(request.shape);
+  if (seqlens.empty()) {
+    throw InvalidInput("seqlens is empty: a batch needs at least one sequence");
+  }
+  for (std::size_t i = 0; i < seqlens.size(); ++i) {
+    if (seqlens[i] < 1) {
+      throw InvalidInput("seqlens[" + std::to_string(i) + "] = " + std::to_string(seqlens[i]) +
+                         " is not a positive length");
+    }
+  }
+  request.lengths = seqlens;
+  request.masks = batch_masks(masks, SequenceBatch(seqlens));
+  if (block_size < 0) {
+    throw InvalidInput("block_size " + std::to_string(block_size) + " is negative");
+  }
+  request.block_size = block_size;
+  request.head_block_size = head_block_size;
+  request.plan.cluster = resolve_cluster(cluster);
+  if (nodes > 0) request.plan.cluster.shape.nodes = nodes;
+  if (devices_per_node > 0) request.plan.cluster.shape.devices_per_node = devices_per_node;
+  validate(request.plan.cluster.shape);
+  request.plan.strategy = parse_strategy(strategy);
+  if (stages < 0) {
+    throw InvalidInput("stages " + std::to_string(stages) + " is negative");
+  }
+  request.plan.schedule.fetch_launches = stages;
+  request.plan.placement.eps_compute = eps_compute;
+  request.plan.placement.eps_memory = eps_memory;
+  if (compute_masked_tiles) {
+    if (is_dcp(request.plan.strategy)) {
+      throw InvalidInput("compute_masked_tiles applies to static strategies, not " + strategy);
+    }
+    request.plan.masked_tiles = MaskedTiles::kCompute;
+  }
+  request.plan.seed = seed;
+  return request;
+}
+
+nb::dict pass_summary(const PassSummary& summary) {
+  nb::dict d;
+  d["instructions"] = summary.instructions;
+  d["work_units"] = summary.work_units;
+  d["pairs"] = summary.pairs;
+  d["messages"] = summary.messages;
+  d["bytes_sent"] = summary.bytes_sent;
+  d["outputs_stored"] = summary.outputs_stored;
+  return d;
+}
+
+nb::dict pass_simulation(const sim::PassSimulation& pass) {
+  nb::dict d;
+  d["seconds"] = pass.seconds;
+  d["critical_compute_seconds"] = pass.critical_compute_seconds;
+  d["critical_transfer_seconds"] = pass.critical_transfer_seconds;
+  nb::list compute, wait;
+  for (const sim::DeviceTimeline& device : pass.devices) {
+    compute.append(device.compute_seconds);
+    wait.append(device.wait_seconds);
+  }
+  d["device_compute_seconds"] = compute;
+  d["device_wait_seconds"] = wait;
+  return d;
+}
+
+nb::ndarray<nb::numpy, std::int64_t> to_numpy(std::vector<std::int64_t> values) {
+  auto* owned = new std::vector<std::int64_t>(std::move(values));
+  nb::capsule owner(owned,
+                    [](void* p) noexcept { delete static_cast<std::vector<std::int64_t>*>(p); });
+  return nb::ndarray<nb::numpy, std::int64_t>(owned->data(), {owned->size()}, owner);
+}
+
+const Program& rank_program(const Plan& plan, std::int32_t rank) {
+  if (rank < 0 || rank >= plan.header.cluster.devices()) {
+    throw InvalidInput("rank " + std::to_string(rank) + " is not a device of this plan (0.." +
+                       std::to_string(plan.header.cluster.devices() - 1) + ")");
+  }
+  return plan.forward[static_cast<std::size_t>(rank)];
+}
+
+PlanHandle loaded(Plan plan) {
+  return PlanHandle{nullptr, std::make_shared<const Plan>(std::move(plan))};
+}
+
+}  // namespace
+
+void bind_planning(nb::module_& m) {
+  nb::class_<PlanRequest>(m, "PlanRequest",
+                          "A batch with its masks, attention shape, cluster and planner options");
+  m.def("make_request", &make_request, nb::arg("seqlens"), nb::arg("masks"), nb::arg("heads"),
+        nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("dtype"), nb::arg("softmax_scale"),
+        nb::arg("block_size"), nb::arg("head_block_size"), nb::arg("cluster"), nb::arg("nodes"),
+        nb::arg("devices_per_node"), nb::arg("strategy"), nb::arg("stages"), nb::arg("eps_compute"),
+        nb::arg("eps_memory"), nb::arg("compute_masked_tiles"), nb::arg("seed"));
+  m.def(
+      "plan_request",
+      [](const PlanRequest& request) {
+        auto built = std::make_shared<const BuiltPlan>(plan_request(request));
+        return PlanHandle{std::move(built), nullptr};
+      },
+      nb::call_guard<nb::gil_scoped_release>());
+  m.def("workload_summary", [](const PlanRequest& request) {
+    WorkloadOptions options;
+    options.block_size = request.block_size;
+    options.head_block_size = request.head_block_size;
+    options.auto_block.devices = request.plan.cluster.shape.devices();
+    const SequenceBatch batch(request.lengths);
+    const BuiltWorkload built = make_workload(request.shape, batch, request.masks, options);
+    const Workload& w = built.workload;
+    nb::dict d;
+    d["tokens"] = batch.total_tokens();
+    d["sequences"] = batch.lengths().size();
+    d["block_size"] =
+        built.block_size_choice ? built.block_size_choice->block_size : request.block_size;
+    d["token_blocks"] = w.blocks().block_count();
+    d["tiles"] = w.tile_count();
+    d["work_units"] = w.work_unit_count();
+    PairCount pairs = 0;
+    for (const Tile& tile : w.tiles()) pairs += tile.pairs;
+    d["pairs"] = pairs;
+    return d;
+  });
+  m.def(
+      "mask_intervals",
+      [](nb::handle mask, TokenCount length) {
+        if (length < 1) {
+          throw InvalidInput("length " + std::to_string(length) + " is not positive");
+        }
+        const std::vector<SequenceMask> masks = {sequence_mask(mask, length, "mask")};
+        std::vector<Interval> row;
+        std::size_t k = 1;
+        for (TokenCount i = 0; i < length; ++i) {
+          masks[0].row_intervals(i, row);
+          k = std::max(k, row.size());
+        }
+        auto* values = new std::vector<std::int32_t>(static_cast<std::size_t>(length) * k * 2, 0);
+        for (TokenCount i = 0; i < length; ++i) {
+          masks[0].row_intervals(i, row);
+          for (std::size_t j = 0; j < row.size(); ++j) {
+            const std::size_t at = (static_cast<std::size_t>(i) * k + j) * 2;
+            (*values)[at] = static_cast<std::int32_t>(row[j].begin);
+            (*values)[at + 1] = static_cast<std::int32_t>(row[j].end);
+          }
+        }
+        nb::capsule owner(
+            values, [](void* p) noexcept { delete static_cast<std::vector<std::int32_t>*>(p); });
+        return nb::ndarray<nb::numpy, std::int32_t>(
+            values->data(), {static_cast<std::size_t>(length), k, 2}, owner);
+      },
+      nb::arg("mask"), nb::arg("length"));
+  m.def(
+      "pack_batch_indices",
+      [](const std::vector<TokenCount>& lengths, TokenCount tokens_per_batch, std::uint64_t seed,
+         bool shuffle) {
+        PackingOptions options;
+        options.tokens_per_batch = tokens_per_batch;
+        options.min_fill = 1.0 / static_cast<double>(std::max<TokenCount>(tokens_per_batch, 1));
+        for (std::size_t i = 0; i < lengths.size(); ++i) {
+          if (lengths[i] > tokens_per_batch) {
+            throw InvalidInput("sample " + std::to_string(i) + " has " +
+                               std::to_string(lengths[i]) + " tokens, more than tokens_per_batch " +
+                               std::to_string(tokens_per_batch));
+          }
+        }
+        return pack_batch_indices(lengths, options, seed, shuffle);
+      },
+      nb::arg("lengths"), nb::arg("tokens_per_batch"), nb::arg("seed"), nb::arg("shuffle"));
+
+  nb::class_<PlanHandle>(m, "PlanHandle")
+      .def_prop_ro("strategy", [](const PlanHandle& h) { return h.plan().header.strategy; })
+      .def_prop_ro("seed", [](const PlanHandle& h) { return h.plan().header.seed; })
+      .def_prop_ro("nodes", [](const PlanHandle& h) { return h.plan().header.cluster.nodes; })
+      .def_prop_ro("devices_per_node",
+                   [](const PlanHandle& h) { return h.plan().header.cluster.devices_per_node; })
+      .def_prop_ro("world_size",
+                   [](const PlanHandle& h) { return h.plan().header.cluster.devices(); })
+      .def_prop_ro("q_heads", [](const PlanHandle& h) { return h.plan().header.q_heads; })
+      .def_prop_ro("kv_heads", [](const PlanHandle& h) { return h.plan().header.kv_heads; })
+      .def_prop_ro("head_dim", [](const PlanHandle& h) { return h.plan().header.head_dim; })
+      .def_prop_ro(
+          "dtype",
+          [](const PlanHandle& h) { return std::string(to_string(h.plan().header.dtype)); })
+      .def_prop_ro("softmax_scale",
+                   [](const PlanHandle& h) { return h.plan().header.softmax_scale; })
+      .def_prop_ro("total_tokens", [](const PlanHandle& h) { return h.plan().header.total_tokens; })
+      .def_prop_ro("token_blocks", [](const PlanHandle& h) { return h.plan().header.token_blocks; })
+      .def_prop_ro("work_units", [](const PlanHandle& h) { return h.plan().header.work_units; })
+      .def_prop_ro("seqlens",
+                   [](const PlanHandle& h) { return runtime::plan_sequence_lengths(h.plan()); })
+      .def_prop_ro("plan_ms",
+                   [](const PlanHandle& h) { return h.built ? h.built->timings.total_ms : 0.0; })
+      .def("local_tokens",
+           [](const PlanHandle& h, std::int32_t rank) {
+             const Plan& plan = h.plan();
+             return runtime::local_layout(plan.header, rank_program(plan, rank)).tokens();
+           })
+      .def("local_token_positions",
+           [](const PlanHandle& h, std::int32_t rank) {
+             const Plan& plan = h.plan();
+             const runtime::LocalLayout layout =
+                 runtime::local_layout(plan.header, rank_program(plan, rank));
+             const SequenceBatch batch(runtime::plan_sequence_lengths(plan));
+             return to_numpy(
+                 runtime::local_token_positions(layout, batch.offsets(), batch.total_tokens()));
+           })
+      .def("verify",
+           [](const PlanHandle& h) {
+             const VerifyReport report = verify(h.plan());
+             nb::dict d;
+             d["ok"] = report.ok;
+             d["message"] = describe(report);
+             d["forward"] = pass_summary(report.forward);
+             d["backward"] = pass_summary(report.backward);
+             return d;
+           })
+      .def(
+          "simulate",
+          [](const PlanHandle& h, const std::string& cluster) {
+            const Plan& plan = h.plan();
+            sim::PlanSimulation simulation;
+            {
+              nb::gil_scoped_release release;
+              simulation = sim::simulate(
+                  plan, sim::with_shape(resolve_cluster(cluster), plan.header.cluster));
+            }
+            nb::dict d;
+            d["forward"] = pass_simulation(simulation.forward);
+            d["backward"] = pass_simulation(simulation.backward);
+            d["seconds"] = simulation.seconds();
+            return d;
+          },
+          nb::arg("cluster"))
+      .def("to_bytes",
+           [](const PlanHandle& h) {
+             const std::string bytes = serialize_plan(h.plan());
+             return nb::bytes(bytes.data(), bytes.size());
+           })
+      .def("save",
+           [](const PlanHandle& h, const std::string& path) { write_plan_file(path, h.plan()); })
+      .def("to_json", [](const PlanHandle& h) { return plan_to_json(h.plan()); })
+      .def("__eq__", [](const PlanHandle& a, const PlanHandle& b) { return a.plan() == b.plan(); });
+  m.def("load_plan", [](const std::string& path) { return loaded(read_plan_file(path)); });
+  m.def("plan_from_bytes", [](nb::bytes bytes) {
+    return loaded(parse_plan(std::string_view(bytes.c_str(), bytes.size()), "plan bytes"));
+  });
+
+  nb::class_<PlanQueue>(m, "PlanQueue")
+      .def(nb::init<std::int32_t>(), nb::arg("threads"))
+      .def("submit", [](PlanQueue& q, const PlanRequest& request) { return q.submit(request); })
+      .def("take",
+           [](PlanQueue& q, PlanQueue::Ticket ticket) {
+             std::shared_ptr<const BuiltPlan> built;
+             {
+               nb::gil_scoped_release release;
+               built = q.take(ticket);
+             }
+             return PlanHandle{std::move(built), nullptr};
+           })
+      .def("close", &PlanQueue::close, nb::call_guard<nb::gil_scoped_release>())
+      .def("running_threads", &PlanQueue::running_threads);
+}
+
+}  // namespace dcp::python

@@ -1,0 +1,104 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Runs a function on N processes joined by a gloo process group, and collects what each returns.
+
+Processes are spawned (a fresh interpreter each), so the function must be importable: define it
+at module level in tests/python. Every run is bounded in time; a process that fails or hangs fails
+the run with its rank and traceback."""
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import os
+import queue
+import tempfile
+import traceback
+
+
+def _by_value(value):
+    """Tensors as numpy arrays (float32 for 16-bit floats, exact): a queue then pickles them by
+    value instead of passing shared-memory handles that die with the process."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.dtype in (torch.bfloat16, torch.float16):
+            value = value.float()
+        return value.numpy().copy()
+    if isinstance(value, dict):
+        return {k: _by_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_by_value(v) for v in value)
+    return value
+
+
+def _as_tensors(value):
+    import numpy as np
+    import torch
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    if isinstance(value, dict):
+        return {k: _as_tensors(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_as_tensors(v) for v in value)
+    return value
+
+
+def _worker(fn, rank, size, init_file, results, timeout_s, args):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                                world_size=size, timeout=datetime.timedelta(seconds=timeout_s))
+        value = fn(rank, size, *args)
+        results.put((rank, True, _by_value(value)))
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        results.put((rank, False, traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_world(size: int, fn, *args, timeout: float = 240, group_timeout: float = 60,
+              allow_failures: bool = False):
+    """[fn(rank, size, *args) for each rank], tensors returned as CPU tensors. Raises AssertionError naming the failed ranks, unless
+    allow_failures, where a failed rank's entry is ('error', traceback) and a process that did not
+    report is ('missing', exit code)."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file = os.path.join(tmp, "rendezvous")
+        procs = [ctx.Process(target=_worker, args=(fn, r, size, init_file, results, group_timeout,
+                                                   args), daemon=True) for r in range(size)]
+        for p in procs:
+            p.start()
+        got: dict[int, tuple[bool, object]] = {}
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=timeout)
+        while len(got) < size:
+            left = (deadline - datetime.datetime.now()).total_seconds()
+            if left <= 0:
+                break
+            try:
+                rank, ok, value = results.get(timeout=min(left, 1.0))
+                got[rank] = (ok, value)
+            except queue.Empty:
+                if all(not p.is_alive() for p in procs) and results.empty():
+                    break
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    out = []
+    failures = []
+    for r in range(size):
+        if r not in got:
+            failures.append(f"rank {r} did not report (exit code {procs[r].exitcode})")
+            out.append(("missing", procs[r].exitcode))
+        elif not got[r][0]:
+            failures.append(f"rank {r} failed:\n{got[r][1]}")
+            out.append(("error", got[r][1]))
+        else:
+            out.append(_as_tensors(got[r][1]))
+    if failures and not allow_failures:
+        raise AssertionError("\n".join(failures))
+    return out

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The test command: installs what is missing, checks formatting, builds with ASan+UBSan, runs ctest.
+# The test command: installs what is missing, checks formatting, builds with ASan+UBSan and runs
+# ctest, then installs the Python package (pip install .) and runs its tests (pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,3 +10,6 @@ bash scripts/format.sh --check
 cmake --preset ci
 cmake --build --preset ci -j "$(nproc)"
 ctest --preset ci -j "$(nproc)"
+
+bash scripts/install_python.sh
+python3 -m pytest tests/python -q -p no:cacheprovider

@@ -45,3 +45,93 @@ def attention_case(rank: int, size: int, case: dict) -> dict:
 
 def attention_cases(rank: int, size: int, cases: list[dict]) -> list[dict]:
     return [attention_case(rank, size, case) for case in cases]
+
+
+class AttentionStack(torch.nn.Module):
+    """Layers of x + Wo attention(Wq x, Wk x, Wv x): the attention is a callable, so the same
+    weights run through dcp and through dense attention."""
+
+    def __init__(self, layers: int, dim: int, heads: int, kv_heads: int, head_dim: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.q = torch.nn.ModuleList(torch.nn.Linear(dim, heads * head_dim) for _ in range(layers))
+        self.kv = torch.nn.ModuleList(torch.nn.Linear(dim, 2 * kv_heads * head_dim)
+                                      for _ in range(layers))
+        self.o = torch.nn.ModuleList(torch.nn.Linear(heads * head_dim, dim) for _ in range(layers))
+
+    def layer(self, i: int, x: torch.Tensor, attn) -> torch.Tensor:
+        t = x.shape[0]
+        q = self.q[i](x).view(t, self.heads, self.head_dim)
+        k, v = self.kv[i](x).view(t, 2, self.kv_heads, self.head_dim).unbind(1)
+        return x + self.o[i](attn(q.contiguous(), k.contiguous(), v.contiguous()).reshape(t, -1))
+
+    def forward(self, x: torch.Tensor, attn, checkpointed=()) -> torch.Tensor:
+        for i in range(len(self.q)):
+            if i in checkpointed:
+                x = torch.utils.checkpoint.checkpoint(self.layer, i, x, attn, use_reentrant=False)
+            else:
+                x = self.layer(i, x, attn)
+        return x
+
+
+STACK = dict(layers=3, dim=24, heads=4, kv_heads=2, head_dim=8)
+
+
+def stack_inputs(total: int):
+    g = torch.Generator().manual_seed(5)
+    return (torch.randn(total, STACK["dim"], generator=g, dtype=torch.float64),
+            torch.randn(total, STACK["dim"], generator=g, dtype=torch.float64))
+
+
+def stack_case(rank: int, size: int, seqlens: list[int], mask: str, checkpointed: list[int]):
+    """Gradients of a 3-layer stack through dcp: this rank's share of the weight gradients (the
+    loss is split over ranks by token) and its tokens' input gradients."""
+    nodes, per_node = shape_of(size)
+    plan = dcp.plan(seqlens, mask, heads=STACK["heads"], kv_heads=STACK["kv_heads"],
+                    head_dim=STACK["head_dim"], dtype="fp32", block_size=8, cluster="cpu-local",
+                    nodes=nodes, devices_per_node=per_node, strategy="dcp-pure")
+    executor = dcpt.DCPExecutor(threads=1)
+    executor.prepare(plan)
+    torch.manual_seed(0)
+    model = AttentionStack(**STACK)
+    x, weight = stack_inputs(sum(seqlens))
+    positions = torch.from_numpy(plan.local_token_positions(rank))
+    xl = x[positions].float().requires_grad_()
+    out = model(xl, lambda q, k, v: dcpt.attention(executor, q, k, v), set(checkpointed))
+    (out * weight[positions].float()).sum().backward()
+    return {"positions": positions, "dx": xl.grad,
+            "grads": [p.grad for p in model.parameters()]}
+
+
+class TokenDataset(torch.utils.data.Dataset):
+    """Samples of varied lengths whose tokens name their sample and position: token = 1000 *
+    sample + position, so a batch's tokens show where each came from."""
+
+    def __init__(self, lengths: list[int]):
+        self.lengths = lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return 1000 * i + torch.arange(self.lengths[i])
+
+
+LOADER_LENGTHS = [37, 5, 120, 1, 64, 17, 90, 33, 8, 71, 2, 50]
+LOADER = dict(tokens_per_batch=160, heads=4, kv_heads=2, head_dim=8, dtype=torch.float32,
+              block_size=16, cluster="cpu-local", seed=7, prefetch=2)
+
+
+def loader_case(rank: int, size: int, epochs: int) -> list[dict]:
+    nodes, per_node = shape_of(size)
+    loader = dcpt.DCPDataloader(TokenDataset(LOADER_LENGTHS), lambda s: "causal", nodes=nodes,
+                                epochs=epochs, **LOADER)
+    out = []
+    for local, plan in loader:
+        out.append({"plan": torch.frombuffer(bytearray(plan.to_bytes()), dtype=torch.uint8),
+                    "indices": local.batch_indices, "input_ids": local.input_ids,
+                    "labels": local.labels, "position_ids": local.position_ids,
+                    "loss_mask": local.loss_mask, "global_positions": local.global_positions,
+                    "loss_tokens": local.loss_tokens, "seqlens": local.seqlens,
+                    "epoch": local.epoch})
+    return out

@@ -33,6 +33,7 @@ class LocalBatch:
     seqlens: list[int]          # the whole batch's sequence lengths, packed order
     batch_indices: list[int]    # the samples (dataset indices, or stream positions) packed
     global_positions: torch.Tensor  # long: each local token's position in the packed batch
+    epoch: int = 0
 
 
 def pack_batches(lengths: Iterable[int], tokens_per_batch: int, seed: int = 0,
@@ -118,14 +119,14 @@ class DCPDataloader:
                              f"tokens_per_batch {self.tokens_per_batch}")
         return tokens
 
-    def _batches(self) -> Iterator[tuple[list[int], list[torch.Tensor]]]:
+    def _batches(self) -> Iterator[tuple[int, list[int], list[torch.Tensor]]]:
         for epoch in range(self.epochs):
             if self.map_style:
                 if self._lengths is None:
                     self._lengths = [self._sample(i).numel() for i in range(len(self.dataset))]
                 for indices in pack_batches(self._lengths, self.tokens_per_batch,
                                             self.seed + epoch, self.shuffle):
-                    yield indices, [self._sample(i) for i in indices]
+                    yield epoch, indices, [self._sample(i) for i in indices]
             else:
                 position = 0
                 pool: list[torch.Tensor] = []
@@ -142,7 +143,7 @@ class DCPDataloader:
                     if pool and (sample is None or len(pool) == self.pool_size):
                         for batch in pack_batches([t.numel() for t in pool], self.tokens_per_batch,
                                                   self.seed + epoch + position, self.shuffle):
-                            yield [position + i for i in batch], [pool[i] for i in batch]
+                            yield epoch, [position + i for i in batch], [pool[i] for i in batch]
                         position += len(pool)
                         pool = []
                     if sample is None:
@@ -182,9 +183,9 @@ class _LoaderIterator:
             if item is None:
                 self.exhausted = True
                 break
-            indices, samples = item
+            epoch, indices, samples = item
             ticket = self.queue.submit(self.loader._request(samples))
-            self.pending.append((ticket, indices, samples))
+            self.pending.append((ticket, epoch, indices, samples))
 
     def __iter__(self) -> "_LoaderIterator":
         return self
@@ -194,13 +195,13 @@ class _LoaderIterator:
             self.close()
             raise StopIteration
         try:
-            ticket, indices, samples = self.pending.popleft()
+            ticket, epoch, indices, samples = self.pending.popleft()
             start = time.perf_counter()
             plan = self.queue.take(ticket)
             self.loader.wait_seconds += time.perf_counter() - start
             self.loader.plan_seconds += plan.plan_ms / 1000.0
             self._fill()
-            return _local_batch(plan, self.loader.rank, indices, samples), plan
+            return _local_batch(plan, self.loader.rank, epoch, indices, samples), plan
         except BaseException:
             self.close()
             raise
@@ -217,7 +218,7 @@ class _LoaderIterator:
         self.close()
 
 
-def _local_batch(plan: dcp.Plan, rank: int, indices: list[int],
+def _local_batch(plan: dcp.Plan, rank: int, epoch: int, indices: list[int],
                  samples: list[torch.Tensor]) -> LocalBatch:
     tokens = torch.cat(samples)
     lengths = torch.tensor([s.numel() for s in samples])
@@ -231,4 +232,4 @@ def _local_batch(plan: dcp.Plan, rank: int, indices: list[int],
                       loss_mask=local_labels != IGNORE_INDEX,
                       loss_tokens=int(tokens.numel() - len(samples)),
                       seqlens=lengths.tolist(), batch_indices=list(indices),
-                      global_positions=local)
+                      global_positions=local, epoch=epoch)

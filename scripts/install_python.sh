@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs the Python package dcp (pip install .) with what it builds and tests with: PyTorch,
+# NumPy and pytest from PyPI, scikit-build-core and nanobind to build. Skips what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${PYTHON:-python3}
+need=()
+for module in torch numpy pytest nanobind scikit_build_core; do
+  "$python" -c "import $module" 2>/dev/null || need+=("${module//_/-}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing from PyPI: ${need[*]} (PyTorch takes a few minutes)" >&2
+  "$python" -m pip install --quiet --disable-pip-version-check "${need[@]}"
+fi
+# The build dir (build/python) is kept between runs, so a rebuild is incremental.
+"$python" -m pip install --quiet --disable-pip-version-check --no-build-isolation .

@@ -1,0 +1,105 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The planner from Python: plans, plan files, verification, simulation, masks; and its errors."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import dcp
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+OPTIONS = dict(heads=4, kv_heads=2, head_dim=32, dtype="bf16", block_size=64, nodes=2,
+               devices_per_node=2, seed=3)
+
+
+def test_planning_is_deterministic_and_files_round_trip(tmp_path) -> None:
+    a = dcp.plan([700, 300, 45], "lambda:sink=8,window=128", **OPTIONS)
+    b = dcp.plan([700, 300, 45], "lambda:sink=8,window=128", **OPTIONS)
+    assert a.to_bytes() == b.to_bytes()
+    path = tmp_path / "plan.bin"
+    a.save(str(path))
+    assert dcp.load_plan(str(path)) == a
+    assert dcp.plan_from_bytes(a.to_bytes()) == a
+    assert (a.world_size, a.nodes, a.devices_per_node) == (4, 2, 2)
+    assert (a.q_heads, a.kv_heads, a.head_dim, a.dtype) == (4, 2, 32, "bf16")
+    assert a.seqlens == [700, 300, 45] and a.total_tokens == 1045
+    assert sorted(np.concatenate([a.local_token_positions(r) for r in range(4)]).tolist()) == \
+        list(range(1045))
+
+
+def test_verify_and_simulate() -> None:
+    plan = dcp.plan([2048, 512], "causal", strategy="dcp-pure", **OPTIONS)
+    report = plan.verify()
+    assert report["ok"], report["message"]
+    assert report["forward"]["work_units"] > 0
+    simulated = plan.simulate("a100-p4de")
+    assert simulated["forward"]["seconds"] > 0 and simulated["backward"]["seconds"] > 0
+    assert len(simulated["forward"]["device_compute_seconds"]) == 4
+    faster = plan.simulate("h100-dgx")
+    assert faster["seconds"] < simulated["seconds"]
+
+
+def test_same_bytes_as_the_command_line(tmp_path) -> None:
+    cli = os.path.join(ROOT, "build", "ci", "apps", "dcp")
+    if not os.path.exists(cli):
+        pytest.skip("the dcp command line is built by the test command (build/ci)")
+    out = tmp_path / "cli.bin"
+    subprocess.run([cli, "plan", "--seqlens", "700,300,45", "--mask", "causal", "--heads", "4",
+                    "--kv-heads", "2", "--head-dim", "32", "--dtype", "bf16", "--block-size", "64",
+                    "--nodes", "2", "--devices-per-node", "2", "--seed", "3", "-o", str(out)],
+                   check=True, capture_output=True)
+    assert dcp.plan([700, 300, 45], "causal", **OPTIONS).to_bytes() == out.read_bytes()
+
+
+def test_masks_as_interval_arrays() -> None:
+    causal = dcp.mask_intervals("causal", 5)
+    assert causal.dtype == np.int32 and causal.shape == (5, 1, 2)
+    assert causal[:, 0].tolist() == [[0, 1], [0, 2], [0, 3], [0, 4], [0, 5]]
+    # A plan from the arrays equals the plan from the spec.
+    spec = dcp.plan([90, 40], "lambda:sink=4,window=16", **OPTIONS)
+    arrays = dcp.plan([90, 40], [dcp.mask_intervals("lambda:sink=4,window=16", n) for n in (90, 40)],
+                      **OPTIONS)
+    assert arrays.to_bytes() == spec.to_bytes()
+    whole = np.concatenate([dcp.mask_intervals("lambda:sink=4,window=16", n) for n in (90, 40)])
+    assert dcp.plan([90, 40], whole, **OPTIONS).to_bytes() == spec.to_bytes()
+
+
+def test_workload_summary() -> None:
+    w = dcp.workload([128, 64], "causal", heads=4, kv_heads=2, head_dim=32, block_size=32)
+    assert w["tokens"] == 192 and w["token_blocks"] == 6
+    assert w["pairs"] == 128 * 129 // 2 + 64 * 65 // 2
+
+
+@pytest.mark.parametrize("call,error,words", [
+    (lambda: dcp.plan([100], "causal_ish", **OPTIONS), ValueError, "causal_ish"),
+    (lambda: dcp.plan([100, 0], "causal", **OPTIONS), ValueError, "seqlens[1] = 0"),
+    (lambda: dcp.plan([], "causal", **OPTIONS), ValueError, "seqlens is empty"),
+    (lambda: dcp.plan([100], "causal", **{**OPTIONS, "heads": 3}), ValueError, "3"),
+    (lambda: dcp.plan([100], "causal", **{**OPTIONS, "strategy": "spiral"}), ValueError, "spiral"),
+    (lambda: dcp.plan([100], "causal", **{**OPTIONS, "dtype": "int8"}), TypeError, "int8"),
+    (lambda: dcp.plan([100], "causal", **{**OPTIONS, "cluster": "/no/such.cluster"}), Exception,
+     "no/such"),
+    (lambda: dcp.plan([10, 5], ["causal"], **OPTIONS), ValueError, "1 entries for 2 sequences"),
+    (lambda: dcp.plan([4], [np.zeros((4, 1, 2), np.float32)], **OPTIONS), TypeError, "float32"),
+    (lambda: dcp.plan([4], [np.zeros((4, 2), np.int32)], **OPTIONS), ValueError, "(4, 2)"),
+    (lambda: dcp.plan([4], [np.array([[[0, 9]]] * 4, np.int32)], **OPTIONS), ValueError,
+     "mask of sequence 0"),
+    (lambda: dcp.plan([4], [np.zeros((3, 1, 2), np.int32)], **OPTIONS), ValueError, "3"),
+    (lambda: dcp.plan_from_bytes(b"not a plan"), ValueError, "plan"),
+    (lambda: dcp.load_plan("/no/such/plan.bin"), OSError, "/no/such/plan.bin"),
+    (lambda: dcp.plan([64], "causal", **OPTIONS).simulate("tpu-pod"), Exception, "tpu-pod"),
+])
+def test_bad_input_raises_naming_the_value(call, error, words) -> None:
+    with pytest.raises(error) as info:
+        call()
+    assert words in str(info.value)
+
+
+def test_damaged_plan_bytes_are_refused() -> None:
+    data = bytearray(dcp.plan([300], "causal", **OPTIONS).to_bytes())
+    data[len(data) // 2] ^= 0xFF
+    with pytest.raises(ValueError):
+        dcp.plan_from_bytes(bytes(data))

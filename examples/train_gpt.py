@@ -265,7 +265,7 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
             logits = model(batch["input_ids"], batch["position_ids"], batch["attn"])
             loss = loss_fn(logits, batch["labels"], batch["loss_tokens"])
             loss.backward()
-            total_loss = sum_over_group(model, loss) if distributed else float(loss)
+            total_loss = sum_over_group(model, loss) if distributed else loss.item()
             if args.clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             optimizer.step()
@@ -295,7 +295,7 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
-        series = {f"dense, 1 process" if args.dense else
+        series = {"dense, 1 process" if args.dense else
                   f"dcp {args.strategy}, {world} ranks": losses}
         for other in args.compare:
             series[os.path.basename(os.path.dirname(os.path.abspath(other))) or other] = \

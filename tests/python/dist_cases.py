@@ -135,3 +135,25 @@ def loader_case(rank: int, size: int, epochs: int) -> list[dict]:
                     "loss_tokens": local.loss_tokens, "seqlens": local.seqlens,
                     "epoch": local.epoch})
     return out
+
+
+def dying_peer_case(rank: int, size: int) -> float:
+    """Rank 1 dies (os._exit) before the first attention; the others must raise, not hang.
+    Returns the seconds the attention ran before raising (never returns normally on ranks != 1)."""
+    import os
+    import time
+    plan = dcp.plan([96], "causal", heads=2, kv_heads=1, head_dim=8, dtype="fp32", block_size=8,
+                    cluster="cpu-local", nodes=1, devices_per_node=size, strategy="ring")
+    executor = dcpt.DCPExecutor(threads=1)
+    executor.prepare(plan)
+    if rank == 1:
+        os._exit(3)
+    n = executor.local_tokens
+    q, kv = torch.randn(n, 2, 8), torch.randn(n, 1, 8)
+    start = time.monotonic()
+    try:
+        for _ in range(50):
+            dcpt.attention(executor, q, kv, kv)
+    except RuntimeError as error:
+        raise RuntimeError(f"after {time.monotonic() - start:.2f} s: {error}") from None
+    return time.monotonic() - start

@@ -157,3 +157,88 @@ def dying_peer_case(rank: int, size: int) -> float:
     except RuntimeError as error:
         raise RuntimeError(f"after {time.monotonic() - start:.2f} s: {error}") from None
     return time.monotonic() - start
+
+
+# --- training parity ----------------------------------------------------------------------------
+
+TRAIN = dict(steps=50, tokens_per_batch=256, seed=0, lr=1e-3)
+
+
+class RandomBytes(torch.utils.data.Dataset):
+    """Byte-token samples of lengths 1..120, each from its own seed."""
+
+    def __init__(self, count: int = 64):
+        g = torch.Generator().manual_seed(11)
+        self.lengths = torch.randint(1, 121, (count,), generator=g).tolist()
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(1000 + i)
+        return torch.randint(0, 256, (self.lengths[i],), generator=g)
+
+
+def train_config():
+    import gpt_model
+    return gpt_model.GPTConfig(dim=256, layers=3, heads=8, kv_heads=2)
+
+
+def train_dcp(rank: int, size: int) -> dict:
+    """TRAIN["steps"] AdamW steps of the example GPT with attention through dcp, data parallel
+    over the group (the loader's local tokens, gradients all-reduced, the loss normalised by the
+    global loss-token count). Returns the global loss of every step."""
+    import gpt_model
+    import torch.distributed as dist
+    config = train_config()
+    nodes, per_node = shape_of(size)
+    dataset = RandomBytes()
+    loader = dcpt.DCPDataloader(dataset, lambda s: "causal", tokens_per_batch=TRAIN["tokens_per_batch"],
+                                heads=config.heads, kv_heads=config.kv_heads,
+                                head_dim=config.head_dim, dtype=torch.float32, block_size=16,
+                                cluster="cpu-local", nodes=nodes, seed=TRAIN["seed"], epochs=20)
+    executor = dcpt.DCPExecutor(threads=1)
+    torch.manual_seed(TRAIN["seed"])
+    model = gpt_model.GPT(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=TRAIN["lr"])
+    losses, batches = [], []
+    for step, (local, plan) in enumerate(loader):
+        if step == TRAIN["steps"]:
+            break
+        executor.prepare(plan)
+        logits = model(local.input_ids, local.position_ids,
+                       lambda q, k, v: dcpt.attention(executor, q, k, v))
+        loss = gpt_model.loss_fn(logits, local.labels, local.loss_tokens)
+        optimizer.zero_grad()
+        loss.backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad, group=None)
+        optimizer.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        losses.append(total.item())
+        batches.append(local.batch_indices)
+    return {"losses": losses, "batches": batches, "loader_wait": loader.wait_seconds}
+
+
+def train_dense(batches: list[list[int]]) -> list[float]:
+    """The same model, seed and batches on one process with dense attention (SDPA)."""
+    import gpt_model
+    dataset = RandomBytes()
+    torch.manual_seed(TRAIN["seed"])
+    model = gpt_model.GPT(train_config())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=TRAIN["lr"])
+    losses = []
+    for indices in batches:
+        samples = [dataset[i] for i in indices]
+        seqlens = [s.numel() for s in samples]
+        tokens = torch.cat(samples)
+        labels = gpt_model.make_labels(tokens, seqlens)
+        logits = model(tokens, gpt_model.make_positions(seqlens),
+                       gpt_model.dense_attention(seqlens))
+        loss = gpt_model.loss_fn(logits, labels, int((labels != -100).sum()))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses

@@ -22,11 +22,9 @@ def nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
     power = 10.0 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     first = math.floor(low / step + 1e-9) * step
-    ticks = []
-    value = first
-    while value <= high + step * 1e-9 or len(ticks) < 2:
-        ticks.append(round(value, 12))
-        value = first + step * len(ticks)
+    ticks = [round(first, 12)]
+    while ticks[-1] < high - step * 1e-9 or len(ticks) < 2:  # the last tick reaches high
+        ticks.append(round(first + step * len(ticks), 12))
     return ticks
 
 

@@ -69,8 +69,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-len", type=int, default=None,
                    help="longest sample, bytes (default: --tokens-per-batch)")
     p.add_argument("--out", default="train_gpt_out", help="directory for loss.csv and loss.svg")
-    p.add_argument("--compare", action="append", default=[], metavar="CSV",
-                   help="another run's loss.csv to draw in loss.svg too (repeatable)")
+    p.add_argument("--compare", action="append", default=[], metavar="[LABEL=]CSV",
+                   help="another run's loss.csv to draw in loss.svg too (repeatable; the label "
+                   "defaults to the CSV's directory name)")
     p.add_argument("--dense", action="store_true",
                    help="one process, dense attention over the same batches (no dcp executor)")
     p.add_argument("--checkpoint", action="store_true",
@@ -203,7 +204,10 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
 
     progress = Progress(args.steps)
     if args.dense:
-        spec_mask(args.mask, 4)  # fails early on a mask the dense path cannot build
+        try:
+            spec_mask(args.mask, 4)  # fails early on a mask the dense path cannot build
+        except ValueError as error:
+            sys.exit(f"train_gpt.py: --mask: {error}")
     corpus = load_corpus(args.corpus)
     dataset = ByteSequenceDataset(corpus, max_len=args.max_len, min_len=args.min_len,
                                   seed=args.seed, mean_len=args.mean_len)
@@ -296,10 +300,11 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
             writer.writeheader()
             writer.writerows(rows)
         series = {"dense, 1 process" if args.dense else
-                  f"dcp {args.strategy}, {world} ranks": losses}
+                  f"{args.strategy}, {world} ranks": losses}
         for other in args.compare:
-            series[os.path.basename(os.path.dirname(os.path.abspath(other))) or other] = \
-                read_loss_csv(other)
+            label, _, path = other.rpartition("=")
+            label = label or os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+            series[label] = read_loss_csv(path)
         svg_path = os.path.join(args.out, "loss.svg")
         write_loss_svg(svg_path, series, title=f"byte-level GPT, {model.num_parameters():,} "
                        f"parameters, {args.tokens_per_batch} tokens per batch, mask {args.mask}")

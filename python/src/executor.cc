@@ -232,6 +232,38 @@ void bind_executor(nb::module_& m) {
       .def("profile", [](TorchExecutor& e, int pass) {
         return profile_dict(e.executor().profile(pass == 0 ? Pass::kForward : Pass::kBackward));
       });
+  // The C++ executor on its own: the plan run on local ranks (threads of this process, the local
+  // communicator) with random inputs; what benchmarks compare the torch path with.
+  m.def(
+      "run_locally",
+      [](const PlanHandle& handle, std::uint64_t seed, std::int32_t kernel_threads) {
+        const Plan& plan = handle.plan();
+        runtime::RunResult result;
+        {
+          nb::gil_scoped_release release;
+          const SequenceBatch batch(runtime::plan_sequence_lengths(plan));
+          runtime::BatchShape shape;
+          shape.tokens = batch.total_tokens();
+          shape.q_heads = plan.header.q_heads;
+          shape.kv_heads = plan.header.kv_heads;
+          shape.head_dim = plan.header.head_dim;
+          shape.storage = runtime::element_type(plan.header.dtype);
+          runtime::RunOptions options;
+          options.kernel_threads = kernel_threads;
+          result = runtime::run_plan_locally(plan, batch.offsets(),
+                                             runtime::random_inputs(shape, seed), options);
+        }
+        nb::dict d;
+        d["forward_seconds"] = result.forward_seconds;
+        d["backward_seconds"] = result.backward_seconds;
+        nb::list forward, backward;
+        for (const auto& p : result.forward) forward.append(profile_dict(p));
+        for (const auto& p : result.backward) backward.append(profile_dict(p));
+        d["forward"] = forward;
+        d["backward"] = backward;
+        return d;
+      },
+      nb::arg("plan"), nb::arg("seed"), nb::arg("kernel_threads"));
 }
 
 }  // namespace dcp::python

@@ -192,37 +192,14 @@ MaskFn = Union[None, str, Callable[[int], torch.Tensor]]
 
 
 def spec_mask(spec: str, length: int) -> torch.Tensor:
-    """The (length, length) bool mask (True: row may attend to column) of a dcp mask spec, for
-    the kinds with a simple dense form: 'causal', 'full', 'sliding_window[:window=W]' and
-    'lambda[:sink=S,window=W]' (dcp's defaults: W = 4096, S = 64)."""
-    name, _, rest = spec.strip().partition(":")
-    name = name.strip()
-    params: dict[str, int] = {}
-    for item in filter(None, (part.strip() for part in rest.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ValueError(f"mask {spec!r}: expected key=value, got {item!r}")
-        params[key.strip()] = int(value)
-    allowed = {"causal": set(), "full": set(), "sliding_window": {"window"},
-               "lambda": {"sink", "window"}}
-    if name not in allowed:
-        raise ValueError(f"mask {spec!r}: the dense path knows {sorted(allowed)}; "
-                         f"pass a callable mask_fn(length) for other masks")
-    unknown = set(params) - allowed[name]
-    if unknown:
-        raise ValueError(f"mask {spec!r}: {name} takes no parameter {sorted(unknown)}")
-    rows = torch.arange(length)[:, None]
-    cols = torch.arange(length)[None, :]
-    causal = cols <= rows
-    if name == "full":
-        return torch.ones(length, length, dtype=torch.bool)
-    if name == "causal":
-        return causal
-    window = params.get("window", 4096)
-    in_window = causal & (cols > rows - window)
-    if name == "sliding_window":
-        return in_window
-    return in_window | (causal & (cols < params.get("sink", 64)))
+    """The (length, length) bool mask (True: row may attend to column) of any dcp mask spec
+    ('causal', 'lambda:sink=64,window=4096', ...), from dcp's own per-row key intervals."""
+    import dcp  # the dense baseline uses dcp only for its mask specs
+
+    intervals = torch.from_numpy(dcp.mask_intervals(spec, length)).long()  # (length, K, 2)
+    cols = torch.arange(length)[None, None, :]
+    inside = (cols >= intervals[..., 0:1]) & (cols < intervals[..., 1:2])
+    return inside.any(dim=1)
 
 
 def packed_mask(seqlens: Sequence[int], mask_fn: MaskFn = None) -> torch.Tensor:

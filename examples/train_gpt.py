@@ -205,7 +205,7 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
     progress = Progress(args.steps)
     if args.dense:
         try:
-            spec_mask(args.mask, 4)  # fails early on a mask the dense path cannot build
+            spec_mask(args.mask, 4)  # a malformed mask fails here, before any work
         except ValueError as error:
             sys.exit(f"train_gpt.py: --mask: {error}")
     corpus = load_corpus(args.corpus)

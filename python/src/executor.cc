@@ -4,8 +4,10 @@
 // _transport.py). The executor runs with the GIL released; it takes the GIL only to start and wait
 // for a Launch's transfers, one Python call each.
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "python/src/bindings.h"
@@ -154,33 +156,35 @@ class TorchExecutor {
 
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, Tensor& lse,
                double scale) {
-    const nb::dlpack::dtype storage = storage_dtype(header().dtype);
-    expect_dtype(q, storage, "q");
-    expect_dtype(k, storage, "k");
-    expect_dtype(v, storage, "v");
-    expect_dtype(o, storage, "o");
-    expect_dtype(lse, nb::dtype<float>(), "lse");
+    expect_storage({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}}, lse);
     executor_.forward(in(q), in(k), in(v), out(o), out_floats(lse), scale);
   }
 
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                 const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
                 double scale) {
-    const nb::dlpack::dtype storage = storage_dtype(header().dtype);
-    expect_dtype(q, storage, "q");
-    expect_dtype(k, storage, "k");
-    expect_dtype(v, storage, "v");
-    expect_dtype(o, storage, "o");
-    expect_dtype(lse, nb::dtype<float>(), "lse");
-    expect_dtype(dout, storage, "do");
-    expect_dtype(dq, storage, "dq");
-    expect_dtype(dk, storage, "dk");
-    expect_dtype(dv, storage, "dv");
+    expect_storage({{&q, "q"},
+                    {&k, "k"},
+                    {&v, "v"},
+                    {&o, "o"},
+                    {&dout, "do"},
+                    {&dq, "dq"},
+                    {&dk, "dk"},
+                    {&dv, "dv"}},
+                   lse);
     executor_.backward(in(q), in(k), in(v), in(o), in_floats(lse), in(dout), out(dq), out(dk),
                        out(dv), scale);
   }
 
  private:
+  // The tensors in the plan's storage dtype, lse in fp32.
+  void expect_storage(std::initializer_list<std::pair<const Tensor*, const char*>> tensors,
+                      const Tensor& lse) const {
+    const nb::dlpack::dtype storage = storage_dtype(header().dtype);
+    for (const auto& [tensor, name] : tensors) expect_dtype(*tensor, storage, name);
+    expect_dtype(lse, nb::dtype<float>(), "lse");
+  }
+
   TransportCommunicator communicator_;
   std::unique_ptr<kernels::AttentionKernels> kernels_;
   runtime::Executor executor_;

@@ -14,10 +14,10 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 import dcp
 from dcp import _core
+from dcp.torch._group import resolve_group
 
 IGNORE_INDEX = -100
 
@@ -78,13 +78,7 @@ class DCPDataloader:
                  devices_per_node: int | None = None, stages: int = 0, seed: int = 0,
                  shuffle: bool = True, prefetch: int = 2, planner_threads: int = 1,
                  epochs: int = 1, pool_size: int = 1024):
-        if dist.is_available() and dist.is_initialized():
-            group = group if group is not None else dist.group.WORLD
-            self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
-        elif group is not None:
-            raise RuntimeError("DCPDataloader got a group but torch.distributed is not initialized")
-        else:
-            self.rank, self.world_size = 0, 1
+        _, self.rank, self.world_size = resolve_group(group, "DCPDataloader")
         if tokens_per_batch < 1:
             raise ValueError(f"tokens_per_batch {tokens_per_batch} is not positive")
         if nodes < 1 or self.world_size % nodes != 0:
@@ -113,7 +107,10 @@ class DCPDataloader:
         self.plan_seconds = 0.0  # planner time of the batches yielded (sum over threads)
 
     def _sample(self, index: int) -> torch.Tensor:
-        tokens = _as_tokens(self.dataset[index], index)
+        return self._checked(self.dataset[index], index)
+
+    def _checked(self, sample: Any, index: int) -> torch.Tensor:
+        tokens = _as_tokens(sample, index)
         if tokens.numel() > self.tokens_per_batch:
             raise ValueError(f"sample {index} has {tokens.numel()} tokens, more than "
                              f"tokens_per_batch {self.tokens_per_batch}")
@@ -134,12 +131,7 @@ class DCPDataloader:
                 while True:
                     sample = next(stream, None)
                     if sample is not None:
-                        tokens = _as_tokens(sample, position + len(pool))
-                        if tokens.numel() > self.tokens_per_batch:
-                            raise ValueError(f"sample {position + len(pool)} has {tokens.numel()} "
-                                             f"tokens, more than tokens_per_batch "
-                                             f"{self.tokens_per_batch}")
-                        pool.append(tokens)
+                        pool.append(self._checked(sample, position + len(pool)))
                     if pool and (sample is None or len(pool) == self.pool_size):
                         for batch in pack_batches([t.numel() for t in pool], self.tokens_per_batch,
                                                   self.seed + epoch + position, self.shuffle):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime
 
 import torch
-import torch.distributed as dist
 
 import dcp
 from dcp import _core
+from dcp.torch._group import resolve_group
 from dcp.torch._transport import LocalTransport, TorchTransport
 
 _STORAGE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -33,16 +33,7 @@ class DCPExecutor:
 
     def __init__(self, group=None, *, threads: int | None = None,
                  timeout: datetime.timedelta | float | None = None):
-        if dist.is_available() and dist.is_initialized():
-            self.group = group if group is not None else dist.group.WORLD
-            self.rank = dist.get_rank(self.group)
-            self.world_size = dist.get_world_size(self.group)
-            if self.rank < 0:
-                raise ValueError("this process is not a member of the group passed to DCPExecutor")
-        elif group is not None:
-            raise RuntimeError("DCPExecutor got a group but torch.distributed is not initialized")
-        else:
-            self.group, self.rank, self.world_size = None, 0, 1
+        self.group, self.rank, self.world_size = resolve_group(group, "DCPExecutor")
         if timeout is None:
             timeout = _group_timeout(self.group) if self.group is not None else datetime.timedelta(
                 minutes=30)

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The executor: runs one rank's forward and backward Programs with a kernel set and a
-// communicator.
+// The executor: runs one rank's forward and backward Programs with a device (a kernel set on host
+// memory, or dcp.torch's CUDA device) and a communicator. It is the one interpreter of Programs:
+// it lowers them once per prepare (lowering.h), hands the calls that touch tensors to the device
+// and the transfers to the communicator, in the Program's order.
 //
 // Usage from a training loop (docs/runtime.md):
 //   Executor executor(communicator, kernels);
@@ -13,13 +15,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "dcp/comm/communicator.h"
 #include "dcp/kernels/attention_kernels.h"
 #include "dcp/program/program.h"
+#include "dcp/runtime/device.h"
 #include "dcp/runtime/local_layout.h"
+#include "dcp/runtime/lowering.h"
 
 namespace dcp::runtime {
 
@@ -36,24 +41,28 @@ struct PassProfile {
 
 class Executor {
  public:
-  // Both must outlive the executor.
+  // Both must outlive the executor. The kernels run on the host device (host memory).
   Executor(comm::Communicator& communicator, kernels::AttentionKernels& kernels);
+  // Runs the calls that touch tensors on `device` (dcp.torch's CUDA device).
+  Executor(comm::Communicator& communicator, Device& device);
 
   // Takes this rank's (communicator.rank()) Programs of `plan`. Throws InvalidInput if the plan is
   // for a different number of devices than the communicator has, is malformed
   // (check_plan_header, check_program_structure), uses a partial dtype other than fp32, or its
-  // forward and backward Programs own different blocks. Allocates the buffer table of both passes.
+  // forward and backward Programs own different blocks, and Error naming the instruction if a
+  // Program's values are inconsistent (lowering.h). Lowers both passes and allocates their
+  // buffer tables.
   void prepare(const Plan& plan);
   // The same with one rank's Programs (as read_program gives them).
   void prepare(const PlanHeader& header, Program forward, Program backward);
 
   const LocalLayout& layout() const { return layout_; }
   const PlanHeader& header() const { return header_; }
+  const LoweredPass& lowered(Pass pass) const { return state(pass).lowered; }
 
   // q: LocalLayout::q_bytes(), k and v: kv_bytes(); writes o (q_bytes) and lse (lse_elements).
   // softmax_scale 0 means the plan's. Throws InvalidInput naming a tensor whose size is wrong,
-  // comm::CommError if a peer fails or times out (or whatever the communicator throws), Error if
-  // the Program turns out inconsistent while running (a value of the wrong size).
+  // comm::CommError if a peer fails or times out (or whatever the communicator throws).
   void forward(std::span<const std::byte> q, std::span<const std::byte> k,
                std::span<const std::byte> v, std::span<std::byte> o, std::span<float> lse,
                double softmax_scale = 0);
@@ -72,80 +81,43 @@ class Executor {
   std::size_t arena_bytes(Pass pass) const;
   // Runs the pass in `memory` (at least arena_bytes, 64-byte aligned, owned by the caller until
   // the next prepare or the executor's end) instead of the table prepare allocated, which is
-  // released: so a framework's allocator (PyTorch's) owns the memory. Throws InvalidInput if the
-  // memory is too small or misaligned.
+  // released: so a framework's allocator (PyTorch's, on the device's memory) owns it. Throws
+  // InvalidInput if the memory is too small or misaligned.
   void use_arena(Pass pass, std::span<std::byte> memory);
 
-  const PassProfile& profile(Pass pass) const {
-    return pass == Pass::kForward ? forward_.profile : backward_.profile;
-  }
+  // Seconds are measured around the calls on the host: with an asynchronous device they time
+  // the launches, not the kernels.
+  const PassProfile& profile(Pass pass) const { return state(pass).profile; }
 
  private:
   struct PassState {
     Program program;
+    LoweredPass lowered;
     std::vector<std::byte> owned_arena;  // empty when the caller lent the memory (use_arena)
     std::span<std::byte> arena;
-    std::size_t arena_bytes = 0;
-    std::vector<std::size_t> slot_offset;
-    std::vector<std::int32_t> slot_tokens;    // tokens of the value a slot holds, -1 if none
     std::vector<comm::GroupId> launch_group;  // by LaunchId
     std::size_t waited = 0;                   // launches [0, waited) are complete
     PassProfile profile;
   };
 
-  void prepare_pass(PassState& state, Program program);
   PassState& state(Pass pass) { return pass == Pass::kForward ? forward_ : backward_; }
   const PassState& state(Pass pass) const { return pass == Pass::kForward ? forward_ : backward_; }
-  void run(PassState& state);
-  void execute(PassState& state, std::size_t index);
-  void load(PassState& state, const Load& load);
-  void store(PassState& state, const Store& store);
-  void launch(PassState& state, const Launch& launch);
+  void prepare_pass(PassState& state, Program program);
+  float scale(double softmax_scale) const;
+  void run(PassState& state, const PassTensors& tensors, float softmax_scale);
+  void call(PassState& state, const LoweredCall& call);
+  void launch(PassState& state, const LaunchCall& launch);
   // Waits for launches [state.waited, end): a device's launches complete in issue order.
   void wait_through(PassState& state, std::size_t end);
-  void attention_forward(PassState& state, const AttnForward& attention);
-  void attention_backward(PassState& state, const AttnBackward& attention);
-  void merge(PassState& state, const Merge& merge);
-  void sum(PassState& state, const Sum& sum);
-
-  std::byte* slot_data(PassState& state, SlotId slot);
-  std::int32_t value_tokens(const PassState& state, SlotId slot) const;
-  // Elements of one value's q-shaped part ([tokens][h][d]) and kv-shaped part ([tokens][hk][d]).
-  std::size_t q_part(std::int32_t tokens) const;
-  std::size_t kv_part(std::int32_t tokens) const;
-  // An attention output of `tokens` tokens can go to `slot`: it fits, and adding to (merging
-  // into) what the slot holds requires a value of the same size.
-  void expect_output_fits(const PassState& state, SlotId slot, std::int32_t tokens,
-                          bool accumulate) const;
-  const BlockInfo& block_info(const PassState& state, BlockId id) const;
-  std::int64_t local_offset(BlockId id) const;
-  kernels::TileMaskView mask_view(const PassState& state, MaskId mask, std::int32_t q_tokens,
-                                  std::int32_t kv_tokens) const;
 
   comm::Communicator& communicator_;
-  kernels::AttentionKernels& kernels_;
+  std::unique_ptr<Device> host_device_;  // when constructed with kernels
+  Device& device_;
   PlanHeader header_;
-  kernels::AttentionParams params_;
   LocalLayout layout_;
-  std::vector<std::pair<BlockId, std::int64_t>> block_offsets_;  // owned block -> local token
   PassState forward_;
   PassState backward_;
   bool prepared_ = false;
-  void set_scale(double softmax_scale);
-
-  // The local tensors of the pass that runs: inputs, and where outputs go. Null between calls.
-  const std::byte* q_ = nullptr;
-  const std::byte* k_ = nullptr;
-  const std::byte* v_ = nullptr;
-  const std::byte* o_ = nullptr;     // backward: the forward's o
-  const std::byte* dout_ = nullptr;  // backward
-  const float* lse_ = nullptr;       // backward: the forward's lse
-  float* lse_out_ = nullptr;         // forward
-  std::byte* out_q_ = nullptr;       // forward: o; backward: dq
-  std::byte* out_k_ = nullptr;       // backward: dk
-  std::byte* out_v_ = nullptr;       // backward: dv
-  std::vector<float> scratch_;       // fp32 staging for stores
-  std::vector<std::byte> scratch_o_;
 };
 
 }  // namespace dcp::runtime

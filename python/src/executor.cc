@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// The executor for dcp.torch: the C++ Executor (the one interpreter of Programs) with the CPU
-// kernels, moving bytes through a Python transport over torch.distributed (python/dcp/torch/
-// _transport.py). The executor runs with the GIL released; it takes the GIL only to start and wait
-// for a Launch's transfers, one Python call each.
+// The executor for dcp.torch: the C++ Executor (the one interpreter of Programs) with either the
+// CPU kernels on host memory or a Python device (the Triton kernels of python/dcp/torch/
+// _device.py, on CUDA or under Triton's interpreter), moving bytes through a Python transport over
+// torch.distributed (python/dcp/torch/_transport.py). The executor runs with the GIL released; it
+// takes the GIL for one Python call per Launch, Wait and, with a Python device, per device call.
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -20,7 +22,7 @@ namespace nb = nanobind;
 namespace dcp::python {
 namespace {
 
-using Tensor = nb::ndarray<nb::c_contig, nb::device::cpu>;
+using Tensor = nb::ndarray<nb::c_contig>;
 
 // A Communicator whose transfers a Python object carries out: start(ops) -> group id, where ops
 // is a list of (is_send, peer, arena (0 forward, 1 backward), byte offset, bytes), and wait(group),
@@ -101,6 +103,96 @@ class TransportCommunicator final : public comm::Communicator {
   runtime::Executor* executor_ = nullptr;
 };
 
+template <typename T>
+nb::ndarray<nb::numpy, T> numpy_copy(const std::vector<T>& values, std::size_t columns) {
+  auto* copy = new std::vector<T>(values);
+  nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  const std::size_t rows = columns == 0 ? copy->size() : copy->size() / columns;
+  if (columns == 0) {
+    return nb::ndarray<nb::numpy, T>(copy->data(), {rows}, owner);
+  }
+  return nb::ndarray<nb::numpy, T>(copy->data(), {rows, columns}, owner);
+}
+
+nb::dict tables_dict(const runtime::AttentionTables& t) {
+  using T = runtime::AttentionTables;
+  nb::dict d;
+  d["entries"] = numpy_copy(t.entries, T::kEntryFields);
+  d["q_groups"] = numpy_copy(t.q_groups, T::kGroupFields);
+  d["kv_groups"] = numpy_copy(t.kv_groups, T::kGroupFields);
+  d["members"] = numpy_copy(t.members, 0);
+  d["mask_rows"] = numpy_copy(t.mask_rows, 0);
+  d["mask_intervals"] = numpy_copy(t.mask_intervals, 0);
+  return d;
+}
+
+// A Device whose calls a Python object makes (python/dcp/torch/_device.py): prepare(forward
+// tables, backward tables), begin(pass, scale), load/store(kind, slot offset, token, tokens,
+// head block), attention(q group begin, end, kv group begin, end, max q tokens, max kv tokens),
+// merge(dst, src, tokens), add(dst, src, elements), end(). The Python object holds the tensors.
+class PythonDevice final : public runtime::Device {
+ public:
+  explicit PythonDevice(nb::object device) : device_(std::move(device)) {}
+
+  std::string_view name() const override { return "python"; }
+
+  void prepare(const PlanHeader&, const runtime::LocalLayout&, const runtime::LoweredPass& forward,
+               const runtime::LoweredPass& backward) override {
+    call("prepare", [&] {
+      return std::make_tuple(tables_dict(forward.tables), tables_dict(backward.tables));
+    });
+  }
+  void begin(Pass pass, std::span<std::byte>, const runtime::PassTensors&,
+             float softmax_scale) override {
+    call("begin", [&] { return std::make_tuple(pass == Pass::kForward ? 0 : 1, softmax_scale); });
+  }
+  void load(const runtime::LoadCall& c) override {
+    call("load", [&] {
+      return std::make_tuple(static_cast<int>(c.kind), c.slot_offset, c.token, c.tokens,
+                             c.head_block);
+    });
+  }
+  void store(const runtime::StoreCall& c) override {
+    call("store", [&] {
+      return std::make_tuple(static_cast<int>(c.kind), c.slot_offset, c.token, c.tokens,
+                             c.head_block);
+    });
+  }
+  void attention(const runtime::AttentionCall& c) override {
+    call("attention", [&] {
+      return std::make_tuple(c.q_group_begin, c.q_group_end, c.kv_group_begin, c.kv_group_end,
+                             c.max_q_tokens, c.max_kv_tokens);
+    });
+  }
+  void merge(const runtime::MergeCall& c) override {
+    call("merge", [&] { return std::make_tuple(c.dst, c.src, c.tokens); });
+  }
+  void sum(const runtime::SumCall& c) override {
+    call("add", [&] { return std::make_tuple(c.dst, c.src, c.elements); });
+  }
+  void end() override {
+    try {
+      call("end", [] { return std::make_tuple(); });
+    } catch (...) {  // end runs while a pass unwinds too; its own failure must not mask that
+    }
+  }
+
+ private:
+  // Calls device.<name>(*args()) with the GIL; a Python exception becomes an Error, which the
+  // executor reports with the instruction that failed.
+  template <typename Args>
+  void call(const char* name, Args&& args) {
+    nb::gil_scoped_acquire gil;
+    try {
+      std::apply([&](auto&&... a) { device_.attr(name)(a...); }, args());
+    } catch (nb::python_error& error) {
+      throw Error(std::string("the device's ") + name + " failed: " + error.what());
+    }
+  }
+
+  nb::object device_;
+};
+
 std::string dtype_name(const nb::dlpack::dtype& dtype) {
   const char* code =
       dtype.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float)    ? "float"
@@ -140,10 +232,15 @@ std::span<const float> in_floats(const Tensor& t) {
 
 class TorchExecutor {
  public:
-  TorchExecutor(nb::object transport, std::int32_t rank, std::int32_t size, std::int32_t threads)
+  // device None: the CPU kernels on host memory, `threads` of them; else a Python device.
+  TorchExecutor(nb::object transport, std::int32_t rank, std::int32_t size, std::int32_t threads,
+                nb::object device)
       : communicator_(std::move(transport), rank, size),
         kernels_(kernels::make_kernels(kernels::KernelKind::kCpu, threads)),
-        executor_(communicator_, *kernels_) {
+        device_(device.is_none() ? runtime::make_host_device(*kernels_)
+                                 : std::make_unique<PythonDevice>(std::move(device))),
+        on_host_(dynamic_cast<PythonDevice*>(device_.get()) == nullptr),
+        executor_(communicator_, *device_) {
     communicator_.attach(&executor_);
   }
 
@@ -181,12 +278,25 @@ class TorchExecutor {
   void expect_storage(std::initializer_list<std::pair<const Tensor*, const char*>> tensors,
                       const Tensor& lse) const {
     const nb::dlpack::dtype storage = storage_dtype(header().dtype);
-    for (const auto& [tensor, name] : tensors) expect_dtype(*tensor, storage, name);
+    for (const auto& [tensor, name] : tensors) {
+      expect_dtype(*tensor, storage, name);
+      expect_device(*tensor, name);
+    }
     expect_dtype(lse, nb::dtype<float>(), "lse");
+    expect_device(lse, "lse");
+  }
+  // The host device reads and writes the tensors: they must be in host memory.
+  void expect_device(const Tensor& tensor, const char* name) const {
+    if (on_host_ && tensor.device_type() != nb::device::cpu::value) {
+      throw InvalidInput(std::string("tensor ") + name +
+                         " is not in host memory; the cpu kernels run on the CPU");
+    }
   }
 
   TransportCommunicator communicator_;
   std::unique_ptr<kernels::AttentionKernels> kernels_;
+  std::unique_ptr<runtime::Device> device_;
+  bool on_host_;
   runtime::Executor executor_;
   PlanHandle plan_;
 };
@@ -209,8 +319,9 @@ nb::dict profile_dict(const runtime::PassProfile& p) {
 
 void bind_executor(nb::module_& m) {
   nb::class_<TorchExecutor>(m, "Executor")
-      .def(nb::init<nb::object, std::int32_t, std::int32_t, std::int32_t>(), nb::arg("transport"),
-           nb::arg("rank"), nb::arg("size"), nb::arg("threads"))
+      .def(nb::init<nb::object, std::int32_t, std::int32_t, std::int32_t, nb::object>(),
+           nb::arg("transport"), nb::arg("rank"), nb::arg("size"), nb::arg("threads"),
+           nb::arg("device").none())
       .def("prepare", &TorchExecutor::prepare, nb::call_guard<nb::gil_scoped_release>())
       .def(
           "arena_bytes",

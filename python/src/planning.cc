@@ -275,6 +275,10 @@ void bind_planning(nb::module_& m) {
       .def_prop_ro("q_heads", [](const PlanHandle& h) { return h.plan().header.q_heads; })
       .def_prop_ro("kv_heads", [](const PlanHandle& h) { return h.plan().header.kv_heads; })
       .def_prop_ro("head_dim", [](const PlanHandle& h) { return h.plan().header.head_dim; })
+      .def_prop_ro("head_block_size",
+                   [](const PlanHandle& h) { return h.plan().header.head_block_size; })
+      .def_prop_ro("kv_heads_per_block",
+                   [](const PlanHandle& h) { return h.plan().header.kv_heads_per_block; })
       .def_prop_ro(
           "dtype",
           [](const PlanHandle& h) { return std::string(to_string(h.plan().header.dtype)); })

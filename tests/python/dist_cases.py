@@ -22,7 +22,7 @@ def attention_case(rank: int, size: int, case: dict) -> dict:
                     head_dim=case["head_dim"], dtype=case["dtype"], block_size=case["block_size"],
                     cluster="cpu-local", nodes=nodes, devices_per_node=per_node,
                     strategy=case["strategy"], seed=0)
-    executor = dcpt.DCPExecutor(threads=1)
+    executor = dcpt.DCPExecutor(threads=1, kernels=case.get("kernels"))
     executor.prepare(plan)
     q, k, v, do = reference.inputs(sum(case["seqlens"]), case["heads"], case["kv_heads"],
                                    case["head_dim"], case["dtype"], case["seed"])
@@ -45,6 +45,14 @@ def attention_case(rank: int, size: int, case: dict) -> dict:
 
 def attention_cases(rank: int, size: int, cases: list[dict]) -> list[dict]:
     return [attention_case(rank, size, case) for case in cases]
+
+
+def triton_and_cpu_cases(rank: int, size: int, cases: list[dict]) -> list[tuple[dict, dict]]:
+    """Each case with the Triton kernels under Triton's interpreter and with the cpu kernels."""
+    import os
+    os.environ["TRITON_INTERPRET"] = "1"  # before dcp.torch imports triton
+    return [(attention_case(rank, size, dict(case, kernels="triton")),
+             attention_case(rank, size, dict(case, kernels="cpu"))) for case in cases]
 
 
 class AttentionStack(torch.nn.Module):

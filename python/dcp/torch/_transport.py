@@ -6,14 +6,57 @@ and wait() once per Wait; both run with the GIL held, everything else runs witho
 is a contiguous byte slice of a pass's buffer table (arena), so gloo sends and receives in place.
 The n-th send from a to b matches the n-th receive on b from a (one tag), as the Program's
 Launches promise. Gloo cannot send to the own rank: such transfers are copied here, matched in
-the same order."""
+the same order.
+
+On CUDA the transfers run on a communication stream of the transport's own: a Launch's transfers
+start once the compute stream has reached the Launch (an event recorded there), and a Wait makes
+the compute stream, not the host, wait for them; so the kernels of stage s run while the
+transfers of stage s + 1 move, in the order the Program gives. On the CPU there is nothing to
+order: every call is synchronous."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime
 
 import torch
 import torch.distributed as dist
+
+
+class _Streams:
+    """The communication stream and its ordering against the current (compute) stream on CUDA;
+    no-ops on the CPU."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.comm = torch.cuda.Stream(device) if self.cuda else None
+
+    @contextlib.contextmanager
+    def issuing(self):
+        """Runs the body on the communication stream, after what the compute stream holds."""
+        if not self.cuda:
+            yield
+            return
+        ready = torch.cuda.Event()
+        ready.record()
+        self.comm.wait_event(ready)
+        with torch.cuda.stream(self.comm):
+            yield
+
+    def mark(self):
+        """An event after what the communication stream holds (None on the CPU)."""
+        if not self.cuda:
+            return None
+        done = torch.cuda.Event()
+        done.record(self.comm)
+        return done
+
+    @staticmethod
+    def join(event) -> None:
+        """The compute stream waits for `event`."""
+        if event is not None:
+            torch.cuda.current_stream().wait_event(event)
 
 
 class TorchTransport:
@@ -23,13 +66,17 @@ class TorchTransport:
         self.size = size
         self.timeout = timeout
         self.arenas: list[torch.Tensor] = []
-        self._pending: dict[int, tuple[list, list[int]]] = {}
+        self._streams = _Streams(torch.device("cpu"))
+        self._pending: dict[int, tuple[list, list[int], object]] = {}
         self._next = 0
         self._self_sends: collections.deque = collections.deque()
         self._self_recvs: collections.deque = collections.deque()
         self.failed: str | None = None
 
     def set_arenas(self, arenas: list[torch.Tensor]) -> None:
+        device = arenas[0].device if arenas else torch.device("cpu")
+        if device != self._streams.device:
+            self._streams = _Streams(device)
         self.arenas = arenas
         self._pending.clear()
         self._self_sends.clear()
@@ -48,20 +95,26 @@ class TorchTransport:
             peers.append(peer)
             p2p.append(dist.P2POp(dist.isend if is_send else dist.irecv, view, group=self.group,
                                   group_peer=peer))
-        while self._self_sends and self._self_recvs:
-            self._self_recvs.popleft().copy_(self._self_sends.popleft())
-        works = dist.batch_isend_irecv(p2p) if p2p else []
+        with self._streams.issuing():
+            while self._self_sends and self._self_recvs:
+                self._self_recvs.popleft().copy_(self._self_sends.popleft())
+            works = dist.batch_isend_irecv(p2p) if p2p else []
+            done = self._streams.mark()
         group = self._next
         self._next += 1
-        self._pending[group] = (works, peers)
+        self._pending[group] = (works, peers, done)
         return group
 
     def wait(self, group: int) -> None:
-        works, peers = self._pending.pop(group)
+        works, peers, done = self._pending.pop(group)
         try:
             for work in works:
-                if work.wait(timeout=self.timeout) is False:
+                if self._streams.cuda:
+                    # NCCL: the compute stream waits; the group's timeout is NCCL's watchdog's.
+                    work.wait()
+                elif work.wait(timeout=self.timeout) is False:
                     raise RuntimeError(f"timed out after {self.timeout.total_seconds():g} s")
+            self._streams.join(done)
         except Exception as error:  # noqa: BLE001 - re-raised with the peers named
             self.failed = (f"transfers with ranks {sorted(set(peers))} failed: "
                            f"{type(error).__name__}: {str(error).splitlines()[0]}")

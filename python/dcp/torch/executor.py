@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import os
 
 import torch
+import torch.distributed as dist
 
 import dcp
 from dcp import _core
@@ -21,6 +23,33 @@ def _group_timeout(group) -> datetime.timedelta:
         return datetime.timedelta(minutes=30)  # torch.distributed's default
 
 
+def _default_device(group) -> torch.device:
+    if group is not None and torch.cuda.is_available():
+        try:
+            if dist.get_backend(group) == "nccl":
+                return torch.device("cuda", torch.cuda.current_device())
+        except (RuntimeError, ValueError):
+            pass
+    return torch.device("cpu")
+
+
+def _triton_device(kernels: str, device: torch.device, allow_tf32: bool):
+    """The Triton device for kernels == "triton", None for the C++ cpu kernels."""
+    if kernels == "cpu":
+        if device.type != "cpu":
+            raise ValueError(f"the cpu kernels run on the CPU, not on {device}")
+        return None
+    if kernels != "triton":
+        raise ValueError(f"kernels {kernels!r} is neither 'cpu' nor 'triton'")
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("the triton kernels run on the CPU only under Triton's interpreter "
+                         "(TRITON_INTERPRET=1 before triton is imported); use kernels='cpu'")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"the triton kernels run on CUDA devices, not on {device}")
+    from dcp.torch._device import TritonDevice  # imports triton only when asked for
+    return TritonDevice(device, allow_tf32=allow_tf32)
+
+
 class DCPExecutor:
     """Executes the plan's Programs for this rank of `group` (default: the default group).
 
@@ -28,12 +57,24 @@ class DCPExecutor:
     DCPAttn) forward and backward, in any order: a call keeps nothing for the next one. Tensors
     are in the plan's local layout: this rank's tokens in the order the plan placed them
     (DCPDataloader yields that order), shape (local tokens, heads, head dim), the plan's dtype,
-    on the CPU, contiguous. Every wait for a peer is bounded by `timeout` (default: the group's).
-    `threads`: the CPU kernels' threads (default torch.get_num_threads())."""
+    on `device`, contiguous. Every wait for a peer is bounded by `timeout` (default: the
+    group's; on CUDA, NCCL's watchdog enforces the group's).
 
-    def __init__(self, group=None, *, threads: int | None = None,
-                 timeout: datetime.timedelta | float | None = None):
+    device: where the tensors live (default: the current CUDA device if the group's backend is
+    NCCL, else the CPU). kernels: "cpu" (dcp's C++ kernels, CPU tensors; `threads` of them,
+    default torch.get_num_threads()) or "triton" (the GPU kernels; on the CPU only under
+    TRITON_INTERPRET=1, for testing); default "triton" on CUDA, "cpu" on the CPU. allow_tf32:
+    fp32 inputs' dots in TF32 on the GPU (default IEEE fp32)."""
+
+    def __init__(self, group=None, *, device: torch.device | str | None = None,
+                 kernels: str | None = None, threads: int | None = None,
+                 timeout: datetime.timedelta | float | None = None, allow_tf32: bool = False):
         self.group, self.rank, self.world_size = resolve_group(group, "DCPExecutor")
+        self.device = _default_device(self.group) if device is None else torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.kernels = kernels or ("triton" if self.device.type == "cuda" else "cpu")
+        self._triton = _triton_device(self.kernels, self.device, allow_tf32)
         if timeout is None:
             timeout = _group_timeout(self.group) if self.group is not None else datetime.timedelta(
                 minutes=30)
@@ -47,7 +88,8 @@ class DCPExecutor:
         threads = torch.get_num_threads() if threads is None else int(threads)
         if threads < 1:
             raise ValueError(f"threads {threads} is not positive")
-        self._core = _core.Executor(self._transport, self.rank, self.world_size, threads)
+        self._core = _core.Executor(self._transport, self.rank, self.world_size, threads,
+                                    self._triton)
         self.plan: dcp.Plan | None = None
         self.generation = 0  # counts prepare() calls; an autograd node checks it in backward
         self.local_tokens = 0
@@ -63,10 +105,16 @@ class DCPExecutor:
         self.plan = None
         self._core.prepare(plan)
         # The buffer tables of both passes come from PyTorch's allocator; transfers are slices.
-        arenas = [torch.empty(self._core.arena_bytes(i), dtype=torch.uint8) for i in (0, 1)]
+        # On CUDA they are allocated on the current stream, which every transfer is ordered
+        # against; the passes wait for all their transfers, so the memory is free again when the
+        # next prepare() drops it.
+        arenas = [torch.empty(self._core.arena_bytes(i), dtype=torch.uint8, device=self.device)
+                  for i in (0, 1)]
         for i, arena in enumerate(arenas):
             self._core.use_arena(i, arena)
         self._transport.set_arenas(arenas)
+        if self._triton is not None:
+            self._triton.configure(plan, arenas)
         self.plan = plan
         self.generation += 1
         self.local_tokens = self._core.local_tokens
@@ -88,8 +136,8 @@ class DCPExecutor:
         dtype = dtype or self.dtype
         if t.dtype != dtype:
             raise TypeError(f"{name} is {t.dtype}; the plan is for {dtype}")
-        if t.device.type != "cpu":
-            raise ValueError(f"{name} is on {t.device}; this executor runs on the CPU")
+        if t.device != self.device:
+            raise ValueError(f"{name} is on {t.device}; this executor runs on {self.device}")
         return t.contiguous()
 
     def _scale(self, softmax_scale: float | None) -> float:
@@ -110,7 +158,9 @@ class DCPExecutor:
         k = self._check("k", k, p.kv_heads)
         v = self._check("v", v, p.kv_heads)
         o = torch.empty_like(q)
-        lse = torch.empty((p.q_heads, self.local_tokens), dtype=torch.float32)
+        lse = torch.empty((p.q_heads, self.local_tokens), dtype=torch.float32, device=self.device)
+        if self._triton is not None:
+            self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse)
         with torch.no_grad():
             self._core.forward(q.detach(), k.detach(), v.detach(), o, lse,
                                self._scale(softmax_scale))
@@ -128,8 +178,12 @@ class DCPExecutor:
         if tuple(lse.shape) != (p.q_heads, self.local_tokens) or lse.dtype != torch.float32:
             raise ValueError(f"lse has shape {tuple(lse.shape)} and dtype {lse.dtype}; the plan "
                              f"needs ({p.q_heads}, {self.local_tokens}) float32")
+        if lse.device != self.device:
+            raise ValueError(f"lse is on {lse.device}; this executor runs on {self.device}")
         lse = lse.contiguous()
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        if self._triton is not None:
+            self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse, do=do, dq=dq, dk=dk, dv=dv)
         with torch.no_grad():
             self._core.backward(q.detach(), k.detach(), v.detach(), o.detach(), lse.detach(),
                                 do.detach(), dq, dk, dv, self._scale(softmax_scale))

@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+// The device seam: what the executor asks of the memory and processors that run a pass. The
+// executor interprets the Program (lowered once per prepare, lowering.h) and talks to the
+// communicator; a device runs the lowered calls that touch tensors: the CPU device (host memory,
+// an AttentionKernels set) here, the Triton device of dcp.torch on CUDA (python/dcp/torch/
+// _device.py). A device may run its calls asynchronously (a CUDA stream); the communicator then
+// orders transfers against it (the torch transport does, with events).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "dcp/kernels/attention_kernels.h"
+#include "dcp/runtime/lowering.h"
+
+namespace dcp::runtime {
+
+// The local tensors of the pass that runs (LocalLayout order). Forward: q, k, v in, o and
+// lse_out out. Backward: q, k, v, o, lse, dout in; out_q (dq), out_k, out_v out. The pointers are
+// the device's memory: the executor never reads them.
+struct PassTensors {
+  const std::byte* q = nullptr;
+  const std::byte* k = nullptr;
+  const std::byte* v = nullptr;
+  const std::byte* o = nullptr;     // backward
+  const std::byte* dout = nullptr;  // backward
+  const float* lse = nullptr;       // backward
+  float* lse_out = nullptr;         // forward
+  std::byte* out_q = nullptr;       // forward: o; backward: dq
+  std::byte* out_k = nullptr;       // backward: dk
+  std::byte* out_v = nullptr;       // backward: dv
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string_view name() const = 0;
+
+  // After each Executor::prepare: the plan's shape, this rank's local layout and both lowered
+  // passes, which stay valid until the next prepare.
+  virtual void prepare(const PlanHeader& header, const LocalLayout& layout,
+                       const LoweredPass& forward, const LoweredPass& backward) = 0;
+  // A pass starts in `arena` (its buffer table) with these tensors and softmax scale. The device
+  // sets the outputs to the value of no contribution: o = 0, lse = -inf; dq = dk = dv = 0.
+  virtual void begin(Pass pass, std::span<std::byte> arena, const PassTensors& tensors,
+                     float softmax_scale) = 0;
+  virtual void load(const LoadCall& call) = 0;
+  virtual void store(const StoreCall& call) = 0;
+  virtual void attention(const AttentionCall& call) = 0;  // of the pass begun
+  virtual void merge(const MergeCall& call) = 0;
+  virtual void sum(const SumCall& call) = 0;
+  // The pass's calls are all made (the executor calls it however the pass ends).
+  virtual void end() {}
+};
+
+// The device of host memory: copies, conversions and the given kernel set (cpu or reference).
+std::unique_ptr<Device> make_host_device(kernels::AttentionKernels& kernels);
+
+}  // namespace dcp::runtime

@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: Apache-2.0
+// Lowering: one rank's Program turned into the calls a device makes.
+#include "dcp/runtime/lowering.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "dcp/core/error.h"
+
+namespace dcp::runtime {
+
+namespace {
+
+std::size_t to_size(std::int64_t value) { return static_cast<std::size_t>(value); }
+
+// Walks the instructions keeping, per slot, the tokens of the value it holds (-1: none), and
+// lowers each instruction against that state.
+class Lowerer {
+ public:
+  Lowerer(const PlanHeader& header, const Program& program, const LocalLayout& layout)
+      : header_(header), program_(program), tokens_(program.slots.size(), -1) {
+    for (std::size_t i = 0; i < layout.blocks.size(); ++i) {
+      block_offsets_.emplace_back(layout.blocks[i].id, layout.offsets[i]);
+    }
+    std::sort(block_offsets_.begin(), block_offsets_.end());
+    out_.pass = program.pass;
+    for (const Slot& slot : program.slots) {
+      out_.slot_offsets.push_back(out_.arena_bytes);
+      const std::int64_t bytes = value_bytes(header, slot.kind, slot.tokens);
+      out_.arena_bytes += (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+    }
+    AttentionTables& t = out_.tables;
+    for (const TileMask& mask : program.masks) {
+      mask_start_.push_back(static_cast<std::int32_t>(t.mask_rows.size()));
+      const auto base = static_cast<std::int32_t>(t.mask_intervals.size() / 2);
+      for (const std::int32_t offset : mask.row_offsets) t.mask_rows.push_back(base + offset);
+      t.mask_intervals.insert(t.mask_intervals.end(), mask.intervals.begin(), mask.intervals.end());
+    }
+  }
+
+  LoweredPass run() {
+    for (std::size_t i = 0; i < program_.instructions.size(); ++i) {
+      try {
+        out_.calls.push_back(
+            std::visit([&](const auto& op) { return lower(op); }, program_.instructions[i]));
+      } catch (const Error& error) {
+        throw Error("device " + std::to_string(program_.device) + ", " +
+                    std::string(to_string(program_.pass)) + " instruction " + std::to_string(i) +
+                    " (" + std::string(opcode_name(program_.instructions[i])) +
+                    "): " + error.what());
+      }
+    }
+    return std::move(out_);
+  }
+
+ private:
+  const Slot& slot(SlotId id) const {
+    if (id < 0 || to_size(id) >= program_.slots.size()) {
+      throw Error("slot " + std::to_string(id) + " does not exist");
+    }
+    return program_.slots[to_size(id)];
+  }
+  std::int64_t offset(SlotId id) const {
+    slot(id);
+    return out_.slot_offsets[to_size(id)];
+  }
+  std::int32_t tokens(SlotId id) const {
+    slot(id);
+    const std::int32_t t = tokens_[to_size(id)];
+    if (t < 0) throw Error("slot " + std::to_string(id) + " holds no value");
+    return t;
+  }
+  void expect_kind(SlotId id, SlotKind kind) const {
+    if (slot(id).kind != kind) {
+      throw Error("slot " + std::to_string(id) + " is a " + std::string(to_string(slot(id).kind)) +
+                  " slot, not " + std::string(to_string(kind)));
+    }
+  }
+  // An output of `t` tokens can go to `id`: it fits, and adding to (merging into) what the slot
+  // holds requires a value of the same size.
+  void expect_output_fits(SlotId id, std::int32_t t, bool accumulate) const {
+    if (accumulate && tokens(id) != t) {
+      throw Error("adding a value of " + std::to_string(t) + " tokens into slot " +
+                  std::to_string(id) + ", which holds " + std::to_string(tokens(id)));
+    }
+    if (t > slot(id).tokens) {
+      throw Error("slot " + std::to_string(id) + " is too small for " + std::to_string(t) +
+                  " tokens");
+    }
+  }
+  const BlockInfo& block(BlockId id) const {
+    const auto& blocks = program_.blocks;
+    const auto it =
+        std::lower_bound(blocks.begin(), blocks.end(), id,
+                         [](const BlockInfo& b, BlockId wanted) { return b.id < wanted; });
+    if (it == blocks.end() || it->id != id) {
+      throw Error("block " + std::to_string(id) + " is not in the Program's block list");
+    }
+    return *it;
+  }
+  std::int64_t local_token(BlockId id) const {
+    const auto it = std::lower_bound(
+        block_offsets_.begin(), block_offsets_.end(), id,
+        [](const std::pair<BlockId, std::int64_t>& e, BlockId wanted) { return e.first < wanted; });
+    if (it == block_offsets_.end() || it->first != id) {
+      throw Error("block " + std::to_string(id) + " is not owned by this device");
+    }
+    return it->second;
+  }
+  std::int64_t mask_row_start(MaskId mask, std::int32_t q_tokens, std::int32_t kv_tokens) const {
+    if (mask == kFullTile) return -1;
+    if (mask < 0 || to_size(mask) >= program_.masks.size()) {
+      throw Error("mask " + std::to_string(mask) + " does not exist");
+    }
+    const TileMask& tile = program_.masks[to_size(mask)];
+    if (tile.q_tokens != q_tokens || tile.kv_tokens != kv_tokens) {
+      throw Error("mask " + std::to_string(mask) + " is for a " + std::to_string(tile.q_tokens) +
+                  " x " + std::to_string(tile.kv_tokens) + " tile, the values are " +
+                  std::to_string(q_tokens) + " x " + std::to_string(kv_tokens));
+    }
+    return mask_start_[to_size(mask)];
+  }
+
+  LoweredCall lower(const Load& load) {
+    const BlockInfo& b = block(load.block);
+    const Slot& s = slot(load.slot);
+    if (b.tokens > s.tokens) {
+      throw Error("block " + std::to_string(b.id) + " has " + std::to_string(b.tokens) +
+                  " tokens, slot " + std::to_string(load.slot) + " holds " +
+                  std::to_string(s.tokens));
+    }
+    if (is_output(s.kind)) {
+      throw Error("cannot load an output slot (" + std::string(to_string(s.kind)) + ")");
+    }
+    if (s.kind == SlotKind::kQGrad && program_.pass != Pass::kBackward) {
+      throw Error("a kQGrad load in the forward pass");
+    }
+    tokens_[to_size(load.slot)] = b.tokens;
+    return LoadCall{s.kind, offset(load.slot), local_token(load.block), b.tokens, load.head_block};
+  }
+
+  LoweredCall lower(const Store& store) {
+    const BlockInfo& b = block(store.block);
+    if (!is_output(store.kind) ||
+        (store.kind == SlotKind::kOut) != (program_.pass == Pass::kForward)) {
+      throw Error("a " + std::string(to_string(store.kind)) + " store in the " +
+                  std::string(to_string(program_.pass)) + " pass");
+    }
+    const std::int64_t token = local_token(store.block);
+    if (store.slot == kNoSlot) {
+      // The value of no contribution is what the pass initialised the outputs to.
+      return NoCall{};
+    }
+    expect_kind(store.slot, store.kind);
+    if (tokens(store.slot) != b.tokens) {
+      throw Error("slot " + std::to_string(store.slot) + " holds " +
+                  std::to_string(tokens(store.slot)) + " tokens, block " + std::to_string(b.id) +
+                  " has " + std::to_string(b.tokens));
+    }
+    return StoreCall{store.kind, offset(store.slot), token, b.tokens, store.head_block};
+  }
+
+  LoweredCall lower(const Launch& launch) {
+    LaunchCall call;
+    call.id = launch.id;
+    for (const CommOp& op : launch.ops) {
+      const Slot& s = slot(op.slot);
+      const std::int64_t per_token = value_bytes(header_, s.kind, 1);
+      TransferCall transfer;
+      transfer.send = op.direction == CommOp::Direction::kSend;
+      transfer.peer = op.peer;
+      transfer.offset = offset(op.slot);
+      transfer.bytes = op.bytes;
+      if (transfer.send) {
+        if (op.bytes != per_token * tokens(op.slot)) {
+          throw Error("send of slot " + std::to_string(op.slot) + " to device " +
+                      std::to_string(op.peer) + " says " + std::to_string(op.bytes) +
+                      " bytes, its value has " + std::to_string(per_token * tokens(op.slot)));
+        }
+      } else {
+        if (op.bytes % per_token != 0 || op.bytes / per_token > s.tokens) {
+          throw Error("receive of " + std::to_string(op.bytes) + " bytes from device " +
+                      std::to_string(op.peer) + " into slot " + std::to_string(op.slot) +
+                      " is not a whole " + std::string(to_string(s.kind)) + " value of at most " +
+                      std::to_string(s.tokens) + " tokens");
+        }
+        tokens_[to_size(op.slot)] = static_cast<std::int32_t>(op.bytes / per_token);
+      }
+      call.transfers.push_back(transfer);
+    }
+    return call;
+  }
+
+  LoweredCall lower(const Wait& wait) { return WaitCall{wait.launch}; }
+
+  // The group of `groups` writing `out`, made if new; throws if a later row would overwrite it
+  // or read another input than its first row.
+  struct Group {
+    SlotId out = 0;
+    SlotId input = 0;
+    std::int64_t tokens = 0;
+    bool accumulate = false;
+    std::vector<std::int64_t> members;
+  };
+  static std::size_t group_for(std::vector<Group>& groups, SlotId out, SlotId input, std::int32_t t,
+                               bool accumulate) {
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      if (groups[g].out != out) continue;
+      if (!accumulate) {
+        throw Error("a row overwrites slot " + std::to_string(out) +
+                    ", which an earlier row of the same instruction wrote");
+      }
+      if (groups[g].input != input) {
+        throw Error("rows writing slot " + std::to_string(out) + " read slots " +
+                    std::to_string(groups[g].input) + " and " + std::to_string(input));
+      }
+      return g;
+    }
+    groups.push_back(Group{out, input, t, accumulate, {}});
+    return groups.size() - 1;
+  }
+  void emit_groups(const std::vector<Group>& groups, std::vector<std::int64_t>& table,
+                   std::int64_t first_entry) {
+    AttentionTables& t = out_.tables;
+    for (const Group& g : groups) {
+      const auto begin = static_cast<std::int64_t>(t.members.size());
+      for (const std::int64_t m : g.members) t.members.push_back(first_entry + m);
+      table.insert(table.end(), {offset(g.out), g.tokens, g.accumulate ? 1 : 0, begin,
+                                 static_cast<std::int64_t>(t.members.size()), offset(g.input)});
+    }
+  }
+
+  LoweredCall lower_attention(const std::vector<AttnRow>& rows) {
+    const bool backward = program_.pass == Pass::kBackward;
+    AttentionTables& t = out_.tables;
+    const auto first_entry = static_cast<std::int64_t>(t.entry_count());
+    const auto first_q_group = static_cast<std::int64_t>(t.q_groups.size()) / t.kGroupFields;
+    const auto first_kv_group = static_cast<std::int64_t>(t.kv_groups.size()) / t.kGroupFields;
+    std::vector<Group> q_groups;
+    std::vector<Group> kv_groups;
+    AttentionCall call;
+    std::int64_t entry = 0;
+    for (const AttnRow& row : rows) {
+      expect_kind(row.q, backward ? SlotKind::kQGrad : SlotKind::kQ);
+      expect_kind(row.out, backward ? SlotKind::kDQ : SlotKind::kOut);
+      const std::int32_t q_tokens = tokens(row.q);
+      expect_output_fits(row.out, q_tokens, row.accumulate);
+      const std::size_t q_group = group_for(q_groups, row.out, row.q, q_tokens, row.accumulate);
+      call.max_q_tokens = std::max(call.max_q_tokens, q_tokens);
+      for (const AttnKv& kv : row.kv) {
+        expect_kind(kv.kv, SlotKind::kKV);
+        const std::int32_t kv_tokens = tokens(kv.kv);
+        call.max_kv_tokens = std::max(call.max_kv_tokens, kv_tokens);
+        std::int64_t kv_group = -1;
+        if (backward) {
+          expect_kind(kv.dkv, SlotKind::kDKV);
+          expect_output_fits(kv.dkv, kv_tokens, kv.dkv_accumulate);
+          const std::size_t g = group_for(kv_groups, kv.dkv, kv.kv, kv_tokens, kv.dkv_accumulate);
+          kv_groups[g].members.push_back(entry);
+          kv_group = first_kv_group + static_cast<std::int64_t>(g);
+          tokens_[to_size(kv.dkv)] = kv_tokens;
+        }
+        t.entries.insert(t.entries.end(),
+                         {offset(row.q), offset(kv.kv), q_tokens, kv_tokens,
+                          mask_row_start(kv.mask, q_tokens, kv_tokens),
+                          first_q_group + static_cast<std::int64_t>(q_group), kv_group, 0});
+        q_groups[q_group].members.push_back(entry);
+        ++entry;
+      }
+      tokens_[to_size(row.out)] = q_tokens;
+    }
+    emit_groups(q_groups, t.q_groups, first_entry);
+    emit_groups(kv_groups, t.kv_groups, first_entry);
+    call.q_group_begin = static_cast<std::int32_t>(first_q_group);
+    call.q_group_end = static_cast<std::int32_t>(t.q_groups.size() / t.kGroupFields);
+    call.kv_group_begin = static_cast<std::int32_t>(first_kv_group);
+    call.kv_group_end = static_cast<std::int32_t>(t.kv_groups.size() / t.kGroupFields);
+    return call;
+  }
+
+  LoweredCall lower(const AttnForward& attention) {
+    if (program_.pass != Pass::kForward) throw Error("a forward attention in the backward pass");
+    return lower_attention(attention.rows);
+  }
+  LoweredCall lower(const AttnBackward& attention) {
+    if (program_.pass != Pass::kBackward) throw Error("a backward attention in the forward pass");
+    return lower_attention(attention.rows);
+  }
+
+  LoweredCall lower(const Merge& merge) {
+    expect_kind(merge.dst, SlotKind::kOut);
+    expect_kind(merge.src, SlotKind::kOut);
+    const std::int32_t t = tokens(merge.dst);
+    if (tokens(merge.src) != t) {
+      throw Error("merging a value of " + std::to_string(tokens(merge.src)) +
+                  " tokens into one of " + std::to_string(t));
+    }
+    return MergeCall{offset(merge.dst), offset(merge.src), t};
+  }
+
+  LoweredCall lower(const Sum& sum) {
+    const SlotKind kind = slot(sum.dst).kind;
+    if (kind != SlotKind::kDQ && kind != SlotKind::kDKV) {
+      throw Error("a sum into a " + std::string(to_string(kind)) + " slot");
+    }
+    expect_kind(sum.src, kind);
+    const std::int32_t t = tokens(sum.dst);
+    if (tokens(sum.src) != t) {
+      throw Error("adding a value of " + std::to_string(tokens(sum.src)) + " tokens to one of " +
+                  std::to_string(t));
+    }
+    return SumCall{offset(sum.dst), offset(sum.src),
+                   value_bytes(header_, kind, t) / static_cast<std::int64_t>(sizeof(float))};
+  }
+
+  LoweredCall lower(const Free& free) {
+    for (const SlotId id : free.slots) {
+      slot(id);
+      tokens_[to_size(id)] = -1;
+    }
+    return NoCall{};
+  }
+
+  const PlanHeader& header_;
+  const Program& program_;
+  std::vector<std::int32_t> tokens_;
+  std::vector<std::pair<BlockId, std::int64_t>> block_offsets_;
+  std::vector<std::int32_t> mask_start_;
+  LoweredPass out_;
+};
+
+}  // namespace
+
+LoweredPass lower_pass(const PlanHeader& header, const Program& program,
+                       const LocalLayout& layout) {
+  return Lowerer(header, program, layout).run();
+}
+
+}  // namespace dcp::runtime

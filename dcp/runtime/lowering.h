@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: Apache-2.0
+// Lowering: one rank's Program turned, once per prepare, into the calls a device makes. Every
+// slot is resolved to a byte offset in the pass's buffer table (arena), every value's size is
+// known (the lowering tracks which value each slot holds through the instruction list), and each
+// attention instruction becomes rows of int32-sized integer tables that a kernel reads in one
+// launch: the CPU device turns them back into kernel rows, the Triton kernels read them as
+// tensors (python/dcp/torch/triton_kernels.py documents the same layout).
+//
+// A Program whose instructions are inconsistent (a value read before it is written, sizes that do
+// not match, a store in the wrong pass) is refused here, with the instruction named, before any
+// pass runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <variant>
+#include <vector>
+
+#include "dcp/program/program.h"
+#include "dcp/runtime/local_layout.h"
+
+namespace dcp::runtime {
+
+// A block's q, kv or q-gradient inputs copied from the local tensors into a slot.
+struct LoadCall {
+  SlotKind kind = SlotKind::kQ;  // kQ, kKV or kQGrad
+  std::int64_t slot_offset = 0;
+  std::int64_t token = 0;  // first local token of the block
+  std::int32_t tokens = 0;
+  std::int32_t head_block = 0;
+};
+
+// An output slot converted to the storage dtype into the local tensors.
+struct StoreCall {
+  SlotKind kind = SlotKind::kOut;  // kOut, kDQ or kDKV
+  std::int64_t slot_offset = 0;
+  std::int64_t token = 0;
+  std::int32_t tokens = 0;
+  std::int32_t head_block = 0;
+};
+
+struct TransferCall {
+  bool send = true;
+  std::int32_t peer = 0;
+  std::int64_t offset = 0;  // of the slot in the arena
+  std::int64_t bytes = 0;
+};
+
+struct LaunchCall {
+  LaunchId id = 0;
+  std::vector<TransferCall> transfers;
+};
+
+struct WaitCall {
+  LaunchId launch = 0;
+};
+
+// One attention instruction: its groups, rows [begin, end) of AttentionTables::q_groups (and, in
+// the backward pass, of kv_groups), and the largest value sizes (a launch's grid).
+struct AttentionCall {
+  std::int32_t q_group_begin = 0, q_group_end = 0;
+  std::int32_t kv_group_begin = 0, kv_group_end = 0;
+  std::int32_t max_q_tokens = 0;
+  std::int32_t max_kv_tokens = 0;
+};
+
+struct MergeCall {
+  std::int64_t dst = 0, src = 0;  // kOut slots
+  std::int32_t tokens = 0;
+};
+
+struct SumCall {
+  std::int64_t dst = 0, src = 0;  // fp32 values of `elements` each
+  std::int64_t elements = 0;
+};
+
+// A Free, or a Store of no contribution (the outputs start as that value): nothing to run.
+struct NoCall {};
+
+using LoweredCall = std::variant<LoadCall, StoreCall, LaunchCall, WaitCall, AttentionCall,
+                                 MergeCall, SumCall, NoCall>;
+
+// Integer tables of a pass's attention instructions.
+//   entries   kEntryFields per entry: q_off, kv_off, q_tokens, kv_tokens, mask, q_group,
+//             kv_group, 0 (q_off: the kQ or kQGrad slot, kv_off: the kKV slot; mask: -1 for a
+//             full tile, else the row start s in mask_rows: row r's keys are
+//             [mask_intervals[2i], mask_intervals[2i + 1]) for i in [mask_rows[s + r],
+//             mask_rows[s + r + 1]); q_group, kv_group: the groups it contributes to, -1 for
+//             none).
+//   q_groups  kGroupFields per group: out_off, tokens, accumulate, member_begin, member_end,
+//             input_off. One output (kOut forward, kDQ backward) and the entries contributing to
+//             it, members[member_begin, member_end), all reading the q value at input_off.
+//             accumulate: merge into (forward) or add to (backward) what the output holds; else
+//             overwrite it. A group may have no members (an overwriting one writes the value of
+//             no contribution).
+//   kv_groups the same for the backward's kDKV outputs (tokens: kv tokens), all members reading
+//             the kv value at input_off.
+struct AttentionTables {
+  static constexpr int kEntryFields = 8;
+  static constexpr int kGroupFields = 6;
+  std::vector<std::int64_t> entries;
+  std::vector<std::int64_t> q_groups;
+  std::vector<std::int64_t> kv_groups;
+  std::vector<std::int64_t> members;
+  std::vector<std::int32_t> mask_rows;
+  std::vector<std::int32_t> mask_intervals;
+
+  std::size_t entry_count() const { return entries.size() / kEntryFields; }
+  const std::int64_t* entry(std::size_t i) const { return entries.data() + i * kEntryFields; }
+  const std::int64_t* q_group(std::size_t i) const { return q_groups.data() + i * kGroupFields; }
+  const std::int64_t* kv_group(std::size_t i) const { return kv_groups.data() + i * kGroupFields; }
+};
+
+// Field indices.
+enum EntryField : int {
+  kEntryQ = 0,
+  kEntryKv,
+  kEntryQTokens,
+  kEntryKvTokens,
+  kEntryMask,
+  kEntryQGroup,
+  kEntryKvGroup
+};
+enum GroupField : int {
+  kGroupOut = 0,
+  kGroupTokens,
+  kGroupAccumulate,
+  kGroupBegin,
+  kGroupEnd,
+  kGroupInput
+};
+
+struct LoweredPass {
+  Pass pass = Pass::kForward;
+  std::int64_t arena_bytes = 0;
+  std::vector<std::int64_t> slot_offsets;
+  std::vector<LoweredCall> calls;  // one per instruction
+  AttentionTables tables;
+};
+
+// Slot offsets are multiples of this from the arena's start.
+inline constexpr std::int64_t kSlotAlignment = 64;
+
+// Lowers `program` (already structurally checked) for the rank whose local tensors are `layout`.
+// Throws Error naming the instruction if the Program's values are inconsistent.
+LoweredPass lower_pass(const PlanHeader& header, const Program& program, const LocalLayout& layout);
+
+}  // namespace dcp::runtime

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: Apache-2.0
+// Lowering on the hand-built sample plan: slot offsets, the attention tables (groups per output,
+// members, masks) and the refusal of inconsistent Programs with the instruction named.
+#include "dcp/runtime/lowering.h"
+
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dcp/core/error.h"
+
+#include "tests/testing/sample_plan.h"
+
+namespace dcp {
+namespace {
+
+runtime::LoweredPass lower(const Plan& plan, Pass pass, std::int32_t device) {
+  const Program& program = plan.programs(pass)[static_cast<std::size_t>(device)];
+  return runtime::lower_pass(plan.header, program, runtime::local_layout(plan.header, program));
+}
+
+std::vector<std::int64_t> row(const std::vector<std::int64_t>& table, std::size_t i, int fields) {
+  return {table.begin() + static_cast<std::ptrdiff_t>(i) * fields,
+          table.begin() + static_cast<std::ptrdiff_t>(i + 1) * fields};
+}
+
+TEST(Lowering, SlotsGetAlignedOffsetsAndLoadsTheirLocalTokens) {
+  const Plan plan = testing::sample_plan();
+  const runtime::LoweredPass pass = lower(plan, Pass::kForward, 0);
+  ASSERT_EQ(pass.slot_offsets.size(), 5u);
+  for (std::size_t i = 1; i < pass.slot_offsets.size(); ++i) {
+    EXPECT_EQ(pass.slot_offsets[i] % runtime::kSlotAlignment, 0);
+    EXPECT_GT(pass.slot_offsets[i], pass.slot_offsets[i - 1]);
+  }
+  EXPECT_GE(pass.arena_bytes,
+            pass.slot_offsets.back() + value_bytes(plan.header, SlotKind::kOut, 4));
+  ASSERT_EQ(pass.calls.size(), plan.forward[0].instructions.size());
+  const auto& load = std::get<runtime::LoadCall>(pass.calls[3]);  // Load{1, block 0, head block 1}
+  EXPECT_EQ(load.kind, SlotKind::kQ);
+  EXPECT_EQ(load.slot_offset, pass.slot_offsets[1]);
+  EXPECT_EQ(load.token, 0);
+  EXPECT_EQ(load.tokens, 4);
+  EXPECT_EQ(load.head_block, 1);
+  // Stores of no contribution and frees run nothing.
+  EXPECT_TRUE(std::holds_alternative<runtime::NoCall>(pass.calls[7]));
+  EXPECT_TRUE(std::holds_alternative<runtime::NoCall>(pass.calls[9]));
+}
+
+TEST(Lowering, ForwardRowsBecomeOneGroupPerOutput) {
+  const Plan plan = testing::sample_plan();
+  const runtime::LoweredPass pass = lower(plan, Pass::kForward, 1);
+  const runtime::AttentionTables& t = pass.tables;
+  using T = runtime::AttentionTables;
+  // Instruction 6: q slot 0 -> new partial in slot 6, q slot 1 merged into slot 5; full tiles.
+  const auto& call = std::get<runtime::AttentionCall>(pass.calls[6]);
+  ASSERT_EQ(call.q_group_end - call.q_group_begin, 2);
+  EXPECT_EQ(call.max_q_tokens, 4);
+  EXPECT_EQ(call.max_kv_tokens, 4);
+  const auto g0 = row(t.q_groups, static_cast<std::size_t>(call.q_group_begin), T::kGroupFields);
+  const auto g1 =
+      row(t.q_groups, static_cast<std::size_t>(call.q_group_begin) + 1, T::kGroupFields);
+  EXPECT_EQ(g0, (std::vector<std::int64_t>{pass.slot_offsets[6], 4, 0, g0[3], g0[3] + 1,
+                                           pass.slot_offsets[0]}));
+  EXPECT_EQ(g1, (std::vector<std::int64_t>{pass.slot_offsets[5], 4, 1, g1[3], g1[3] + 1,
+                                           pass.slot_offsets[1]}));
+  const auto e =
+      row(t.entries, static_cast<std::size_t>(t.members[static_cast<std::size_t>(g1[3])]),
+          T::kEntryFields);
+  EXPECT_EQ(e, (std::vector<std::int64_t>{pass.slot_offsets[1], pass.slot_offsets[3], 4, 4, -1,
+                                          call.q_group_begin + 1, -1, 0}));
+  // The causal mask of instruction 4's tiles, rebased into the pass's mask tables.
+  const auto& first = std::get<runtime::AttentionCall>(pass.calls[4]);
+  const auto masked =
+      row(t.entries, static_cast<std::size_t>(first.q_group_begin), T::kEntryFields);
+  EXPECT_EQ(masked[runtime::kEntryMask], 0);
+  EXPECT_EQ(t.mask_rows, (std::vector<std::int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(t.mask_intervals, plan.forward[1].masks[0].intervals);
+}
+
+TEST(Lowering, BackwardEntriesJoinAQGroupAndAKvGroup) {
+  const Plan plan = testing::sample_plan();
+  const runtime::LoweredPass pass = lower(plan, Pass::kBackward, 0);
+  const runtime::AttentionTables& t = pass.tables;
+  using T = runtime::AttentionTables;
+  // Instruction 4: two rows (dq slots 3, 4) whose dk, dv both go to slot 5, the first
+  // overwriting it, the second adding.
+  const auto& call = std::get<runtime::AttentionCall>(pass.calls[4]);
+  ASSERT_EQ(call.q_group_end - call.q_group_begin, 2);
+  ASSERT_EQ(call.kv_group_end - call.kv_group_begin, 1);
+  const auto kv = row(t.kv_groups, static_cast<std::size_t>(call.kv_group_begin), T::kGroupFields);
+  EXPECT_EQ(kv[runtime::kGroupOut], pass.slot_offsets[5]);
+  EXPECT_EQ(kv[runtime::kGroupAccumulate], 0);
+  EXPECT_EQ(kv[runtime::kGroupInput], pass.slot_offsets[2]);
+  ASSERT_EQ(kv[runtime::kGroupEnd] - kv[runtime::kGroupBegin], 2);
+  for (std::int64_t m = kv[runtime::kGroupBegin]; m < kv[runtime::kGroupEnd]; ++m) {
+    const auto e = row(t.entries, static_cast<std::size_t>(t.members[static_cast<std::size_t>(m)]),
+                       T::kEntryFields);
+    EXPECT_EQ(e[runtime::kEntryKvGroup], call.kv_group_begin);
+    EXPECT_EQ(e[runtime::kEntryKv], pass.slot_offsets[2]);
+  }
+  const auto& sum = std::get<runtime::SumCall>(pass.calls[12]);
+  EXPECT_EQ(sum.elements, value_bytes(plan.header, SlotKind::kDKV, 4) / 4);
+}
+
+void expect_refused(Plan plan, Pass pass, std::int32_t device, const std::string& what) {
+  try {
+    lower(plan, pass, device);
+    FAIL() << "lowered a Program that should be refused: " << what;
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find(what), std::string::npos) << error.what();
+  }
+}
+
+TEST(Lowering, RefusesInconsistentProgramsNamingTheInstruction) {
+  {
+    Plan plan = testing::sample_plan();
+    // The second row of instruction 6 overwrites slot 5 ... after the first row wrote it.
+    auto& attention = std::get<AttnForward>(plan.forward[1].instructions[6]);
+    attention.rows[1].out = 6;
+    attention.rows[1].accumulate = false;
+    expect_refused(plan, Pass::kForward, 1, "instruction 6 (attn_fwd): a row overwrites slot 6");
+  }
+  {
+    Plan plan = testing::sample_plan();
+    // Attention on a q slot before anything was loaded into it.
+    std::swap(plan.forward[0].instructions[2], plan.forward[0].instructions[4]);
+    expect_refused(plan, Pass::kForward, 0, "instruction 2 (attn_fwd): slot 0 holds no value");
+  }
+  {
+    Plan plan = testing::sample_plan();
+    // A send that claims a size its value does not have.
+    std::get<Launch>(plan.forward[0].instructions[1]).ops[0].bytes -= 2;
+    expect_refused(plan, Pass::kForward, 0, "instruction 1 (launch): send of slot 2");
+  }
+  {
+    Plan plan = testing::sample_plan();
+    std::get<Merge>(plan.forward[1].instructions[7]).src = 2;  // a kKV slot
+    expect_refused(plan, Pass::kForward, 1, "slot 2 is a kv slot, not out");
+  }
+}
+
+}  // namespace
+}  // namespace dcp

@@ -1,0 +1,112 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Triton device: the C++ executor's calls that touch tensors, as Triton kernel launches.
+
+The C++ executor interprets the Program and calls this object once per instruction (with the GIL):
+load, store, attention, merge, add; prepare() once per plan with both passes' attention tables,
+begin() and end() around a pass. Every call is one kernel launch on the current stream (an
+attention backward: two, the dq and the dk/dv kernels). Runs on CUDA, or on the CPU under
+TRITON_INTERPRET=1 (how the tests check it without a GPU)."""
+from __future__ import annotations
+
+import torch
+
+from dcp.torch import triton_kernels as tk
+
+# dcp::SlotKind
+_Q, _KV, _OUT, _QGRAD, _DQ, _DKV = range(6)
+
+
+class TritonDevice:
+    def __init__(self, device: torch.device, *, allow_tf32: bool = False):
+        self.device = device
+        self.allow_tf32 = allow_tf32
+        self.arenas: list[torch.Tensor] = []
+        self._tables: list[dict[str, torch.Tensor]] = []
+        self._pass = 0
+        self._scale = 0.0
+        self._tensors: dict[str, torch.Tensor] = {}
+
+    def configure(self, plan, arenas: list[torch.Tensor]) -> None:
+        """The plan's shape (from DCPExecutor.prepare) and the buffer tables of both passes."""
+        self.heads = plan.head_block_size
+        self.kv_heads = plan.kv_heads_per_block
+        self.head_dim = plan.head_dim
+        self.arenas = arenas
+
+    def set_tensors(self, **tensors: torch.Tensor) -> None:
+        """The local tensors of the pass about to run: q, k, v, o, lse (forward: outputs o, lse;
+        backward: also do, dq, dk, dv)."""
+        self._tensors = tensors
+
+    # --- the calls the C++ executor makes -------------------------------------------------------
+
+    def prepare(self, forward: dict, backward: dict) -> None:
+        self._tables = [{name: torch.from_numpy(array).to(self.device)
+                         for name, array in tables.items()} for tables in (forward, backward)]
+
+    def begin(self, pass_index: int, scale: float) -> None:
+        self._pass = pass_index
+        self._scale = scale
+        t = self._tensors
+        if pass_index == 0:
+            t["o"].zero_()
+            t["lse"].fill_(float("-inf"))
+        else:
+            t["dq"].zero_()
+            t["dk"].zero_()
+            t["dv"].zero_()
+
+    def end(self) -> None:
+        self._tensors = {}
+
+    def load(self, kind: int, offset: int, token: int, tokens: int, head_block: int) -> None:
+        t = self._tensors
+        arena = self.arenas[self._pass]
+        if kind == _Q:
+            tk.load_q(arena, offset, t["q"], token, tokens, head_block * self.heads, self.heads)
+        elif kind == _KV:
+            tk.load_kv(arena, offset, t["k"], t["v"], token, tokens, head_block * self.kv_heads,
+                       self.kv_heads)
+        elif kind == _QGRAD:
+            tk.load_qgrad(arena, offset, t["q"], t["do"], t["o"], t["lse"], token, tokens,
+                          head_block * self.heads, self.heads)
+        else:
+            raise ValueError(f"cannot load slot kind {kind}")
+
+    def store(self, kind: int, offset: int, token: int, tokens: int, head_block: int) -> None:
+        t = self._tensors
+        arena = self.arenas[self._pass]
+        if kind == _OUT:
+            tk.store_q(arena, offset, t["o"], token, tokens, head_block * self.heads, self.heads,
+                       lse=t["lse"])
+        elif kind == _DQ:
+            tk.store_q(arena, offset, t["dq"], token, tokens, head_block * self.heads, self.heads)
+        elif kind == _DKV:
+            tk.store_kv(arena, offset, t["dk"], t["dv"], token, tokens,
+                        head_block * self.kv_heads, self.kv_heads)
+        else:
+            raise ValueError(f"cannot store slot kind {kind}")
+
+    def attention(self, q_begin: int, q_end: int, kv_begin: int, kv_end: int, max_q_tokens: int,
+                  max_kv_tokens: int) -> None:
+        tables = self._tables[self._pass]
+        arena = self.arenas[self._pass]
+        shape = dict(heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
+                     dtype=self._tensors["q"].dtype, scale=self._scale,
+                     allow_tf32=self.allow_tf32)
+        if self._pass == 0:
+            tk.attention_forward(arena, tables["entries"], tables["q_groups"][q_begin:q_end],
+                                 tables["members"], tables["mask_rows"],
+                                 tables["mask_intervals"], max_tokens=max_q_tokens, **shape)
+        else:
+            tk.attention_backward(arena, tables["entries"], tables["q_groups"][q_begin:q_end],
+                                  tables["kv_groups"][kv_begin:kv_end], tables["members"],
+                                  tables["mask_rows"], tables["mask_intervals"],
+                                  max_q_tokens=max_q_tokens, max_kv_tokens=max_kv_tokens,
+                                  **shape)
+
+    def merge(self, dst: int, src: int, tokens: int) -> None:
+        tk.merge(self.arenas[self._pass], dst, src, tokens, self.heads, self.head_dim)
+
+    def add(self, dst: int, src: int, elements: int) -> None:
+        tk.add(self.arenas[self._pass], dst, src, elements)

@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Smoke tests of the GPU benchmarks (bench/gpu_attention.py, bench/gpu_distributed.py): each runs
+as a subprocess at tiny sizes on the CPU (Triton's interpreter; gloo with dcp's cpu kernels) and
+must exit 0 and print its table rows. The real-size single-tile run needs CUDA and skips
+elsewhere."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ATTENTION_BENCH = os.path.join(ROOT, "bench", "gpu_attention.py")
+DISTRIBUTED_BENCH = os.path.join(ROOT, "bench", "gpu_distributed.py")
+
+
+def _run(command: list[str], timeout: float, **environment: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, **environment)
+    if "TRITON_INTERPRET" not in environment:
+        env.pop("TRITON_INTERPRET", None)
+    try:
+        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"{' '.join(command)} ran past {timeout} s\nstdout:\n{error.stdout}\n"
+                    f"stderr:\n{error.stderr}")
+    assert result.returncode == 0, (f"{' '.join(command)} exited {result.returncode}\n"
+                                    f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+    return result
+
+
+def _table_rows(stdout: str) -> list[list[str]]:
+    """The cells of the Markdown table's data rows."""
+    rows = []
+    for line in stdout.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows[1:]  # after the header
+
+
+def test_single_tile_bench_under_the_interpreter(tmp_path) -> None:
+    records = tmp_path / "tile.json"
+    result = _run([sys.executable, ATTENTION_BENCH, "--device", "cpu", "--sizes", "32",
+                   "--head-dim", "16", "--repeats", "1", "--masks", "causal,lambda",
+                   # a window shorter than the tile: rows with two key intervals
+                   "--sink", "4", "--window", "12", "--json", str(records)],
+                  timeout=300, TRITON_INTERPRET="1")
+    rows = _table_rows(result.stdout)
+    seen = {(r[0], r[1], r[2]) for r in rows}
+    for mask in ("causal", "lambda"):
+        for name in ("forward", "backward", "forward+backward"):
+            assert ("32", mask, name) in seen, result.stdout
+    for row in rows:
+        assert float(row[4]) > 0, row  # dcp TFLOP/s
+        assert row[5] == row[6] == "n/a (needs CUDA)", row
+    assert "max error" in result.stdout
+    assert records.exists()
+
+
+def test_single_tile_bench_refuses_the_cpu_without_the_interpreter() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, ATTENTION_BENCH, "--device", "cpu", "--sizes", "32"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "GPU" in result.stderr and "TRITON_INTERPRET=1" in result.stderr
+
+
+def test_distributed_bench_on_two_gloo_ranks(tmp_path) -> None:
+    records = tmp_path / "distributed.json"
+    result = _run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc-per-node", "2", DISTRIBUTED_BENCH, "--device", "cpu", "--backend",
+                   "gloo", "--kernels", "cpu", "--seqlens", "40,9", "--block-size", "8",
+                   "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--repeats", "1",
+                   "--strategies", "dcp-pure,ring", "--json", str(records)], timeout=300)
+    rows = {r[0]: r for r in _table_rows(result.stdout)}
+    assert set(rows) == {"dcp-pure", "ring"}, result.stdout
+    for row in rows.values():
+        assert float(row[1]) > 0 and float(row[2]) > 0, row  # forward, backward ms
+    assert rows["ring"][6] == "1.00", rows["ring"]  # ring is the only static strategy
+    assert records.exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_single_tile_bench_on_cuda(tmp_path) -> None:
+    records = tmp_path / "tile.json"
+    result = _run([sys.executable, ATTENTION_BENCH, "--sizes", "1024,2048,4096", "--masks",
+                   "causal,full,lambda", "--repeats", "5", "--json", str(records)], timeout=1800)
+    rows = _table_rows(result.stdout)
+    assert len(rows) == 3 * 3 * 3, result.stdout
+    for row in rows:
+        assert float(row[4]) > 0, row
+    assert records.exists()

@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Every kernel variant of dcp.torch.triton_kernels compiles to PTX and cubin for sm_80 and sm_90
+without a GPU, and fits the architecture's shared memory.
+
+Compiling needs triton imported without TRITON_INTERPRET, so the work runs in two fresh worker
+processes (half the variants each) with the variable removed and a private kernel cache."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+_MODULE = Path(__file__).resolve().parents[2] / "python" / "dcp" / "torch" / "triton_kernels.py"
+_WORKERS = 2
+_ARCHS = (80, 90)
+_SHARED_LIMIT = {80: 166912, 90: 232448}  # bytes of shared memory one block may use (opt-in)
+
+# Compiles variants worker, worker + workers, ... for every arch; prints one JSON line: the
+# kernels the module defines and, per compilation, the PTX target, cubin size and shared memory
+# (or the error).
+_WORKER = r"""
+import importlib.util, json, re, sys, traceback
+path, worker, workers, archs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+spec = importlib.util.spec_from_file_location("_dcp_triton_kernels", path)
+tk = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = tk
+spec.loader.exec_module(tk)
+import triton
+kernels = sorted(name for name, value in vars(tk).items()
+                 if isinstance(value, triton.runtime.JITFunction) and name.endswith("_kernel"))
+results = []
+for variant in tk.kernel_variants()[worker::workers]:
+    for arch in map(int, archs.split(",")):
+        result = {"variant": str(variant), "kernel": variant.kernel, "arch": arch}
+        try:
+            compiled = tk.compile_variant(variant, arch)
+            target = re.search(r"^\.target\s+(\S+)", compiled.asm["ptx"], re.MULTILINE)
+            result.update(target=target.group(1) if target else None,
+                          cubin_bytes=len(compiled.asm["cubin"]), shared=compiled.metadata.shared)
+        except Exception:
+            result["error"] = traceback.format_exc()[-3000:]
+        results.append(result)
+print(json.dumps({"kernels": kernels, "results": results}))
+"""
+
+
+def test_every_variant_compiles_for_sm80_and_sm90(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
+    workers = [subprocess.Popen([sys.executable, "-c", _WORKER, str(_MODULE), str(i), str(_WORKERS),
+                                 ",".join(map(str, _ARCHS))], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for i in range(_WORKERS)]
+    kernels, results = set(), []
+    for worker in workers:
+        out, err = worker.communicate(timeout=1200)
+        assert worker.returncode == 0, err[-5000:]
+        report = json.loads(out.strip().splitlines()[-1])
+        kernels.update(report["kernels"])
+        results += report["results"]
+
+    failures = [f"{r['variant']} sm_{r['arch']}:\n{r['error']}" for r in results if "error" in r]
+    assert not failures, "\n\n".join(failures)
+    assert {r["kernel"] for r in results} == kernels, "a kernel has no variant in kernel_variants()"
+    assert len(results) == len({(r["variant"], r["arch"]) for r in results}), "duplicate variants"
+    for r in results:
+        what = f"{r['variant']} sm_{r['arch']}"
+        expected = ("sm_80",) if r["arch"] == 80 else ("sm_90", "sm_90a")
+        assert r["target"] in expected, f"{what}: PTX target {r['target']}"
+        assert r["cubin_bytes"] > 0, f"{what}: empty cubin"
+        assert r["shared"] <= _SHARED_LIMIT[r["arch"]], f"{what}: {r['shared']} B shared memory"

@@ -8,9 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-_MODULE = Path(__file__).resolve().parents[2] / "python" / "dcp" / "torch" / "triton_kernels.py"
 _WORKERS = 2
 _ARCHS = (80, 90)
 _SHARED_LIMIT = {80: 166912, 90: 232448}  # bytes of shared memory one block may use (opt-in)
@@ -19,14 +17,11 @@ _SHARED_LIMIT = {80: 166912, 90: 232448}  # bytes of shared memory one block may
 # kernels the module defines and, per compilation, the PTX target, cubin size and shared memory
 # (or the error).
 _WORKER = r"""
-import importlib.util, json, re, sys, traceback
-path, worker, workers, archs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-spec = importlib.util.spec_from_file_location("_dcp_triton_kernels", path)
-tk = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = tk
-spec.loader.exec_module(tk)
+import json, re, sys, traceback
+worker, workers, archs = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+import dcp.torch.triton_kernels as tk
 import triton
-kernels = sorted(name for name, value in vars(tk).items()
+kernels = sorted(name for name, value in vars(tk.jit).items()
                  if isinstance(value, triton.runtime.JITFunction) and name.endswith("_kernel"))
 results = []
 for variant in tk.kernel_variants()[worker::workers]:
@@ -47,7 +42,7 @@ print(json.dumps({"kernels": kernels, "results": results}))
 def test_every_variant_compiles_for_sm80_and_sm90(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
-    workers = [subprocess.Popen([sys.executable, "-c", _WORKER, str(_MODULE), str(i), str(_WORKERS),
+    workers = [subprocess.Popen([sys.executable, "-c", _WORKER, str(i), str(_WORKERS),
                                  ",".join(map(str, _ARCHS))], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True) for i in range(_WORKERS)]
     kernels, results = set(), []

@@ -11,15 +11,13 @@ _CHILD = os.environ.get("DCP_TRITON_INTERPRETER_CHILD") == "1"
 if _CHILD:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (the parent also sets it)
 
-import importlib.util
+import importlib
 import math
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
 
-_MODULE = Path(__file__).resolve().parents[2] / "python" / "dcp" / "torch" / "triton_kernels.py"
 interpreted = pytest.mark.skipif(not _CHILD, reason="runs in the interpreter child process")
 
 
@@ -33,17 +31,7 @@ def test_kernels_under_the_interpreter():
     assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]
 
 
-def _load_kernels():
-    """The kernel module from its file: it imports only torch and triton, while importing the
-    dcp package would need the compiled dcp._core."""
-    spec = importlib.util.spec_from_file_location("_dcp_triton_kernels", _MODULE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-tk = _load_kernels() if _CHILD else None
+tk = importlib.import_module("dcp.torch.triton_kernels") if _CHILD else None
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 3e-2, torch.float16: 5e-3}
 

@@ -151,6 +151,25 @@ def _kv_entry(arena, entries, members, member, mask_rows, mask_intervals, rows, 
     return k_slot, v_slot, kv_tokens, mask_start, first, count, tl.max(count), lo, hi
 
 
+@triton.jit
+def _scores(q, k_slot, v_slot, n0, kind, kv_head, kv_heads, kv_tokens, dims, dim_valid, first,
+            count, max_count, mask_start, mask_intervals, scale_log2, HEAD_DIM: tl.constexpr,
+            BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    """Scores s = scale * q.k^T in log2 units over keys [n0, n0 + BLOCK_N) of a kv value, -inf
+    where a cut sub-block's mask (kind 2) hides a key; with the sub-block's k and v tiles."""
+    cols = n0 + tl.arange(0, BLOCK_N)
+    kv_at = (cols[:, None] * kv_heads + kv_head) * HEAD_DIM + dims[None, :]
+    kv_inside = (cols < kv_tokens)[:, None] & dim_valid[None, :]
+    k = tl.load(k_slot + kv_at, mask=kv_inside, other=0.0)
+    v = tl.load(v_slot + kv_at, mask=kv_inside, other=0.0)
+    s = _dot(q, tl.trans(k), PRECISION, INTERPRET) * scale_log2
+    if kind == 2:
+        allowed = _element_mask(mask_intervals, first, count, max_count, mask_start, cols,
+                                kv_tokens)
+        s = tl.where(allowed, s, float("-inf"))
+    return s, k, v
+
+
 # --- copies, merges and sums ------------------------------------------------------------------
 
 # Counts that may be 1 are not specialized (triton would compile a variant per count equal to 1):
@@ -320,21 +339,15 @@ def _attention_forward_kernel(arena, entries, groups, members, mask_rows, mask_i
                 kind = _block_kind(mask_intervals, first, count, max_count, mask_start, row_valid,
                                    n0, kv_tokens, BLOCK_N)
                 if kind != 0:
-                    cols = n0 + tl.arange(0, BLOCK_N)
-                    kv_at = (cols[:, None] * kv_heads + kv_head) * HEAD_DIM + dims[None, :]
-                    kv_inside = (cols < kv_tokens)[:, None] & dim_valid[None, :]
-                    k = tl.load(k_slot + kv_at, mask=kv_inside, other=0.0)
-                    s = _dot(q, tl.trans(k), PRECISION, INTERPRET) * scale_log2
-                    if kind == 2:
-                        allowed = _element_mask(mask_intervals, first, count, max_count,
-                                                mask_start, cols, kv_tokens)
-                        s = tl.where(allowed, s, float("-inf"))
+                    s, _, v = _scores(q, k_slot, v_slot, n0, kind, kv_head, kv_heads, kv_tokens,
+                                      dims, dim_valid, first, count, max_count, mask_start,
+                                      mask_intervals, scale_log2, HEAD_DIM, BLOCK_N, PRECISION,
+                                      INTERPRET)
                     m_new = tl.maximum(m_i, tl.max(s, axis=1))
                     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
                     p = tl.exp2(s - m_safe[:, None])
                     alpha = tl.exp2(m_i - m_safe)
                     l_i = l_i * alpha + tl.sum(p, axis=1)
-                    v = tl.load(v_slot + kv_at, mask=kv_inside, other=0.0)
                     acc = acc * alpha[:, None] + _dot(_round(p, STORAGE, INTERPRET), v, PRECISION,
                                                       INTERPRET)
                     m_i = m_new
@@ -397,16 +410,10 @@ def _attention_dq_kernel(arena, entries, groups, members, mask_rows, mask_interv
                 kind = _block_kind(mask_intervals, first, count, max_count, mask_start, row_valid,
                                    n0, kv_tokens, BLOCK_N)
                 if kind != 0:
-                    cols = n0 + tl.arange(0, BLOCK_N)
-                    kv_at = (cols[:, None] * kv_heads + kv_head) * HEAD_DIM + dims[None, :]
-                    kv_inside = (cols < kv_tokens)[:, None] & dim_valid[None, :]
-                    k = tl.load(k_slot + kv_at, mask=kv_inside, other=0.0)
-                    v = tl.load(v_slot + kv_at, mask=kv_inside, other=0.0)
-                    s = _dot(q, tl.trans(k), PRECISION, INTERPRET) * scale_log2
-                    if kind == 2:
-                        allowed = _element_mask(mask_intervals, first, count, max_count,
-                                                mask_start, cols, kv_tokens)
-                        s = tl.where(allowed, s, float("-inf"))
+                    s, k, v = _scores(q, k_slot, v_slot, n0, kind, kv_head, kv_heads, kv_tokens,
+                                      dims, dim_valid, first, count, max_count, mask_start,
+                                      mask_intervals, scale_log2, HEAD_DIM, BLOCK_N, PRECISION,
+                                      INTERPRET)
                     p = tl.exp2(s - lse_log2[:, None])
                     dp = _dot(do, tl.trans(v), PRECISION, INTERPRET)
                     ds = p * (dp - delta[:, None])

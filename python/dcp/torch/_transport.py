@@ -77,6 +77,10 @@ class TorchTransport:
         device = arenas[0].device if arenas else torch.device("cpu")
         if device != self._streams.device:
             self._streams = _Streams(device)
+            if self._streams.cuda and self.group is not None:
+                # torch.distributed: with NCCL, the group's first call must involve every rank,
+                # which a Launch's batch_isend_irecv need not; prepare() runs on every rank.
+                dist.barrier(group=self.group, device_ids=[device.index])
         self.arenas = arenas
         self._pending.clear()
         self._self_sends.clear()

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Smoke tests of the GPU benchmarks (bench/gpu_attention.py, bench/gpu_distributed.py): each runs
+"""Smoke tests of the GPU benchmarks (bench/gpu_attention.py, bench/gpu_distributed.py,
+bench/device_dispatch_bench.py): each runs
 as a subprocess at tiny sizes on the CPU (Triton's interpreter; gloo with dcp's cpu kernels) and
 must exit 0 and print its table rows. The real-size single-tile run needs CUDA and skips
 elsewhere."""
@@ -15,6 +16,7 @@ import torch
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ATTENTION_BENCH = os.path.join(ROOT, "bench", "gpu_attention.py")
 DISTRIBUTED_BENCH = os.path.join(ROOT, "bench", "gpu_distributed.py")
+DISPATCH_BENCH = os.path.join(ROOT, "bench", "device_dispatch_bench.py")
 
 
 def _run(command: list[str], timeout: float, **environment: str) -> subprocess.CompletedProcess:
@@ -93,3 +95,9 @@ def test_single_tile_bench_on_cuda(tmp_path) -> None:
     for row in rows:
         assert float(row[4]) > 0, row
     assert records.exists()
+
+
+def test_dispatch_bench_runs_every_rank_of_a_plan() -> None:
+    result = _run([sys.executable, DISPATCH_BENCH, "--nodes", "1", "--devices-per-node", "2",
+                   "--repeats", "1"], timeout=300)
+    assert "| forward |" in result.stdout and "| backward |" in result.stdout, result.stdout

@@ -250,3 +250,17 @@ def train_dense(batches: list[list[int]]) -> list[float]:
         optimizer.step()
         losses.append(loss.item())
     return losses
+
+
+def triton_head_dim_refusal(rank: int, size: int) -> str:
+    """The message a Triton executor gives, at prepare, for a head dim its kernels cannot run."""
+    import os
+    os.environ["TRITON_INTERPRET"] = "1"
+    plan = dcp.plan([40], "causal", heads=2, kv_heads=1, head_dim=512, dtype="bf16",
+                    block_size=16, nodes=1, devices_per_node=size)
+    executor = dcpt.DCPExecutor(kernels="triton")
+    try:
+        executor.prepare(plan)
+    except ValueError as error:
+        return str(error)
+    return "prepared"

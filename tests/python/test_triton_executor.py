@@ -89,3 +89,8 @@ def test_cuda_executor_matches_cpu_kernels() -> None:
                 scale = max(want[finite].abs().max().item(), 1e-30)
                 error = (got[finite] - want[finite]).abs().max().item() / scale
                 assert error <= TOLERANCE[dtype], (mask, dtype, error)
+
+
+def test_triton_executor_refuses_head_dims_its_kernels_cannot_run() -> None:
+    [message] = run_world(1, dist_cases.triton_head_dim_refusal, timeout=120)
+    assert "head dim 512 is outside the Triton kernels' 1..256" in message, message

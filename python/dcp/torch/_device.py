@@ -26,6 +26,13 @@ class TritonDevice:
         self._scale = 0.0
         self._tensors: dict[str, torch.Tensor] = {}
 
+    @staticmethod
+    def check(plan) -> None:
+        """Raises ValueError if the kernels cannot run `plan` (before anything is prepared)."""
+        if not 1 <= plan.head_dim <= tk.MAX_HEAD_DIM:
+            raise ValueError(f"the plan's head dim {plan.head_dim} is outside the Triton "
+                             f"kernels' 1..{tk.MAX_HEAD_DIM}")
+
     def configure(self, plan, arenas: list[torch.Tensor]) -> None:
         """The plan's shape (from DCPExecutor.prepare) and the buffer tables of both passes."""
         self.heads = plan.head_block_size

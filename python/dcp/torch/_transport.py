@@ -73,6 +73,10 @@ class TorchTransport:
         self._self_recvs: collections.deque = collections.deque()
         self.failed: str | None = None
 
+    def release_arenas(self) -> None:
+        """Drops the buffer tables (before the next ones are allocated); the streams stay."""
+        self.arenas = []
+
     def set_arenas(self, arenas: list[torch.Tensor]) -> None:
         device = arenas[0].device if arenas else torch.device("cpu")
         if device != self._streams.device:

@@ -229,7 +229,7 @@ def _load_qgrad_kernel(arena, slot_off, q, do, o, lse, token_stride, head_stride
     tl.store(dst, q_tile, mask=inside)
     tl.store(dst + value, do_tile, mask=inside)
     stats = _grad_stats(slot, value) + h * tokens + t
-    row_lse = tl.load(lse + (head + h) * lse_stride + token + t, mask=valid)
+    row_lse = tl.load(lse + (head + h).to(tl.int64) * lse_stride + token + t, mask=valid)
     tl.store(stats, row_lse, mask=valid)
     delta = tl.sum(o_tile.to(tl.float32) * do_tile.to(tl.float32), axis=1)
     tl.store(stats + heads * tokens, delta, mask=valid)
@@ -253,7 +253,7 @@ def _store_q_kernel(arena, slot_off, out, lse, token_stride, head_stride, lse_st
              _round(x, out.dtype.element_ty, INTERPRET), mask=inside)
     if HAS_LSE:
         row_lse = tl.load(src + tokens * heads * HEAD_DIM + h * tokens + t, mask=valid)
-        tl.store(lse + (head + h) * lse_stride + token + t, row_lse, mask=valid)
+        tl.store(lse + (head + h).to(tl.int64) * lse_stride + token + t, row_lse, mask=valid)
 
 
 @triton.jit(do_not_specialize=_COPY_COUNTS)

@@ -2,6 +2,7 @@
 """DCPExecutor: runs one rank's Programs of a plan on local-layout tensors over a process group."""
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 
@@ -91,6 +92,8 @@ class DCPExecutor:
         self._core = _core.Executor(self._transport, self.rank, self.world_size, threads,
                                     self._triton)
         self.plan: dcp.Plan | None = None
+        self._failed: str | None = None
+        self._kept_after_failure: list[torch.Tensor] = []
         self.generation = 0  # counts prepare() calls; an autograd node checks it in backward
         self.local_tokens = 0
 
@@ -102,25 +105,57 @@ class DCPExecutor:
         if plan.world_size != self.world_size:
             raise ValueError(f"the plan is for {plan.world_size} devices ({plan.nodes} x "
                              f"{plan.devices_per_node}) but the group has {self.world_size} ranks")
-        self.plan = None
-        self._core.prepare(plan)
-        # The buffer tables of both passes come from PyTorch's allocator; transfers are slices.
-        # On CUDA they are allocated on the current stream, which every transfer is ordered
-        # against; the passes wait for all their transfers, so the memory is free again when the
-        # next prepare() drops it.
-        arenas = [torch.empty(self._core.arena_bytes(i), dtype=torch.uint8, device=self.device)
-                  for i in (0, 1)]
-        for i, arena in enumerate(arenas):
-            self._core.use_arena(i, arena)
-        self._transport.set_arenas(arenas)
+        self._expect_usable()
         if self._triton is not None:
-            self._triton.configure(plan, arenas)
+            self._triton.check(plan)
+        self.plan = None
+        with self._on_device():
+            self._core.prepare(plan)
+            # The buffer tables of both passes come from PyTorch's allocator; transfers are
+            # slices. On CUDA they are allocated on the current stream, which every transfer is
+            # ordered against; the passes wait for all their transfers, so the memory is free
+            # again when the next prepare() drops it (the old tables go first: no peak of two).
+            self._transport.release_arenas()
+            if self._triton is not None:
+                self._triton.arenas = []
+            arenas = [torch.empty(self._core.arena_bytes(i), dtype=torch.uint8,
+                                  device=self.device) for i in (0, 1)]
+            for i, arena in enumerate(arenas):
+                self._core.use_arena(i, arena)
+            self._transport.set_arenas(arenas)
+            if self._triton is not None:
+                self._triton.configure(plan, arenas)
         self.plan = plan
         self.generation += 1
         self.local_tokens = self._core.local_tokens
         self.dtype = _STORAGE[plan.dtype]
 
     # --- checks -------------------------------------------------------------------------------
+
+    def _on_device(self):
+        """Kernels, streams and events go to this executor's CUDA device, whichever is current."""
+        if self.device.type == "cuda":
+            return torch.cuda.device(self.device)
+        return contextlib.nullcontext()
+
+    def _expect_usable(self) -> None:
+        if self._failed is not None:
+            raise RuntimeError(f"DCPExecutor: an earlier pass failed on this rank ({self._failed});"
+                               " its transfers may still be in flight, so this executor is not "
+                               "reused: destroy the process group and start again")
+
+    def _run(self, call, *args) -> None:
+        """Runs one pass. On CUDA a pass that fails midway may leave NCCL transfers in flight
+        into its buffer tables: they are kept alive and the executor refuses further work."""
+        self._expect_usable()
+        try:
+            with self._on_device(), torch.no_grad():
+                call(*args)
+        except Exception as error:
+            if self.device.type == "cuda":
+                self._failed = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+                self._kept_after_failure = list(self._transport.arenas)
+            raise
 
     def _expect_prepared(self) -> None:
         if self.plan is None:
@@ -161,9 +196,8 @@ class DCPExecutor:
         lse = torch.empty((p.q_heads, self.local_tokens), dtype=torch.float32, device=self.device)
         if self._triton is not None:
             self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse)
-        with torch.no_grad():
-            self._core.forward(q.detach(), k.detach(), v.detach(), o, lse,
-                               self._scale(softmax_scale))
+        self._run(self._core.forward, q.detach(), k.detach(), v.detach(), o, lse,
+                  self._scale(softmax_scale))
         return o, lse
 
     def backward(self, q, k, v, o, lse, do, softmax_scale: float | None = None):
@@ -184,11 +218,11 @@ class DCPExecutor:
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         if self._triton is not None:
             self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse, do=do, dq=dq, dk=dk, dv=dv)
-        with torch.no_grad():
-            self._core.backward(q.detach(), k.detach(), v.detach(), o.detach(), lse.detach(),
-                                do.detach(), dq, dk, dv, self._scale(softmax_scale))
+        self._run(self._core.backward, q.detach(), k.detach(), v.detach(), o.detach(),
+                  lse.detach(), do.detach(), dq, dk, dv, self._scale(softmax_scale))
         return dq, dk, dv
 
     def profile(self, backward: bool = False) -> dict:
-        """Where the last pass's time went on this rank (seconds, kernel, wait, copy, bytes)."""
+        """Where the last pass's time went on this rank (seconds, kernel, wait, copy, bytes).
+        Host time: on CUDA it counts enqueueing the kernels and transfers, not running them."""
         return self._core.profile(1 if backward else 0)

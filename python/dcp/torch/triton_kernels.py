@@ -92,13 +92,20 @@ def _copy_constexprs(head_dim: int) -> dict:
     return {"HEAD_DIM": head_dim, "BLOCK_T": max(1, min(64, 4096 // block_d)), "BLOCK_D": block_d}
 
 
+# The head dims the attention kernels support: beyond 256 their tiles do not fit an SM's shared
+# memory (the dk/dv kernel needs 266 KB at d = 512 in fp32).
+MAX_HEAD_DIM = 256
+
+
 def _attention_constexprs(head_dim: int, dtype: torch.dtype, allow_tf32: bool) -> dict:
     """Constexprs of the three attention kernels: 16 x 16 blocks under the interpreter (its cost is
     per block iteration); on the GPU 64 x 64, or 32 x 32 where fp32 tiles of d > 64 (or any tile
     of d > 128) would not fit the registers and shared memory."""
     if dtype not in _TL_DTYPE:
         raise ValueError(f"storage dtype {dtype} is not fp32, bf16 or fp16")
-    block_d = triton.next_power_of_2(head_dim)
+    if not 1 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"head dim {head_dim} is outside the Triton kernels' 1..{MAX_HEAD_DIM}")
+    block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 in every dim
     if INTERPRET:
         block = 16
     elif block_d <= 64 or (block_d <= 128 and dtype != torch.float32):

@@ -93,10 +93,10 @@ void Executor::prepare(const PlanHeader& header, Program forward, Program backwa
 void Executor::prepare_pass(PassState& state, Program program) {
   state.program = std::move(program);
   state.lowered = lower_pass(header_, state.program, layout_);
-  // Slot offsets are multiples of 64 from the arena's start; a vector of max_align_t-aligned
-  // bytes is enough for the fp32 and 16-bit element accesses the host kernels make.
-  state.owned_arena.assign(to_size(state.lowered.arena_bytes), std::byte{0});
-  state.arena = state.owned_arena;
+  // The buffer table is allocated by the first pass unless the caller lends memory first
+  // (use_arena): a device with memory of its own never pays for a host copy.
+  state.owned_arena = std::vector<std::byte>();
+  state.arena = {};
   LaunchId launches = 0;
   for (const LoweredCall& call : state.lowered.calls) {
     if (const auto* l = std::get_if<LaunchCall>(&call)) {
@@ -198,6 +198,12 @@ struct PassEnd {
 }  // namespace
 
 void Executor::run(PassState& state, const PassTensors& tensors, float softmax_scale) {
+  if (state.arena.size() < to_size(state.lowered.arena_bytes)) {
+    // Slot offsets are multiples of 64 from the arena's start; a vector of max_align_t-aligned
+    // bytes is enough for the fp32 and 16-bit element accesses the host kernels make.
+    state.owned_arena.assign(to_size(state.lowered.arena_bytes), std::byte{0});
+    state.arena = state.owned_arena;
+  }
   std::fill(state.launch_group.begin(), state.launch_group.end(), -1);
   state.waited = 0;
   PassProfile& profile = state.profile;

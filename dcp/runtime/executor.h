@@ -6,7 +6,7 @@
 //
 // Usage from a training loop (docs/runtime.md):
 //   Executor executor(communicator, kernels);
-//   executor.prepare(plan);                        // once per batch: checks, allocates buffers
+//   executor.prepare(plan);                        // once per batch: checks, lowers
 //   executor.forward(q, k, v, o, lse);             // local tensors, LocalLayout order
 //   executor.backward(q, k, v, o, lse, dout, dq, dk, dv);
 // Passes keep nothing between calls: backward takes what forward used and returned, so any number
@@ -50,8 +50,7 @@ class Executor {
   // for a different number of devices than the communicator has, is malformed
   // (check_plan_header, check_program_structure), uses a partial dtype other than fp32, or its
   // forward and backward Programs own different blocks, and Error naming the instruction if a
-  // Program's values are inconsistent (lowering.h). Lowers both passes and allocates their
-  // buffer tables.
+  // Program's values are inconsistent (lowering.h). Lowers both passes.
   void prepare(const Plan& plan);
   // The same with one rank's Programs (as read_program gives them).
   void prepare(const PlanHeader& header, Program forward, Program backward);
@@ -74,15 +73,16 @@ class Executor {
                 std::span<std::byte> dq, std::span<std::byte> dk, std::span<std::byte> dv,
                 double softmax_scale = 0);
 
-  // One pass's buffer table, which prepare allocates: a communicator that moves bytes by its own
-  // means (torch.distributed) finds a transfer's slot in it.
+  // One pass's buffer table: a communicator that moves bytes by its own means (torch.distributed)
+  // finds a transfer's slot in it. Empty after prepare until use_arena lends memory or the first
+  // pass allocates it.
   std::span<std::byte> arena(Pass pass) { return state(pass).arena; }
   // Bytes the pass's buffer table needs (after prepare).
   std::size_t arena_bytes(Pass pass) const;
   // Runs the pass in `memory` (at least arena_bytes, 64-byte aligned, owned by the caller until
-  // the next prepare or the executor's end) instead of the table prepare allocated, which is
-  // released: so a framework's allocator (PyTorch's, on the device's memory) owns it. Throws
-  // InvalidInput if the memory is too small or misaligned.
+  // the next prepare or the executor's end) instead of a table of the executor's own: so a
+  // framework's allocator (PyTorch's, on the device's memory) owns it. Throws InvalidInput if the
+  // memory is too small or misaligned.
   void use_arena(Pass pass, std::span<std::byte> memory);
 
   // Seconds are measured around the calls on the host: with an asynchronous device they time

@@ -70,28 +70,21 @@ def mask_spec(mask: str, args) -> str | None:
 
 
 def row_intervals(spec: str | None, tokens: int) -> list[list[tuple[int, int]]] | None:
-    """Each row's key intervals, sorted, disjoint and non-empty (None: the full tile)."""
+    """Each row's key intervals (None: the full tile). dcp.mask_intervals gives them sorted,
+    disjoint and merged, padded with unused [0, 0) slots."""
     if spec is None:
         return None
-    table = dcp.mask_intervals(spec, tokens)  # int32 (tokens, K, 2), unused slots [0, 0)
-    rows = []
-    for row in table.tolist():
-        merged: list[list[int]] = []
-        for begin, end in sorted((b, e) for b, e in row if e > b):
-            if merged and begin <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([begin, end])
-        rows.append([(b, e) for b, e in merged])
-    return rows
+    return [[(b, e) for b, e in row if e > b]
+            for row in dcp.mask_intervals(spec, tokens).tolist()]
 
 
 def mask_tables(rows, tokens: int, device) -> tuple[torch.Tensor, torch.Tensor, int]:
     """mask_rows (int32, tokens + 1 CSR offsets), mask_intervals (int32 pairs) and the number of
-    unmasked (q, k) pairs. A full tile gets placeholder tables (its entry's mask is -1)."""
+    unmasked (q, k) pairs. A full tile has no mask (its entry's mask is -1): empty tables, as the
+    lowering gives a pass whose tiles are all full."""
     if rows is None:
-        placeholder = torch.zeros(2, dtype=torch.int32, device=device)
-        return placeholder, placeholder.clone(), tokens * tokens
+        empty = torch.zeros(0, dtype=torch.int32, device=device)
+        return empty, empty.clone(), tokens * tokens
     offsets = np.zeros(tokens + 1, dtype=np.int32)
     offsets[1:] = np.cumsum([len(r) for r in rows])
     pairs = np.array([x for r in rows for interval in r for x in interval] or [0, 0],

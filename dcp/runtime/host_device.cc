@@ -187,11 +187,21 @@ class HostDevice final : public Device {
     return {t.mask_rows.data() + row_start, t.mask_intervals.data()};
   }
 
+  // The entries of the instruction's q groups: each becomes one kernel tile.
+  std::size_t member_count(const AttentionCall& call) const {
+    std::size_t members = 0;
+    for (std::int32_t g = call.q_group_begin; g < call.q_group_end; ++g) {
+      const std::int64_t* group = pass_->tables.q_group(to_size(g));
+      members += to_size(group[kGroupEnd] - group[kGroupBegin]);
+    }
+    return members;
+  }
+
   // One kernel row per q group (groups write distinct outputs), one call per instruction.
   void forward(const AttentionCall& call) {
     const AttentionTables& t = pass_->tables;
     std::vector<kernels::ForwardTile> tiles;
-    tiles.reserve(t.entry_count());  // rows point into it: it must not reallocate
+    tiles.reserve(member_count(call));  // rows point into it: it must not reallocate
     std::vector<kernels::ForwardRow> rows;
     for (std::int32_t g = call.q_group_begin; g < call.q_group_end; ++g) {
       const std::int64_t* group = t.q_group(to_size(g));
@@ -224,7 +234,7 @@ class HostDevice final : public Device {
   void backward(const AttentionCall& call) {
     const AttentionTables& t = pass_->tables;
     std::vector<kernels::BackwardTile> tiles;
-    tiles.reserve(t.entry_count());  // rows point into it: it must not reallocate
+    tiles.reserve(member_count(call));  // rows point into it: it must not reallocate
     std::vector<kernels::BackwardRow> rows;
     std::vector<bool> kv_written(to_size(call.kv_group_end - call.kv_group_begin), false);
     std::vector<std::int64_t> in_call;  // kv groups the current call writes

@@ -23,7 +23,7 @@ class TritonDevice:
         self.arenas: list[torch.Tensor] = []
         self._tables: list[dict[str, torch.Tensor]] = []
         self._pass = 0
-        self._scale = 0.0
+        self._shape: dict = {}
         self._tensors: dict[str, torch.Tensor] = {}
 
     @staticmethod
@@ -53,8 +53,10 @@ class TritonDevice:
 
     def begin(self, pass_index: int, scale: float) -> None:
         self._pass = pass_index
-        self._scale = scale
         t = self._tensors
+        # What every attention launch of this pass shares: built once, not per instruction.
+        self._shape = dict(heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
+                           dtype=t["q"].dtype, scale=scale, allow_tf32=self.allow_tf32)
         if pass_index == 0:
             t["o"].zero_()
             t["lse"].fill_(float("-inf"))
@@ -98,9 +100,7 @@ class TritonDevice:
                   max_kv_tokens: int) -> None:
         tables = self._tables[self._pass]
         arena = self.arenas[self._pass]
-        shape = dict(heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
-                     dtype=self._tensors["q"].dtype, scale=self._scale,
-                     allow_tf32=self.allow_tf32)
+        shape = self._shape
         if self._pass == 0:
             tk.attention_forward(arena, tables["entries"], tables["q_groups"][q_begin:q_end],
                                  tables["members"], tables["mask_rows"],

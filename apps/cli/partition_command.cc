@@ -28,6 +28,8 @@ void write_figures(JsonWriter& json, const PlacementMetrics& m) {
   json.field("imbalance_memory", m.imbalance_memory);
   json.field("bytes_inter_node", m.bytes_inter_node);
   json.field("bytes_intra_node", m.bytes_intra_node);
+  json.field("backward_bytes_inter_node", m.backward_bytes_inter_node);
+  json.field("backward_bytes_intra_node", m.backward_bytes_intra_node);
   json.field("km1", m.km1);
   json.field("devices_without_data", std::int64_t{m.devices_without_data});
   json.key("devices").begin_array();
@@ -170,13 +172,16 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
     out << line;
   }
   out << "\n";
-  std::snprintf(line, sizeof(line), "%-8s %14s %14s %15s %15s %12s\n", "strategy", "compute imb",
-                "memory imb", "inter-node MB", "intra-node MB", "idle devs");
+  std::snprintf(line, sizeof(line), "%-8s %12s %11s %14s %14s %14s %14s %10s\n", "strategy",
+                "compute imb", "memory imb", "fwd inter MB", "fwd intra MB", "bwd inter MB",
+                "bwd intra MB", "idle devs");
   out << line;
   const auto row = [&](const char* name, const PlacementMetrics& m) {
-    std::snprintf(line, sizeof(line), "%-8s %14.3f %14.3f %15s %15s %12d\n", name,
+    std::snprintf(line, sizeof(line), "%-8s %12.3f %11.3f %14s %14s %14s %14s %10d\n", name,
                   m.imbalance_compute, m.imbalance_memory, format_mb(m.bytes_inter_node, 1).c_str(),
-                  format_mb(m.bytes_intra_node, 1).c_str(), m.devices_without_data);
+                  format_mb(m.bytes_intra_node, 1).c_str(),
+                  format_mb(m.backward_bytes_inter_node, 1).c_str(),
+                  format_mb(m.backward_bytes_intra_node, 1).c_str(), m.devices_without_data);
     out << line;
   };
   row("dcp", dcp_figures);

@@ -96,6 +96,10 @@ std::string_view opcode_name(const Instruction& instruction) {
   return std::visit(Name{}, instruction);
 }
 
+bool reduces_partials_in_node(const PlanHeader& header) {
+  return header.strategy == "dcp" || header.strategy == "dcp-pure";
+}
+
 std::int64_t value_bytes(const PlanHeader& header, SlotKind kind, std::int64_t tokens) {
   const std::int64_t d = header.head_dim;
   const std::int64_t h = header.head_block_size;

@@ -243,6 +243,10 @@ struct PlanHeader {
   std::int32_t kv_head_blocks() const { return kv_heads / kv_heads_per_block; }
 };
 
+// Whether the plan's strategy reduces partial outputs inside a node before they cross nodes
+// (dcp's own plans: "dcp" and "dcp-pure"). Static strategies move what their systems move.
+bool reduces_partials_in_node(const PlanHeader& header);
+
 // Bytes of one value of `kind` with `tokens` tokens.
 std::int64_t value_bytes(const PlanHeader& header, SlotKind kind, std::int64_t tokens);
 

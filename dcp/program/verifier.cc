@@ -3,6 +3,8 @@
 #include "dcp/program/verifier.h"
 
 #include <algorithm>
+#include <set>
+#include <tuple>
 #include <variant>
 
 #include "dcp/program/verifier_detail.h"
@@ -306,6 +308,21 @@ class Simulation {
                   " the receiver's block table"));
       return false;
     }
+    if (is_output(value.kind) && reduces_partials_in_node(header_)) {
+      const std::int32_t node = header_.cluster.node_of(from);
+      if (node != header_.cluster.node_of(to) &&
+          !crossed_.insert(std::tuple(value.kind, value.block, value.head_block, node)).second) {
+        const std::int64_t sent_at = sender
+                                         .launches[static_cast<std::size_t>(
+                                             sender.ops[static_cast<std::size_t>(send_op)].launch)]
+                                         .instruction;
+        fail_at(from, sent_at, "partial-recrossing",
+                cat("sends ", describe(value), " to device ", to, " on node ",
+                    header_.cluster.node_of(to), ", but a partial of that value already left node ",
+                    node, "; partials made on one node are reduced there and cross once"));
+        return false;
+      }
+    }
     target.value = value;
     target.arrived = true;
     ++summary_.messages;
@@ -564,6 +581,8 @@ class Simulation {
   std::int32_t device_ = 0;  // the device running
   std::vector<DeviceState> states_;
   std::unordered_map<std::int64_t, Channel> channels_;
+  // Partial outputs (kind, block, head block) that left a node, with that node.
+  std::set<std::tuple<SlotKind, BlockId, std::int32_t, std::int32_t>> crossed_;
   std::vector<std::int32_t> worklist_;
   std::vector<std::uint64_t> scratch_;
   std::optional<Violation> violation_;

@@ -294,7 +294,16 @@ TEST(PlanFile, OtherFormatVersionIsRejectedByTheVersionCheck) {
   std::string bytes = serialize_plan(sample_plan());
   put_u32(bytes, 8, 7);
   EXPECT_EQ(parse_error(reseal_plan_bytes(bytes)),
-            "plan.bin: plan format version 7, this dcp reads version 1");
+            "plan.bin: plan format version 7, this dcp reads version 2");
+}
+
+// Version 1 plans sent every device's partial straight to the owner; their files read the same
+// bytes with another meaning, so they are refused, naming both versions.
+TEST(PlanFile, VersionOnePlanIsRefusedNamingBothVersions) {
+  std::string bytes = serialize_plan(sample_plan());
+  put_u32(bytes, 8, 1);
+  EXPECT_EQ(parse_error(reseal_plan_bytes(bytes)),
+            "plan.bin: plan format version 1, this dcp reads version 2");
 }
 
 TEST(PlanFile, HugeCountsAreRejectedBeforeAllocating) {

@@ -173,7 +173,7 @@ PassSchedule ring_pass(const Workload& w, const Placement& p, Pass pass) {
       if (gradients) gradients->add(rings, {SlotKind::kDKV, b, g}, owner, schedule.transfers);
     }
   }
-  add_partial_transfers(w, p, schedule, /*kv_gradients=*/false);
+  add_partial_transfers(w, p, schedule, PartialRouting::kDirect, /*kv_gradients=*/false);
   return schedule;
 }
 
@@ -235,7 +235,7 @@ PassSchedule head_parallel_pass(const Workload& w, const Placement& p, Pass pass
       }
     }
   }
-  add_partial_transfers(w, p, schedule, /*kv_gradients=*/false);
+  add_partial_transfers(w, p, schedule, PartialRouting::kDirect, /*kv_gradients=*/false);
   return schedule;
 }
 

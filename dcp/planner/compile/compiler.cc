@@ -137,9 +137,10 @@ class DeviceCompiler {
     }
     add_expected_outputs();
     emit_loads();
-    launch_ids_.assign(static_cast<std::size_t>(stages) + 1, -1);
-    arrived_.resize(static_cast<std::size_t>(stages) + 1);
-    in_flight_.resize(static_cast<std::size_t>(stages) + 1);
+    const std::int32_t launches = launch_count(c_.schedule);
+    launch_ids_.assign(static_cast<std::size_t>(launches), -1);
+    arrived_.resize(static_cast<std::size_t>(launches));
+    in_flight_.resize(static_cast<std::size_t>(launches));
     std::size_t next_unit = 0;
     for (std::int32_t s = 0; s < stages; ++s) {
       stage_ = s;
@@ -156,10 +157,17 @@ class DeviceCompiler {
       emit_wait(stages - 1);
       emit_merges(stages - 1);
     }
-    emit_launch(stages);
-    emit_wait(stages);
-    emit_merges(stages);
+    // The epilogue: the last partials, and the merges of partials reduced inside a node.
+    for (std::int32_t launch = stages; launch < launches; ++launch) {
+      emit_launch(launch);
+      emit_wait(launch);
+      emit_merges(launch);
+    }
     emit_stores();
+    if (transfer_cursor_ != c_.device_transfers[static_cast<std::size_t>(device_)].size()) {
+      throw Error("compile: device " + std::to_string(device_) +
+                  " has transfers beyond the last launch");
+    }
     if (!accumulator_.empty()) {
       const ValueKey& key = accumulator_.begin()->first;
       throw Error("compile: device " + std::to_string(device_) + " keeps a partial " +

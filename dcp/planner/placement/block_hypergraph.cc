@@ -8,6 +8,8 @@
 
 #include "dcp/model/tensor.h"
 
+#include "dcp/planner/plan_header.h"
+
 namespace dcp {
 
 BlockHypergraph build_block_hypergraph(const Workload& workload) {
@@ -38,19 +40,18 @@ BlockHypergraph build_block_hypergraph(const Workload& workload) {
 
   // Step 2: nets. Tiles of one sequence are ordered by (q block, kv block), so the tiles of a q
   // block are a contiguous run; tiles of a kv block are collected per sequence.
-  const std::int64_t q_bytes = bytes_per_token(TensorKind::kQ, shape, heads);
-  const std::int64_t o_bytes = bytes_per_token(TensorKind::kO, shape, heads) +
-                               bytes_per_token(TensorKind::kLse, shape, heads);
-  const std::int64_t kv_bytes = bytes_per_token(TensorKind::kKV, shape, heads);
+  const PlanHeader header = plan_header(workload, ClusterShape{1, 1}, "", 0);
+  const auto bytes = [&](SlotKind kind, std::int64_t tokens) {
+    return value_bytes(header, kind, tokens);
+  };
   std::vector<VertexId> pins;
   std::vector<std::vector<TileId>> tiles_by_kv;
-  const auto add = [&](BlockId owner, NetKind kind, std::int64_t in, std::int64_t out) {
+  const auto add = [&](BlockId owner, NetKind kind, const NetBytes& moved) {
     if (pins.size() < 2) return;  // a token block nobody uses through this tensor
-    builder.add_net(in + out, pins);
+    builder.add_net(moved.forward() + moved.backward(), pins);
     result.net_owner.push_back(owner);
     result.net_kind.push_back(kind);
-    result.input_bytes.push_back(in);
-    result.output_bytes.push_back(out);
+    result.net_bytes.push_back(moved);
   };
   for (SeqIndex seq = 0; seq < workload.batch().size(); ++seq) {
     const auto seq_tiles = workload.tiles_of(seq);
@@ -72,7 +73,9 @@ BlockHypergraph build_block_hypergraph(const Workload& workload) {
           pins.push_back(
               result.vertex_of_work_unit(workload.work_unit_id(h, first + static_cast<TileId>(t))));
         }
-        add(block, NetKind::kQueryOutput, tokens * q_bytes, tokens * o_bytes);
+        add(block, NetKind::kQueryOutput,
+            {bytes(SlotKind::kQ, tokens), bytes(SlotKind::kOut, tokens),
+             bytes(SlotKind::kQGrad, tokens), bytes(SlotKind::kDQ, tokens)});
       }
       for (std::int32_t g = 0; g < heads.kv_count(); ++g) {
         pins.assign(1, result.vertex_of_block(block));
@@ -82,7 +85,9 @@ BlockHypergraph build_block_hypergraph(const Workload& workload) {
             pins.push_back(result.vertex_of_work_unit(workload.work_unit_id(h, tile)));
           }
         }
-        add(block, NetKind::kKeyValue, tokens * kv_bytes, 0);
+        add(block, NetKind::kKeyValue,
+            {bytes(SlotKind::kKV, tokens), 0, bytes(SlotKind::kKV, tokens),
+             bytes(SlotKind::kDKV, tokens)});
       }
     }
   }

@@ -16,19 +16,35 @@ namespace dcp {
 // its head block, proportional to FLOPs; no memory).
 // Nets, each joining a token block with the work units that use one of its tensors:
 //   kQueryOutput, one per (token block, q head block): the work units of that head block whose
-//     q block it is. They read its Q and produce partials of its O and LSE, so the pins are the
-//     same for both and one net carries both weights (input_bytes = Q, output_bytes = O + LSE).
-//   kKeyValue, one per (token block, kv head block): the work units reading its K and V.
-// A net's weight is what moves if it is cut: input_bytes + output_bytes per extra device.
+//     q block it is. Forward they read its Q and produce partials of its O and LSE; backward they
+//     read its Q, dO, LSE and delta and produce partials of its dQ. The pins are the same for all,
+//     so one net carries every weight.
+//   kKeyValue, one per (token block, kv head block): the work units reading its K and V, forward
+//     and backward, and producing partials of its dK and dV backward.
+// The bytes are the Programs' (value_bytes of the plan header: inputs in the storage dtype,
+// partials in the partial dtype). An input crosses to each other node that reads it once and is
+// relayed inside it; partials made on several devices of a node are reduced inside the node and
+// cross to the owner's node once. So a net spanning devices D over nodes N moves its bytes
+// (|N| - 1) times between nodes and (|D| - |N|) times inside them: its weight is what moves per
+// extra device, over both passes, and km1 is the bytes a training step moves.
 enum class NetKind : std::uint8_t { kQueryOutput, kKeyValue };
+
+// What one net moves per extra device it spans, by pass and direction.
+struct NetBytes {
+  std::int64_t forward_input = 0;    // owner -> reader: Q or KV
+  std::int64_t forward_output = 0;   // contributor -> owner: O and LSE partials
+  std::int64_t backward_input = 0;   // owner -> reader: Q, dO, LSE, delta, or KV
+  std::int64_t backward_output = 0;  // contributor -> owner: dQ, or dK and dV partials
+  std::int64_t forward() const { return forward_input + forward_output; }
+  std::int64_t backward() const { return backward_input + backward_output; }
+};
 
 struct BlockHypergraph {
   Hypergraph graph;
   BlockId token_blocks = 0;
   std::vector<BlockId> net_owner;  // the token block of each net
   std::vector<NetKind> net_kind;
-  std::vector<std::int64_t> input_bytes;   // moved owner -> reader, per extra device
-  std::vector<std::int64_t> output_bytes;  // moved contributor -> owner, per extra device
+  std::vector<NetBytes> net_bytes;  // net weight = forward() + backward()
 
   VertexId vertex_of_block(BlockId block) const { return block; }
   VertexId vertex_of_work_unit(WorkUnitId unit) const {

@@ -75,29 +75,26 @@ PlacementMetrics evaluate(const Workload& workload, const BlockHypergraph& hyper
         hypergraph.net_owner[static_cast<std::size_t>(e)])];
     std::sort(devices.begin(), devices.end());
     devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
-    const std::int64_t in = hypergraph.input_bytes[static_cast<std::size_t>(e)];
-    const std::int64_t out = hypergraph.output_bytes[static_cast<std::size_t>(e)];
+    const NetBytes& moved = hypergraph.net_bytes[static_cast<std::size_t>(e)];
     std::int32_t nodes_reached = 0;
     for (const DeviceId d : devices) {
       if (per_node[static_cast<std::size_t>(cluster.node_of(d))]++ == 0) ++nodes_reached;
       if (d == owner) continue;
       DeviceLoad& reader = metrics.devices[static_cast<std::size_t>(d)];
       DeviceLoad& home = metrics.devices[static_cast<std::size_t>(owner)];
-      reader.bytes_in += in;
-      home.bytes_out += in;
-      reader.bytes_out += out;
-      home.bytes_in += out;
+      reader.bytes_in += moved.forward_input;
+      home.bytes_out += moved.forward_input;
+      reader.bytes_out += moved.forward_output;
+      home.bytes_in += moved.forward_output;
     }
-    const std::int64_t weight = graph.net_weight(e);
-    metrics.km1 += weight * static_cast<std::int64_t>(devices.size() - 1);
-    metrics.bytes_inter_node += weight * (nodes_reached - 1);
-    for (const DeviceId d : devices) {
-      std::int32_t& count = per_node[static_cast<std::size_t>(cluster.node_of(d))];
-      if (count > 0) {
-        metrics.bytes_intra_node += weight * (count - 1);
-        count = 0;
-      }
-    }
+    const auto extra_devices = static_cast<std::int64_t>(devices.size()) - 1;
+    const std::int64_t extra_nodes = nodes_reached - 1;
+    metrics.km1 += graph.net_weight(e) * extra_devices;
+    metrics.bytes_inter_node += moved.forward() * extra_nodes;
+    metrics.bytes_intra_node += moved.forward() * (extra_devices - extra_nodes);
+    metrics.backward_bytes_inter_node += moved.backward() * extra_nodes;
+    metrics.backward_bytes_intra_node += moved.backward() * (extra_devices - extra_nodes);
+    for (const DeviceId d : devices) per_node[static_cast<std::size_t>(cluster.node_of(d))] = 0;
   }
 
   double max_compute = 0, sum_compute = 0;

@@ -25,26 +25,30 @@ void validate(const Placement& placement, const Workload& workload);
 struct DeviceLoad {
   DeviceId device = 0;
   std::int32_t node = 0;
-  double compute = 0;          // forward FLOPs of the work units placed here
-  std::int64_t memory = 0;     // bytes of the token blocks placed here (Q, KV, O, LSE of all heads)
-  std::int64_t bytes_in = 0;   // forward pass: inputs fetched and partial outputs received
-  std::int64_t bytes_out = 0;  // forward pass: inputs sent and partial outputs sent
+  double compute = 0;       // forward FLOPs of the work units placed here
+  std::int64_t memory = 0;  // bytes of the token blocks placed here (Q, KV, O, LSE of all heads)
+  // Forward pass, as if every device exchanged with the owner directly (no relay or in-node
+  // reduction): inputs fetched and partial outputs received, inputs sent and partials sent.
+  std::int64_t bytes_in = 0;
+  std::int64_t bytes_out = 0;
   std::int32_t token_blocks = 0;
   std::int64_t work_units = 0;
 };
 
-// Figures of one placement, computed from scratch from the forward-pass nets: an input tensor
-// (Q or KV of a head block) moves from its owner to every other device that reads it; a partial
-// output (O with LSE) moves from every contributing device to the owner. Bytes moved between
-// devices of different nodes count as inter-node, once per node reached (a tensor needed by
-// several devices of a node crosses the network once and is relayed inside the node); the rest
-// as intra-node. km1 = inter + intra.
+// Figures of one placement, computed from scratch from the nets (block_hypergraph.h) as dcp's
+// Programs move them: an input tensor moves from its owner to every other device that reads it,
+// crossing to each other node once and relayed inside it; partial outputs made on several devices
+// of a node are reduced inside the node and cross to the owner's node once. Per pass, bytes moved
+// between devices of different nodes count as inter-node, the rest as intra-node; km1 is the sum
+// over both passes and both link classes (the partitioner's objective).
 struct PlacementMetrics {
   std::vector<DeviceLoad> devices;
   double imbalance_compute = 1;  // max / mean over devices
   double imbalance_memory = 1;
-  std::int64_t bytes_inter_node = 0;
+  std::int64_t bytes_inter_node = 0;  // forward pass
   std::int64_t bytes_intra_node = 0;
+  std::int64_t backward_bytes_inter_node = 0;
+  std::int64_t backward_bytes_intra_node = 0;
   std::int64_t km1 = 0;
   std::int32_t devices_without_data = 0;
 };

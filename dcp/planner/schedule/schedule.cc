@@ -3,6 +3,7 @@
 #include "dcp/planner/schedule/schedule.h"
 
 #include <algorithm>
+#include <limits>
 #include <tuple>
 
 #include "dcp/model/tensor.h"
@@ -29,42 +30,101 @@ std::vector<ValueKey> output_values(const Workload& workload, Pass pass, const W
 }
 
 void add_partial_transfers(const Workload& workload, const Placement& placement,
-                           PassSchedule& schedule, bool kv_gradients) {
-  // Every (value, contributing device, stage) away from the value's owner; the transfer goes in
-  // the launch after the last such stage.
+                           PassSchedule& schedule, PartialRouting routing, bool kv_gradients) {
+  // The last stage of every (value, contributing device) away from the value's owner.
   struct Contribution {
     ValueKey value;
     DeviceId device;
     std::int32_t stage;
+  };
+  const auto owner = [&](const ValueKey& value) {
+    return placement.token_block_device[static_cast<std::size_t>(value.block)];
   };
   std::vector<Contribution> contributions;
   for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
     const DeviceId device = placement.work_unit_device[static_cast<std::size_t>(w)];
     const std::int32_t stage = schedule.unit_stage[static_cast<std::size_t>(w)];
     for (const ValueKey& value : output_values(workload, schedule.pass, workload.work_unit(w))) {
-      if (placement.token_block_device[static_cast<std::size_t>(value.block)] == device) continue;
+      if (owner(value) == device) continue;
       if (!kv_gradients && value.kind == SlotKind::kDKV) continue;
       contributions.push_back({value, device, stage});
     }
   }
   std::sort(contributions.begin(), contributions.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.value, a.device, a.stage) < std::tie(b.value, b.device, b.stage);
+    return std::tie(a.value, a.device, a.stage) > std::tie(b.value, b.device, b.stage);
   });
-  for (std::size_t i = 0; i < contributions.size(); ++i) {
-    const Contribution& c = contributions[i];
-    if (i + 1 < contributions.size() && contributions[i + 1].value == c.value &&
-        contributions[i + 1].device == c.device) {
-      continue;  // not the last stage of this (value, device)
+  contributions.erase(std::unique(contributions.begin(), contributions.end(),
+                                  [](const auto& a, const auto& b) {
+                                    return a.value == b.value && a.device == b.device;
+                                  }),
+                      contributions.end());
+  std::reverse(contributions.begin(), contributions.end());  // by (value, device), last stages
+
+  // Per value, the contributing devices of one node other than the owner's are a run (devices
+  // are numbered node by node). A node's partials meet on one of its devices, the reducer, which
+  // sends their merge to the owner once it has all of them: a partial that arrives in launch l is
+  // merged before launch l + 1 is issued. The reducer is the device that can send first.
+  const ClusterShape& shape = placement.cluster;
+  const auto send = [&](const ValueKey& value, DeviceId src, DeviceId dst, std::int32_t launch) {
+    schedule.transfers.push_back({value, src, dst, launch});
+  };
+  for (std::size_t i = 0; i < contributions.size();) {
+    const ValueKey& value = contributions[i].value;
+    const DeviceId home = owner(value);
+    const std::int32_t node = shape.node_of(contributions[i].device);
+    std::size_t end = i + 1;
+    while (end < contributions.size() && contributions[end].value == value &&
+           shape.node_of(contributions[end].device) == node) {
+      ++end;
     }
-    schedule.transfers.push_back(
-        {c.value, c.device, placement.token_block_device[static_cast<std::size_t>(c.value.block)],
-         c.stage + 1});
+    if (routing == PartialRouting::kDirect || node == shape.node_of(home) || end - i == 1) {
+      for (std::size_t k = i; k < end; ++k) {
+        send(value, contributions[k].device, home, contributions[k].stage + 1);
+      }
+      i = end;
+      continue;
+    }
+    // Launch in which device k could send the node's merge: after its own last stage, and after
+    // the launch following every other device's last stage.
+    std::int32_t latest = -1, second = -1;  // the two latest last stages of the run
+    for (std::size_t k = i; k < end; ++k) {
+      const std::int32_t stage = contributions[k].stage;
+      if (stage > latest) {
+        second = latest;
+        latest = stage;
+      } else if (stage > second) {
+        second = stage;
+      }
+    }
+    std::size_t reducer = i;
+    std::int32_t reducer_launch = std::numeric_limits<std::int32_t>::max();
+    for (std::size_t k = i; k < end; ++k) {
+      const std::int32_t stage = contributions[k].stage;
+      const std::int32_t others = stage == latest ? second : latest;
+      const std::int32_t launch = std::max(stage + 1, others + 2);
+      if (launch < reducer_launch) {
+        reducer = k;
+        reducer_launch = launch;
+      }
+    }
+    const DeviceId r = contributions[reducer].device;
+    for (std::size_t k = i; k < end; ++k) {
+      if (k != reducer) send(value, contributions[k].device, r, contributions[k].stage + 1);
+    }
+    send(value, r, home, reducer_launch);
+    i = end;
   }
   std::sort(schedule.transfers.begin(), schedule.transfers.end(),
             [](const Transfer& a, const Transfer& b) {
               return std::tie(a.launch, a.src, a.dst, a.value) <
                      std::tie(b.launch, b.src, b.dst, b.value);
             });
+}
+
+std::int32_t launch_count(const PassSchedule& schedule) {
+  std::int32_t launches = schedule.stages + 1;
+  for (const Transfer& t : schedule.transfers) launches = std::max(launches, t.launch + 1);
+  return launches;
 }
 
 double unit_seconds(const Workload& workload, const ClusterSpec& cluster, Pass pass,
@@ -110,7 +170,7 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
     result.compute_seconds = std::max(result.compute_seconds, c);
   // Bytes per launch on each link side: device intra-node send/receive, node NIC send/receive.
   const auto nodes = static_cast<std::size_t>(shape.nodes);
-  const std::size_t launches = stages + 1;
+  const auto launches = static_cast<std::size_t>(launch_count(schedule));
   std::vector<std::int64_t> intra_send(launches * devices, 0), intra_recv(launches * devices, 0);
   std::vector<std::int64_t> nic_send(launches * nodes, 0), nic_recv(launches * nodes, 0);
   for (const Transfer& t : schedule.transfers) {
@@ -152,7 +212,7 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
   // launch s has brought everything it sends to it; a transfer starts once both ends have issued
   // its launch (at the start of the stage).
   std::vector<double> start(devices, 0.0), arrival(devices, 0.0), end(devices, 0.0);
-  for (std::size_t s = 0; s <= stages; ++s) {
+  for (std::size_t s = 0; s < launches; ++s) {
     for (std::size_t d = 0; d < devices; ++d) {
       if (s > 0) start[d] = std::max(end[d], arrival[d]);
       const double c = s < stages ? compute[s * devices + d] : 0.0;
@@ -172,29 +232,6 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
     result.seconds = std::max(result.seconds, std::max(end[d], arrival[d]));
   }
   return result;
-}
-
-PlanHeader plan_header(const Workload& workload, const ClusterShape& cluster, std::string strategy,
-                       std::uint64_t seed) {
-  const AttentionShape& shape = workload.shape();
-  const HeadBlocking& heads = workload.heads();
-  PlanHeader header;
-  header.strategy = std::move(strategy);
-  header.seed = seed;
-  header.cluster = cluster;
-  header.q_heads = shape.q_heads;
-  header.kv_heads = shape.kv_heads;
-  header.head_dim = shape.head_dim;
-  header.head_block_size = heads.head_block_size();
-  header.kv_heads_per_block = heads.kv_block_size();
-  header.dtype = shape.dtype;
-  header.partial_dtype = DType::kFp32;
-  header.softmax_scale = shape.effective_scale();
-  header.total_tokens = workload.batch().total_tokens();
-  header.sequences = workload.batch().size();
-  header.token_blocks = workload.blocks().block_count();
-  header.work_units = workload.work_unit_count();
-  return header;
 }
 
 }  // namespace dcp

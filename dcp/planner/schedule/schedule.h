@@ -10,6 +10,7 @@
 #include "dcp/model/workload.h"
 
 #include "dcp/planner/placement/placement.h"
+#include "dcp/planner/plan_header.h"
 #include "dcp/program/program.h"
 
 namespace dcp {
@@ -24,10 +25,11 @@ struct ValueKey {
 };
 
 // `value` moves from src to dst in launch `launch`. Launch l is issued when stage l starts and
-// waited when stage l + 1 starts, so an input it carries can be used from stage l + 1 on; launch
-// `stages` is issued after the last stage and carries the last partial outputs. A partial output
-// moves to the owner of its block in the launch after the last stage that contributes to it on
-// src; the owner merges it once that launch is waited.
+// waited when stage l + 1 starts, so an input it carries can be used from stage l + 1 on; launches
+// from `stages` on are issued after the last stage, each once the one before it is waited, and
+// carry the last partial outputs. A partial output moves in the launch after the last stage that
+// contributes to it on src; a partial received in launch l is merged into the receiver's own
+// before launch l + 1 is issued (see add_partial_transfers).
 struct Transfer {
   ValueKey value;
   DeviceId src = 0;
@@ -50,11 +52,24 @@ ValueKey key_value(const Workload& workload, const WorkUnit& unit);
 // The partial outputs a work unit contributes to: kOut forward; kDQ and kDKV backward.
 std::vector<ValueKey> output_values(const Workload& workload, Pass pass, const WorkUnit& unit);
 
-// Appends the transfers of partial outputs (see Transfer) for the stages already in
-// `schedule.unit_stage`, then sorts all transfers. With kv_gradients false, kDKV partials are left
-// to the caller (a ring passes them along the ring).
+// How partial outputs reach their owner.
+//   kReduceInNode: dcp's. Partials of one value made on devices of the owner's node go to the
+//     owner; those made on several devices of another node are merged on one of them (the one
+//     that can send the merge first) and cross to the owner once, as the placement priced them
+//     (block_hypergraph.h). The merge may need one more launch after the last stage.
+//   kDirect: every contributing device sends its partial to the owner (what the all-to-all of
+//     Ulysses and TransformerEngine does).
+enum class PartialRouting : std::uint8_t { kReduceInNode, kDirect };
+
+// Appends the transfers of partial outputs for the stages already in `schedule.unit_stage`, then
+// sorts all transfers. With kv_gradients false, kDKV partials are left to the caller (a ring passes
+// them along the ring).
 void add_partial_transfers(const Workload& workload, const Placement& placement,
-                           PassSchedule& schedule, bool kv_gradients = true);
+                           PassSchedule& schedule, PartialRouting routing,
+                           bool kv_gradients = true);
+
+// Launches of the schedule: stages + 1, or more when partials are merged after the last stage.
+std::int32_t launch_count(const PassSchedule& schedule);
 
 // Seconds one work unit's kernel takes on the cluster (no launch overhead): its unmasked pairs,
 // or the whole tile for a workload that computes masked tiles (TileSelection::kEveryBlockPair).
@@ -71,14 +86,10 @@ struct ScheduleEstimate {
   double seconds = 0;
   double compute_seconds = 0;         // the busiest device's compute: no schedule of it is faster
   std::vector<double> stage_compute;  // per stage, the slowest device's
-  std::vector<double> launch_comm;    // per launch (stages + 1), the slowest transfer's
+  std::vector<double> launch_comm;    // per launch (launch_count), the slowest transfer's
 };
 ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
                           const ClusterSpec& cluster, const PlanHeader& header,
                           const PassSchedule& schedule);
-
-// The header every Program of a plan of `workload` shares.
-PlanHeader plan_header(const Workload& workload, const ClusterShape& cluster, std::string strategy,
-                       std::uint64_t seed);
 
 }  // namespace dcp

@@ -388,7 +388,7 @@ ScheduledPass schedule_pass(const Workload& workload, const Placement& placement
     Greedy greedy(problem, s);
     ScheduledPass candidate;
     candidate.schedule = greedy.run();
-    add_partial_transfers(workload, placement, candidate.schedule);
+    add_partial_transfers(workload, placement, candidate.schedule, PartialRouting::kReduceInNode);
     candidate.estimate = estimate(workload, placement, cluster, header, candidate.schedule);
     candidate.fetch_launches = s;
     // A longer pipeline must beat the shorter one by more than noise in the model.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dcp plan`, `dcp verify` and `dcp inspect`: build a plan file, check one, look inside one.
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,21 @@ void write_pass(JsonWriter& json, const Plan& plan, Pass pass, const ScheduleSum
   json.field("busiest_device_compute_ms", summary.estimate.compute_seconds * 1e3);
   json.field("bytes_inter_node", traffic.inter_node);
   json.field("bytes_intra_node", traffic.intra_node);
+  // By the kind of value sent: the pass's inputs and partial outputs.
+  const auto by_kind = [&](const char* name, const auto& bytes) {
+    json.key(name).begin_object();
+    static constexpr SlotKind kForward[] = {SlotKind::kQ, SlotKind::kKV, SlotKind::kOut};
+    static constexpr SlotKind kBackward[] = {SlotKind::kQGrad, SlotKind::kKV, SlotKind::kDQ,
+                                             SlotKind::kDKV};
+    const std::span<const SlotKind> kinds =
+        pass == Pass::kForward ? std::span<const SlotKind>(kForward) : std::span(kBackward);
+    for (const SlotKind kind : kinds) {
+      json.field(to_string(kind), bytes[static_cast<std::size_t>(kind)]);
+    }
+    json.end_object();
+  };
+  by_kind("bytes_inter_node_by_kind", traffic.inter_node_by_kind);
+  by_kind("bytes_intra_node_by_kind", traffic.intra_node_by_kind);
   std::int64_t instructions = 0;
   for (const Program& program : plan.programs(pass)) {
     instructions += static_cast<std::int64_t>(program.instructions.size());

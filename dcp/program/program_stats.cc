@@ -30,6 +30,11 @@ ProgramStats program_stats(const PlanHeader& header, const Program& program) {
           const bool inter = cluster.devices_per_node > 0 &&
                              cluster.node_of(op.peer) != cluster.node_of(program.device);
           (inter ? stats.sent_inter_node : stats.sent_intra_node) += op.bytes;
+          if (op.slot >= 0 && static_cast<std::size_t>(op.slot) < program.slots.size()) {
+            const auto kind = static_cast<std::size_t>(program.slots[op.slot].kind);
+            (inter ? stats.sent_inter_node_by_kind : stats.sent_intra_node_by_kind)[kind] +=
+                op.bytes;
+          }
         } else {
           stats.received_by_stage[stage] += op.bytes;
           stats.received += op.bytes;
@@ -58,6 +63,10 @@ PassTraffic pass_traffic(const PlanHeader& header, const std::vector<Program>& p
     const ProgramStats stats = program_stats(header, program);
     traffic.inter_node += stats.sent_inter_node;
     traffic.intra_node += stats.sent_intra_node;
+    for (std::size_t k = 0; k < traffic.inter_node_by_kind.size(); ++k) {
+      traffic.inter_node_by_kind[k] += stats.sent_inter_node_by_kind[k];
+      traffic.intra_node_by_kind[k] += stats.sent_intra_node_by_kind[k];
+    }
   }
   return traffic;
 }

@@ -22,6 +22,9 @@ struct ProgramStats {
   std::vector<std::int64_t> received_by_stage;
   std::int64_t sent_inter_node = 0;
   std::int64_t sent_intra_node = 0;
+  // The same by the kind of the value sent (indexed by SlotKind).
+  std::array<std::int64_t, kSlotKindCount> sent_inter_node_by_kind{};
+  std::array<std::int64_t, kSlotKindCount> sent_intra_node_by_kind{};
   std::int64_t received = 0;
   // The buffer table: slots are reused by lifetime, so their total is the peak.
   std::int64_t slot_bytes = 0;
@@ -34,6 +37,8 @@ ProgramStats program_stats(const PlanHeader& header, const Program& program);
 struct PassTraffic {
   std::int64_t inter_node = 0;
   std::int64_t intra_node = 0;
+  std::array<std::int64_t, kSlotKindCount> inter_node_by_kind{};  // indexed by SlotKind
+  std::array<std::int64_t, kSlotKindCount> intra_node_by_kind{};
 };
 PassTraffic pass_traffic(const PlanHeader& header, const std::vector<Program>& programs);
 

@@ -14,7 +14,7 @@ config=(--seqlens 700,450,1260,415,2555 --block-size 64 --head-dim 16 --dtype fp
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$dcp" plan "${config[@]}" --json "$tmp/plan.json" > /dev/null
-if ! python3 "$here/in_node_reductions.py" "$tmp/plan.json"; then
+if ! python3 "$here/../python/in_node_reductions.py" "$tmp/plan.json"; then
   echo "the plan no longer reduces partials inside a node in both passes; pick another batch" >&2
   exit 1
 fi

@@ -4,11 +4,14 @@ dense float64 attention computed by PyTorch (SDPA with an explicit boolean mask)
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 import torch
 
+import dcp
 import dist_cases
+import in_node_reductions
 import reference
 from worlds import run_world
 
@@ -57,9 +60,37 @@ def _reference(index: int):
 @pytest.mark.parametrize("size", WORLDS)
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c["name"] for c in CASES])
 def test_matches_dense_attention(size: int, index: int) -> None:
-    case = CASES[index]
-    ranks = [results[index] for results in _world_results(size)]
-    o_ref, lse_ref, dq_ref, dk_ref, dv_ref = _reference(index)
+    _expect_dense_attention(CASES[index], [results[index] for results in _world_results(size)],
+                            _reference(index))
+
+
+# One sequence on 2 x 2 whose plan merges partials on a device of the contributing node and sends
+# the merge across once, in both passes.
+REDUCTION = dict(name="in-node-reduction", seqlens=[400], masks="causal_blockwise:block=4,local=2",
+                 heads=4, kv_heads=2, head_dim=16, dtype="fp32", block_size=8,
+                 strategy="dcp-pure", seed=5)
+
+
+def test_partials_reduced_inside_a_node_match_dense_attention() -> None:
+    case = REDUCTION
+    plan = dcp.plan(case["seqlens"], case["masks"], heads=case["heads"], kv_heads=case["kv_heads"],
+                    head_dim=case["head_dim"], dtype=case["dtype"], block_size=case["block_size"],
+                    cluster="cpu-local", nodes=2, devices_per_node=2, strategy=case["strategy"],
+                    seed=0)
+    programs = json.loads(plan.to_json())
+    assert in_node_reductions.sent_on(programs["forward"]) > 0, "no forward reduction"
+    assert in_node_reductions.sent_on(programs["backward"]) > 0, "no backward reduction"
+    ranks = [results[0] for results in run_world(4, dist_cases.attention_cases, [case],
+                                                  timeout=600)]
+    q, k, v, do = reference.inputs(sum(case["seqlens"]), case["heads"], case["kv_heads"],
+                                   case["head_dim"], case["dtype"], case["seed"])
+    dense = reference.dense_attention(q, k, v, do,
+                                      reference.dense_mask(case["seqlens"], [case["masks"]]))
+    _expect_dense_attention(case, ranks, dense)
+
+
+def _expect_dense_attention(case: dict, ranks: list[dict], dense) -> None:
+    o_ref, lse_ref, dq_ref, dk_ref, dv_ref = dense
     total = sum(case["seqlens"])
     got = {name: torch.full_like(ref, float("nan")) for name, ref in
            (("o", o_ref), ("dq", dq_ref), ("dk", dk_ref), ("dv", dv_ref))}

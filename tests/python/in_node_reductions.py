@@ -3,7 +3,7 @@
 """Counts, per pass, the partials a device received or merged and then sent on rather than stored:
 a node's partials reduced on a device that does not own them (an owner stores what it receives).
 
-  python3 tests/apps/in_node_reductions.py PLAN.json   ->  "forward N backward M"
+  python3 tests/python/in_node_reductions.py PLAN.json   ->  "forward N backward M"
 Exits 1 unless both counts are positive.
 """
 import json
@@ -35,7 +35,8 @@ def sent_on(programs):
 
 def main():
     with open(sys.argv[1]) as f:
-        plan = json.load(f)["plan"]
+        data = json.load(f)
+    plan = data.get("plan", data)  # `dcp plan --json` wraps it; Plan.to_json() does not
     forward, backward = sent_on(plan["forward"]), sent_on(plan["backward"])
     print(f"forward {forward} backward {backward}")
     return 0 if forward > 0 and backward > 0 else 1

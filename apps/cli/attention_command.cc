@@ -26,7 +26,8 @@ std::vector<FlagSpec> attention_specs() {
       {"--k", "FILE", "float32 .npy (total tokens, kv heads, head dim)"},
       {"--v", "FILE", "float32 .npy (total tokens, kv heads, head dim)"},
       {"--do", "FILE", "float32 .npy (total tokens, q heads, head dim): the gradient of o"},
-      {"--out-dir", "DIR", "where o.npy, lse.npy, dq.npy, dk.npy, dv.npy go (must exist)"},
+      {"--out-dir", "DIR",
+       "where o.npy, lse.npy, dq.npy, dk.npy, dv.npy go (created if it does not exist)"},
       {"--check", "", "also compare with dense fp64 attention and print the errors"},
       {"--dtype", "T", "storage dtype the inputs are rounded to: fp32, bf16, fp16 [fp32]"},
   };
@@ -97,7 +98,7 @@ int run_attention(std::span<const std::string> argv, std::ostream& out) {
   }
   const auto out_dir = args.get("--out-dir");
   if (!out_dir) throw UsageError("--out-dir is required");
-  if (!std::filesystem::is_directory(*out_dir)) {
+  if (std::filesystem::exists(*out_dir) && !std::filesystem::is_directory(*out_dir)) {
     throw UsageError("--out-dir " + dcp::quoted(*out_dir) + ": not a directory");
   }
   const NpyArray q = read_array(args, "--q");
@@ -179,6 +180,20 @@ int run_attention(std::span<const std::string> argv, std::ostream& out) {
     files.push_back({"dk.npy", {t, hk, d}, to_float32(storage, result.outputs.dk)});
     files.push_back({"dv.npy", {t, hk, d}, to_float32(storage, result.outputs.dv)});
     const std::filesystem::path dir(*out_dir);
+    // The outermost directory this call creates, removed again if writing fails.
+    std::filesystem::path created;
+    for (std::filesystem::path p = std::filesystem::absolute(dir); !p.empty();
+         p = p.parent_path()) {
+      if (std::filesystem::exists(p)) break;
+      created = p;
+      if (p == p.parent_path()) break;
+    }
+    std::error_code create_error;
+    std::filesystem::create_directories(dir, create_error);
+    if (create_error || !std::filesystem::is_directory(dir)) {
+      throw IoError("--out-dir " + dcp::quoted(*out_dir) + ": cannot create the directory" +
+                    (create_error ? " (" + create_error.message() + ")" : std::string()));
+    }
     std::vector<std::filesystem::path> written;
     try {
       for (const File& file : files) {
@@ -194,6 +209,10 @@ int run_attention(std::span<const std::string> argv, std::ostream& out) {
       for (const auto& path : written) {
         std::error_code ignored;
         std::filesystem::remove(path, ignored);
+      }
+      if (!created.empty()) {
+        std::error_code ignored;
+        std::filesystem::remove_all(created, ignored);
       }
       throw;
     }

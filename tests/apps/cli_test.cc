@@ -416,9 +416,35 @@ TEST(AttentionCommand, RejectsBadArraysWithExitStatus2AndWritesNothing) {
   std::vector<std::string> kv_mismatch = files.args({});
   kv_mismatch[6] = files.q;  // --v with q's heads
   expect_usage_error(kv_mismatch, "--v has shape (300, 4, 8)");
-  expect_usage_error(files.args({"--out-dir", temp_path("no/such/dir")}), "--out-dir");
+  std::vector<std::string> file_out = files.args({});
+  file_out.back() = bad;  // --out-dir names a file
+  expect_usage_error(file_out, "not a directory");
+  // A bad input refuses before a missing --out-dir is created.
+  const std::string missing = temp_path("reject_missing");
+  std::filesystem::remove_all(missing);
+  std::vector<std::string> missing_out = files.args({});
+  missing_out[10] = "200,99";
+  missing_out.back() = missing + "/results";
+  expect_usage_error(missing_out, "sum to 299 tokens");
+  EXPECT_FALSE(std::filesystem::exists(missing));
   EXPECT_TRUE(std::filesystem::is_empty(files.dir));
   std::filesystem::remove(bad);
+}
+
+// The README's example writes to a new results/ directory: a missing --out-dir (and its missing
+// parents) is created, with the five arrays in it.
+TEST(AttentionCommand, CreatesAMissingOutDir) {
+  const AttentionFiles files("create");
+  const std::string root = temp_path("create_new");
+  std::filesystem::remove_all(root);
+  std::vector<std::string> argv = files.args({});
+  argv.back() = root + "/results/run1";
+  const Result r = run(argv);
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* name : {"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy"}) {
+    EXPECT_TRUE(std::filesystem::is_regular_file(root + "/results/run1/" + name)) << name;
+  }
+  std::filesystem::remove_all(root);
 }
 
 TEST(DemoCommand, PlansVerifiesRunsAndChecksEveryStrategy) {

@@ -31,7 +31,8 @@ ProgramStats program_stats(const PlanHeader& header, const Program& program) {
                              cluster.node_of(op.peer) != cluster.node_of(program.device);
           (inter ? stats.sent_inter_node : stats.sent_intra_node) += op.bytes;
           if (op.slot >= 0 && static_cast<std::size_t>(op.slot) < program.slots.size()) {
-            const auto kind = static_cast<std::size_t>(program.slots[op.slot].kind);
+            const auto kind =
+                static_cast<std::size_t>(program.slots[static_cast<std::size_t>(op.slot)].kind);
             (inter ? stats.sent_inter_node_by_kind : stats.sent_intra_node_by_kind)[kind] +=
                 op.bytes;
           }

@@ -270,6 +270,12 @@ class Simulation {
     return true;
   }
 
+  // The Launch instruction that issued op `op` of a device.
+  static std::int64_t instruction_of(const DeviceState& state, std::int32_t op) {
+    return state.launches[static_cast<std::size_t>(state.ops[static_cast<std::size_t>(op)].launch)]
+        .instruction;
+  }
+
   // Send op `send_op` of device `from` meets receive op `recv_op` of device `to`.
   bool match(std::int32_t from, std::int32_t send_op, std::int32_t to, std::int32_t recv_op) {
     DeviceState& sender = states_[static_cast<std::size_t>(from)];
@@ -279,11 +285,7 @@ class Simulation {
     const Value& value = sender.slots[static_cast<std::size_t>(send.slot)].value;
     SlotState& target = receiver.slots[static_cast<std::size_t>(recv.slot)];
     const Slot& slot = receiver.program->slots[static_cast<std::size_t>(recv.slot)];
-    const std::int64_t instruction =
-        receiver
-            .launches[static_cast<std::size_t>(
-                receiver.ops[static_cast<std::size_t>(recv_op)].launch)]
-            .instruction;
+    const std::int64_t instruction = instruction_of(receiver, recv_op);
     const auto what = [&] {
       return cat("receive from device ", from, " into slot ", recv.slot, " (", to_string(slot.kind),
                  ", ", slot.tokens, " tokens) of ", describe(value), " sent from its slot ",
@@ -312,11 +314,7 @@ class Simulation {
       const std::int32_t node = header_.cluster.node_of(from);
       if (node != header_.cluster.node_of(to) &&
           !crossed_.insert(std::tuple(value.kind, value.block, value.head_block, node)).second) {
-        const std::int64_t sent_at = sender
-                                         .launches[static_cast<std::size_t>(
-                                             sender.ops[static_cast<std::size_t>(send_op)].launch)]
-                                         .instruction;
-        fail_at(from, sent_at, "partial-recrossing",
+        fail_at(from, instruction_of(sender, send_op), "partial-recrossing",
                 cat("sends ", describe(value), " to device ", to, " on node ",
                     header_.cluster.node_of(to), ", but a partial of that value already left node ",
                     node, "; partials made on one node are reduced there and cross once"));

@@ -51,14 +51,18 @@ void add_partial_transfers(const Workload& workload, const Placement& placement,
     }
   }
   std::sort(contributions.begin(), contributions.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.value, a.device, a.stage) > std::tie(b.value, b.device, b.stage);
+    return std::tie(a.value, a.device, a.stage) < std::tie(b.value, b.device, b.stage);
   });
-  contributions.erase(std::unique(contributions.begin(), contributions.end(),
-                                  [](const auto& a, const auto& b) {
-                                    return a.value == b.value && a.device == b.device;
-                                  }),
-                      contributions.end());
-  std::reverse(contributions.begin(), contributions.end());  // by (value, device), last stages
+  std::size_t kept = 0;  // one entry per (value, device), with its last stage
+  for (const Contribution& c : contributions) {
+    Contribution* last = kept > 0 ? &contributions[kept - 1] : nullptr;
+    if (last != nullptr && last->value == c.value && last->device == c.device) {
+      last->stage = c.stage;
+    } else {
+      contributions[kept++] = c;
+    }
+  }
+  contributions.resize(kept);
 
   // Per value, the contributing devices of one node other than the owner's are a run (devices
   // are numbered node by node). A node's partials meet on one of its devices, the reducer, which

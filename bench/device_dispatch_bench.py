@@ -62,7 +62,7 @@ class NullDevice:
     def _count(self, *args):
         self.calls += 1
 
-    load = store = attention = merge = add = _count
+    load = store = attention = merge = add = copy_kept = _count
 
 
 def main() -> None:
@@ -88,15 +88,16 @@ def main() -> None:
         kv = torch.empty(n, 2, 128, dtype=torch.bfloat16)
         lse = torch.empty(8, n, dtype=torch.float32)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(kv), torch.empty_like(kv)
+        kept = torch.empty(executor.kept_bytes, dtype=torch.uint8)
         for pass_index in (0, 1):
             times = []
             for _ in range(args.repeats):
                 device.calls = transport.calls = 0
                 start = time.perf_counter()
                 if pass_index == 0:
-                    executor.forward(q, kv, kv, q, lse, 0.0)
+                    executor.forward(q, kv, kv, q, lse, kept, 0.0)
                 else:
-                    executor.backward(q, kv, kv, q, lse, q, dq, dk, dv, 0.0)
+                    executor.backward(q, kv, kv, q, lse, q, dq, dk, dv, kept, 0.0)
                 times.append(time.perf_counter() - start)
             rows[pass_index].append((statistics.median(times), device.calls, transport.calls))
 

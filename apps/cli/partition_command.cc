@@ -10,6 +10,7 @@
 #include "dcp/core/timing.h"
 
 #include "apps/cli/command_table.h"
+#include "apps/cli/plan_flags.h"
 #include "apps/cli/workload_flags.h"
 
 namespace dcp::cli {
@@ -58,6 +59,10 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
       {"--eps-memory", "E", "device memory <= (1 + E) x mean, or the packing bound [0.2]"});
   specs.push_back({"--node-eps-compute", "E", "node compute slack [sqrt(1 + eps-compute) - 1]"});
   specs.push_back({"--partitioner", "NAME", "multilevel | greedy [multilevel]"});
+  specs.push_back({"--keep-kv", "all|none|MIB",
+                   "price the backward pass with the kv values kept from the forward pass "
+                   "(all), or received again (none; a budget in MiB is priced as none: its "
+                   "plans move at most that) [all]"});
   specs.push_back({"--json", "", "print one JSON object instead of the tables"});
   specs.push_back({"--help", "", "show this help"});
   const Args args(specs, argv);
@@ -84,13 +89,19 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
   if (const auto name = args.get("--partitioner")) {
     options.partitioner = with_flag("--partitioner", [&] { return parse_partitioner(*name); });
   }
+  if (const auto keep = args.get("--keep-kv")) {
+    options.kv_kept_for_backward =
+        with_flag("--keep-kv", [&] { return parse_kept_kv_budget(*keep); }) == kKeepAllKv;
+  } else {
+    options.kv_kept_for_backward = PlanOptions{}.kept_kv_budget == kKeepAllKv;
+  }
 
   const auto start = Clock::now();
   const BuiltWorkload built = workload_from_flags(args, options.cluster.devices());
   const Workload& workload = built.workload;
   const double workload_ms = ms_since(start);
   const PlacementResult result = place(workload, options);
-  const BlockHypergraph hypergraph = build_block_hypergraph(workload);
+  const BlockHypergraph hypergraph = build_block_hypergraph(workload, options.kv_kept_for_backward);
   const PlacementMetrics dcp_figures = evaluate(workload, hypergraph, result.placement);
   const auto baseline_start = Clock::now();
   const ZigzagBaseline zigzag_cut = zigzag_baseline(workload, options.cluster);

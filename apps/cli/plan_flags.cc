@@ -24,6 +24,9 @@ const std::vector<FlagSpec>& plan_flags() {
        "arbitrary masks) instead of skipping them"},
       {"--eps-compute", "E", "dcp: device compute <= (1 + E) x mean [0.1]"},
       {"--eps-memory", "E", "dcp: device memory <= (1 + E) x mean [0.2]"},
+      {"--keep-kv", "all|none|MIB",
+       "dcp: kv values received in the forward pass that a device keeps for the backward pass, "
+       "instead of receiving them again: all, none, or up to MIB MiB per device and layer [all]"},
   };
   return specs;
 }
@@ -42,7 +45,7 @@ PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
     options.strategy = with_flag("--strategy", [&] { return parse_strategy(*name); });
   }
   options.schedule.fetch_launches = static_cast<std::int32_t>(args.get_int("--stages", 0, 0, 64));
-  for (const char* flag : {"--stages", "--eps-compute", "--eps-memory"}) {
+  for (const char* flag : {"--stages", "--eps-compute", "--eps-memory", "--keep-kv"}) {
     if (args.has(flag) && !is_dcp(options.strategy)) {
       throw UsageError(std::string(flag) + " applies to --strategy dcp or dcp-pure; " +
                        std::string(to_string(options.strategy)) + " has a fixed schedule");
@@ -63,8 +66,22 @@ PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
     check.cluster = options.cluster.shape;
     validate(check);
   });
+  if (const auto keep = args.get("--keep-kv")) {
+    options.kept_kv_budget = with_flag("--keep-kv", [&] { return parse_kept_kv_budget(*keep); });
+  }
   options.seed = seed;
   return options;
+}
+
+std::int64_t parse_kept_kv_budget(std::string_view text) {
+  if (text == "all") return kKeepAllKv;
+  if (text == "none") return kKeepNoKv;
+  const double mib = parse_double(text, "the kept kv budget");
+  if (!(mib >= 0) || mib > 1e9) {
+    throw InvalidInput("the kept kv budget must be all, none or a number of MiB in [0, 1e9], got " +
+                       std::string(text));
+  }
+  return static_cast<std::int64_t>(mib * 1024 * 1024);
 }
 
 }  // namespace dcp::cli

@@ -32,26 +32,29 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
     PlacementOptions placement_options = options.placement;
     placement_options.cluster = shape;
     placement_options.seed = options.seed;
+    placement_options.kv_kept_for_backward = options.kept_kv_budget == kKeepAllKv;
     PlacementResult placed = place(workload, placement_options);
-    BuiltPlan built{Plan{}, workload, std::move(placed.placement), placed.within_bounds, {}, {},
+    BuiltPlan built{Plan{}, workload, std::move(placed.placement), placed.within_bounds, {}, {}, {},
                     {},     {}};
     built.timings.partition_ms = ms_since(start);
     built.plan.header =
         plan_header(workload, shape, std::string(to_string(options.strategy)), options.seed);
+    built.kept =
+        choose_kept_kv(built.workload, built.placement, built.plan.header, options.kept_kv_budget);
     ScheduledPass passes[2];
     for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
       const auto begin = Clock::now();
       passes[pass == Pass::kForward ? 0 : 1] =
           schedule_pass(built.workload, built.placement, options.cluster, built.plan.header, pass,
-                        options.schedule);
+                        options.schedule, &built.kept);
       (pass == Pass::kForward ? built.timings.schedule_forward_ms
                               : built.timings.schedule_backward_ms) = ms_since(begin);
     }
     const auto compile_start = Clock::now();
-    built.plan.forward =
-        compile_pass(built.workload, built.placement, built.plan.header, passes[0].schedule);
-    built.plan.backward =
-        compile_pass(built.workload, built.placement, built.plan.header, passes[1].schedule);
+    built.plan.forward = compile_pass(built.workload, built.placement, built.plan.header,
+                                      passes[0].schedule, &built.kept);
+    built.plan.backward = compile_pass(built.workload, built.placement, built.plan.header,
+                                       passes[1].schedule, &built.kept);
     built.timings.compile_ms = ms_since(compile_start);
     built.forward = summarize(passes[0]);
     built.backward = summarize(passes[1]);
@@ -64,8 +67,8 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
 
 BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start) {
   const ClusterShape& shape = options.cluster.shape;
-  BuiltPlan built{Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {},
-                  {}};
+  BuiltPlan built{
+      Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {}};
   built.timings.partition_ms = ms_since(start);
   built.plan.header =
       plan_header(built.workload, shape, std::string(to_string(options.strategy)), options.seed);

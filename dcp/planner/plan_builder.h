@@ -11,6 +11,7 @@
 
 #include "dcp/planner/baselines/static_plans.h"
 #include "dcp/planner/placement/hierarchical_placer.h"
+#include "dcp/planner/schedule/kept_values.h"
 #include "dcp/planner/schedule/stage_scheduler.h"
 #include "dcp/program/program.h"
 
@@ -23,6 +24,10 @@ struct PlanOptions {
   ScheduleOptions schedule;    // dcp only
   MaskedTiles masked_tiles = MaskedTiles::kSkip;  // static strategies only
   std::uint64_t seed = 0;
+  // dcp only: the kv bytes per device kept from the forward pass for the backward pass
+  // (kept_values.h): kKeepAllKv, kKeepNoKv or a budget. Static strategies keep nothing (the
+  // systems they stand for receive kv again in the backward pass).
+  std::int64_t kept_kv_budget = kKeepAllKv;
 };
 
 struct PlanTimings {
@@ -65,6 +70,7 @@ struct BuiltPlan {
   Workload workload;  // what the plan computes: the input, or its re-cut for static strategies
   Placement placement;
   bool placement_within_bounds = true;
+  KeptKv kept;  // empty lists for static strategies
   ScheduleSummary forward;
   ScheduleSummary backward;
   PlanTimings timings;  // total_ms includes the selection

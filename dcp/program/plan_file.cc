@@ -37,7 +37,7 @@ constexpr std::uint64_t kMaxHeaderBytes =
     kMinHeaderBytes + kMaxStrategyBytes + 2 * kMaxDevices * kSectionEntryBytes;
 
 // An opcode is the Instruction's variant index; the file format fixes the order.
-static_assert(std::variant_size_v<Instruction> == 9);
+static_assert(std::variant_size_v<Instruction> == 11);
 static_assert(std::is_same_v<std::variant_alternative_t<0, Instruction>, Load>);
 static_assert(std::is_same_v<std::variant_alternative_t<1, Instruction>, Store>);
 static_assert(std::is_same_v<std::variant_alternative_t<2, Instruction>, Launch>);
@@ -47,13 +47,16 @@ static_assert(std::is_same_v<std::variant_alternative_t<5, Instruction>, AttnBac
 static_assert(std::is_same_v<std::variant_alternative_t<6, Instruction>, Merge>);
 static_assert(std::is_same_v<std::variant_alternative_t<7, Instruction>, Sum>);
 static_assert(std::is_same_v<std::variant_alternative_t<8, Instruction>, Free>);
-constexpr int kOpcodeCount = 9;
+static_assert(std::is_same_v<std::variant_alternative_t<9, Instruction>, Keep>);
+static_assert(std::is_same_v<std::variant_alternative_t<10, Instruction>, Restore>);
+constexpr int kOpcodeCount = 11;
 constexpr int kDTypeCount = 3;
 
 // Smallest encodings of list items, so that a count can be checked against the bytes left
 // before anything is allocated for it.
 constexpr std::size_t kBlockInfoBytes = 20;
 constexpr std::size_t kOutputBytes = 21;
+constexpr std::size_t kKeptValueBytes = 9;
 constexpr std::size_t kSlotBytes = 5;
 constexpr std::size_t kMinMaskBytes = 16;
 constexpr std::size_t kMinInstructionBytes = 5;
@@ -182,6 +185,16 @@ struct InstructionWriter {
     w.i32(x.src);
   }
   void operator()(const Free& x) const { w.i32s(x.slots, "freed slots"); }
+  void operator()(const Keep& x) const {
+    w.i32(x.slot);
+    w.i32(x.block);
+    w.i32(x.head_block);
+  }
+  void operator()(const Restore& x) const {
+    w.i32(x.slot);
+    w.i32(x.block);
+    w.i32(x.head_block);
+  }
 };
 
 std::string program_bytes(const Program& program) {
@@ -204,6 +217,12 @@ std::string program_bytes(const Program& program) {
     w.i32(output.head_block);
     w.i32(output.contributions);
     w.i64(output.pairs);
+  }
+  w.count(program.kept.size(), "kept values");
+  for (const KeptValue& kept : program.kept) {
+    w.u8(code(kept.kind));
+    w.i32(kept.block);
+    w.i32(kept.head_block);
   }
   w.count(program.slots.size(), "slots");
   for (const Slot& slot : program.slots) {
@@ -455,8 +474,22 @@ Instruction read_instruction(Reader& r) {
       x.src = r.i32("sum.src");
       return x;
     }
-    default:
-      return Free{r.i32s("free.slots")};  // opcode 8
+    case 8:
+      return Free{r.i32s("free.slots")};
+    case 9: {
+      Keep x;
+      x.slot = r.i32("keep.slot");
+      x.block = r.i32("keep.block");
+      x.head_block = r.i32("keep.head_block");
+      return x;
+    }
+    default: {  // opcode 10
+      Restore x;
+      x.slot = r.i32("restore.slot");
+      x.block = r.i32("restore.block");
+      x.head_block = r.i32("restore.head_block");
+      return x;
+    }
   }
 }
 
@@ -486,6 +519,15 @@ Program read_program_fields(Reader& r) {
     output.contributions = r.i32("outputs[].contributions");
     output.pairs = r.i64("outputs[].pairs");
     p.outputs.push_back(output);
+  }
+  const std::size_t kept = r.count("kept count", kKeptValueBytes);
+  p.kept.reserve(kept);
+  for (std::size_t i = 0; i < kept; ++i) {
+    KeptValue value;
+    value.kind = r.enumeration<SlotKind>("kept[].kind", kSlotKindCount);
+    value.block = r.i32("kept[].block");
+    value.head_block = r.i32("kept[].head_block");
+    p.kept.push_back(value);
   }
   const std::size_t slots = r.count("slots count", kSlotBytes);
   p.slots.reserve(slots);
@@ -727,6 +769,7 @@ class StructureCheck {
     check_blocks();
     check_owned();
     check_outputs();
+    check_kept();
     check_slots();
     check_masks();
     check_instructions();
@@ -831,6 +874,49 @@ class StructureCheck {
     }
   }
 
+  void check_kept() const {
+    for (std::size_t i = 0; i < p_.kept.size(); ++i) {
+      const KeptValue& k = p_.kept[i];
+      const auto where = [&] { return item("kept", i); };
+      kind(k.kind, where, "kind");
+      if (k.kind != SlotKind::kKV) {
+        fail(where() + ": kind " + std::string(to_string(k.kind)) +
+             " cannot be kept; only kv values are");
+      }
+      block(k.block, where);
+      head_block(k.head_block, false, where);
+      if (i > 0 && !(p_.kept[i - 1] < k)) {
+        fail(where() + ": kv(block " + std::to_string(k.block) + ", head " +
+             std::to_string(k.head_block) + ") is out of order or repeated; kept values are " +
+             "sorted, once each");
+      }
+      if (std::find(p_.owned.begin(), p_.owned.end(), k.block) != p_.owned.end()) {
+        fail(where() + ": block " + std::to_string(k.block) +
+             " is owned by this device; only received values are kept");
+      }
+    }
+  }
+
+  // A Keep (forward) or Restore (backward) names a value of Program::kept into a kv slot.
+  template <typename Op, typename Where>
+  void check_kept_copy(const Op& op, Pass pass, const Where& where) const {
+    if (p_.pass != pass) {
+      fail(where() + ": a " + std::string(pass == Pass::kForward ? "keep" : "restore") +
+           " belongs to the " + std::string(to_string(pass)) + " pass");
+    }
+    slot(op.slot, false, where, "slot");
+    if (p_.slots[static_cast<std::size_t>(op.slot)].kind != SlotKind::kKV) {
+      fail(where() + ": slot " + std::to_string(op.slot) + " is a " +
+           std::string(to_string(p_.slots[static_cast<std::size_t>(op.slot)].kind)) +
+           " slot, not kv");
+    }
+    const KeptValue key{SlotKind::kKV, op.block, op.head_block};
+    if (!std::binary_search(p_.kept.begin(), p_.kept.end(), key)) {
+      fail(where() + ": kv(block " + std::to_string(op.block) + ", head " +
+           std::to_string(op.head_block) + ") is not in the program's kept values");
+    }
+  }
+
   void check_slots() const {
     for (std::size_t i = 0; i < p_.slots.size(); ++i) {
       const auto where = [&] { return item("slots", i); };
@@ -931,6 +1017,10 @@ class StructureCheck {
           slot(
               free->slots[k], false, [&] { return where() + ": " + item("slots", k); }, "slot");
         }
+      } else if (const auto* keep = std::get_if<Keep>(&instruction)) {
+        check_kept_copy(*keep, Pass::kForward, where);
+      } else if (const auto* restore = std::get_if<Restore>(&instruction)) {
+        check_kept_copy(*restore, Pass::kBackward, where);
       }
     }
     if (p_.instruction_stage.size() != p_.instructions.size()) {

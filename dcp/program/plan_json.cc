@@ -71,6 +71,12 @@ struct InstructionFields {
     json.key("slots");
     write_ints(json, x.slots);
   }
+  void operator()(const Keep& x) const {
+    json.field("slot", x.slot).field("block", x.block).field("head_block", x.head_block);
+  }
+  void operator()(const Restore& x) const {
+    json.field("slot", x.slot).field("block", x.block).field("head_block", x.head_block);
+  }
 };
 
 bool is_long(const Instruction& instruction) {
@@ -146,6 +152,16 @@ void write_json(JsonWriter& json, const Program& program) {
     json.field("kind", to_string(output.kind)).field("block", output.block);
     json.field("head_block", output.head_block).field("contributions", output.contributions);
     json.field("pairs", output.pairs);
+    json.end_object();
+  }
+  json.end_array();
+
+  json.key("kept").begin_array();
+  for (const KeptValue& kept : program.kept) {
+    JsonWriter::Inline line(json);
+    json.begin_object();
+    json.field("kind", to_string(kept.kind)).field("block", kept.block);
+    json.field("head_block", kept.head_block);
     json.end_object();
   }
   json.end_array();

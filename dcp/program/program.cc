@@ -92,6 +92,8 @@ std::string_view opcode_name(const Instruction& instruction) {
     std::string_view operator()(const Merge&) const { return "merge"; }
     std::string_view operator()(const Sum&) const { return "sum"; }
     std::string_view operator()(const Free&) const { return "free"; }
+    std::string_view operator()(const Keep&) const { return "keep"; }
+    std::string_view operator()(const Restore&) const { return "restore"; }
   };
   return std::visit(Name{}, instruction);
 }

@@ -7,6 +7,7 @@
 // semantics of every field and instruction, and the binary file that stores a Plan.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -195,11 +196,39 @@ struct Free {
   friend bool operator==(const Free&, const Free&) = default;
 };
 
-using Instruction =
-    std::variant<Load, Store, Launch, Wait, AttnForward, AttnBackward, Merge, Sum, Free>;
+// Forward only: copies the kv value (block, head_block) that `slot` holds into this device's kept
+// tensor, at its place in Program::kept, for the backward pass (which then need not receive it
+// again). Every value of Program::kept is kept exactly once.
+struct Keep {
+  SlotId slot = 0;
+  BlockId block = 0;
+  std::int32_t head_block = 0;
+  friend bool operator==(const Keep&, const Keep&) = default;
+};
+
+// Backward only: copies the value (block, head_block) of Program::kept from the kept tensor the
+// forward pass filled into `slot`, like a Load of a block this device does not own.
+struct Restore {
+  SlotId slot = 0;
+  BlockId block = 0;
+  std::int32_t head_block = 0;
+  friend bool operator==(const Restore&, const Restore&) = default;
+};
+
+using Instruction = std::variant<Load, Store, Launch, Wait, AttnForward, AttnBackward, Merge, Sum,
+                                 Free, Keep, Restore>;
 std::string_view opcode_name(const Instruction& instruction);
 
 // --- Program and Plan ------------------------------------------------------------------------
+
+// A value received in the forward pass that this device keeps for the backward pass (kKV only).
+// Its bytes lie in the device's kept tensor in Program::kept order, each value_bytes long.
+struct KeptValue {
+  SlotKind kind = SlotKind::kKV;
+  BlockId block = 0;
+  std::int32_t head_block = 0;
+  friend auto operator<=>(const KeptValue&, const KeptValue&) = default;
+};
 
 struct Program {
   std::int32_t device = 0;
@@ -210,6 +239,9 @@ struct Program {
   std::vector<BlockId> owned;
   std::vector<BlockInfo> blocks;  // every block referenced, sorted by id
   std::vector<ExpectedOutput> outputs;
+  // The values the forward Program keeps for the backward Program of this device, sorted; the
+  // same list in both (empty when the plan keeps nothing).
+  std::vector<KeptValue> kept;
   std::vector<Slot> slots;
   std::vector<TileMask> masks;
   std::vector<Instruction> instructions;

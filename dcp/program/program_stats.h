@@ -10,7 +10,7 @@
 
 namespace dcp {
 
-inline constexpr int kOpcodeCount = 9;  // the alternatives of Instruction, in order
+inline constexpr int kOpcodeCount = 11;  // the alternatives of Instruction, in order
 
 struct ProgramStats {
   std::array<std::int64_t, kOpcodeCount> opcode_counts{};  // indexed by Instruction::index()

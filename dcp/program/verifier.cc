@@ -165,6 +165,30 @@ class Simulation {
     return Step::kNext;
   }
 
+  // A Keep reads the kv value it names; a Restore gives an empty slot that value.
+  Step execute(DeviceState& state, const Keep& keep) {
+    if (readable(state, keep.slot, "kept") == Step::kFailed) return Step::kFailed;
+    const Value& value = state.slots[static_cast<std::size_t>(keep.slot)].value;
+    if (value.kind != SlotKind::kKV || value.block != keep.block ||
+        value.head_block != keep.head_block) {
+      return fail(state, "value-mismatch",
+                  cat("keeps kv(block ", keep.block, ", head ", keep.head_block, ") from slot ",
+                      keep.slot, " holding ", describe(value)));
+    }
+    return Step::kNext;
+  }
+
+  Step execute(DeviceState& state, const Restore& restore) {
+    const BlockInfo* info = find_block(*state.program, restore.block);  // kept, so in the table
+    if (vacant(state, restore.slot, info->tokens, "restored") == Step::kFailed) {
+      return Step::kFailed;
+    }
+    SlotState& slot = state.slots[static_cast<std::size_t>(restore.slot)];
+    slot.held = Held::kLive;
+    slot.value.reset(SlotKind::kKV, restore.block, restore.head_block, info->seq, info->tokens);
+    return Step::kNext;
+  }
+
   Step execute(DeviceState& state, const Store& store) {
     const std::int32_t index = state.index->find_output(store.kind, store.block, store.head_block);
     const ExpectedOutput& expected = state.program->outputs[static_cast<std::size_t>(index)];

@@ -48,9 +48,17 @@
 //   output-unexpected    a store of a value the program does not list in `outputs`
 //   output-stored-twice  two stores of one expected output
 //   output-missing       an expected output that no store writes
+//   kept-mismatch        the forward and backward Programs of a device list different kept
+//                        values (the kept list itself must be received kv values of the block
+//                        table, sorted, once each: else structure)
+//   kept-unknown         a keep or restore of a value not in the Program's kept list (a keep in
+//                        the backward pass or a restore in the forward pass: wrong-pass)
+//   kept-twice           a value kept a second time in the forward pass
+//   kept-missing         a kept value that the forward Program never keeps
 //  Simulation:
 //   slot-empty           reading, sending or freeing a slot with no value
-//   slot-live            a new value (load, non-accumulating attention output, receive) for a
+//   slot-live            a new value (load, restore, non-accumulating attention output, receive)
+//   for a
 //                        slot that already holds one
 //   slot-in-flight       writing, accumulating or merging into, reloading or freeing a slot whose
 //                        send has not been waited
@@ -58,7 +66,7 @@
 //                        waited
 //   slot-capacity        a load or attention output with more tokens than the slot holds
 //   value-mismatch       an accumulate, merge, sum or store whose operands are of different
-//                        blocks or head blocks
+//                        blocks or head blocks; a keep whose slot holds another value
 //   seq-mismatch         a q and a kv block of different sequences in one attention entry
 //   head-mismatch        a kv value of another kv head block than the one the q head block reads
 //   mask-shape           a tile mask whose q or kv token count differs from the blocks'

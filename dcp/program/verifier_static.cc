@@ -40,7 +40,8 @@ std::optional<std::string> header_problem(const PlanHeader& header, std::size_t 
 class ProgramChecker {
  public:
   ProgramChecker(const Plan& plan, Pass pass, std::int32_t device, PassIndex& pass_index)
-      : header_(plan.header),
+      : plan_(plan),
+        header_(plan.header),
         pass_(pass),
         device_(device),
         devices_(static_cast<std::int32_t>(plan.programs(pass).size())),
@@ -73,6 +74,15 @@ class ProgramChecker {
         return fail("output-missing",
                     cat("expected output ", to_string(key.kind), "(block ", key.block, ", head ",
                         key.head_block, ") is never stored"));
+      }
+    }
+    if (pass_ == Pass::kForward) {
+      for (std::size_t k = 0; k < program_.kept.size(); ++k) {
+        if (!kept_done_[k]) {
+          return fail("kept-missing",
+                      cat("kept value kv(block ", program_.kept[k].block, ", head ",
+                          program_.kept[k].head_block, ") is never kept for the backward pass"));
+        }
       }
     }
     return std::nullopt;
@@ -158,7 +168,79 @@ class ProgramChecker {
       }
     }
     stored_.assign(program_.outputs.size(), false);
+    return check_kept_list();
+  }
+
+  // The kept values: received kv values, sorted, once each, in the block table, and the same
+  // list in the other pass's Program of this device.
+  std::optional<Violation> check_kept_list() {
+    const std::vector<KeptValue>& kept = program_.kept;
+    for (std::size_t k = 0; k < kept.size(); ++k) {
+      const KeptValue& value = kept[k];
+      const std::string name = cat("kept value ", k, " ", to_string(value.kind), "(block ",
+                                   value.block, ", head ", value.head_block, ")");
+      if (value.kind != SlotKind::kKV || !head_in_range(value.kind, value.head_block) ||
+          find_block(program_, value.block) == nullptr || (k > 0 && !(kept[k - 1] < value))) {
+        return fail("structure", cat(name, " is not a kv value of the block table, or the list ",
+                                     "is not sorted and repeat-free"));
+      }
+      if (index_.owns(value.block)) {
+        return fail("structure", cat(name, " is of an owned block; only received values are kept"));
+      }
+    }
+    const std::vector<Program>& other =
+        plan_.programs(pass_ == Pass::kForward ? Pass::kBackward : Pass::kForward);
+    if (other.size() == plan_.programs(pass_).size() &&
+        other[static_cast<std::size_t>(device_)].kept != kept) {
+      return fail(
+          "kept-mismatch",
+          cat("the forward and backward Programs of device ", device_,
+              " list different kept values (",
+              pass_ == Pass::kForward ? kept.size()
+                                      : other[static_cast<std::size_t>(device_)].kept.size(),
+              " forward, ",
+              pass_ == Pass::kForward ? other[static_cast<std::size_t>(device_)].kept.size()
+                                      : kept.size(),
+              " backward)"));
+    }
+    kept_done_.assign(kept.size(), false);
     return std::nullopt;
+  }
+
+  // The index of (block, head_block) in Program::kept, or -1.
+  std::int64_t kept_index(BlockId block, std::int32_t head_block) const {
+    const KeptValue key{SlotKind::kKV, block, head_block};
+    const auto it = std::lower_bound(program_.kept.begin(), program_.kept.end(), key);
+    return it != program_.kept.end() && *it == key ? it - program_.kept.begin() : -1;
+  }
+
+  template <typename Op>
+  std::optional<Violation> check_kept_copy(const Op& op, Pass pass, std::string_view opcode) {
+    if (pass_ != pass) {
+      return fail("wrong-pass", cat(opcode, " in the ", to_string(pass_), " pass"));
+    }
+    if (auto violation = check_slot(op.slot, SlotKind::kKV, opcode)) return violation;
+    const std::int64_t k = kept_index(op.block, op.head_block);
+    if (k < 0) {
+      return fail("kept-unknown", cat(opcode, " of kv(block ", op.block, ", head ", op.head_block,
+                                      "), which is not in the program's kept values"));
+    }
+    return std::nullopt;
+  }
+
+  std::optional<Violation> check(const Keep& keep) {
+    if (auto violation = check_kept_copy(keep, Pass::kForward, "keep")) return violation;
+    const auto k = static_cast<std::size_t>(kept_index(keep.block, keep.head_block));
+    if (kept_done_[k]) {
+      return fail("kept-twice", cat("kv(block ", keep.block, ", head ", keep.head_block,
+                                    ") is kept a second time"));
+    }
+    kept_done_[k] = true;
+    return std::nullopt;
+  }
+
+  std::optional<Violation> check(const Restore& restore) {
+    return check_kept_copy(restore, Pass::kBackward, "restore");
   }
 
   bool head_in_range(SlotKind kind, std::int32_t head_block) const {
@@ -342,6 +424,7 @@ class ProgramChecker {
     return std::nullopt;
   }
 
+  const Plan& plan_;
   const PlanHeader& header_;
   Pass pass_;
   std::int32_t device_;
@@ -353,6 +436,7 @@ class ProgramChecker {
   std::vector<std::int64_t> launch_instruction_;  // per launch id
   std::vector<bool> waited_;                      // per launch id, so far
   std::vector<bool> stored_;                      // per expected output, so far
+  std::vector<bool> kept_done_;                   // per kept value: kept (forward) so far
 };
 
 }  // namespace

@@ -31,6 +31,8 @@ struct PassTensors {
   std::byte* out_q = nullptr;       // forward: o; backward: dq
   std::byte* out_k = nullptr;       // backward: dk
   std::byte* out_v = nullptr;       // backward: dv
+  std::byte* kept_out = nullptr;    // forward: the kept tensor (LoweredPass::kept_bytes)
+  const std::byte* kept = nullptr;  // backward: the kept tensor its forward filled
 };
 
 class Device {
@@ -51,6 +53,8 @@ class Device {
   virtual void attention(const AttentionCall& call) = 0;  // of the pass begun
   virtual void merge(const MergeCall& call) = 0;
   virtual void sum(const SumCall& call) = 0;
+  // A Keep (forward: slot to kept tensor) or Restore (backward: kept tensor to slot).
+  virtual void copy_kept(const KeptCall& call) = 0;
   // The pass's calls are all made (the executor calls it however the pass ends).
   virtual void end() {}
 };

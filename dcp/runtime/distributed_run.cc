@@ -69,11 +69,12 @@ RunResult run_rank(comm::Communicator& communicator, const Plan& plan,
   std::vector<std::byte> o(layout.q_bytes()), dq(layout.q_bytes()), dk(layout.kv_bytes()),
       dv(layout.kv_bytes());
   std::vector<float> lse(layout.lse_elements());
+  std::vector<std::byte> kept(executor.kept_bytes());
 
   communicator.barrier();
-  executor.forward(local.q, local.k, local.v, o, lse);
+  executor.forward(local.q, local.k, local.v, o, lse, 0, kept);
   communicator.barrier();
-  executor.backward(local.q, local.k, local.v, o, lse, local.dout, dq, dk, dv);
+  executor.backward(local.q, local.k, local.v, o, lse, local.dout, dq, dk, dv, 0, kept);
 
   // Gather on rank 0: every other rank sends its outputs and profiles; rank 0 knows each rank's
   // layout from the plan.

@@ -82,6 +82,10 @@ void Executor::prepare(const PlanHeader& header, Program forward, Program backwa
     throw InvalidInput("device " + std::to_string(forward.device) +
                        ": the forward and backward Programs own different blocks");
   }
+  if (forward.kept != backward.kept) {
+    throw InvalidInput("device " + std::to_string(forward.device) +
+                       ": the forward and backward Programs keep different values");
+  }
   header_ = header;
   layout_ = local_layout(header, forward);
   prepare_pass(forward_, std::move(forward));
@@ -111,6 +115,8 @@ std::size_t Executor::arena_bytes(Pass pass) const {
   return to_size(state(pass).lowered.arena_bytes);
 }
 
+std::size_t Executor::kept_bytes() const { return to_size(forward_.lowered.kept_bytes); }
+
 void Executor::use_arena(Pass pass, std::span<std::byte> memory) {
   PassState& s = state(pass);
   const std::size_t bytes = arena_bytes(pass);
@@ -139,7 +145,7 @@ float Executor::scale(double softmax_scale) const {
 
 void Executor::forward(std::span<const std::byte> q, std::span<const std::byte> k,
                        std::span<const std::byte> v, std::span<std::byte> o, std::span<float> lse,
-                       double softmax_scale) {
+                       double softmax_scale, std::span<std::byte> kept) {
   if (!prepared_) {
     throw Error("Executor::forward called before prepare()");
   }
@@ -148,12 +154,14 @@ void Executor::forward(std::span<const std::byte> q, std::span<const std::byte> 
   expect_size(v.size(), layout_.kv_bytes(), "v", "bytes");
   expect_size(o.size(), layout_.q_bytes(), "o", "bytes");
   expect_size(lse.size(), layout_.lse_elements(), "lse", "elements");
+  expect_size(kept.size(), kept_bytes(), "kept", "bytes");
   PassTensors tensors;
   tensors.q = q.data();
   tensors.k = k.data();
   tensors.v = v.data();
   tensors.out_q = o.data();
   tensors.lse_out = lse.data();
+  tensors.kept_out = kept.data();
   run(forward_, tensors, scale(softmax_scale));
 }
 
@@ -161,7 +169,7 @@ void Executor::backward(std::span<const std::byte> q, std::span<const std::byte>
                         std::span<const std::byte> v, std::span<const std::byte> o,
                         std::span<const float> lse, std::span<const std::byte> dout,
                         std::span<std::byte> dq, std::span<std::byte> dk, std::span<std::byte> dv,
-                        double softmax_scale) {
+                        double softmax_scale, std::span<const std::byte> kept) {
   if (!prepared_) {
     throw Error("Executor::backward called before prepare()");
   }
@@ -174,7 +182,9 @@ void Executor::backward(std::span<const std::byte> q, std::span<const std::byte>
   expect_size(dq.size(), layout_.q_bytes(), "dq", "bytes");
   expect_size(dk.size(), layout_.kv_bytes(), "dk", "bytes");
   expect_size(dv.size(), layout_.kv_bytes(), "dv", "bytes");
+  expect_size(kept.size(), kept_bytes(), "kept", "bytes");
   PassTensors tensors;
+  tensors.kept = kept.data();
   tensors.q = q.data();
   tensors.k = k.data();
   tensors.v = v.data();
@@ -231,7 +241,8 @@ void Executor::run(PassState& state, const PassTensors& tensors, float softmax_s
     } else if (std::holds_alternative<WaitCall>(lowered)) {
       profile.wait_seconds += seconds;
     } else if (std::holds_alternative<LoadCall>(lowered) ||
-               std::holds_alternative<StoreCall>(lowered)) {
+               std::holds_alternative<StoreCall>(lowered) ||
+               std::holds_alternative<KeptCall>(lowered)) {
       profile.copy_seconds += seconds;
     }
   }
@@ -260,6 +271,8 @@ void Executor::call(PassState& state, const LoweredCall& lowered) {
           device_.merge(call);
         } else if constexpr (std::is_same_v<Call, SumCall>) {
           device_.sum(call);
+        } else if constexpr (std::is_same_v<Call, KeptCall>) {
+          device_.copy_kept(call);
         } else {
           static_assert(std::is_same_v<Call, NoCall>);
         }

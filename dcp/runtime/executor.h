@@ -7,10 +7,11 @@
 // Usage from a training loop (docs/runtime.md):
 //   Executor executor(communicator, kernels);
 //   executor.prepare(plan);                        // once per batch: checks, lowers
-//   executor.forward(q, k, v, o, lse);             // local tensors, LocalLayout order
-//   executor.backward(q, k, v, o, lse, dout, dq, dk, dv);
-// Passes keep nothing between calls: backward takes what forward used and returned, so any number
-// of layers may run forward and then backward in any order (autograd, activation checkpointing).
+//   executor.forward(q, k, v, o, lse, 0, kept);    // local tensors, LocalLayout order
+//   executor.backward(q, k, v, o, lse, dout, dq, dk, dv, 0, kept);
+// Passes keep nothing between calls: backward takes what forward used and returned (with the kv
+// values the plan keeps from the forward pass in `kept`), so any number of layers may run forward
+// and then backward in any order (autograd, activation checkpointing).
 #pragma once
 
 #include <cstddef>
@@ -59,19 +60,23 @@ class Executor {
   const PlanHeader& header() const { return header_; }
   const LoweredPass& lowered(Pass pass) const { return state(pass).lowered; }
 
-  // q: LocalLayout::q_bytes(), k and v: kv_bytes(); writes o (q_bytes) and lse (lse_elements).
-  // softmax_scale 0 means the plan's. Throws InvalidInput naming a tensor whose size is wrong,
-  // comm::CommError if a peer fails or times out (or whatever the communicator throws).
+  // q: LocalLayout::q_bytes(), k and v: kv_bytes(); writes o (q_bytes), lse (lse_elements) and
+  // kept (kept_bytes(): the kv values received that the plan keeps for the backward pass; empty
+  // when it keeps none). softmax_scale 0 means the plan's. Throws InvalidInput naming a tensor
+  // whose size is wrong, comm::CommError if a peer fails or times out (or whatever the
+  // communicator throws).
   void forward(std::span<const std::byte> q, std::span<const std::byte> k,
                std::span<const std::byte> v, std::span<std::byte> o, std::span<float> lse,
-               double softmax_scale = 0);
-  // The inputs and outputs of a forward call with the same plan, and dout (q_bytes) in; dq
-  // (q_bytes), dk and dv (kv_bytes) out.
+               double softmax_scale = 0, std::span<std::byte> kept = {});
+  // The inputs and outputs of a forward call with the same plan (kept included), and dout
+  // (q_bytes) in; dq (q_bytes), dk and dv (kv_bytes) out.
   void backward(std::span<const std::byte> q, std::span<const std::byte> k,
                 std::span<const std::byte> v, std::span<const std::byte> o,
                 std::span<const float> lse, std::span<const std::byte> dout,
                 std::span<std::byte> dq, std::span<std::byte> dk, std::span<std::byte> dv,
-                double softmax_scale = 0);
+                double softmax_scale = 0, std::span<const std::byte> kept = {});
+  // Bytes of the kept tensor a forward call fills and its backward call reads (after prepare).
+  std::size_t kept_bytes() const;
 
   // One pass's buffer table: a communicator that moves bytes by its own means (torch.distributed)
   // finds a transfer's slot in it. Empty after prepare until use_arena lends memory or the first

@@ -130,6 +130,15 @@ class HostDevice final : public Device {
     }
   }
 
+  void copy_kept(const KeptCall& call) override {
+    const auto bytes = static_cast<std::size_t>(call.bytes);
+    if (call.keep) {
+      std::memcpy(t_.kept_out + call.kept_offset, arena_ + call.slot_offset, bytes);
+    } else {
+      std::memcpy(arena_ + call.slot_offset, t_.kept + call.kept_offset, bytes);
+    }
+  }
+
   void store(const StoreCall& call) override {
     const std::int32_t t = call.tokens;
     const bool kv = call.kind == SlotKind::kDKV;

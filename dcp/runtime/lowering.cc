@@ -30,6 +30,10 @@ class Lowerer {
       const std::int64_t bytes = value_bytes(header, slot.kind, slot.tokens);
       out_.arena_bytes += (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
     }
+    for (const KeptValue& kept : program.kept) {
+      kept_offsets_.push_back(out_.kept_bytes);
+      out_.kept_bytes += value_bytes(header, kept.kind, block(kept.block).tokens);
+    }
     AttentionTables& t = out_.tables;
     for (const TileMask& mask : program.masks) {
       mask_start_.push_back(static_cast<std::int32_t>(t.mask_rows.size()));
@@ -314,6 +318,42 @@ class Lowerer {
                    value_bytes(header_, kind, t) / static_cast<std::int64_t>(sizeof(float))};
   }
 
+  std::int64_t kept_offset(BlockId block, std::int32_t head_block) const {
+    const KeptValue key{SlotKind::kKV, block, head_block};
+    const auto it = std::lower_bound(program_.kept.begin(), program_.kept.end(), key);
+    if (it == program_.kept.end() || *it != key) {
+      throw Error("kv(block " + std::to_string(block) + ", head " + std::to_string(head_block) +
+                  ") is not a kept value");
+    }
+    return kept_offsets_[to_size(it - program_.kept.begin())];
+  }
+
+  LoweredCall lower(const Keep& keep) {
+    if (program_.pass != Pass::kForward) throw Error("a keep in the backward pass");
+    expect_kind(keep.slot, SlotKind::kKV);
+    const std::int32_t t = block(keep.block).tokens;
+    if (tokens(keep.slot) != t) {
+      throw Error("slot " + std::to_string(keep.slot) + " holds " +
+                  std::to_string(tokens(keep.slot)) + " tokens, block " +
+                  std::to_string(keep.block) + " has " + std::to_string(t));
+    }
+    return KeptCall{true, offset(keep.slot), kept_offset(keep.block, keep.head_block),
+                    value_bytes(header_, SlotKind::kKV, t)};
+  }
+
+  LoweredCall lower(const Restore& restore) {
+    if (program_.pass != Pass::kBackward) throw Error("a restore in the forward pass");
+    expect_kind(restore.slot, SlotKind::kKV);
+    const std::int32_t t = block(restore.block).tokens;
+    if (t > slot(restore.slot).tokens) {
+      throw Error("slot " + std::to_string(restore.slot) + " is too small for " +
+                  std::to_string(t) + " tokens");
+    }
+    tokens_[to_size(restore.slot)] = t;
+    return KeptCall{false, offset(restore.slot), kept_offset(restore.block, restore.head_block),
+                    value_bytes(header_, SlotKind::kKV, t)};
+  }
+
   LoweredCall lower(const Free& free) {
     for (const SlotId id : free.slots) {
       slot(id);
@@ -327,6 +367,7 @@ class Lowerer {
   std::vector<std::int32_t> tokens_;
   std::vector<std::pair<BlockId, std::int64_t>> block_offsets_;
   std::vector<std::int32_t> mask_start_;
+  std::vector<std::int64_t> kept_offsets_;  // per Program::kept value
   LoweredPass out_;
 };
 

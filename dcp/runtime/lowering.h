@@ -74,11 +74,20 @@ struct SumCall {
   std::int64_t elements = 0;
 };
 
+// A Keep (forward: the slot's bytes into the kept tensor) or a Restore (backward: the kept
+// tensor's bytes into the slot): a plain copy of `bytes`.
+struct KeptCall {
+  bool keep = true;
+  std::int64_t slot_offset = 0;
+  std::int64_t kept_offset = 0;  // in the kept tensor (LoweredPass::kept_bytes)
+  std::int64_t bytes = 0;
+};
+
 // A Free, or a Store of no contribution (the outputs start as that value): nothing to run.
 struct NoCall {};
 
 using LoweredCall = std::variant<LoadCall, StoreCall, LaunchCall, WaitCall, AttentionCall,
-                                 MergeCall, SumCall, NoCall>;
+                                 MergeCall, SumCall, KeptCall, NoCall>;
 
 // Integer tables of a pass's attention instructions.
 //   entries   kEntryFields per entry: q_off, kv_off, q_tokens, kv_tokens, mask, q_group,
@@ -133,6 +142,9 @@ enum GroupField : int {
 struct LoweredPass {
   Pass pass = Pass::kForward;
   std::int64_t arena_bytes = 0;
+  // The kept tensor: Program::kept's values back to back (the forward pass writes it, the
+  // backward pass reads it).
+  std::int64_t kept_bytes = 0;
   std::vector<std::int64_t> slot_offsets;
   std::vector<LoweredCall> calls;  // one per instruction
   AttentionTables tables;

@@ -171,10 +171,12 @@ class Simulation {
       const double start = state.time;
       double seconds = 0;
       bool compute = true;
-      // A load, store, merge or sum right after one of its kind joins its batched kernel.
+      // A load, store, merge, sum, keep or restore right after one of its kind joins its batched
+      // kernel.
       const bool memory =
           std::holds_alternative<Load>(instruction) || std::holds_alternative<Store>(instruction) ||
-          std::holds_alternative<Merge>(instruction) || std::holds_alternative<Sum>(instruction);
+          std::holds_alternative<Merge>(instruction) || std::holds_alternative<Sum>(instruction) ||
+          std::holds_alternative<Keep>(instruction) || std::holds_alternative<Restore>(instruction);
       if (memory && instruction.index() != state.memory_run) seconds = cost_.kernel_overhead();
       if (!std::holds_alternative<Free>(instruction)) {
         state.memory_run = memory ? instruction.index() : std::variant_npos;
@@ -187,6 +189,11 @@ class Simulation {
                        ? cost_.memory_seconds(value_bytes(header_, store->kind,
                                                           tokens_of_block(program, store->block)))
                        : cost_.memory_seconds(2 * slot_bytes(state, store->slot));
+      } else if (const auto* keep = std::get_if<Keep>(&instruction)) {
+        seconds += cost_.memory_seconds(2 * slot_bytes(state, keep->slot));
+      } else if (const auto* restore = std::get_if<Restore>(&instruction)) {
+        state.slot_tokens[at(restore->slot)] = tokens_of_block(program, restore->block);
+        seconds += cost_.memory_seconds(2 * slot_bytes(state, restore->slot));
       } else if (const auto* merge = std::get_if<Merge>(&instruction)) {
         seconds += cost_.memory_seconds(3 * slot_bytes(state, merge->dst));
       } else if (const auto* sum = std::get_if<Sum>(&instruction)) {

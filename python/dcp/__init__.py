@@ -66,13 +66,27 @@ def _request(seqlens: Sequence[int], mask: Any = "causal", *, heads: int = 8, kv
              cluster: str = "a100-p4de", nodes: int | None = None,
              devices_per_node: int | None = None, strategy: str = "dcp", stages: int = 0,
              eps_compute: float = 0.1, eps_memory: float = 0.2,
-             compute_masked_tiles: bool = False, seed: int = 0) -> Any:
+             compute_masked_tiles: bool = False, keep_kv: Any = "all", seed: int = 0) -> Any:
     lengths = [int(n) for n in seqlens]
     return _core.make_request(
         lengths, _masks(mask), int(heads), int(kv_heads), int(head_dim), dtype_name(dtype),
         float(softmax_scale or 0.0), int(block_size or 0), int(head_block_size), str(cluster),
         int(nodes or 0), int(devices_per_node or 0), str(strategy), int(stages),
-        float(eps_compute), float(eps_memory), bool(compute_masked_tiles), int(seed))
+        float(eps_compute), float(eps_memory), bool(compute_masked_tiles),
+        _kept_kv_budget(keep_kv), int(seed))
+
+
+def _kept_kv_budget(keep_kv: Any) -> int:
+    """keep_kv ('all', 'none' or MiB per device and layer) as the planner's bytes (-1: all)."""
+    if keep_kv == "all":
+        return -1
+    if keep_kv == "none":
+        return 0
+    if isinstance(keep_kv, (int, float)) and not isinstance(keep_kv, bool):
+        if not 0 <= keep_kv <= 1e9:
+            raise ValueError(f"keep_kv {keep_kv} MiB is outside [0, 1e9]")
+        return int(keep_kv * 1024 * 1024)
+    raise ValueError(f"keep_kv {keep_kv!r} is neither 'all', 'none' nor a number of MiB")
 
 
 def plan(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Plan:
@@ -81,7 +95,9 @@ def plan(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Plan:
     block_size=None (chosen), head_block_size=1, cluster='a100-p4de' (a preset or a cluster
     file), nodes, devices_per_node (the cluster's), strategy='dcp' (dcp | dcp-pure | ring |
     zigzag | ulysses | hybrid), stages=0 (chosen), eps_compute=0.1, eps_memory=0.2,
-    compute_masked_tiles=False, seed=0.
+    compute_masked_tiles=False, keep_kv='all' (dcp: the kv values a rank received in the forward
+    pass that it keeps for the backward pass instead of receiving them again: 'all', 'none', or
+    up to that many MiB per rank and attention layer), seed=0.
 
     `mask` is a spec ('causal', 'lambda:sink=64,window=4096', ...) for every sequence, an int32
     (total tokens, K, 2) array of per-row key intervals, or a list with one spec or array per

@@ -170,6 +170,10 @@ class PythonDevice final : public runtime::Device {
   void sum(const runtime::SumCall& c) override {
     call("add", [&] { return std::make_tuple(c.dst, c.src, c.elements); });
   }
+  void copy_kept(const runtime::KeptCall& c) override {
+    call("copy_kept",
+         [&] { return std::make_tuple(c.keep, c.slot_offset, c.kept_offset, c.bytes); });
+  }
   void end() override {
     try {
       call("end", [] { return std::make_tuple(); });
@@ -252,14 +256,15 @@ class TorchExecutor {
   const PlanHeader& header() const { return executor_.header(); }
 
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, Tensor& lse,
-               double scale) {
+               Tensor& kept, double scale) {
     expect_storage({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}}, lse);
-    executor_.forward(in(q), in(k), in(v), out(o), out_floats(lse), scale);
+    expect_kept(kept);
+    executor_.forward(in(q), in(k), in(v), out(o), out_floats(lse), scale, out(kept));
   }
 
   void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                 const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv,
-                double scale) {
+                const Tensor& kept, double scale) {
     expect_storage({{&q, "q"},
                     {&k, "k"},
                     {&v, "v"},
@@ -269,11 +274,17 @@ class TorchExecutor {
                     {&dk, "dk"},
                     {&dv, "dv"}},
                    lse);
+    expect_kept(kept);
     executor_.backward(in(q), in(k), in(v), in(o), in_floats(lse), in(dout), out(dq), out(dk),
-                       out(dv), scale);
+                       out(dv), scale, in(kept));
   }
 
  private:
+  // The kept tensor: uint8 bytes where the other tensors live.
+  void expect_kept(const Tensor& kept) const {
+    expect_dtype(kept, nb::dtype<std::uint8_t>(), "kept");
+    expect_device(kept, "kept");
+  }
   // The tensors in the plan's storage dtype, lse in fp32.
   void expect_storage(std::initializer_list<std::pair<const Tensor*, const char*>> tensors,
                       const Tensor& lse) const {
@@ -336,13 +347,15 @@ void bind_executor(nb::module_& m) {
           },
           nb::arg("pass_index"), nb::arg("memory").noconvert())
       .def_prop_ro("local_tokens", [](TorchExecutor& e) { return e.executor().layout().tokens(); })
+      .def_prop_ro("kept_bytes", [](TorchExecutor& e) { return e.executor().kept_bytes(); })
       .def("forward", &TorchExecutor::forward, nb::arg("q").noconvert(), nb::arg("k").noconvert(),
            nb::arg("v").noconvert(), nb::arg("o").noconvert(), nb::arg("lse").noconvert(),
-           nb::arg("softmax_scale"), nb::call_guard<nb::gil_scoped_release>())
+           nb::arg("kept").noconvert(), nb::arg("softmax_scale"),
+           nb::call_guard<nb::gil_scoped_release>())
       .def("backward", &TorchExecutor::backward, nb::arg("q").noconvert(), nb::arg("k").noconvert(),
            nb::arg("v").noconvert(), nb::arg("o").noconvert(), nb::arg("lse").noconvert(),
            nb::arg("dout").noconvert(), nb::arg("dq").noconvert(), nb::arg("dk").noconvert(),
-           nb::arg("dv").noconvert(), nb::arg("softmax_scale"),
+           nb::arg("dv").noconvert(), nb::arg("kept").noconvert(), nb::arg("softmax_scale"),
            nb::call_guard<nb::gil_scoped_release>())
       .def("profile", [](TorchExecutor& e, int pass) {
         return profile_dict(e.executor().profile(pass == 0 ? Pass::kForward : Pass::kBackward));

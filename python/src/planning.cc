@@ -90,7 +90,8 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
                          std::int32_t head_block_size, const std::string& cluster,
                          std::int32_t nodes, std::int32_t devices_per_node,
                          const std::string& strategy, std::int32_t stages, double eps_compute,
-                         double eps_memory, bool compute_masked_tiles, std::uint64_t seed) {
+                         double eps_memory, bool compute_masked_tiles, std::int64_t kept_kv_budget,
+                         std::uint64_t seed) {
   PlanRequest request;
   request.shape.q_heads = heads;
   request.shape.kv_heads = kv_heads;
@@ -131,6 +132,11 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
     }
     request.plan.masked_tiles = MaskedTiles::kCompute;
   }
+  if (kept_kv_budget < kKeepAllKv) {
+    throw InvalidInput("keep_kv " + std::to_string(kept_kv_budget) +
+                       " bytes is negative (use 'all', 'none' or a number of MiB)");
+  }
+  request.plan.kept_kv_budget = kept_kv_budget;
   request.plan.seed = seed;
   return request;
 }
@@ -189,7 +195,8 @@ void bind_planning(nb::module_& m) {
         nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("dtype"), nb::arg("softmax_scale"),
         nb::arg("block_size"), nb::arg("head_block_size"), nb::arg("cluster"), nb::arg("nodes"),
         nb::arg("devices_per_node"), nb::arg("strategy"), nb::arg("stages"), nb::arg("eps_compute"),
-        nb::arg("eps_memory"), nb::arg("compute_masked_tiles"), nb::arg("seed"));
+        nb::arg("eps_memory"), nb::arg("compute_masked_tiles"), nb::arg("kept_kv_budget"),
+        nb::arg("seed"));
   m.def(
       "plan_request",
       [](const PlanRequest& request) {

@@ -70,8 +70,9 @@ Workload workload_of(LengthDistributionKind dist, const std::string& mask, std::
   return Workload(shape, batch, std::move(masks), kBlock, 1);
 }
 
-PlanOptions pure_options(ClusterShape shape) {
+PlanOptions pure_options(ClusterShape shape, std::int64_t kept_kv_budget = kKeepAllKv) {
   PlanOptions options;
+  options.kept_kv_budget = kept_kv_budget;
   options.strategy = Strategy::kDcpPure;
   options.cluster = cluster_preset("a100-p4de");
   options.cluster.shape = shape;
@@ -79,17 +80,25 @@ PlanOptions pure_options(ClusterShape shape) {
   return options;
 }
 
-using Case = std::tuple<LengthDistributionKind, std::string, ClusterShape>;
+using Case = std::tuple<LengthDistributionKind, std::string, ClusterShape, bool>;
 
 class PricedTraffic : public testing::TestWithParam<Case> {};
 
+// With every received kv value kept for the backward pass and with none kept.
 TEST_P(PricedTraffic, ProgramsMoveExactlyThePricedBytesPerPassAndLinkClass) {
-  const auto& [dist, mask, shape] = GetParam();
+  const auto& [dist, mask, shape, keep_kv] = GetParam();
   const Workload workload = workload_of(dist, mask, 11);
-  const BuiltPlan built = build_plan(workload, pure_options(shape));
+  const BuiltPlan built =
+      build_plan(workload, pure_options(shape, keep_kv ? kKeepAllKv : kKeepNoKv));
   const VerifyReport report = verify(built.plan);
   ASSERT_TRUE(report.ok) << describe(report);
-  const PlacementMetrics priced = evaluate(workload, built.placement);
+  const PlacementMetrics priced = evaluate(workload, built.placement, keep_kv);
+  if (keep_kv) {
+    EXPECT_GT(built.kept.max_device_bytes(), 0);
+    EXPECT_EQ(pass_traffic(built.plan.header, built.plan.backward)
+                  .inter_node_by_kind[static_cast<std::size_t>(SlotKind::kKV)],
+              0);
+  }
   const PassTraffic forward = pass_traffic(built.plan.header, built.plan.forward);
   const PassTraffic backward = pass_traffic(built.plan.header, built.plan.backward);
   EXPECT_GT(priced.bytes_inter_node + priced.bytes_intra_node, 0);
@@ -102,9 +111,10 @@ TEST_P(PricedTraffic, ProgramsMoveExactlyThePricedBytesPerPassAndLinkClass) {
 }
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
-  const auto& [dist, mask, shape] = info.param;
+  const auto& [dist, mask, shape, keep_kv] = info.param;
   std::string name = std::string(to_string(dist)) + "_" + mask.substr(0, mask.find(':')) + "_" +
-                     std::to_string(shape.nodes) + "x" + std::to_string(shape.devices_per_node);
+                     std::to_string(shape.nodes) + "x" + std::to_string(shape.devices_per_node) +
+                     (keep_kv ? "_kv_kept" : "_kv_sent_again");
   for (char& c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   }
@@ -118,8 +128,52 @@ INSTANTIATE_TEST_SUITE_P(
                      testing::Values("causal", "lambda:sink=16,window=512",
                                      "shared_question:question=0.2,answers=4",
                                      "causal_blockwise:block=64,local=2", "random"),
-                     testing::Values(ClusterShape{2, 4}, ClusterShape{4, 8})),
+                     testing::Values(ClusterShape{2, 4}, ClusterShape{4, 8}), testing::Bool()),
     case_name);
+
+// Within a budget, a (kv value, node) is kept on all of the node's devices that read it or on
+// none; each kept group removes exactly its backward transfers from what keeping nothing moves:
+// one crossing plus a relay to each other reader of a remote node, or one in-node transfer per
+// reader on the owner's node.
+TEST(KeptKv, ABudgetRemovesExactlyTheTransfersOfTheValuesKept) {
+  const Workload workload = workload_of(LengthDistributionKind::kLongAlign, "causal", 11);
+  const ClusterShape shape{2, 4};
+  const BuiltPlan none = build_plan(workload, pure_options(shape, kKeepNoKv));
+  const BuiltPlan all = build_plan(workload, pure_options(shape, kKeepAllKv));
+  const std::int64_t budget = all.kept.max_device_bytes() / 3;
+  const BuiltPlan some = build_plan(workload, pure_options(shape, budget));
+  ASSERT_TRUE(verify(some.plan).ok) << describe(verify(some.plan));
+  EXPECT_LE(some.kept.max_device_bytes(), budget);
+  EXPECT_GT(some.kept.max_device_bytes(), 0);
+  for (const auto& list : none.kept.per_device) EXPECT_TRUE(list.empty());
+  // The placement does not depend on a finite budget (it is priced as keeping none).
+  ASSERT_EQ(some.placement.work_unit_device, none.placement.work_unit_device);
+  std::map<std::pair<KeptValue, std::int32_t>, std::int64_t> readers;  // (value, node) -> devices
+  for (DeviceId d = 0; d < shape.devices(); ++d) {
+    for (const KeptValue& value : some.kept.per_device[static_cast<std::size_t>(d)]) {
+      ++readers[{value, shape.node_of(d)}];
+    }
+  }
+  std::int64_t saved_inter = 0, saved_intra = 0;
+  for (const auto& [key, count] : readers) {
+    const std::int64_t bytes = value_bytes(some.plan.header, SlotKind::kKV,
+                                           workload.blocks().block(key.first.block).tokens);
+    const DeviceId owner =
+        some.placement.token_block_device[static_cast<std::size_t>(key.first.block)];
+    if (shape.node_of(owner) == key.second) {
+      saved_intra += count * bytes;
+    } else {
+      saved_inter += bytes;
+      saved_intra += (count - 1) * bytes;
+    }
+  }
+  const PassTraffic sent = pass_traffic(none.plan.header, none.plan.backward);
+  const PassTraffic kept = pass_traffic(some.plan.header, some.plan.backward);
+  const auto kv = static_cast<std::size_t>(SlotKind::kKV);
+  EXPECT_EQ(kept.inter_node_by_kind[kv], sent.inter_node_by_kind[kv] - saved_inter);
+  EXPECT_EQ(kept.intra_node_by_kind[kv], sent.intra_node_by_kind[kv] - saved_intra);
+  EXPECT_GT(saved_inter, 0);
+}
 
 // Every partial output a device of another node than the owner's makes: per (value, node), how
 // many of that node's devices contribute to it.
@@ -157,7 +211,8 @@ TEST(InNodeReduction, DirectPartialsCrossTwiceAndTheVerifierNamesIt) {
   std::erase_if(schedule.transfers, [](const Transfer& t) { return is_output(t.value.kind); });
   add_partial_transfers(workload, built.placement, schedule, PartialRouting::kDirect);
   Plan direct = built.plan;
-  direct.forward = compile_pass(workload, built.placement, built.plan.header, schedule);
+  direct.forward =
+      compile_pass(workload, built.placement, built.plan.header, schedule, &built.kept);
   const VerifyReport report = verify_pass(direct, Pass::kForward);
   ASSERT_FALSE(report.ok);
   EXPECT_EQ(report.first->rule, "partial-recrossing") << describe(report);

@@ -124,6 +124,44 @@ TEST(PlanFile, RoundTripGivesEqualPlanAndIdenticalBytes) {
   EXPECT_EQ(serialize_plan(parsed), bytes);
 }
 
+TEST(PlanFile, RoundTripKeepsTheKeptValuesAndTheirInstructions) {
+  const Plan plan = testing::sample_plan_with_kept_kv();
+  const std::string bytes = serialize_plan(plan);
+  const Plan parsed = parse_plan(bytes, "kept");
+  expect_same_plan(parsed, plan);
+  EXPECT_EQ(parsed.forward[1].kept, (std::vector<KeptValue>{{SlotKind::kKV, 0, 0}}));
+  EXPECT_EQ(serialize_plan(parsed), bytes);
+  const std::string json = plan_to_json(parsed);
+  EXPECT_NE(json.find("\"op\": \"keep\""), std::string::npos);
+  EXPECT_NE(json.find("\"op\": \"restore\""), std::string::npos);
+}
+
+TEST(PlanFile, RefusesKeptValuesThatCannotBeKept) {
+  const auto refused = [](auto&& change, const std::string& expected) {
+    Plan plan = testing::sample_plan_with_kept_kv();
+    change(plan);
+    try {
+      check_plan(plan, "kept");
+      ADD_FAILURE() << "accepted; expected: " << expected;
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  refused([](Plan& p) { p.forward[1].kept[0].kind = SlotKind::kQ; }, "only kv values are");
+  refused(
+      [](Plan& p) {
+        p.forward[1].kept.push_back({SlotKind::kKV, 1, 0});
+      },
+      "owned by this device");
+  refused([](Plan& p) { p.forward[1].kept.push_back({SlotKind::kKV, 0, 0}); }, "repeated");
+  refused(
+      [](Plan& p) {
+        p.backward[1].instructions[0] = Keep{3, 0, 0};
+      },
+      "belongs to the forward pass");
+  refused([](Plan& p) { p.backward[1].kept.clear(); }, "not in the program's kept values");
+}
+
 TEST(PlanFile, JsonOfTheParsedPlanEqualsJsonOfTheOriginal) {
   const Plan plan = sample_plan();
   EXPECT_EQ(plan_to_json(parse_plan(serialize_plan(plan), "sample")), plan_to_json(plan));
@@ -294,16 +332,20 @@ TEST(PlanFile, OtherFormatVersionIsRejectedByTheVersionCheck) {
   std::string bytes = serialize_plan(sample_plan());
   put_u32(bytes, 8, 7);
   EXPECT_EQ(parse_error(reseal_plan_bytes(bytes)),
-            "plan.bin: plan format version 7, this dcp reads version 2");
+            "plan.bin: plan format version 7, this dcp reads version 3");
 }
 
-// Version 1 plans sent every device's partial straight to the owner; their files read the same
-// bytes with another meaning, so they are refused, naming both versions.
-TEST(PlanFile, VersionOnePlanIsRefusedNamingBothVersions) {
-  std::string bytes = serialize_plan(sample_plan());
-  put_u32(bytes, 8, 1);
-  EXPECT_EQ(parse_error(reseal_plan_bytes(bytes)),
-            "plan.bin: plan format version 1, this dcp reads version 2");
+// Version 1 plans sent every device's partial straight to the owner, and version 2 Programs have
+// no kept values; their files read the same bytes with another meaning, so they are refused,
+// naming both versions.
+TEST(PlanFile, OlderVersionsAreRefusedNamingBothVersions) {
+  for (const std::uint32_t version : {1u, 2u}) {
+    std::string bytes = serialize_plan(sample_plan());
+    put_u32(bytes, 8, version);
+    EXPECT_EQ(
+        parse_error(reseal_plan_bytes(bytes)),
+        "plan.bin: plan format version " + std::to_string(version) + ", this dcp reads version 3");
+  }
 }
 
 TEST(PlanFile, HugeCountsAreRejectedBeforeAllocating) {

@@ -858,6 +858,71 @@ TEST(Verifier, CatchesStaticMistakes) {
                    "slot-kind", 0, 0);
 }
 
+// --- Values kept from the forward pass ----------------------------------------------------------
+
+TEST(Verifier, AcceptsKvKeptFromTheForwardPass) {
+  const VerifyReport report = verify(testing::sample_plan_with_kept_kv());
+  EXPECT_TRUE(report.ok) << describe(report);
+  // Device 0 no longer sends the kv of block 0 in the backward pass.
+  EXPECT_EQ(report.backward.messages, verify(testing::sample_plan()).backward.messages - 1);
+}
+
+TEST(Verifier, CatchesKeptValuesThatDoNotMatch) {
+  const Plan plan = testing::sample_plan_with_kept_kv();
+  const auto broken = [&](Pass pass, std::int32_t device, auto&& change) {
+    Plan copy = plan;
+    change(program_of(copy, pass, device));
+    return verify(copy);
+  };
+  constexpr std::size_t keep = 6;  // forward device 1: Keep{3, 0, 0}
+  constexpr auto keep_at = static_cast<std::int64_t>(keep);
+  // The two passes disagree on what is kept.
+  expect_violation(broken(Pass::kBackward, 1, [](Program& p) { p.kept.clear(); }), "kept-mismatch",
+                   1, -1);
+  // A keep of a value the program does not list, a second keep, and none at all.
+  expect_violation(
+      broken(Pass::kForward, 1, [&](Program& p) { get<Keep>(p, keep).head_block = 1; }),
+      "kept-unknown", 1, keep_at);
+  expect_violation(broken(Pass::kForward, 1,
+                          [&](Program& p) {
+                            insert(p, keep + 1, Keep{3, 0, 0});
+                          }),
+                   "kept-twice", 1, keep_at + 1);
+  expect_violation(broken(Pass::kForward, 1, [&](Program& p) { erase(p, keep); }), "kept-missing",
+                   1, -1);
+  // A keep of a slot holding another value, before the value arrives, and in the wrong pass.
+  expect_violation(broken(Pass::kForward, 1, [&](Program& p) { get<Keep>(p, keep).slot = 2; }),
+                   "value-mismatch", 1, keep_at);
+  expect_violation(broken(Pass::kForward, 1,
+                          [&](Program& p) {
+                            erase(p, keep);
+                            insert(p, 1, Keep{3, 0, 0});
+                          }),
+                   "use-before-arrival", 1, 1);
+  expect_violation(broken(Pass::kBackward, 1,
+                          [](Program& p) {
+                            p.instructions[0] = Keep{3, 0, 0};
+                          }),
+                   "wrong-pass", 1, 0);
+  // A restore of a value not kept, and into a slot that holds one.
+  expect_violation(broken(Pass::kBackward, 1, [](Program& p) { get<Restore>(p, 0).block = 1; }),
+                   "kept-unknown", 1, 0);
+  expect_violation(broken(Pass::kBackward, 1,
+                          [](Program& p) {
+                            const Instruction restore = p.instructions[0];
+                            erase(p, 0);
+                            insert(p, 3, restore);  // after Load{2, 1, 0} of slot 2
+                            get<Restore>(p, 3).slot = 2;
+                          }),
+                   "slot-live", 1, 3);
+  // Kept values must be received kv values listed once, in order.
+  expect_violation(broken(Pass::kForward, 1,
+                          [](Program& p) {
+                            p.kept.push_back({SlotKind::kKV, 1, 0});
+                          }),
+                   "structure", 1, -1);  // block 1 is owned
+}
+
 // --- Broken structure ------------------------------------------------------------------------
 
 TEST(Verifier, ReportsBrokenStructureWithoutCrashing) {
@@ -976,7 +1041,7 @@ class Damage {
     }
   }
   void tables(Program& p) {
-    switch (rng_.uniform_int(0, 7)) {
+    switch (rng_.uniform_int(0, 8)) {
       case 0:
         p.device = value(3);
         break;
@@ -1009,6 +1074,14 @@ class Damage {
         break;
       case 6:
         p.owned.push_back(value(5));
+        break;
+      case 7:
+        if (p.kept.empty() || rng_.uniform_int(0, 2) == 0) {
+          p.kept.push_back({kind(), value(5), value(2)});
+        } else {
+          KeptValue& kept = p.kept[pick(p.kept.size())];
+          (rng_.uniform_int(0, 1) == 0 ? kept.block : kept.head_block) = value(5);
+        }
         break;
       default:
         p.instruction_stage.push_back(0);
@@ -1091,6 +1164,14 @@ class Damage {
     if (free.slots.empty()) return;
     free.slots[pick(free.slots.size())] = value(p.slots.size());
   }
+  template <typename KeptCopy>
+  void change_kept_copy(KeptCopy& op, const Program& p) {
+    (rng_.uniform_int(0, 2) == 0   ? op.slot
+     : rng_.uniform_int(0, 1) == 0 ? op.block
+                                   : op.head_block) = value(p.slots.size());
+  }
+  void change(Keep& keep, const Program& p) { change_kept_copy(keep, p); }
+  void change(Restore& restore, const Program& p) { change_kept_copy(restore, p); }
 
   Rng rng_;
 };

@@ -34,7 +34,7 @@ def attention_case(rank: int, size: int, case: dict) -> dict:
         o = dcpt.DCPAttn.apply(executor, ql, kv)
         o.backward(do[positions].to(dtype))
         dk, dv = kv.grad[0], kv.grad[1]
-        _, lse = executor.forward(ql, kl, vl)
+        _, lse, _ = executor.forward(ql, kl, vl)
     else:
         o, lse = dcpt.attention(executor, ql, kl, vl, return_lse=True)
         o.backward(do[positions].to(dtype))

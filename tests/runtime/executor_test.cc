@@ -62,6 +62,48 @@ TEST(Executor, RunsTheSamplePlanWithEveryInstructionCorrectly) {
   }
 }
 
+// Keeping the kv of block 0 from the forward pass gives the same outputs, bit for bit, with one
+// transfer fewer in the backward pass.
+TEST(Executor, KvKeptFromTheForwardPassGivesTheSameOutputs) {
+  const Workload workload = sample_workload();
+  const runtime::BatchInputs inputs = runtime::random_inputs(testing::batch_shape(workload), 17);
+  const std::span<const TokenCount> offsets = workload.batch().offsets();
+  const runtime::RunOptions options;
+  const runtime::RunResult sent =
+      runtime::run_plan_locally(testing::sample_plan(), offsets, inputs, options);
+  const runtime::RunResult kept =
+      runtime::run_plan_locally(testing::sample_plan_with_kept_kv(), offsets, inputs, options);
+  EXPECT_EQ(kept.outputs.o, sent.outputs.o);
+  EXPECT_EQ(kept.outputs.lse, sent.outputs.lse);
+  EXPECT_EQ(kept.outputs.dq, sent.outputs.dq);
+  EXPECT_EQ(kept.outputs.dk, sent.outputs.dk);
+  EXPECT_EQ(kept.outputs.dv, sent.outputs.dv);
+  EXPECT_GT(sent.backward[1].bytes_received, 0);
+  EXPECT_EQ(kept.backward[1].bytes_received, 0);
+  EXPECT_EQ(kept.backward[0].bytes_sent, 0);
+}
+
+TEST(Executor, RejectsAKeptTensorOfTheWrongSize) {
+  const Plan plan = testing::sample_plan_with_kept_kv();
+  comm::LocalWorld world(2, {});
+  auto kernel_set = kernels::make_kernels(kernels::KernelKind::kCpu, 1);
+  runtime::Executor executor(world.communicator(1), *kernel_set);
+  executor.prepare(plan);
+  EXPECT_EQ(executor.kept_bytes(),
+            static_cast<std::size_t>(value_bytes(plan.header, SlotKind::kKV, 4)));
+  const runtime::LocalLayout& layout = executor.layout();
+  std::vector<std::byte> q(layout.q_bytes()), kv(layout.kv_bytes()), o(layout.q_bytes());
+  std::vector<float> lse(layout.lse_elements());
+  try {
+    executor.forward(q, kv, kv, o, lse);  // no kept tensor
+    FAIL() << "a forward pass without the kept tensor the plan fills";
+  } catch (const InvalidInput& error) {
+    EXPECT_NE(std::string(error.what()).find("kept"), std::string::npos) << error.what();
+  }
+  std::vector<std::byte> short_kept(executor.kept_bytes() - 1);
+  EXPECT_THROW(executor.backward(q, kv, kv, o, lse, q, q, kv, kv, 0, short_kept), InvalidInput);
+}
+
 TEST(Executor, RejectsAPlanForAnotherWorldSize) {
   const Plan plan = testing::sample_plan();  // 2 devices
   comm::LocalWorld world(3, {});

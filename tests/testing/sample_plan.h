@@ -198,4 +198,33 @@ inline Plan sample_plan() {
   return plan;
 }
 
+// sample_plan() with the kv of block 0 kept from the forward pass on device 1: its forward
+// Program keeps it after the wait that brought it, and in the backward pass device 0 does not send
+// it again; device 1 restores it instead of receiving it.
+inline Plan sample_plan_with_kept_kv() {
+  Plan plan = sample_plan();
+  const KeptValue kv0{SlotKind::kKV, 0, 0};
+  {
+    Program& p = plan.forward[1];
+    p.kept = {kv0};
+    // After Wait{0} (instruction 5), in its stage.
+    p.instructions.insert(p.instructions.begin() + 6, Keep{3, 0, 0});
+    p.instruction_stage.insert(p.instruction_stage.begin() + 6, 1);
+  }
+  {
+    Program& p = plan.backward[0];
+    std::get<Launch>(p.instructions[1]).ops.erase(std::get<Launch>(p.instructions[1]).ops.begin());
+  }
+  {
+    Program& p = plan.backward[1];
+    p.kept = {kv0};
+    p.instructions[0] = Restore{3, 0, 0};
+    p.instructions.erase(p.instructions.begin() + 6);  // Wait{0}
+    p.instruction_stage.erase(p.instruction_stage.begin() + 6);
+    std::get<Launch>(p.instructions[7]).id = 0;
+    std::get<Wait>(p.instructions[10]).launch = 0;
+  }
+  return plan;
+}
+
 }  // namespace dcp::testing

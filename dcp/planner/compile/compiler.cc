@@ -67,8 +67,11 @@ struct PassContext {
   std::vector<PairCount> q_pairs, kv_pairs;                    // per block, one head
   std::vector<std::int32_t> heads_of_kv_block;                 // q head blocks per kv head block
 
-  PassContext(const Workload& w, const Placement& p, const PlanHeader& h, const PassSchedule& s)
-      : workload(w), placement(p), header(h), schedule(s) {
+  const KeptKv* kept;  // may be null
+
+  PassContext(const Workload& w, const Placement& p, const PlanHeader& h, const PassSchedule& s,
+              const KeptKv* k)
+      : workload(w), placement(p), header(h), schedule(s), kept(k) {
     const auto devices = static_cast<std::size_t>(p.cluster.devices());
     device_units.resize(devices);
     for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
@@ -135,6 +138,10 @@ class DeviceCompiler {
     for (BlockId b = 0; b < c_.workload.blocks().block_count(); ++b) {
       if (owner(b) == device_) program_.owned.push_back(b);
     }
+    if (c_.kept != nullptr) {
+      program_.kept = c_.kept->per_device[static_cast<std::size_t>(device_)];
+      for (const KeptValue& value : program_.kept) referenced_.insert(value.block);
+    }
     add_expected_outputs();
     emit_loads();
     const std::int32_t launches = launch_count(c_.schedule);
@@ -149,6 +156,7 @@ class DeviceCompiler {
         emit_merges(s - 1);  // before the launch, so a partial passed on includes what came in
       }
       emit_launch(s);
+      emit_restores(s);
       emit_attention(s, next_unit);
       stage_ends_.push_back(code_.size());
     }
@@ -243,6 +251,31 @@ class DeviceCompiler {
       inputs_[key] = v;
       push(Load{use(v), key.block, key.head_block});
     }
+    if (pass == Pass::kBackward) {
+      // Kept values are restored at the start of the first stage that reads them.
+      for (const WorkUnitId w : c_.device_units[static_cast<std::size_t>(device_)]) {
+        const ValueKey key = key_value(c_.workload, c_.workload.work_unit(w));
+        if (!is_kept(key)) continue;
+        const std::int32_t stage = c_.schedule.unit_stage[static_cast<std::size_t>(w)];
+        const auto [it, added] = restore_stage_.emplace(key, stage);
+        if (!added) it->second = std::min(it->second, stage);
+      }
+    }
+  }
+
+  bool is_kept(const ValueKey& key) const {
+    return key.kind == SlotKind::kKV &&
+           std::binary_search(program_.kept.begin(), program_.kept.end(),
+                              KeptValue{SlotKind::kKV, key.block, key.head_block});
+  }
+
+  void emit_restores(std::int32_t stage) {
+    for (const auto& [key, first] : restore_stage_) {
+      if (first != stage) continue;
+      const VReg v = new_vreg(key.kind, key.block);
+      inputs_[key] = v;
+      push(Restore{use(v), key.block, key.head_block});
+    }
   }
 
   void emit_launch(std::int32_t launch) {
@@ -274,12 +307,19 @@ class DeviceCompiler {
         in_flight_[static_cast<std::size_t>(launch)].push_back(v);
         instruction.ops.push_back({CommOp::Direction::kSend, t->dst, use(v), bytes});
       } else {
+        if (c_.schedule.pass == Pass::kBackward && is_kept(t->value)) {
+          throw Error("compile: device " + std::to_string(device_) + " receives kv of block " +
+                      std::to_string(t->value.block) + " in the backward pass, but keeps it");
+        }
         const VReg v = new_vreg(t->value.kind, t->value.block);
         in_flight_[static_cast<std::size_t>(launch)].push_back(v);
         if (is_output(t->value.kind)) {
           arrived_[static_cast<std::size_t>(launch)].push_back({t->value, v});
         } else {
           inputs_[t->value] = v;
+          if (c_.schedule.pass == Pass::kForward && is_kept(t->value)) {
+            kept_arrivals_[launch].push_back({t->value, v});
+          }
         }
         instruction.ops.push_back({CommOp::Direction::kRecv, t->src, use(v), bytes});
       }
@@ -295,6 +335,9 @@ class DeviceCompiler {
     // Nothing sent or received may be freed before the wait.
     for (const VReg v : in_flight_[static_cast<std::size_t>(launch)]) use(v);
     push(Wait{id});
+    if (const auto it = kept_arrivals_.find(launch); it != kept_arrivals_.end()) {
+      for (const auto& [key, v] : it->second) push(Keep{use(v), key.block, key.head_block});
+    }
   }
 
   VReg input(const ValueKey& key) {
@@ -459,7 +502,8 @@ class DeviceCompiler {
     std::visit(
         [&](auto& op) {
           using T = std::decay_t<decltype(op)>;
-          if constexpr (std::is_same_v<T, Load> || std::is_same_v<T, Store>) {
+          if constexpr (std::is_same_v<T, Load> || std::is_same_v<T, Store> ||
+                        std::is_same_v<T, Keep> || std::is_same_v<T, Restore>) {
             map(op.slot);
           } else if constexpr (std::is_same_v<T, Launch>) {
             for (CommOp& comm : op.ops) map(comm.slot);
@@ -512,6 +556,8 @@ class DeviceCompiler {
   std::size_t transfer_cursor_ = 0;
   std::vector<std::vector<VReg>> in_flight_;  // sent and received values per launch number
   std::vector<std::vector<std::pair<ValueKey, VReg>>> arrived_;  // partials per launch number
+  std::map<std::int32_t, std::vector<std::pair<ValueKey, VReg>>> kept_arrivals_;  // forward
+  std::map<ValueKey, std::int32_t> restore_stage_;  // backward: kept value -> first stage read
   std::set<BlockId> referenced_;
   std::unordered_map<TileId, MaskId> tile_mask_;
   std::unordered_map<std::uint64_t, std::vector<MaskId>> masks_by_hash_;
@@ -520,8 +566,9 @@ class DeviceCompiler {
 }  // namespace
 
 std::vector<Program> compile_pass(const Workload& workload, const Placement& placement,
-                                  const PlanHeader& header, const PassSchedule& schedule) {
-  PassContext context(workload, placement, header, schedule);
+                                  const PlanHeader& header, const PassSchedule& schedule,
+                                  const KeptKv* kept) {
+  PassContext context(workload, placement, header, schedule, kept);
   std::vector<Program> programs;
   programs.reserve(static_cast<std::size_t>(placement.cluster.devices()));
   for (DeviceId d = 0; d < placement.cluster.devices(); ++d) {

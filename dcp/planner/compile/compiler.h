@@ -7,6 +7,7 @@
 #include "dcp/model/workload.h"
 
 #include "dcp/planner/placement/placement.h"
+#include "dcp/planner/schedule/kept_values.h"
 #include "dcp/planner/schedule/schedule.h"
 #include "dcp/program/program.h"
 
@@ -25,7 +26,11 @@ namespace dcp {
 // accumulate flag) and sends it once, after the last stage that contributes. Slots are assigned
 // by lifetime: a slot freed at the end of a stage is reused by the next value of its kind that
 // fits (best fit), so the buffer table is the peak, not the sum.
+// With `kept`, each Program lists its device's kept kv values: the forward Program keeps each one
+// right after the wait of the launch that brought it; the backward Program restores each one at
+// the start of the first stage that reads it (the backward schedule must not fetch them).
 std::vector<Program> compile_pass(const Workload& workload, const Placement& placement,
-                                  const PlanHeader& header, const PassSchedule& schedule);
+                                  const PlanHeader& header, const PassSchedule& schedule,
+                                  const KeptKv* kept = nullptr);
 
 }  // namespace dcp

@@ -12,7 +12,7 @@
 
 namespace dcp {
 
-BlockHypergraph build_block_hypergraph(const Workload& workload) {
+BlockHypergraph build_block_hypergraph(const Workload& workload, bool kv_kept_for_backward) {
   const BlockLayout& blocks = workload.blocks();
   const HeadBlocking& heads = workload.heads();
   const AttentionShape& shape = workload.shape();
@@ -86,7 +86,8 @@ BlockHypergraph build_block_hypergraph(const Workload& workload) {
           }
         }
         add(block, NetKind::kKeyValue,
-            {bytes(SlotKind::kKV, tokens), 0, bytes(SlotKind::kKV, tokens),
+            {bytes(SlotKind::kKV, tokens), 0,
+             kv_kept_for_backward ? 0 : bytes(SlotKind::kKV, tokens),
              bytes(SlotKind::kDKV, tokens)});
       }
     }

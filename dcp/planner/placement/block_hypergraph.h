@@ -26,7 +26,9 @@ namespace dcp {
 // relayed inside it; partials made on several devices of a node are reduced inside the node and
 // cross to the owner's node once. So a net spanning devices D over nodes N moves its bytes
 // (|N| - 1) times between nodes and (|D| - |N|) times inside them: its weight is what moves per
-// extra device, over both passes, and km1 is the bytes a training step moves.
+// extra device, over both passes, and km1 is the bytes a training step moves. With
+// kv_kept_for_backward (every device keeps the kv values it received in the forward pass, see
+// kept_values.h), kv moves in the forward pass only.
 enum class NetKind : std::uint8_t { kQueryOutput, kKeyValue };
 
 // What one net moves per extra device it spans, by pass and direction.
@@ -52,7 +54,7 @@ struct BlockHypergraph {
   }
 };
 
-BlockHypergraph build_block_hypergraph(const Workload& workload);
+BlockHypergraph build_block_hypergraph(const Workload& workload, bool kv_kept_for_backward = false);
 
 // Head symmetry: the work units of one tile in the head blocks that read the same kv head block
 // have the same nets up to the head and the same weight. Their group id (tile * kv head blocks +

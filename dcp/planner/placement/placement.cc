@@ -32,8 +32,9 @@ void validate(const Placement& placement, const Workload& workload) {
   check(placement.work_unit_device, workload.work_unit_count(), "work units");
 }
 
-PlacementMetrics evaluate(const Workload& workload, const Placement& placement) {
-  return evaluate(workload, build_block_hypergraph(workload), placement);
+PlacementMetrics evaluate(const Workload& workload, const Placement& placement,
+                          bool kv_kept_for_backward) {
+  return evaluate(workload, build_block_hypergraph(workload, kv_kept_for_backward), placement);
 }
 
 PlacementMetrics evaluate(const Workload& workload, const BlockHypergraph& hypergraph,

@@ -53,7 +53,9 @@ struct PlacementMetrics {
   std::int32_t devices_without_data = 0;
 };
 
-PlacementMetrics evaluate(const Workload& workload, const Placement& placement);
+// kv_kept_for_backward: price the step as build_block_hypergraph does with it.
+PlacementMetrics evaluate(const Workload& workload, const Placement& placement,
+                          bool kv_kept_for_backward = false);
 
 // The same with the workload's block hypergraph already built (build_block_hypergraph), for
 // callers that evaluate several placements of one workload.

@@ -56,12 +56,14 @@ struct Problem {
   std::vector<std::int32_t> unit_q, unit_kv;  // dense values per work unit
   std::vector<double> unit_cost;
   std::vector<std::vector<WorkUnitId>> device_units;  // heaviest first
+  std::vector<std::vector<std::int32_t>> kept;        // per device: dense values kept, sorted
   double comm_lower_bound = 0;                        // seconds
   bool any_remote = false;
 };
 
 Problem make_problem(const Workload& workload, const Placement& placement,
-                     const ClusterSpec& cluster, const PlanHeader& header, Pass pass) {
+                     const ClusterSpec& cluster, const PlanHeader& header, Pass pass,
+                     const KeptKv* kept) {
   Problem p;
   p.workload = &workload;
   p.placement = &placement;
@@ -112,6 +114,15 @@ Problem make_problem(const Workload& workload, const Placement& placement,
       return p.unit_cost[static_cast<std::size_t>(a)] > p.unit_cost[static_cast<std::size_t>(b)];
     });
   }
+  p.kept.resize(p.device_units.size());
+  if (kept != nullptr && pass == Pass::kBackward) {
+    for (std::size_t d = 0; d < p.kept.size(); ++d) {
+      for (const KeptValue& value : kept->per_device[d]) {
+        p.kept[d].push_back(p.index.of({value.kind, value.block, value.head_block}));
+      }
+      std::sort(p.kept[d].begin(), p.kept[d].end());
+    }
+  }
   // The least time communication can take: every remote input reaching its device once, and
   // every node's network interface carrying each value once per node that needs it.
   const ClusterShape& shape = placement.cluster;
@@ -127,6 +138,8 @@ Problem make_problem(const Workload& workload, const Placement& placement,
         const auto vi = static_cast<std::size_t>(v);
         const DeviceId owner = p.value_owner[vi];
         if (owner == d) continue;
+        const auto& kept_here = p.kept[static_cast<std::size_t>(d)];
+        if (std::binary_search(kept_here.begin(), kept_here.end(), v)) continue;
         p.any_remote = true;
         if (shape.node_of(owner) == shape.node_of(d)) {
           if (!seen.insert(std::int64_t{d} * values + v).second) continue;
@@ -157,6 +170,9 @@ class Greedy {
     usable_.resize(devices);
     node_holder_.resize(static_cast<std::size_t>(shape_.nodes));
     pending_.resize(devices);
+    for (std::size_t d = 0; d < devices; ++d) {
+      for (const std::int32_t v : p_.kept[d]) usable_[d][v] = 0;
+    }
     for (std::size_t d = 0; d < devices; ++d) {
       for (const WorkUnitId w : p_.device_units[d]) {
         const auto i = static_cast<std::size_t>(w);
@@ -373,10 +389,10 @@ class Greedy {
 
 ScheduledPass schedule_pass(const Workload& workload, const Placement& placement,
                             const ClusterSpec& cluster, const PlanHeader& header, Pass pass,
-                            const ScheduleOptions& options) {
+                            const ScheduleOptions& options, const KeptKv* kept) {
   validate(options);
   validate(placement, workload);
-  const Problem problem = make_problem(workload, placement, cluster, header, pass);
+  const Problem problem = make_problem(workload, placement, cluster, header, pass, kept);
   ScheduledPass best;
   bool have = false;
   const bool choose = options.fetch_launches == 0;

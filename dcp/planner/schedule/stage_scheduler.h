@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "dcp/planner/schedule/kept_values.h"
 #include "dcp/planner/schedule/schedule.h"
 
 namespace dcp {
@@ -33,9 +34,11 @@ struct ScheduledPass {
 // time of stage l's compute, or the pass's unavoidable communication time spread over S launches
 // if that is longer; launch S - 1 and any later one are unbudgeted, so every unit is placed. An
 // input from another node crosses the network once per node: to the first device of that node
-// that needs it, which relays it to the others of its node from the next launch on.
+// that needs it, which relays it to the others of its node from the next launch on. In the
+// backward pass, the kv values `kept` (if given) lists for a device are on it from stage 0, as
+// its own are.
 ScheduledPass schedule_pass(const Workload& workload, const Placement& placement,
                             const ClusterSpec& cluster, const PlanHeader& header, Pass pass,
-                            const ScheduleOptions& options);
+                            const ScheduleOptions& options, const KeptKv* kept = nullptr);
 
 }  // namespace dcp

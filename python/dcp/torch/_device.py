@@ -2,7 +2,7 @@
 """The Triton device: the C++ executor's calls that touch tensors, as Triton kernel launches.
 
 The C++ executor interprets the Program and calls this object once per instruction (with the GIL):
-load, store, attention, merge, add; prepare() once per plan with both passes' attention tables,
+load, store, attention, merge, add, copy_kept; prepare() once per plan with both passes' attention tables,
 begin() and end() around a pass. Every call is one kernel launch on the current stream (an
 attention backward: two, the dq and the dk/dv kernels). Runs on CUDA, or on the CPU under
 TRITON_INTERPRET=1 (how the tests check it without a GPU)."""
@@ -41,8 +41,8 @@ class TritonDevice:
         self.arenas = arenas
 
     def set_tensors(self, **tensors: torch.Tensor) -> None:
-        """The local tensors of the pass about to run: q, k, v, o, lse (forward: outputs o, lse;
-        backward: also do, dq, dk, dv)."""
+        """The local tensors of the pass about to run: q, k, v, o, lse, kept (forward: outputs
+        o, lse, kept; backward: also do, dq, dk, dv)."""
         self._tensors = tensors
 
     # --- the calls the C++ executor makes -------------------------------------------------------
@@ -117,3 +117,11 @@ class TritonDevice:
 
     def add(self, dst: int, src: int, elements: int) -> None:
         tk.add(self.arenas[self._pass], dst, src, elements)
+
+    def copy_kept(self, keep: bool, slot: int, offset: int, nbytes: int) -> None:
+        arena = self.arenas[self._pass][slot:slot + nbytes]
+        kept = self._tensors["kept"][offset:offset + nbytes]
+        if keep:
+            kept.copy_(arena)
+        else:
+            arena.copy_(kept)

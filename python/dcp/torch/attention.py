@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Attention through dcp as autograd functions: DCPAttn (the DCP paper's form, packed kv) and
-attention() (separate k and v). What backward needs (q, k, v, o, lse) is saved by autograd, so
-layers may run forward and backward in any order, activation checkpointing included."""
+attention() (separate k and v). What backward needs (q, k, v, o, lse, and the kv values received
+in the forward pass that the plan keeps) is saved by autograd, so layers may run forward and
+backward in any order, activation checkpointing included (a checkpointed layer keeps them only
+from its recomputed forward to its backward)."""
 from __future__ import annotations
 
 import torch
@@ -18,8 +20,8 @@ def _expect_same_plan(executor: DCPExecutor, generation: int) -> None:
 class _AttentionQKV(torch.autograd.Function):
     @staticmethod
     def forward(ctx, executor: DCPExecutor, q, k, v, softmax_scale):
-        o, lse = executor.forward(q, k, v, softmax_scale)
-        ctx.save_for_backward(q, k, v, o, lse)
+        o, lse, kept = executor.forward(q, k, v, softmax_scale)
+        ctx.save_for_backward(q, k, v, o, lse, kept)
         ctx.executor, ctx.generation, ctx.softmax_scale = executor, executor.generation, softmax_scale
         ctx.mark_non_differentiable(lse)
         return o, lse
@@ -27,8 +29,8 @@ class _AttentionQKV(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, _dlse):
         _expect_same_plan(ctx.executor, ctx.generation)
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = ctx.executor.backward(q, k, v, o, lse, do, ctx.softmax_scale)
+        q, k, v, o, lse, kept = ctx.saved_tensors
+        dq, dk, dv = ctx.executor.backward(q, k, v, o, lse, do, kept, ctx.softmax_scale)
         return None, dq, dk, dv, None
 
 
@@ -42,16 +44,16 @@ class DCPAttn(torch.autograd.Function):
             raise ValueError(f"kv has shape {tuple(getattr(kv, 'shape', ()))}; DCPAttn needs "
                              "(2, local tokens, kv heads, head dim)")
         kv = kv.contiguous()
-        o, lse = executor.forward(q, kv[0], kv[1], softmax_scale)
-        ctx.save_for_backward(q, kv, o, lse)
+        o, lse, kept = executor.forward(q, kv[0], kv[1], softmax_scale)
+        ctx.save_for_backward(q, kv, o, lse, kept)
         ctx.executor, ctx.generation, ctx.softmax_scale = executor, executor.generation, softmax_scale
         return o
 
     @staticmethod
     def backward(ctx, do):
         _expect_same_plan(ctx.executor, ctx.generation)
-        q, kv, o, lse = ctx.saved_tensors
-        dq, dk, dv = ctx.executor.backward(q, kv[0], kv[1], o, lse, do, ctx.softmax_scale)
+        q, kv, o, lse, kept = ctx.saved_tensors
+        dq, dk, dv = ctx.executor.backward(q, kv[0], kv[1], o, lse, do, kept, ctx.softmax_scale)
         return None, dq, torch.stack((dk, dv)), None
 
 

@@ -17,6 +17,12 @@ from dcp.torch._transport import LocalTransport, TorchTransport
 _STORAGE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
+def _describe(t) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"a {t.dtype} tensor of shape {tuple(t.shape)}"
+    return f"a {type(t).__name__}"
+
+
 def _group_timeout(group) -> datetime.timedelta:
     try:
         return group._get_backend(torch.device("cpu")).options._timeout
@@ -55,7 +61,9 @@ class DCPExecutor:
     """Executes the plan's Programs for this rank of `group` (default: the default group).
 
     prepare(plan) once per batch; then any number of attention calls (dcp.torch.attention,
-    DCPAttn) forward and backward, in any order: a call keeps nothing for the next one. Tensors
+    DCPAttn) forward and backward, in any order: a call keeps nothing for the next one (what a
+    backward needs from its forward, the kv values the plan keeps included, is returned by the
+    forward and handed back). Tensors
     are in the plan's local layout: this rank's tokens in the order the plan placed them
     (DCPDataloader yields that order), shape (local tokens, heads, head dim), the plan's dtype,
     on `device`, contiguous. Every wait for a peer is bounded by `timeout` (default: the
@@ -128,6 +136,7 @@ class DCPExecutor:
         self.plan = plan
         self.generation += 1
         self.local_tokens = self._core.local_tokens
+        self.kept_bytes = self._core.kept_bytes
         self.dtype = _STORAGE[plan.dtype]
 
     # --- checks -------------------------------------------------------------------------------
@@ -185,8 +194,11 @@ class DCPExecutor:
     # --- passes -------------------------------------------------------------------------------
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                softmax_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """o (like q) and lse (float32, (q heads, local tokens)); no autograd."""
+                softmax_scale: float | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """o (like q), lse (float32, (q heads, local tokens)) and kept (uint8, kept_bytes: the
+        kv values received from other ranks that the plan keeps for the backward pass, so that
+        it need not receive them again; empty when the plan keeps none); no autograd."""
         self._expect_prepared()
         p = self.plan
         q = self._check("q", q, p.q_heads)
@@ -194,14 +206,16 @@ class DCPExecutor:
         v = self._check("v", v, p.kv_heads)
         o = torch.empty_like(q)
         lse = torch.empty((p.q_heads, self.local_tokens), dtype=torch.float32, device=self.device)
+        kept = torch.empty(self.kept_bytes, dtype=torch.uint8, device=self.device)
         if self._triton is not None:
-            self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse)
-        self._run(self._core.forward, q.detach(), k.detach(), v.detach(), o, lse,
+            self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse, kept=kept)
+        self._run(self._core.forward, q.detach(), k.detach(), v.detach(), o, lse, kept,
                   self._scale(softmax_scale))
-        return o, lse
+        return o, lse, kept
 
-    def backward(self, q, k, v, o, lse, do, softmax_scale: float | None = None):
-        """dq, dk, dv from a forward call's inputs and outputs and the output gradient do."""
+    def backward(self, q, k, v, o, lse, do, kept, softmax_scale: float | None = None):
+        """dq, dk, dv from a forward call's inputs and outputs (kept included) and the output
+        gradient do."""
         self._expect_prepared()
         p = self.plan
         q = self._check("q", q, p.q_heads)
@@ -215,11 +229,20 @@ class DCPExecutor:
         if lse.device != self.device:
             raise ValueError(f"lse is on {lse.device}; this executor runs on {self.device}")
         lse = lse.contiguous()
+        if (not isinstance(kept, torch.Tensor) or kept.dtype != torch.uint8
+                or tuple(kept.shape) != (self.kept_bytes,)):
+            raise ValueError(f"kept is {_describe(kept)}; the plan needs the uint8 tensor of "
+                             f"({self.kept_bytes},) that this rank's forward returned")
+        if kept.device != self.device:
+            raise ValueError(f"kept is on {kept.device}; this executor runs on {self.device}")
+        kept = kept.contiguous()
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         if self._triton is not None:
-            self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse, do=do, dq=dq, dk=dk, dv=dv)
+            self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse, do=do, dq=dq, dk=dk, dv=dv,
+                                     kept=kept)
         self._run(self._core.backward, q.detach(), k.detach(), v.detach(), o.detach(),
-                  lse.detach(), do.detach(), dq, dk, dv, self._scale(softmax_scale))
+                  lse.detach(), do.detach(), dq, dk, dv, kept.detach(),
+                  self._scale(softmax_scale))
         return dq, dk, dv
 
     def profile(self, backward: bool = False) -> dict:

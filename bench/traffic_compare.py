@@ -9,7 +9,7 @@ and backward where the build prices it), `dcp plan --strategy dcp-pure` the Prog
 table per mask, sums over the batches, and the step totals.
 
   python3 bench/traffic_compare.py --dcp before=/tmp/before/dcp --dcp after=build/release/apps/dcp \
-      [--batches 5] [--dists ldc,longalign] [--masks causal,lambda,shared_question,causal_blockwise] \
+      [--dcp "kv-sent=build/release/apps/dcp --keep-kv none"] [--batches 5] [--dists ldc,longalign] [--masks causal,lambda,shared_question,causal_blockwise] \
       [--nodes 4] [--devices-per-node 8] [--block-size auto] [--cluster a100-p4de] [--json FILE]
 """
 import argparse
@@ -31,9 +31,9 @@ def run(cmd):
     return result.stdout
 
 
-def measure(binary, common, cluster, plan_path):
-    placed = json.loads(run([binary, "partition", *common, "--json"]))
-    run([binary, "plan", *common, "--cluster", cluster, "--strategy", "dcp-pure",
+def measure(binary, flags, common, cluster, plan_path):
+    placed = json.loads(run([binary, "partition", *common, *flags, "--json"]))
+    run([binary, "plan", *common, *flags, "--cluster", cluster, "--strategy", "dcp-pure",
          "-o", plan_path, "--json", plan_path + ".json"])
     with open(plan_path + ".json") as f:
         plan = json.load(f)
@@ -56,6 +56,7 @@ def measure(binary, common, cluster, plan_path):
         "bwd_intra": plan["backward"]["bytes_intra_node"],
         "fwd_inter_by_kind": plan["forward"].get("bytes_inter_node_by_kind"),
         "bwd_inter_by_kind": plan["backward"].get("bytes_inter_node_by_kind"),
+        "kept_mb_max_device": plan.get("kept_kv_bytes_max_device", 0) / MB,
         "fwd_ms": float(times.group(1)),
         "bwd_ms": float(times.group(2)),
     }
@@ -63,7 +64,9 @@ def measure(binary, common, cluster, plan_path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dcp", action="append", required=True, metavar="LABEL=BINARY")
+    parser.add_argument("--dcp", action="append", required=True,
+                        metavar="LABEL=BINARY [FLAGS]",
+                        help="a build, with flags for its partition and plan commands")
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--dists", default="ldc,longalign")
     parser.add_argument("--masks", default="causal,lambda,shared_question,causal_blockwise")
@@ -75,10 +78,11 @@ def main():
     args = parser.parse_args()
     builds = []
     for spec in args.dcp:
-        label, _, binary = spec.partition("=")
+        label, _, command = spec.partition("=")
+        binary, *flags = command.split()
         if not binary or not os.access(binary, os.X_OK):
-            sys.exit(f"--dcp {spec}: expected LABEL=BINARY with an executable BINARY")
-        builds.append((label, binary))
+            sys.exit(f"--dcp {spec}: expected LABEL=BINARY [FLAGS] with an executable BINARY")
+        builds.append((label, binary, flags))
 
     records = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,8 +93,9 @@ def main():
                               "--nodes", str(args.nodes),
                               "--devices-per-node", str(args.devices_per_node),
                               "--block-size", args.block_size]
-                    for label, binary in builds:
-                        figures = measure(binary, common, args.cluster, os.path.join(tmp, "p.plan"))
+                    for label, binary, flags in builds:
+                        figures = measure(binary, flags, common, args.cluster,
+                                          os.path.join(tmp, "p.plan"))
                         records.append({"build": label, "dataset": dist, "mask": mask,
                                         "seed": seed, **figures})
     if args.json:
@@ -109,13 +114,13 @@ def main():
           "ratios Program / priced of the sums (max per batch), simulated ms summed\n")
     header = ("| dataset | build | fwd inter MB Program | priced | ratio (max) | bwd inter MB Program | "
               "priced | ratio (max) | step inter MB | intra MB | max compute imb | fwd ms | bwd ms |")
-    step_totals = {label: [0, 0, 0.0, 0.0] for label, _ in builds}
+    step_totals = {label: [0, 0, 0.0, 0.0] for label, _, _ in builds}
     for mask in args.masks.split(","):
         print(f"**{mask}**\n")
         print(header)
         print("|---" * (header.count("|") - 1) + "|")
         for dist in args.dists.split(","):
-            for label, _ in builds:
+            for label, _, _ in builds:
                 rows = [r for r in records
                         if r["build"] == label and r["dataset"] == dist and r["mask"] == mask]
                 fwd, bwd = total(rows, "fwd_inter"), total(rows, "bwd_inter")
@@ -143,7 +148,7 @@ def main():
           "report it)\n")
     print("| build | pass | " + " | ".join(KINDS) + " |")
     print("|---|---|" + "---|" * len(KINDS))
-    for label, _ in builds:
+    for label, _, _ in builds:
         rows = [r for r in records if r["build"] == label]
         for name in ("fwd", "bwd"):
             kinds = [r[f"{name}_inter_by_kind"] for r in rows]
@@ -153,13 +158,15 @@ def main():
             print(f"| {label} | {name} | " + " | ".join(f"{v / MB:.1f}" for v in sums) + " |")
     print()
     print("**all masks and datasets**\n")
-    print("| build | step inter MB | step intra MB | fwd ms | bwd ms | step inter / first build |")
-    print("|---|---|---|---|---|---|")
+    print("| build | step inter MB | step intra MB | fwd ms | bwd ms | step inter / first build "
+          "| kept MB per device (median, max) |")
+    print("|---|---|---|---|---|---|---|")
     first = step_totals[builds[0][0]][0]
-    for label, _ in builds:
+    for label, _, _ in builds:
         inter, intra, fms, bms = step_totals[label]
+        kept = sorted(r["kept_mb_max_device"] for r in records if r["build"] == label)
         print(f"| {label} | {inter / MB:.1f} | {intra / MB:.1f} | {fms:.2f} | {bms:.2f} | "
-              f"{inter / first:.3f} |")
+              f"{inter / first:.3f} | {kept[len(kept) // 2]:.1f}, {kept[-1]:.1f} |")
 
 
 if __name__ == "__main__":

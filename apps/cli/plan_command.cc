@@ -97,6 +97,7 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     json.field("token_blocks", std::int64_t{built.workload.blocks().block_count()});
     json.field("work_units", built.workload.work_unit_count());
     json.field("placement_within_bounds", built.placement_within_bounds);
+    json.field("kept_kv_bytes_max_device", max_kept_bytes(built.plan));
     write_pass(json, built.plan, Pass::kForward, built.forward, traffic[0]);
     write_pass(json, built.plan, Pass::kBackward, built.backward, traffic[1]);
     json.key("timing_ms").begin_object();
@@ -137,6 +138,10 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
                   s.estimate.compute_seconds * 1e3, format_mb(pass_bytes.inter_node, 2).c_str(),
                   format_mb(pass_bytes.intra_node, 2).c_str());
     out << line;
+  }
+  if (const std::int64_t kept = max_kept_bytes(built.plan); kept > 0) {
+    out << "kept kv    up to " << format_mb(kept, 2)
+        << " MB per device, received in the forward pass and not again in the backward pass\n";
   }
   if (!built.selection.candidates.empty()) {
     out << "selection  kept " << built.selection.kept
@@ -215,9 +220,10 @@ int run_inspect(std::span<const std::string> argv, std::ostream& out) {
     const auto& programs = plan.programs(pass);
     out << "\n"
         << to_string(pass) << " (" << (programs.empty() ? 0 : programs[0].stages) << " stages)\n";
-    std::snprintf(line, sizeof(line), "%6s %7s %5s %5s %6s %5s %6s %6s %5s %5s %5s %6s %9s  %s\n",
-                  "device", "instr", "load", "store", "launch", "wait", "rows", "units", "merge",
-                  "sum", "free", "slots", "peak MB", "sent / received MB per stage");
+    std::snprintf(line, sizeof(line),
+                  "%6s %7s %5s %5s %6s %5s %6s %6s %5s %5s %5s %6s %9s %9s  %s\n", "device",
+                  "instr", "load", "store", "launch", "wait", "rows", "units", "merge", "sum",
+                  "free", "slots", "peak MB", "kept MB", "sent / received MB per stage");
     out << line;
     for (const Program& program : programs) {
       if (only >= 0 && program.device != only) continue;
@@ -231,11 +237,12 @@ int run_inspect(std::span<const std::string> argv, std::ostream& out) {
         return static_cast<long long>(s.opcode_counts[static_cast<std::size_t>(op)]);
       };
       std::snprintf(line, sizeof(line),
-                    "%6d %7lld %5lld %5lld %6lld %5lld %6lld %6lld %5lld %5lld %5lld %6d %9s  ",
+                    "%6d %7lld %5lld %5lld %6lld %5lld %6lld %6lld %5lld %5lld %5lld %6d %9s %9s  ",
                     program.device, static_cast<long long>(s.instructions), count(0), count(1),
                     count(2), count(3), static_cast<long long>(s.attention_rows),
                     static_cast<long long>(s.attention_entries), count(6), count(7), count(8),
-                    s.slots, format_mb(s.slot_bytes, 2).c_str());
+                    s.slots, format_mb(s.slot_bytes, 2).c_str(),
+                    format_mb(s.kept_bytes, 2).c_str());
       out << line << per_stage << "\n";
     }
   }

@@ -55,7 +55,23 @@ ProgramStats program_stats(const PlanHeader& header, const Program& program) {
   for (const Slot& slot : program.slots)
     stats.slot_bytes += value_bytes(header, slot.kind, slot.tokens);
   stats.slots = static_cast<std::int32_t>(program.slots.size());
+  for (const KeptValue& kept : program.kept) {
+    const auto block =
+        std::lower_bound(program.blocks.begin(), program.blocks.end(), kept.block,
+                         [](const BlockInfo& info, BlockId id) { return info.id < id; });
+    if (block != program.blocks.end() && block->id == kept.block) {
+      stats.kept_bytes += value_bytes(header, kept.kind, block->tokens);
+    }
+  }
   return stats;
+}
+
+std::int64_t max_kept_bytes(const Plan& plan) {
+  std::int64_t most = 0;
+  for (const Program& program : plan.forward) {
+    most = std::max(most, program_stats(plan.header, program).kept_bytes);
+  }
+  return most;
 }
 
 PassTraffic pass_traffic(const PlanHeader& header, const std::vector<Program>& programs) {

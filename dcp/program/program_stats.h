@@ -29,6 +29,8 @@ struct ProgramStats {
   // The buffer table: slots are reused by lifetime, so their total is the peak.
   std::int64_t slot_bytes = 0;
   std::int32_t slots = 0;
+  // The kept tensor: the kv values kept from the forward pass for the backward pass.
+  std::int64_t kept_bytes = 0;
 };
 
 ProgramStats program_stats(const PlanHeader& header, const Program& program);
@@ -41,5 +43,9 @@ struct PassTraffic {
   std::array<std::int64_t, kSlotKindCount> intra_node_by_kind{};
 };
 PassTraffic pass_traffic(const PlanHeader& header, const std::vector<Program>& programs);
+
+// The largest kept tensor of the plan's devices (Program::kept; memory held from a layer's
+// forward pass to its backward pass), in bytes.
+std::int64_t max_kept_bytes(const Plan& plan);
 
 }  // namespace dcp

@@ -262,6 +262,33 @@ TEST(PlanCommand, RejectsBadFlagsWithExitStatus2) {
   expect_usage_error({"plan", "--seqlens", "100", "--stages", "-1"}, "--stages");
   expect_usage_error({"plan", "--seqlens", "100", "--compute-masked-tiles"},
                      "--compute-masked-tiles applies to static strategies");
+  expect_usage_error({"plan", "--seqlens", "100", "--keep-kv", "some"}, "--keep-kv");
+  expect_usage_error({"plan", "--seqlens", "100", "--keep-kv", "-2"}, "--keep-kv");
+  expect_usage_error({"plan", "--seqlens", "100", "--strategy", "ring", "--keep-kv", "all"},
+                     "--keep-kv applies to --strategy dcp or dcp-pure");
+  expect_usage_error({"partition", "--seqlens", "100", "--keep-kv", "maybe"}, "--keep-kv");
+}
+
+// dcp-pure keeps the kv values a device received in the forward pass (by default, or within a
+// budget in MiB), and says how much; with none kept, the backward pass receives them again.
+TEST(PlanCommand, KeepsKvFromTheForwardPassAsAsked) {
+  const auto plan = [](const char* keep) {
+    return run({"plan", "--seqlens", "3000,700,40", "--block-size", "256", "--nodes", "2",
+                "--devices-per-node", "2", "--strategy", "dcp-pure", "--keep-kv", keep, "--json",
+                "-"});
+  };
+  const auto kept_mb = [](const Result& r) {
+    return std::stod(json_value(r.out, "kept_kv_bytes_max_device")) / 1e6;
+  };
+  const Result all = plan("all"), none = plan("none"), budget = plan("0.5");
+  for (const Result* r : {&all, &none, &budget}) ASSERT_EQ(r->status, 0) << r->err;
+  EXPECT_GT(kept_mb(all), 0.5 * 1.048576);
+  EXPECT_EQ(kept_mb(none), 0);
+  EXPECT_GT(kept_mb(budget), 0);
+  EXPECT_LE(kept_mb(budget), 0.5 * 1.048576);
+  const Result text = run({"plan", "--seqlens", "3000,700,40", "--block-size", "256", "--nodes",
+                           "2", "--devices-per-node", "2", "--strategy", "dcp-pure"});
+  EXPECT_NE(text.out.find("kept kv    up to"), std::string::npos) << text.out;
 }
 
 TEST(VerifyCommand, RejectsDamagedAndForeignFilesWithAClearError) {

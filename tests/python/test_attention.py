@@ -39,7 +39,10 @@ def _case(mask: str, dtype: str = "fp32", strategy: str = "dcp-pure", **extra) -
 CASES = ([_case(m) for m in MASKS]
          + [_case("causal", "bf16"), _case("random_intervals", "bf16"),
             _case("causal", strategy="dcp"), _case("causal", strategy="zigzag"),
-            _case("lambda", strategy="ring"), _case("shared_question", packed_kv=True)])
+            _case("lambda", strategy="ring"), _case("shared_question", packed_kv=True),
+            # kv received in the forward pass sent again, and kept within a 2 KiB budget (about
+            # two of this batch's kv values per rank); every other dcp case keeps all.
+            _case("causal", keep_kv="none"), _case("shared_question", keep_kv=2 / 1024)])
 WORLDS = [1, 2, 3, 4]
 
 
@@ -62,6 +65,15 @@ def _reference(index: int):
 def test_matches_dense_attention(size: int, index: int) -> None:
     _expect_dense_attention(CASES[index], [results[index] for results in _world_results(size)],
                             _reference(index))
+
+
+def test_kv_is_kept_from_the_forward_pass_as_planned() -> None:
+    results = _world_results(4)
+    kept = {c["name"]: [r[i]["kept_bytes"] for r in results] for i, c in enumerate(CASES)}
+    assert max(kept["causal-fp32-dcp-pure"]) > 0, "dcp-pure keeps the kv its ranks received"
+    assert kept["causal-fp32-dcp-pure-keep_kv"] == [0] * 4, "keep_kv='none' keeps nothing"
+    assert 0 < max(kept["shared_question-fp32-dcp-pure-keep_kv"]) <= 2048, "within the budget"
+    assert kept["causal-fp32-zigzag"] == [0] * 4, "static strategies receive kv again"
 
 
 # One sequence on 2 x 2 whose plan merges partials on a device of the contributing node and sends

@@ -57,6 +57,16 @@ def test_tensors_outside_the_local_layout(executor, make, error, words) -> None:
     assert words in str(info.value)
 
 
+def test_backward_needs_the_kept_tensor_its_forward_returned(executor) -> None:
+    q, k, v = qkv()
+    o, lse, kept = executor.forward(q, k, v)
+    assert kept.dtype == torch.uint8 and kept.numel() == executor.kept_bytes
+    with pytest.raises(ValueError, match=r"kept is a torch.uint8 tensor of shape \(3,\)"):
+        executor.backward(q, k, v, o, lse, torch.randn_like(q), torch.empty(3, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="kept is a list"):
+        executor.backward(q, k, v, o, lse, torch.randn_like(q), [])
+
+
 def test_non_contiguous_inputs_are_taken(executor) -> None:
     q, k, v = qkv()
     wide = torch.randn(27, 8, 8)[:, ::2]  # a strided view with q's shape

@@ -152,11 +152,14 @@ void write_rows(Writer& w, const std::vector<AttnRow>& rows) {
 
 struct InstructionWriter {
   Writer& w;
-  void operator()(const Load& x) const {
+  // Load, Keep and Restore: a slot and the value (block, head block) it takes or gives.
+  template <typename Op>
+  void slot_and_value(const Op& x) const {
     w.i32(x.slot);
     w.i32(x.block);
     w.i32(x.head_block);
   }
+  void operator()(const Load& x) const { slot_and_value(x); }
   void operator()(const Store& x) const {
     w.i32(x.slot);
     w.u8(code(x.kind));
@@ -185,16 +188,8 @@ struct InstructionWriter {
     w.i32(x.src);
   }
   void operator()(const Free& x) const { w.i32s(x.slots, "freed slots"); }
-  void operator()(const Keep& x) const {
-    w.i32(x.slot);
-    w.i32(x.block);
-    w.i32(x.head_block);
-  }
-  void operator()(const Restore& x) const {
-    w.i32(x.slot);
-    w.i32(x.block);
-    w.i32(x.head_block);
-  }
+  void operator()(const Keep& x) const { slot_and_value(x); }
+  void operator()(const Restore& x) const { slot_and_value(x); }
 };
 
 std::string program_bytes(const Program& program) {

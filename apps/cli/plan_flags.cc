@@ -73,15 +73,4 @@ PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
   return options;
 }
 
-std::int64_t parse_kept_kv_budget(std::string_view text) {
-  if (text == "all") return kKeepAllKv;
-  if (text == "none") return kKeepNoKv;
-  const double mib = parse_double(text, "the kept kv budget");
-  if (!(mib >= 0) || mib > 1e9) {
-    throw InvalidInput("the kept kv budget must be all, none or a number of MiB in [0, 1e9], got " +
-                       std::string(text));
-  }
-  return static_cast<std::int64_t>(mib * 1024 * 1024);
-}
-
 }  // namespace dcp::cli

@@ -3,8 +3,6 @@
 // that plans: plan, run, attention, demo.
 #pragma once
 
-#include <cstdint>
-#include <string_view>
 #include <vector>
 
 #include "dcp/dcp.h"
@@ -20,8 +18,5 @@ const std::vector<FlagSpec>& plan_flags();
 // The options those flags give, with `seed` as the planner seed. Every InvalidInput names its
 // flag; dcp-only flags with a static strategy (and the reverse) are usage errors.
 PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed);
-
-// --keep-kv's value: "all" (kKeepAllKv), "none" (kKeepNoKv) or MiB per device, as bytes.
-std::int64_t parse_kept_kv_budget(std::string_view text);
 
 }  // namespace dcp::cli

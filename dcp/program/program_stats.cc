@@ -55,22 +55,27 @@ ProgramStats program_stats(const PlanHeader& header, const Program& program) {
   for (const Slot& slot : program.slots)
     stats.slot_bytes += value_bytes(header, slot.kind, slot.tokens);
   stats.slots = static_cast<std::int32_t>(program.slots.size());
+  stats.kept_bytes = kept_bytes(header, program);
+  return stats;
+}
+
+std::int64_t kept_bytes(const PlanHeader& header, const Program& program) {
+  std::int64_t bytes = 0;
   for (const KeptValue& kept : program.kept) {
     const auto block =
         std::lower_bound(program.blocks.begin(), program.blocks.end(), kept.block,
                          [](const BlockInfo& info, BlockId id) { return info.id < id; });
     if (block != program.blocks.end() && block->id == kept.block) {
-      stats.kept_bytes += value_bytes(header, kept.kind, block->tokens);
+      bytes += value_bytes(header, kept.kind, block->tokens);
     }
   }
-  return stats;
+  return bytes;
 }
 
 std::int64_t max_kept_bytes(const Plan& plan) {
   std::int64_t most = 0;
-  for (const Program& program : plan.forward) {
-    most = std::max(most, program_stats(plan.header, program).kept_bytes);
-  }
+  for (const Program& program : plan.forward)
+    most = std::max(most, kept_bytes(plan.header, program));
   return most;
 }
 

@@ -44,6 +44,10 @@ struct PassTraffic {
 };
 PassTraffic pass_traffic(const PlanHeader& header, const std::vector<Program>& programs);
 
+// The kept tensor of a Program: its kept values' bytes (a kept block missing from the block table
+// counts nothing; check_program_structure refuses such a Program).
+std::int64_t kept_bytes(const PlanHeader& header, const Program& program);
+
 // The largest kept tensor of the plan's devices (Program::kept; memory held from a layer's
 // forward pass to its backward pass), in bytes.
 std::int64_t max_kept_bytes(const Plan& plan);

@@ -188,20 +188,13 @@ class ProgramChecker {
         return fail("structure", cat(name, " is of an owned block; only received values are kept"));
       }
     }
-    const std::vector<Program>& other =
-        plan_.programs(pass_ == Pass::kForward ? Pass::kBackward : Pass::kForward);
-    if (other.size() == plan_.programs(pass_).size() &&
-        other[static_cast<std::size_t>(device_)].kept != kept) {
-      return fail(
-          "kept-mismatch",
-          cat("the forward and backward Programs of device ", device_,
-              " list different kept values (",
-              pass_ == Pass::kForward ? kept.size()
-                                      : other[static_cast<std::size_t>(device_)].kept.size(),
-              " forward, ",
-              pass_ == Pass::kForward ? other[static_cast<std::size_t>(device_)].kept.size()
-                                      : kept.size(),
-              " backward)"));
+    const auto d = static_cast<std::size_t>(device_);
+    if (plan_.forward.size() == plan_.backward.size() &&
+        plan_.forward[d].kept != plan_.backward[d].kept) {
+      return fail("kept-mismatch",
+                  cat("the forward and backward Programs of device ", device_,
+                      " list different kept values (", plan_.forward[d].kept.size(), " forward, ",
+                      plan_.backward[d].kept.size(), " backward)"));
     }
     kept_done_.assign(kept.size(), false);
     return std::nullopt;

@@ -73,20 +73,7 @@ def _request(seqlens: Sequence[int], mask: Any = "causal", *, heads: int = 8, kv
         float(softmax_scale or 0.0), int(block_size or 0), int(head_block_size), str(cluster),
         int(nodes or 0), int(devices_per_node or 0), str(strategy), int(stages),
         float(eps_compute), float(eps_memory), bool(compute_masked_tiles),
-        _kept_kv_budget(keep_kv), int(seed))
-
-
-def _kept_kv_budget(keep_kv: Any) -> int:
-    """keep_kv ('all', 'none' or MiB per device and layer) as the planner's bytes (-1: all)."""
-    if keep_kv == "all":
-        return -1
-    if keep_kv == "none":
-        return 0
-    if isinstance(keep_kv, (int, float)) and not isinstance(keep_kv, bool):
-        if not 0 <= keep_kv <= 1e9:
-            raise ValueError(f"keep_kv {keep_kv} MiB is outside [0, 1e9]")
-        return int(keep_kv * 1024 * 1024)
-    raise ValueError(f"keep_kv {keep_kv!r} is neither 'all', 'none' nor a number of MiB")
+        str(keep_kv), int(seed))
 
 
 def plan(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Plan:

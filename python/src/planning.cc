@@ -90,7 +90,7 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
                          std::int32_t head_block_size, const std::string& cluster,
                          std::int32_t nodes, std::int32_t devices_per_node,
                          const std::string& strategy, std::int32_t stages, double eps_compute,
-                         double eps_memory, bool compute_masked_tiles, std::int64_t kept_kv_budget,
+                         double eps_memory, bool compute_masked_tiles, const std::string& keep_kv,
                          std::uint64_t seed) {
   PlanRequest request;
   request.shape.q_heads = heads;
@@ -132,11 +132,11 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
     }
     request.plan.masked_tiles = MaskedTiles::kCompute;
   }
-  if (kept_kv_budget < kKeepAllKv) {
-    throw InvalidInput("keep_kv " + std::to_string(kept_kv_budget) +
-                       " bytes is negative (use 'all', 'none' or a number of MiB)");
+  try {
+    request.plan.kept_kv_budget = parse_kept_kv_budget(keep_kv);
+  } catch (const InvalidInput& e) {
+    throw InvalidInput(std::string("keep_kv: ") + e.what());
   }
-  request.plan.kept_kv_budget = kept_kv_budget;
   request.plan.seed = seed;
   return request;
 }
@@ -195,7 +195,7 @@ void bind_planning(nb::module_& m) {
         nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("dtype"), nb::arg("softmax_scale"),
         nb::arg("block_size"), nb::arg("head_block_size"), nb::arg("cluster"), nb::arg("nodes"),
         nb::arg("devices_per_node"), nb::arg("strategy"), nb::arg("stages"), nb::arg("eps_compute"),
-        nb::arg("eps_memory"), nb::arg("compute_masked_tiles"), nb::arg("kept_kv_budget"),
+        nb::arg("eps_memory"), nb::arg("compute_masked_tiles"), nb::arg("keep_kv"),
         nb::arg("seed"));
   m.def(
       "plan_request",

@@ -91,6 +91,9 @@ def test_workload_summary() -> None:
     (lambda: dcp.plan_from_bytes(b"not a plan"), ValueError, "plan"),
     (lambda: dcp.load_plan("/no/such/plan.bin"), OSError, "/no/such/plan.bin"),
     (lambda: dcp.plan([64], "causal", **OPTIONS).simulate("tpu-pod"), Exception, "tpu-pod"),
+    (lambda: dcp.plan([64], "causal", **{**OPTIONS, "keep_kv": "some"}), ValueError,
+     "keep_kv: the kept kv budget: 'some'"),
+    (lambda: dcp.plan([64], "causal", **{**OPTIONS, "keep_kv": -1}), ValueError, "got -1"),
 ])
 def test_bad_input_raises_naming_the_value(call, error, words) -> None:
     with pytest.raises(error) as info:

@@ -7,18 +7,25 @@
 #include <tuple>
 
 #include "dcp/core/error.h"
+#include "dcp/core/parse.h"
 
 #include "dcp/planner/schedule/schedule.h"
 
 namespace dcp {
 
-std::int64_t KeptKv::max_device_bytes() const {
-  return device_bytes.empty() ? 0 : *std::max_element(device_bytes.begin(), device_bytes.end());
+std::int64_t parse_kept_kv_budget(std::string_view text) {
+  if (text == "all") return kKeepAllKv;
+  if (text == "none") return kKeepNoKv;
+  const double mib = parse_double(text, "the kept kv budget");
+  if (!(mib >= 0) || mib > 1e9) {
+    throw InvalidInput("the kept kv budget must be all, none or a number of MiB in [0, 1e9], got " +
+                       std::string(text));
+  }
+  return static_cast<std::int64_t>(mib * 1024 * 1024);
 }
 
-bool KeptKv::keeps(DeviceId device, const KeptValue& value) const {
-  const auto& list = per_device[static_cast<std::size_t>(device)];
-  return std::binary_search(list.begin(), list.end(), value);
+std::int64_t KeptKv::max_device_bytes() const {
+  return device_bytes.empty() ? 0 : *std::max_element(device_bytes.begin(), device_bytes.end());
 }
 
 KeptKv choose_kept_kv(const Workload& workload, const Placement& placement,
@@ -32,7 +39,7 @@ KeptKv choose_kept_kv(const Workload& workload, const Placement& placement,
   KeptKv kept;
   kept.per_device.resize(devices);
   kept.device_bytes.assign(devices, 0);
-  kept.all = budget_bytes == kKeepAllKv;
+  const bool all = budget_bytes == kKeepAllKv;
   if (budget_bytes == kKeepNoKv) return kept;
 
   // Every (value, node, device) where a device reads a kv value it does not own.
@@ -75,14 +82,14 @@ KeptKv choose_kept_kv(const Workload& workload, const Placement& placement,
          value_bytes(header, SlotKind::kKV, workload.blocks().block(block).tokens)});
     i = j;
   }
-  if (!kept.all) {
+  if (!all) {
     std::stable_sort(
         candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
           return std::tuple(!a.crosses_nodes, -a.bytes) < std::tuple(!b.crosses_nodes, -b.bytes);
         });
   }
   for (const Candidate& c : candidates) {
-    if (!kept.all) {
+    if (!all) {
       bool fits = true;
       for (std::size_t r = c.begin; r < c.end && fits; ++r) {
         fits = kept.device_bytes[static_cast<std::size_t>(readers[r].device)] + c.bytes <=

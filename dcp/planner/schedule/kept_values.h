@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "dcp/model/workload.h"
@@ -17,12 +18,14 @@ namespace dcp {
 inline constexpr std::int64_t kKeepAllKv = -1;  // every kv value a device receives
 inline constexpr std::int64_t kKeepNoKv = 0;
 
+// A budget as users write it (--keep-kv, keep_kv): "all" (kKeepAllKv), "none" (kKeepNoKv) or a
+// number of MiB per device, as bytes. Throws InvalidInput naming the text otherwise.
+std::int64_t parse_kept_kv_budget(std::string_view text);
+
 struct KeptKv {
   std::vector<std::vector<KeptValue>> per_device;  // sorted
   std::vector<std::int64_t> device_bytes;          // the kept tensor's bytes per device
-  bool all = false;  // every kv value a device reads from another device is kept
   std::int64_t max_device_bytes() const;
-  bool keeps(DeviceId device, const KeptValue& value) const;
 };
 
 // A device reads the same kv values in both passes (the work units stay where they are). A value

@@ -63,6 +63,7 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
                    "price the backward pass with the kv values kept from the forward pass "
                    "(all), or received again (none; a budget in MiB is priced as none: its "
                    "plans move at most that) [all]"});
+  specs.push_back(partial_dtype_flag());
   specs.push_back({"--json", "", "print one JSON object instead of the tables"});
   specs.push_back({"--help", "", "show this help"});
   const Args args(specs, argv);
@@ -90,18 +91,21 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
     options.partitioner = with_flag("--partitioner", [&] { return parse_partitioner(*name); });
   }
   if (const auto keep = args.get("--keep-kv")) {
-    options.kv_kept_for_backward =
+    options.pricing.kv_kept_for_backward =
         with_flag("--keep-kv", [&] { return parse_kept_kv_budget(*keep); }) == kKeepAllKv;
   } else {
-    options.kv_kept_for_backward = PlanOptions{}.kept_kv_budget == kKeepAllKv;
+    options.pricing.kv_kept_for_backward = PlanOptions{}.kept_kv_budget == kKeepAllKv;
   }
 
   const auto start = Clock::now();
   const BuiltWorkload built = workload_from_flags(args, options.cluster.devices());
   const Workload& workload = built.workload;
   const double workload_ms = ms_since(start);
+  PlanOptions plan_options;
+  plan_options.partial_dtype = partial_dtype_from_flags(args);
+  options.pricing.partial_dtype = partial_dtype_of(plan_options, workload.shape().dtype);
   const PlacementResult result = place(workload, options);
-  const BlockHypergraph hypergraph = build_block_hypergraph(workload, options.kv_kept_for_backward);
+  const BlockHypergraph hypergraph = build_block_hypergraph(workload, options.pricing);
   const PlacementMetrics dcp_figures = evaluate(workload, hypergraph, result.placement);
   const auto baseline_start = Clock::now();
   const ZigzagBaseline zigzag_cut = zigzag_baseline(workload, options.cluster);

@@ -9,6 +9,19 @@
 
 namespace dcp::cli {
 
+FlagSpec partial_dtype_flag() {
+  return {"--partial-dtype", "fp32|bf16|fp16",
+          "the dtype partial o, dq, dk, dv travel in between devices (accumulated in fp32): fp32 "
+          "or the storage dtype [dcp: the storage dtype; static strategies: fp32]"};
+}
+
+std::optional<DType> partial_dtype_from_flags(const Args& args) {
+  if (const auto name = args.get("--partial-dtype")) {
+    return with_flag("--partial-dtype", [&] { return parse_dtype(*name); });
+  }
+  return std::nullopt;
+}
+
 const std::vector<FlagSpec>& plan_flags() {
   static const std::vector<FlagSpec> specs = {
       {"--cluster", "PRESET|FILE",
@@ -27,6 +40,7 @@ const std::vector<FlagSpec>& plan_flags() {
       {"--keep-kv", "all|none|MIB",
        "dcp: kv values received in the forward pass that a device keeps for the backward pass, "
        "instead of receiving them again: all, none, or up to MIB MiB per device and layer [all]"},
+      partial_dtype_flag(),
   };
   return specs;
 }
@@ -69,6 +83,7 @@ PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
   if (const auto keep = args.get("--keep-kv")) {
     options.kept_kv_budget = with_flag("--keep-kv", [&] { return parse_kept_kv_budget(*keep); });
   }
+  options.partial_dtype = partial_dtype_from_flags(args);
   options.seed = seed;
   return options;
 }

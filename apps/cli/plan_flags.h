@@ -3,6 +3,7 @@
 // that plans: plan, run, attention, demo.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "dcp/dcp.h"
@@ -12,8 +13,12 @@
 namespace dcp::cli {
 
 // --cluster, --nodes, --devices-per-node, --strategy, --stages, --compute-masked-tiles,
-// --eps-compute, --eps-memory, --keep-kv.
+// --eps-compute, --eps-memory, --keep-kv, --partial-dtype.
 const std::vector<FlagSpec>& plan_flags();
+
+// --partial-dtype (also a flag of dcp partition), and the dtype it names (unset: not given).
+FlagSpec partial_dtype_flag();
+std::optional<DType> partial_dtype_from_flags(const Args& args);
 
 // The options those flags give, with `seed` as the planner seed. Every InvalidInput names its
 // flag; dcp-only flags with a static strategy (and the reverse) are usage errors.

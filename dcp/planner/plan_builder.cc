@@ -32,13 +32,14 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
     PlacementOptions placement_options = options.placement;
     placement_options.cluster = shape;
     placement_options.seed = options.seed;
-    placement_options.kv_kept_for_backward = options.kept_kv_budget == kKeepAllKv;
+    placement_options.pricing.kv_kept_for_backward = options.kept_kv_budget == kKeepAllKv;
+    placement_options.pricing.partial_dtype = partial_dtype_of(options, workload.shape().dtype);
     PlacementResult placed = place(workload, placement_options);
     BuiltPlan built{Plan{}, workload, std::move(placed.placement), placed.within_bounds, {}, {}, {},
                     {},     {}};
     built.timings.partition_ms = ms_since(start);
-    built.plan.header =
-        plan_header(workload, shape, std::string(to_string(options.strategy)), options.seed);
+    built.plan.header = plan_header(workload, shape, std::string(to_string(options.strategy)),
+                                    options.seed, placement_options.pricing.partial_dtype);
     built.kept =
         choose_kept_kv(built.workload, built.placement, built.plan.header, options.kept_kv_budget);
     ScheduledPass passes[2];
@@ -71,7 +72,8 @@ BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::t
       Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {}};
   built.timings.partition_ms = ms_since(start);
   built.plan.header =
-      plan_header(built.workload, shape, std::string(to_string(options.strategy)), options.seed);
+      plan_header(built.workload, shape, std::string(to_string(options.strategy)), options.seed,
+                  partial_dtype_of(options, built.workload.shape().dtype));
   const auto compile_start = Clock::now();
   built.plan.forward =
       compile_pass(built.workload, built.placement, built.plan.header, layout.forward);
@@ -95,6 +97,11 @@ PlanCandidate simulated(const BuiltPlan& built, std::string strategy, const Clus
 }
 
 }  // namespace
+
+DType partial_dtype_of(const PlanOptions& options, DType storage) {
+  if (options.partial_dtype) return *options.partial_dtype;
+  return is_dcp(options.strategy) ? storage : DType::kFp32;
+}
 
 BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
   validate(options.cluster);
@@ -121,7 +128,8 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
     // compiled and simulated (docs/cost_model.md; the estimate is within a few percent of the
     // simulation for static plans, whose time is transfers and whole-tile kernels).
     const PlanHeader header =
-        plan_header(layout->workload, options.cluster.shape, name, options.seed);
+        plan_header(layout->workload, options.cluster.shape, name, options.seed,
+                    partial_dtype_of(static_options, layout->workload.shape().dtype));
     const double estimated =
         estimate(layout->workload, layout->placement, options.cluster, header, layout->forward)
             .seconds +

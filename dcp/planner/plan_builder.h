@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,15 @@ struct PlanOptions {
   // (kept_values.h): kKeepAllKv, kKeepNoKv or a budget. Static strategies keep nothing (the
   // systems they stand for receive kv again in the backward pass).
   std::int64_t kept_kv_budget = kKeepAllKv;
+  // The dtype partials (o, dq, dk, dv) travel in between devices: fp32 or the storage dtype
+  // (they are accumulated in fp32 either way). Unset: partial_dtype_of's default.
+  std::optional<DType> partial_dtype;
 };
+
+// The dtype `options` sends partials in for a workload stored in `storage`: the one set, else
+// the storage dtype for dcp's own plans (measured in docs/scheduling.md) and fp32 for static
+// strategies (the systems they stand for send partials in fp32).
+DType partial_dtype_of(const PlanOptions& options, DType storage);
 
 struct PlanTimings {
   double partition_ms = 0;  // dcp's placement, or the static strategy's layout and schedules

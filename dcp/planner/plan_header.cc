@@ -2,12 +2,15 @@
 // The header every Program of a plan shares.
 #include "dcp/planner/plan_header.h"
 
+#include <string>
 #include <utility>
+
+#include "dcp/core/error.h"
 
 namespace dcp {
 
 PlanHeader plan_header(const Workload& workload, const ClusterShape& cluster, std::string strategy,
-                       std::uint64_t seed) {
+                       std::uint64_t seed, DType partial_dtype) {
   const AttentionShape& shape = workload.shape();
   const HeadBlocking& heads = workload.heads();
   PlanHeader header;
@@ -20,7 +23,12 @@ PlanHeader plan_header(const Workload& workload, const ClusterShape& cluster, st
   header.head_block_size = heads.head_block_size();
   header.kv_heads_per_block = heads.kv_block_size();
   header.dtype = shape.dtype;
-  header.partial_dtype = DType::kFp32;
+  if (partial_dtype != DType::kFp32 && partial_dtype != shape.dtype) {
+    throw InvalidInput("partials travel in fp32 or the storage dtype (" +
+                       std::string(to_string(shape.dtype)) + "), not " +
+                       std::string(to_string(partial_dtype)));
+  }
+  header.partial_dtype = partial_dtype;
   header.softmax_scale = shape.effective_scale();
   header.total_tokens = workload.batch().total_tokens();
   header.sequences = workload.batch().size();

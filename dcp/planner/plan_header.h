@@ -12,8 +12,9 @@
 
 namespace dcp {
 
-// Partials (o and lse, dq, dk and dv) travel and accumulate in fp32.
+// Partials (o, dq, dk and dv) accumulate in fp32 and travel in `partial_dtype`: fp32 or the
+// workload's storage dtype (else InvalidInput naming both).
 PlanHeader plan_header(const Workload& workload, const ClusterShape& cluster, std::string strategy,
-                       std::uint64_t seed);
+                       std::uint64_t seed, DType partial_dtype = DType::kFp32);
 
 }  // namespace dcp

@@ -1152,6 +1152,12 @@ void check_plan_header(const PlanHeader& header, std::string_view origin) {
                          " is not a dtype");
     }
   }
+  if (header.partial_dtype != DType::kFp32 && header.partial_dtype != header.dtype) {
+    throw InvalidInput(where + "partials travel in " +
+                       std::string(to_string(header.partial_dtype)) + ", but a plan in " +
+                       std::string(to_string(header.dtype)) + " sends them in fp32 or " +
+                       std::string(to_string(header.dtype)));
+  }
   if (!std::isfinite(header.softmax_scale) || header.softmax_scale <= 0.0) {
     throw InvalidInput(where + "softmax_scale must be positive and finite, got " +
                        std::to_string(header.softmax_scale));

@@ -102,12 +102,14 @@ bool reduces_partials_in_node(const PlanHeader& header) {
   return header.strategy == "dcp" || header.strategy == "dcp-pure";
 }
 
-std::int64_t value_bytes(const PlanHeader& header, SlotKind kind, std::int64_t tokens) {
+namespace {
+
+std::int64_t bytes_with_partials(const PlanHeader& header, SlotKind kind, std::int64_t tokens,
+                                 std::int64_t partial) {
   const std::int64_t d = header.head_dim;
   const std::int64_t h = header.head_block_size;
   const std::int64_t hk = header.kv_heads_per_block;
   const std::int64_t data = bytes_of(header.dtype);
-  const std::int64_t partial = bytes_of(header.partial_dtype);
   constexpr std::int64_t kStat = 4;  // lse, delta: fp32
   switch (kind) {
     case SlotKind::kQ:
@@ -124,6 +126,31 @@ std::int64_t value_bytes(const PlanHeader& header, SlotKind kind, std::int64_t t
       return 2 * tokens * hk * d * partial;
   }
   return 0;
+}
+
+}  // namespace
+
+std::int64_t value_bytes(const PlanHeader& header, SlotKind kind, std::int64_t tokens) {
+  return bytes_with_partials(header, kind, tokens, bytes_of(header.partial_dtype));
+}
+
+std::int64_t slot_bytes(const PlanHeader& header, SlotKind kind, std::int64_t tokens) {
+  return bytes_with_partials(header, kind, tokens, bytes_of(DType::kFp32));
+}
+
+bool narrows_partials(const PlanHeader& header) { return header.partial_dtype != DType::kFp32; }
+
+std::int64_t partial_elements(const PlanHeader& header, SlotKind kind, std::int64_t tokens) {
+  const std::int64_t d = header.head_dim;
+  switch (kind) {
+    case SlotKind::kOut:
+    case SlotKind::kDQ:
+      return tokens * header.head_block_size * d;
+    case SlotKind::kDKV:
+      return 2 * tokens * header.kv_heads_per_block * d;
+    default:
+      return 0;
+  }
 }
 
 }  // namespace dcp

@@ -263,6 +263,8 @@ struct PlanHeader {
   std::int32_t head_block_size = 1;  // q heads per head block
   std::int32_t kv_heads_per_block = 1;
   DType dtype = DType::kBf16;
+  // The dtype partial o, dq, dk and dv travel in between devices: fp32, or the storage dtype
+  // (slots hold them in fp32 either way; value_bytes and slot_bytes).
   DType partial_dtype = DType::kFp32;
   double softmax_scale = 0;  // the effective scale
   std::int64_t total_tokens = 0;
@@ -279,8 +281,19 @@ struct PlanHeader {
 // (dcp's own plans: "dcp" and "dcp-pure"). Static strategies move what their systems move.
 bool reduces_partials_in_node(const PlanHeader& header);
 
-// Bytes of one value of `kind` with `tokens` tokens.
+// Bytes of one value of `kind` with `tokens` tokens as it travels between devices and as the
+// plan prices it: inputs in the storage dtype, partials (o, dq, dk, dv) in the partial dtype,
+// lse and delta in fp32.
 std::int64_t value_bytes(const PlanHeader& header, SlotKind kind, std::int64_t tokens);
+// Bytes of the same value held in a slot: partials are accumulated in fp32 whatever dtype they
+// travel in (equal to value_bytes when the partial dtype is fp32).
+std::int64_t slot_bytes(const PlanHeader& header, SlotKind kind, std::int64_t tokens);
+// Whether partials travel narrower than they are held (the partial dtype is not fp32): a device
+// converts a partial to the partial dtype before it sends it, and back after it receives it.
+bool narrows_partials(const PlanHeader& header);
+// Of a partial value of `kind` (kOut, kDQ, kDKV) with `tokens` tokens: the fp32 elements that
+// travel in the partial dtype; an o partial's lse (tokens x heads fp32) follows them unconverted.
+std::int64_t partial_elements(const PlanHeader& header, SlotKind kind, std::int64_t tokens);
 
 struct Plan {
   PlanHeader header;

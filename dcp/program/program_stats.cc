@@ -53,7 +53,7 @@ ProgramStats program_stats(const PlanHeader& header, const Program& program) {
     }
   }
   for (const Slot& slot : program.slots)
-    stats.slot_bytes += value_bytes(header, slot.kind, slot.tokens);
+    stats.slot_bytes += slot_bytes(header, slot.kind, slot.tokens);
   stats.slots = static_cast<std::int32_t>(program.slots.size());
   stats.kept_bytes = kept_bytes(header, program);
   return stats;

@@ -55,6 +55,8 @@ class Device {
   virtual void sum(const SumCall& call) = 0;
   // A Keep (forward: slot to kept tensor) or Restore (backward: kept tensor to slot).
   virtual void copy_kept(const KeptCall& call) = 0;
+  // A partial between its fp32 slot and its wire buffer in the partial dtype (the plan header's).
+  virtual void convert_partial(const WireCall& call) = 0;
   // The pass's calls are all made (the executor calls it however the pass ends).
   virtual void end() {}
 };

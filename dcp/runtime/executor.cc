@@ -63,10 +63,6 @@ void Executor::prepare(const PlanHeader& header, Program forward, Program backwa
                        " devices but the " + std::string(communicator_.name()) +
                        " communicator has " + std::to_string(communicator_.size()) + " ranks");
   }
-  if (header.partial_dtype != DType::kFp32) {
-    throw InvalidInput("the runtime keeps partials in fp32; the plan asks for " +
-                       std::string(to_string(header.partial_dtype)));
-  }
   for (const Program* program : {&forward, &backward}) {
     check_program_structure(header, *program, "");
     if (program->device != communicator_.rank()) {
@@ -108,6 +104,7 @@ void Executor::prepare_pass(PassState& state, Program program) {
     }
   }
   state.launch_group.assign(to_size(launches), -1);
+  state.launch_calls.assign(to_size(launches), nullptr);
   state.profile = PassProfile{};
 }
 
@@ -215,6 +212,7 @@ void Executor::run(PassState& state, const PassTensors& tensors, float softmax_s
     state.arena = state.owned_arena;
   }
   std::fill(state.launch_group.begin(), state.launch_group.end(), -1);
+  std::fill(state.launch_calls.begin(), state.launch_calls.end(), nullptr);
   state.waited = 0;
   PassProfile& profile = state.profile;
   profile = PassProfile{};
@@ -281,6 +279,7 @@ void Executor::call(PassState& state, const LoweredCall& lowered) {
 }
 
 void Executor::launch(PassState& state, const LaunchCall& launch) {
+  for (const WireCall& narrow : launch.narrow) device_.convert_partial(narrow);
   std::vector<comm::TransferOp> ops;
   ops.reserve(launch.transfers.size());
   for (const TransferCall& transfer : launch.transfers) {
@@ -293,12 +292,16 @@ void Executor::launch(PassState& state, const LaunchCall& launch) {
     ops.push_back(op);
   }
   state.launch_group[to_size(launch.id)] = communicator_.start(ops);
+  state.launch_calls[to_size(launch.id)] = &launch;
 }
 
 void Executor::wait_through(PassState& state, std::size_t end) {
   for (; state.waited < end; ++state.waited) {
     if (state.launch_group[state.waited] >= 0) {
       communicator_.wait(state.launch_group[state.waited]);
+    }
+    if (const LaunchCall* launch = state.launch_calls[state.waited]) {
+      for (const WireCall& widen : launch->widen) device_.convert_partial(widen);
     }
   }
 }

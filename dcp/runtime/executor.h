@@ -49,8 +49,8 @@ class Executor {
 
   // Takes this rank's (communicator.rank()) Programs of `plan`. Throws InvalidInput if the plan is
   // for a different number of devices than the communicator has, is malformed
-  // (check_plan_header, check_program_structure), uses a partial dtype other than fp32, or its
-  // forward and backward Programs own different blocks, and Error naming the instruction if a
+  // (check_plan_header, check_program_structure), or its forward and backward Programs own
+  // different blocks, and Error naming the instruction if a
   // Program's values are inconsistent (lowering.h). Lowers both passes.
   void prepare(const Plan& plan);
   // The same with one rank's Programs (as read_program gives them).
@@ -100,8 +100,9 @@ class Executor {
     LoweredPass lowered;
     std::vector<std::byte> owned_arena;  // empty when the caller lent the memory (use_arena)
     std::span<std::byte> arena;
-    std::vector<comm::GroupId> launch_group;  // by LaunchId
-    std::size_t waited = 0;                   // launches [0, waited) are complete
+    std::vector<comm::GroupId> launch_group;      // by LaunchId
+    std::vector<const LaunchCall*> launch_calls;  // by LaunchId, once started
+    std::size_t waited = 0;                       // launches [0, waited) are complete
     PassProfile profile;
   };
 

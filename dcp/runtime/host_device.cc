@@ -65,6 +65,7 @@ class HostDevice final : public Device {
     params_.head_dim = header.head_dim;
     params_.storage = element_type(header.dtype);
     element_ = kernels::element_size(params_.storage);
+    partial_ = element_type(header.partial_dtype);
     layout_ = layout;
     forward_ = &forward;
     backward_ = &backward;
@@ -136,6 +137,21 @@ class HostDevice final : public Device {
       std::memcpy(t_.kept_out + call.kept_offset, arena_ + call.slot_offset, bytes);
     } else {
       std::memcpy(arena_ + call.slot_offset, t_.kept + call.kept_offset, bytes);
+    }
+  }
+
+  void convert_partial(const WireCall& call) override {
+    auto* slot = reinterpret_cast<float*>(arena_ + call.slot_offset);
+    std::byte* wire = arena_ + call.wire_offset;
+    const std::size_t elements = to_size(call.elements);
+    const std::size_t converted = elements * to_size(bytes_of(header_.partial_dtype));
+    const auto tail = reinterpret_cast<std::byte*>(slot + elements);
+    if (call.narrow) {
+      kernels::from_float(partial_, slot, wire, elements);
+      std::memcpy(wire + converted, tail, to_size(call.tail_bytes));
+    } else {
+      kernels::to_float(partial_, wire, slot, elements);
+      std::memcpy(tail, wire + converted, to_size(call.tail_bytes));
     }
   }
 
@@ -309,6 +325,7 @@ class HostDevice final : public Device {
   PlanHeader header_;
   kernels::AttentionParams params_;
   std::size_t element_ = 4;
+  kernels::ElementType partial_ = kernels::ElementType::kFp32;
   LocalLayout layout_;
   const LoweredPass* forward_ = nullptr;
   const LoweredPass* backward_ = nullptr;

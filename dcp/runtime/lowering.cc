@@ -19,7 +19,10 @@ std::size_t to_size(std::int64_t value) { return static_cast<std::size_t>(value)
 class Lowerer {
  public:
   Lowerer(const PlanHeader& header, const Program& program, const LocalLayout& layout)
-      : header_(header), program_(program), tokens_(program.slots.size(), -1) {
+      : header_(header),
+        program_(program),
+        tokens_(program.slots.size(), -1),
+        wire_offsets_(program.slots.size(), -1) {
     for (std::size_t i = 0; i < layout.blocks.size(); ++i) {
       block_offsets_.emplace_back(layout.blocks[i].id, layout.offsets[i]);
     }
@@ -27,8 +30,7 @@ class Lowerer {
     out_.pass = program.pass;
     for (const Slot& slot : program.slots) {
       out_.slot_offsets.push_back(out_.arena_bytes);
-      const std::int64_t bytes = value_bytes(header, slot.kind, slot.tokens);
-      out_.arena_bytes += (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+      out_.arena_bytes += aligned(slot_bytes(header, slot.kind, slot.tokens));
     }
     for (const KeptValue& kept : program.kept) {
       kept_offsets_.push_back(out_.kept_bytes);
@@ -68,6 +70,18 @@ class Lowerer {
   std::int64_t offset(SlotId id) const {
     slot(id);
     return out_.slot_offsets[to_size(id)];
+  }
+  static std::int64_t aligned(std::int64_t bytes) {
+    return (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+  }
+  // The wire buffer of a partial slot, placed after everything else on its first transfer.
+  std::int64_t wire_offset(SlotId id) {
+    std::int64_t& wire = wire_offsets_[to_size(id)];
+    if (wire < 0) {
+      wire = out_.arena_bytes;
+      out_.arena_bytes += aligned(value_bytes(header_, slot(id).kind, slot(id).tokens));
+    }
+    return wire;
   }
   std::int32_t tokens(SlotId id) const {
     slot(id);
@@ -176,6 +190,7 @@ class Lowerer {
       transfer.peer = op.peer;
       transfer.offset = offset(op.slot);
       transfer.bytes = op.bytes;
+      const bool wire = narrows_partials(header_) && is_output(s.kind);
       if (transfer.send) {
         if (op.bytes != per_token * tokens(op.slot)) {
           throw Error("send of slot " + std::to_string(op.slot) + " to device " +
@@ -190,6 +205,13 @@ class Lowerer {
                       std::to_string(s.tokens) + " tokens");
         }
         tokens_[to_size(op.slot)] = static_cast<std::int32_t>(op.bytes / per_token);
+      }
+      if (wire) {
+        const std::int64_t elements = partial_elements(header_, s.kind, tokens(op.slot));
+        const WireCall convert{transfer.send, transfer.offset, wire_offset(op.slot), elements,
+                               op.bytes - elements * bytes_of(header_.partial_dtype)};
+        (transfer.send ? call.narrow : call.widen).push_back(convert);
+        transfer.offset = convert.wire_offset;
       }
       call.transfers.push_back(transfer);
     }
@@ -315,7 +337,7 @@ class Lowerer {
                   std::to_string(t));
     }
     return SumCall{offset(sum.dst), offset(sum.src),
-                   value_bytes(header_, kind, t) / static_cast<std::int64_t>(sizeof(float))};
+                   slot_bytes(header_, kind, t) / static_cast<std::int64_t>(sizeof(float))};
   }
 
   std::int64_t kept_offset(BlockId block, std::int32_t head_block) const {
@@ -365,6 +387,7 @@ class Lowerer {
   const PlanHeader& header_;
   const Program& program_;
   std::vector<std::int32_t> tokens_;
+  std::vector<std::int64_t> wire_offsets_;  // per slot, -1 until a partial travels through it
   std::vector<std::pair<BlockId, std::int64_t>> block_offsets_;
   std::vector<std::int32_t> mask_start_;
   std::vector<std::int64_t> kept_offsets_;  // per Program::kept value

@@ -46,9 +46,23 @@ struct TransferCall {
   std::int64_t bytes = 0;
 };
 
+// A partial moved between its fp32 slot and the wire buffer its transfer uses, when partials
+// travel narrower than they are held (narrows_partials): before its send (narrow: fp32 to the
+// partial dtype) or once its receive completes (widen). The first `elements` fp32 values are
+// converted; `tail_bytes` after them (an o partial's lse, fp32) are copied as they are.
+struct WireCall {
+  bool narrow = true;
+  std::int64_t slot_offset = 0;
+  std::int64_t wire_offset = 0;
+  std::int64_t elements = 0;
+  std::int64_t tail_bytes = 0;
+};
+
 struct LaunchCall {
   LaunchId id = 0;
-  std::vector<TransferCall> transfers;
+  std::vector<TransferCall> transfers;  // a partial's offset is its wire buffer's
+  std::vector<WireCall> narrow;         // run before the transfers start
+  std::vector<WireCall> widen;          // run when the launch has completed
 };
 
 struct WaitCall {
@@ -141,6 +155,7 @@ enum GroupField : int {
 
 struct LoweredPass {
   Pass pass = Pass::kForward;
+  // The slots (slot_bytes each), then the wire buffers of the partials that travel narrower.
   std::int64_t arena_bytes = 0;
   // The kept tensor: Program::kept's values back to back (the forward pass writes it, the
   // backward pass reads it).

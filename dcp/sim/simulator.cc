@@ -54,6 +54,7 @@ struct DeviceState {
   bool blocked = false;
   std::vector<LaunchState> launches;  // issued so far
   std::size_t completed = 0;          // launches [0, completed) are complete
+  std::size_t widened = 0;            // launches [0, widened) had their partials widened
   std::vector<std::int32_t> slot_tokens;
   std::vector<double> mask_cost;               // per mask, NaN until first used
   std::size_t memory_run = std::variant_npos;  // opcode of the batched memory kernel running
@@ -132,8 +133,25 @@ class Simulation {
     return it != program.blocks.end() && it->id == block ? it->tokens : 0;
   }
 
-  std::int64_t slot_bytes(const DeviceState& state, SlotId slot) const {
-    return value_bytes(header_, state.program->slots[at(slot)].kind, state.slot_tokens[at(slot)]);
+  std::int64_t held_bytes(const DeviceState& state, SlotId slot) const {
+    return slot_bytes(header_, state.program->slots[at(slot)].kind, state.slot_tokens[at(slot)]);
+  }
+
+  // Partials that travel narrower than they are held are converted on the compute stream, one
+  // batched kernel per launch: before the launch sends them, and after the Wait that completes
+  // the launch receiving them (the executor's order).
+  double conversion_seconds(const DeviceState& state, const Launch& launch,
+                            CommOp::Direction direction) const {
+    if (!narrows_partials(header_)) return 0;
+    std::int64_t bytes = 0;
+    for (const CommOp& op : launch.ops) {
+      const SlotKind kind = state.program->slots[at(op.slot)].kind;
+      if (op.direction != direction || !is_output(kind)) continue;
+      const std::int64_t tokens =
+          op.bytes / std::max<std::int64_t>(1, value_bytes(header_, kind, 1));
+      bytes += op.bytes + slot_bytes(header_, kind, tokens);  // read one, write the other
+    }
+    return bytes > 0 ? cost_.kernel_overhead() + cost_.memory_seconds(bytes) : 0;
   }
 
   template <typename Attention>
@@ -183,27 +201,30 @@ class Simulation {
       }
       if (const auto* load = std::get_if<Load>(&instruction)) {
         state.slot_tokens[at(load->slot)] = tokens_of_block(program, load->block);
-        seconds += cost_.memory_seconds(2 * slot_bytes(state, load->slot));
+        seconds += cost_.memory_seconds(2 * held_bytes(state, load->slot));
       } else if (const auto* store = std::get_if<Store>(&instruction)) {
         seconds += store->slot == kNoSlot
                        ? cost_.memory_seconds(value_bytes(header_, store->kind,
                                                           tokens_of_block(program, store->block)))
-                       : cost_.memory_seconds(2 * slot_bytes(state, store->slot));
+                       : cost_.memory_seconds(2 * held_bytes(state, store->slot));
       } else if (const auto* keep = std::get_if<Keep>(&instruction)) {
-        seconds += cost_.memory_seconds(2 * slot_bytes(state, keep->slot));
+        seconds += cost_.memory_seconds(2 * held_bytes(state, keep->slot));
       } else if (const auto* restore = std::get_if<Restore>(&instruction)) {
         state.slot_tokens[at(restore->slot)] = tokens_of_block(program, restore->block);
-        seconds += cost_.memory_seconds(2 * slot_bytes(state, restore->slot));
+        seconds += cost_.memory_seconds(2 * held_bytes(state, restore->slot));
       } else if (const auto* merge = std::get_if<Merge>(&instruction)) {
-        seconds += cost_.memory_seconds(3 * slot_bytes(state, merge->dst));
+        seconds += cost_.memory_seconds(3 * held_bytes(state, merge->dst));
       } else if (const auto* sum = std::get_if<Sum>(&instruction)) {
-        seconds += cost_.memory_seconds(3 * slot_bytes(state, sum->dst));
+        seconds += cost_.memory_seconds(3 * held_bytes(state, sum->dst));
       } else if (const auto* forward = std::get_if<AttnForward>(&instruction)) {
         seconds = attention_seconds(state, *forward, Pass::kForward);
       } else if (const auto* backward = std::get_if<AttnBackward>(&instruction)) {
         seconds = attention_seconds(state, *backward, Pass::kBackward);
       } else if (const auto* launch = std::get_if<Launch>(&instruction)) {
         compute = false;
+        const double narrow = conversion_seconds(state, *launch, CommOp::Direction::kSend);
+        state.time += narrow;
+        timeline.compute_seconds += narrow;
         post(d, i, *launch);
       } else if (const auto* wait = std::get_if<Wait>(&instruction)) {
         compute = false;
@@ -216,6 +237,13 @@ class Simulation {
         state.wait_launch.push_back(wait->launch);
         state.time = std::max(state.time, done);
         timeline.wait_seconds += state.time - start;
+        for (; state.widened <= at(wait->launch); ++state.widened) {
+          const auto& received =
+              std::get<Launch>(program.instructions[at(state.launches[state.widened].instruction)]);
+          const double widen = conversion_seconds(state, received, CommOp::Direction::kRecv);
+          state.time += widen;
+          timeline.compute_seconds += widen;
+        }
         timeline.events.push_back(
             {static_cast<std::int32_t>(i), program.instruction_stage[i], start, state.time});
         ++state.pc;

@@ -66,14 +66,15 @@ def _request(seqlens: Sequence[int], mask: Any = "causal", *, heads: int = 8, kv
              cluster: str = "a100-p4de", nodes: int | None = None,
              devices_per_node: int | None = None, strategy: str = "dcp", stages: int = 0,
              eps_compute: float = 0.1, eps_memory: float = 0.2,
-             compute_masked_tiles: bool = False, keep_kv: Any = "all", seed: int = 0) -> Any:
+             compute_masked_tiles: bool = False, keep_kv: Any = "all",
+             partial_dtype: Any = None, seed: int = 0) -> Any:
     lengths = [int(n) for n in seqlens]
     return _core.make_request(
         lengths, _masks(mask), int(heads), int(kv_heads), int(head_dim), dtype_name(dtype),
         float(softmax_scale or 0.0), int(block_size or 0), int(head_block_size), str(cluster),
         int(nodes or 0), int(devices_per_node or 0), str(strategy), int(stages),
         float(eps_compute), float(eps_memory), bool(compute_masked_tiles),
-        str(keep_kv), int(seed))
+        str(keep_kv), "" if partial_dtype is None else dtype_name(partial_dtype), int(seed))
 
 
 def plan(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Plan:
@@ -84,7 +85,9 @@ def plan(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Plan:
     zigzag | ulysses | hybrid), stages=0 (chosen), eps_compute=0.1, eps_memory=0.2,
     compute_masked_tiles=False, keep_kv='all' (dcp: the kv values a rank received in the forward
     pass that it keeps for the backward pass instead of receiving them again: 'all', 'none', or
-    up to that many MiB per rank and attention layer), seed=0.
+    up to that many MiB per rank and attention layer), partial_dtype=None (the dtype partial
+    o, dq, dk, dv travel in between ranks, accumulated in fp32 either way: 'fp32' or the storage
+    dtype; None: the storage dtype for dcp's own plans, fp32 for static strategies), seed=0.
 
     `mask` is a spec ('causal', 'lambda:sink=64,window=4096', ...) for every sequence, an int32
     (total tokens, K, 2) array of per-row key intervals, or a list with one spec or array per

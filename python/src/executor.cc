@@ -129,7 +129,9 @@ nb::dict tables_dict(const runtime::AttentionTables& t) {
 // A Device whose calls a Python object makes (python/dcp/torch/_device.py): prepare(forward
 // tables, backward tables), begin(pass, scale), load/store(kind, slot offset, token, tokens,
 // head block), attention(q group begin, end, kv group begin, end, max q tokens, max kv tokens),
-// merge(dst, src, tokens), add(dst, src, elements), end(). The Python object holds the tensors.
+// merge(dst, src, tokens), add(dst, src, elements), copy_kept(keep, slot, kept offset, bytes),
+// convert_partial(narrow, slot, wire, elements, tail bytes), end(). The Python object holds the
+// tensors.
 class PythonDevice final : public runtime::Device {
  public:
   explicit PythonDevice(nb::object device) : device_(std::move(device)) {}
@@ -173,6 +175,11 @@ class PythonDevice final : public runtime::Device {
   void copy_kept(const runtime::KeptCall& c) override {
     call("copy_kept",
          [&] { return std::make_tuple(c.keep, c.slot_offset, c.kept_offset, c.bytes); });
+  }
+  void convert_partial(const runtime::WireCall& c) override {
+    call("convert_partial", [&] {
+      return std::make_tuple(c.narrow, c.slot_offset, c.wire_offset, c.elements, c.tail_bytes);
+    });
   }
   void end() override {
     try {

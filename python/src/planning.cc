@@ -91,7 +91,7 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
                          std::int32_t nodes, std::int32_t devices_per_node,
                          const std::string& strategy, std::int32_t stages, double eps_compute,
                          double eps_memory, bool compute_masked_tiles, const std::string& keep_kv,
-                         std::uint64_t seed) {
+                         const std::string& partial_dtype, std::uint64_t seed) {
   PlanRequest request;
   request.shape.q_heads = heads;
   request.shape.kv_heads = kv_heads;
@@ -136,6 +136,13 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
     request.plan.kept_kv_budget = parse_kept_kv_budget(keep_kv);
   } catch (const InvalidInput& e) {
     throw InvalidInput(std::string("keep_kv: ") + e.what());
+  }
+  if (!partial_dtype.empty()) {
+    try {
+      request.plan.partial_dtype = parse_dtype(partial_dtype);
+    } catch (const InvalidInput& e) {
+      throw InvalidInput(std::string("partial_dtype: ") + e.what());
+    }
   }
   request.plan.seed = seed;
   return request;
@@ -196,7 +203,7 @@ void bind_planning(nb::module_& m) {
         nb::arg("block_size"), nb::arg("head_block_size"), nb::arg("cluster"), nb::arg("nodes"),
         nb::arg("devices_per_node"), nb::arg("strategy"), nb::arg("stages"), nb::arg("eps_compute"),
         nb::arg("eps_memory"), nb::arg("compute_masked_tiles"), nb::arg("keep_kv"),
-        nb::arg("seed"));
+        nb::arg("partial_dtype"), nb::arg("seed"));
   m.def(
       "plan_request",
       [](const PlanRequest& request) {
@@ -289,6 +296,9 @@ void bind_planning(nb::module_& m) {
       .def_prop_ro(
           "dtype",
           [](const PlanHandle& h) { return std::string(to_string(h.plan().header.dtype)); })
+      .def_prop_ro(
+          "partial_dtype",
+          [](const PlanHandle& h) { return std::string(to_string(h.plan().header.partial_dtype)); })
       .def_prop_ro("softmax_scale",
                    [](const PlanHandle& h) { return h.plan().header.softmax_scale; })
       .def_prop_ro("total_tokens", [](const PlanHandle& h) { return h.plan().header.total_tokens; })

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -70,9 +71,11 @@ Workload workload_of(LengthDistributionKind dist, const std::string& mask, std::
   return Workload(shape, batch, std::move(masks), kBlock, 1);
 }
 
-PlanOptions pure_options(ClusterShape shape, std::int64_t kept_kv_budget = kKeepAllKv) {
+PlanOptions pure_options(ClusterShape shape, std::int64_t kept_kv_budget = kKeepAllKv,
+                         std::optional<DType> partial_dtype = std::nullopt) {
   PlanOptions options;
   options.kept_kv_budget = kept_kv_budget;
+  options.partial_dtype = partial_dtype;
   options.strategy = Strategy::kDcpPure;
   options.cluster = cluster_preset("a100-p4de");
   options.cluster.shape = shape;
@@ -84,15 +87,19 @@ using Case = std::tuple<LengthDistributionKind, std::string, ClusterShape, bool>
 
 class PricedTraffic : public testing::TestWithParam<Case> {};
 
-// With every received kv value kept for the backward pass and with none kept.
+// As dcp ships a step by default (every received kv value kept for the backward pass, partials
+// in the storage dtype, bf16) and as it ships it with neither (kv received again, partials in
+// fp32).
 TEST_P(PricedTraffic, ProgramsMoveExactlyThePricedBytesPerPassAndLinkClass) {
   const auto& [dist, mask, shape, keep_kv] = GetParam();
   const Workload workload = workload_of(dist, mask, 11);
-  const BuiltPlan built =
-      build_plan(workload, pure_options(shape, keep_kv ? kKeepAllKv : kKeepNoKv));
+  const StepPricing pricing{keep_kv, keep_kv ? DType::kBf16 : DType::kFp32};
+  const BuiltPlan built = build_plan(
+      workload, pure_options(shape, keep_kv ? kKeepAllKv : kKeepNoKv, pricing.partial_dtype));
+  EXPECT_EQ(built.plan.header.partial_dtype, pricing.partial_dtype);
   const VerifyReport report = verify(built.plan);
   ASSERT_TRUE(report.ok) << describe(report);
-  const PlacementMetrics priced = evaluate(workload, built.placement, keep_kv);
+  const PlacementMetrics priced = evaluate(workload, built.placement, pricing);
   if (keep_kv) {
     EXPECT_GT(built.kept.max_device_bytes(), 0);
     EXPECT_EQ(pass_traffic(built.plan.header, built.plan.backward)
@@ -114,7 +121,7 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
   const auto& [dist, mask, shape, keep_kv] = info.param;
   std::string name = std::string(to_string(dist)) + "_" + mask.substr(0, mask.find(':')) + "_" +
                      std::to_string(shape.nodes) + "x" + std::to_string(shape.devices_per_node) +
-                     (keep_kv ? "_kv_kept" : "_kv_sent_again");
+                     (keep_kv ? "_kv_kept_bf16_partials" : "_kv_sent_again_fp32_partials");
   for (char& c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   }
@@ -216,7 +223,8 @@ TEST(InNodeReduction, DirectPartialsCrossTwiceAndTheVerifierNamesIt) {
   const VerifyReport report = verify_pass(direct, Pass::kForward);
   ASSERT_FALSE(report.ok);
   EXPECT_EQ(report.first->rule, "partial-recrossing") << describe(report);
-  const PlacementMetrics priced = evaluate(workload, built.placement);
+  const PlacementMetrics priced =
+      evaluate(workload, built.placement, {true, built.plan.header.partial_dtype});
   EXPECT_GT(pass_traffic(direct.header, direct.forward).inter_node, priced.bytes_inter_node);
   EXPECT_EQ(pass_traffic(built.plan.header, built.plan.forward).inter_node,
             priced.bytes_inter_node);

@@ -12,7 +12,7 @@
 
 namespace dcp {
 
-BlockHypergraph build_block_hypergraph(const Workload& workload, bool kv_kept_for_backward) {
+BlockHypergraph build_block_hypergraph(const Workload& workload, const StepPricing& pricing) {
   const BlockLayout& blocks = workload.blocks();
   const HeadBlocking& heads = workload.heads();
   const AttentionShape& shape = workload.shape();
@@ -40,7 +40,7 @@ BlockHypergraph build_block_hypergraph(const Workload& workload, bool kv_kept_fo
 
   // Step 2: nets. Tiles of one sequence are ordered by (q block, kv block), so the tiles of a q
   // block are a contiguous run; tiles of a kv block are collected per sequence.
-  const PlanHeader header = plan_header(workload, ClusterShape{1, 1}, "", 0);
+  const PlanHeader header = plan_header(workload, ClusterShape{1, 1}, "", 0, pricing.partial_dtype);
   const auto bytes = [&](SlotKind kind, std::int64_t tokens) {
     return value_bytes(header, kind, tokens);
   };
@@ -87,7 +87,7 @@ BlockHypergraph build_block_hypergraph(const Workload& workload, bool kv_kept_fo
         }
         add(block, NetKind::kKeyValue,
             {bytes(SlotKind::kKV, tokens), 0,
-             kv_kept_for_backward ? 0 : bytes(SlotKind::kKV, tokens),
+             pricing.kv_kept_for_backward ? 0 : bytes(SlotKind::kKV, tokens),
              bytes(SlotKind::kDKV, tokens)});
       }
     }

@@ -26,9 +26,8 @@ namespace dcp {
 // relayed inside it; partials made on several devices of a node are reduced inside the node and
 // cross to the owner's node once. So a net spanning devices D over nodes N moves its bytes
 // (|N| - 1) times between nodes and (|D| - |N|) times inside them: its weight is what moves per
-// extra device, over both passes, and km1 is the bytes a training step moves. With
-// kv_kept_for_backward (every device keeps the kv values it received in the forward pass, see
-// kept_values.h), kv moves in the forward pass only.
+// extra device, over both passes, and km1 is the bytes a training step moves (StepPricing says
+// how the plan ships them).
 enum class NetKind : std::uint8_t { kQueryOutput, kKeyValue };
 
 // What one net moves per extra device it spans, by pass and direction.
@@ -54,7 +53,17 @@ struct BlockHypergraph {
   }
 };
 
-BlockHypergraph build_block_hypergraph(const Workload& workload, bool kv_kept_for_backward = false);
+// How the plan ships what the nets price.
+struct StepPricing {
+  // Every device keeps the kv values it received in the forward pass (kept_values.h): kv moves
+  // in the forward pass only.
+  bool kv_kept_for_backward = false;
+  // The dtype partials travel in (PlanHeader::partial_dtype): fp32 or the storage dtype.
+  DType partial_dtype = DType::kFp32;
+};
+
+// Throws InvalidInput if the partial dtype is neither fp32 nor the workload's storage dtype.
+BlockHypergraph build_block_hypergraph(const Workload& workload, const StepPricing& pricing = {});
 
 // Head symmetry: the work units of one tile in the head blocks that read the same kv head block
 // have the same nets up to the head and the same weight. Their group id (tile * kv head blocks +

@@ -71,8 +71,7 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
   const auto partitioner = create_partitioner(options.partitioner);
 
   PlacementResult result;
-  const BlockHypergraph block_graph =
-      build_block_hypergraph(workload, options.kv_kept_for_backward);
+  const BlockHypergraph block_graph = build_block_hypergraph(workload, options.pricing);
   const Hypergraph& graph = block_graph.graph;
   result.timings.hypergraph_ms = ms_since(start);
   // The zigzag placement is the structured starting point each level also refines (a second

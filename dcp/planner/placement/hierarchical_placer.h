@@ -19,9 +19,8 @@ struct PlacementOptions {
   double node_eps_compute = -1;
   std::uint64_t seed = 0;
   PartitionerKind partitioner = PartitionerKind::kMultilevel;
-  // Price the step with every received kv value kept for the backward pass (the plan keeps all:
-  // PlanOptions::kept_kv_budget == kKeepAllKv).
-  bool kv_kept_for_backward = false;
+  // How the plan ships the step the placement prices (set by build_plan from PlanOptions).
+  StepPricing pricing;
 };
 
 // Throws InvalidInput naming the field for a bad cluster or a negative (or non-finite) epsilon.

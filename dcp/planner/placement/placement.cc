@@ -33,8 +33,8 @@ void validate(const Placement& placement, const Workload& workload) {
 }
 
 PlacementMetrics evaluate(const Workload& workload, const Placement& placement,
-                          bool kv_kept_for_backward) {
-  return evaluate(workload, build_block_hypergraph(workload, kv_kept_for_backward), placement);
+                          const StepPricing& pricing) {
+  return evaluate(workload, build_block_hypergraph(workload, pricing), placement);
 }
 
 PlacementMetrics evaluate(const Workload& workload, const BlockHypergraph& hypergraph,

@@ -53,9 +53,9 @@ struct PlacementMetrics {
   std::int32_t devices_without_data = 0;
 };
 
-// kv_kept_for_backward: price the step as build_block_hypergraph does with it.
+// Prices the step as build_block_hypergraph does with `pricing`.
 PlacementMetrics evaluate(const Workload& workload, const Placement& placement,
-                          bool kv_kept_for_backward = false);
+                          const StepPricing& pricing = {});
 
 // The same with the workload's block hypergraph already built (build_block_hypergraph), for
 // callers that evaluate several placements of one workload.

@@ -2,7 +2,7 @@
 """The Triton device: the C++ executor's calls that touch tensors, as Triton kernel launches.
 
 The C++ executor interprets the Program and calls this object once per instruction (with the GIL):
-load, store, attention, merge, add, copy_kept; prepare() once per plan with both passes' attention tables,
+load, store, attention, merge, add, copy_kept, convert_partial; prepare() once per plan with both passes' attention tables,
 begin() and end() around a pass. Every call is one kernel launch on the current stream (an
 attention backward: two, the dq and the dk/dv kernels). Runs on CUDA, or on the CPU under
 TRITON_INTERPRET=1 (how the tests check it without a GPU)."""
@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 
 from dcp.torch import triton_kernels as tk
+
+_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # dcp::SlotKind
 _Q, _KV, _OUT, _QGRAD, _DQ, _DKV = range(6)
@@ -35,6 +37,7 @@ class TritonDevice:
 
     def configure(self, plan, arenas: list[torch.Tensor]) -> None:
         """The plan's shape (from DCPExecutor.prepare) and the buffer tables of both passes."""
+        self.partial_dtype = _TORCH_DTYPES[plan.partial_dtype]
         self.heads = plan.head_block_size
         self.kv_heads = plan.kv_heads_per_block
         self.head_dim = plan.head_dim
@@ -125,3 +128,18 @@ class TritonDevice:
             kept.copy_(arena)
         else:
             arena.copy_(kept)
+
+    def convert_partial(self, narrow: bool, slot: int, wire: int, elements: int,
+                        tail: int) -> None:
+        arena = self.arenas[self._pass]
+        width = self.partial_dtype.itemsize
+        values = arena[slot:slot + 4 * elements].view(torch.float32)
+        narrowed = arena[wire:wire + width * elements].view(self.partial_dtype)
+        slot_tail = arena[slot + 4 * elements:slot + 4 * elements + tail]
+        wire_tail = arena[wire + width * elements:wire + width * elements + tail]
+        if narrow:
+            narrowed.copy_(values)
+            wire_tail.copy_(slot_tail)
+        else:
+            values.copy_(narrowed)
+            slot_tail.copy_(wire_tail)

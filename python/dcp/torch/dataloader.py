@@ -68,7 +68,7 @@ class DCPDataloader:
     `pool_size` samples. `prefetch` batches are planned ahead on `planner_threads` C++ threads,
     without the GIL. The attention shape (heads, kv_heads, head_dim, dtype, softmax_scale) and the
     planner options (block_size, head_block_size, strategy, cluster, nodes, devices_per_node,
-    stages, keep_kv) are those of dcp.plan; nodes x devices_per_node must be the group's size."""
+    stages, keep_kv, partial_dtype) are those of dcp.plan; nodes x devices_per_node must be the group's size."""
 
     def __init__(self, dataset, mask_fn: Callable[[Any], Any] | None = None, *, group=None,
                  tokens_per_batch: int, heads: int, kv_heads: int, head_dim: int,
@@ -76,7 +76,7 @@ class DCPDataloader:
                  block_size: int | None = None, head_block_size: int = 1,
                  strategy: str = "dcp", cluster: str = "a100-p4de", nodes: int = 1,
                  devices_per_node: int | None = None, stages: int = 0, keep_kv: Any = "all",
-                 seed: int = 0,
+                 partial_dtype: Any = None, seed: int = 0,
                  shuffle: bool = True, prefetch: int = 2, planner_threads: int = 1,
                  epochs: int = 1, pool_size: int = 1024):
         _, self.rank, self.world_size = resolve_group(group, "DCPDataloader")
@@ -100,7 +100,7 @@ class DCPDataloader:
                             block_size=block_size, head_block_size=head_block_size,
                             strategy=strategy, cluster=cluster, nodes=nodes,
                             devices_per_node=devices_per_node, stages=stages, keep_kv=keep_kv,
-                            seed=seed)
+                            partial_dtype=partial_dtype, seed=seed)
         self.seed, self.shuffle, self.epochs = int(seed), bool(shuffle), int(epochs)
         self.prefetch, self.planner_threads, self.pool_size = int(prefetch), int(planner_threads), int(pool_size)
         self.map_style = hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")

@@ -97,6 +97,7 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     json.field("token_blocks", std::int64_t{built.workload.blocks().block_count()});
     json.field("work_units", built.workload.work_unit_count());
     json.field("placement_within_bounds", built.placement_within_bounds);
+    json.field("partial_dtype", to_string(built.plan.header.partial_dtype));
     json.field("kept_kv_bytes_max_device", max_kept_bytes(built.plan));
     write_pass(json, built.plan, Pass::kForward, built.forward, traffic[0]);
     write_pass(json, built.plan, Pass::kBackward, built.backward, traffic[1]);
@@ -127,6 +128,8 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
       << workload.batch().total_tokens() << " tokens, " << workload.blocks().block_count()
       << " token blocks (largest " << workload.blocks().block_size() << "), "
       << workload.work_unit_count() << " work units\n";
+  out << "partials   travel in " << to_string(built.plan.header.partial_dtype)
+      << ", accumulated in fp32\n";
   std::snprintf(line, sizeof(line), "%-9s %7s %13s %15s %15s %15s\n", "pass", "stages",
                 "estimate ms", "max compute ms", "inter-node MB", "intra-node MB");
   out << line;

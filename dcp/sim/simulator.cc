@@ -204,8 +204,8 @@ class Simulation {
         seconds += cost_.memory_seconds(2 * held_bytes(state, load->slot));
       } else if (const auto* store = std::get_if<Store>(&instruction)) {
         seconds += store->slot == kNoSlot
-                       ? cost_.memory_seconds(value_bytes(header_, store->kind,
-                                                          tokens_of_block(program, store->block)))
+                       ? cost_.memory_seconds(slot_bytes(header_, store->kind,
+                                                         tokens_of_block(program, store->block)))
                        : cost_.memory_seconds(2 * held_bytes(state, store->slot));
       } else if (const auto* keep = std::get_if<Keep>(&instruction)) {
         seconds += cost_.memory_seconds(2 * held_bytes(state, keep->slot));

@@ -267,6 +267,41 @@ TEST(PlanCommand, RejectsBadFlagsWithExitStatus2) {
   expect_usage_error({"plan", "--seqlens", "100", "--strategy", "ring", "--keep-kv", "all"},
                      "--keep-kv applies to --strategy dcp or dcp-pure");
   expect_usage_error({"partition", "--seqlens", "100", "--keep-kv", "maybe"}, "--keep-kv");
+  expect_usage_error({"plan", "--seqlens", "100", "--partial-dtype", "fp8"}, "--partial-dtype");
+  expect_usage_error({"plan", "--seqlens", "100", "--partial-dtype", "fp16"},
+                     "partials travel in fp32 or the storage dtype (bf16), not fp16");
+  expect_usage_error(
+      {"partition", "--seqlens", "100", "--dtype", "fp32", "--partial-dtype", "bf16"},
+      "partials travel in fp32 or the storage dtype (fp32), not bf16");
+}
+
+// dcp's own plans send partials in the storage dtype unless told otherwise, static strategies
+// in fp32 (unless told otherwise); in bf16 the partial messages, and only they, are half as
+// long.
+TEST(PlanCommand, SendsPartialsInTheDtypeAsked) {
+  const auto plan = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {
+        "plan", "--seqlens",          "3000,700,40", "--block-size", "256", "--nodes",
+        "2",    "--devices-per-node", "2",           "--json",       "-"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args);
+  };
+  const Result narrow = plan({"--strategy", "dcp-pure"});
+  const Result wide = plan({"--strategy", "dcp-pure", "--partial-dtype", "fp32"});
+  const Result ring = plan({"--strategy", "ring"});
+  const Result ring_narrow = plan({"--strategy", "ring", "--partial-dtype", "bf16"});
+  for (const Result* r : {&narrow, &wide, &ring, &ring_narrow}) ASSERT_EQ(r->status, 0) << r->err;
+  EXPECT_EQ(json_value(narrow.out, "partial_dtype"), "\"bf16\"");
+  EXPECT_EQ(json_value(wide.out, "partial_dtype"), "\"fp32\"");
+  EXPECT_EQ(json_value(ring.out, "partial_dtype"), "\"fp32\"");
+  EXPECT_EQ(json_value(ring_narrow.out, "partial_dtype"), "\"bf16\"");
+  // The same ring schedule: its partial messages halve, its kv messages stay.
+  const auto bytes = [](const Result& r, const char* pass) {
+    return std::stod(json_value(r.out.substr(r.out.find(pass)), "bytes_inter_node"));
+  };
+  EXPECT_EQ(bytes(ring_narrow, "\"forward\""), bytes(ring, "\"forward\""));  // kv only
+  EXPECT_LT(bytes(ring_narrow, "\"backward\""), bytes(ring, "\"backward\""));
+  EXPECT_LT(bytes(narrow, "\"backward\""), bytes(wide, "\"backward\""));
 }
 
 // dcp-pure keeps the kv values a device received in the forward pass (by default, or within a

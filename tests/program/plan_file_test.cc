@@ -136,6 +136,30 @@ TEST(PlanFile, RoundTripKeepsTheKeptValuesAndTheirInstructions) {
   EXPECT_NE(json.find("\"op\": \"restore\""), std::string::npos);
 }
 
+// Partials in bf16: the messages carrying them are half as long, and the file keeps the dtype.
+TEST(PlanFile, RoundTripKeepsThePartialDtype) {
+  const Plan plan = testing::sample_plan(DType::kBf16);
+  EXPECT_NO_THROW(check_plan(plan, "bf16 partials"));
+  const std::string bytes = serialize_plan(plan);
+  const Plan parsed = parse_plan(bytes, "bf16 partials");
+  expect_same_plan(parsed, plan);
+  EXPECT_EQ(parsed.header.partial_dtype, DType::kBf16);
+  EXPECT_NE(plan_to_json(parsed).find("\"partial_dtype\": \"bf16\""), std::string::npos);
+}
+
+// Partials travel in fp32 or the storage dtype; any other is refused naming both.
+TEST(PlanFile, RefusesAPartialDtypeOtherThanFp32OrTheStorageDtype) {
+  Plan plan = testing::sample_plan(DType::kBf16);
+  plan.header.partial_dtype = DType::kFp16;  // storage is bf16
+  try {
+    check_plan(plan, "fp16 partials");
+    ADD_FAILURE() << "fp16 partials of a bf16 plan accepted";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("partials travel in fp16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PlanFile, RefusesKeptValuesThatCannotBeKept) {
   const auto refused = [](auto&& change, const std::string& expected) {
     Plan plan = testing::sample_plan_with_kept_kv();

@@ -21,7 +21,8 @@ def attention_case(rank: int, size: int, case: dict) -> dict:
     plan = dcp.plan(case["seqlens"], case["masks"], heads=case["heads"], kv_heads=case["kv_heads"],
                     head_dim=case["head_dim"], dtype=case["dtype"], block_size=case["block_size"],
                     cluster="cpu-local", nodes=nodes, devices_per_node=per_node,
-                    strategy=case["strategy"], keep_kv=case.get("keep_kv", "all"), seed=0)
+                    strategy=case["strategy"], keep_kv=case.get("keep_kv", "all"),
+                    partial_dtype=case.get("partial_dtype"), seed=0)
     executor = dcpt.DCPExecutor(threads=1, kernels=case.get("kernels"))
     executor.prepare(plan)
     q, k, v, do = reference.inputs(sum(case["seqlens"]), case["heads"], case["kv_heads"],
@@ -40,7 +41,8 @@ def attention_case(rank: int, size: int, case: dict) -> dict:
         o.backward(do[positions].to(dtype))
         dk, dv = kl.grad, vl.grad
     return {"positions": positions, "o": o.detach(), "lse": lse, "dq": ql.grad, "dk": dk,
-            "dv": dv, "strategy": plan.strategy, "kept_bytes": executor.kept_bytes}
+            "dv": dv, "strategy": plan.strategy, "kept_bytes": executor.kept_bytes,
+            "partial_dtype": plan.partial_dtype}
 
 
 def attention_cases(rank: int, size: int, cases: list[dict]) -> list[dict]:

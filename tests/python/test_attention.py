@@ -42,7 +42,11 @@ CASES = ([_case(m) for m in MASKS]
             _case("lambda", strategy="ring"), _case("shared_question", packed_kv=True),
             # kv received in the forward pass sent again, and kept within a 2 KiB budget (about
             # two of this batch's kv values per rank); every other dcp case keeps all.
-            _case("causal", keep_kv="none"), _case("shared_question", keep_kv=2 / 1024)])
+            _case("causal", keep_kv="none"), _case("shared_question", keep_kv=2 / 1024),
+            # partials in fp32 although the storage is bf16 (the bf16 cases above send them in
+            # bf16, dcp's default), and in fp16 with fp16 storage.
+            _case("causal", "bf16", partial_dtype="fp32"), _case("lambda", "fp16"),
+            _case("random_intervals", "fp16", partial_dtype="fp16")])
 WORLDS = [1, 2, 3, 4]
 
 
@@ -74,6 +78,15 @@ def test_kv_is_kept_from_the_forward_pass_as_planned() -> None:
     assert kept["causal-fp32-dcp-pure-keep_kv"] == [0] * 4, "keep_kv='none' keeps nothing"
     assert 0 < max(kept["shared_question-fp32-dcp-pure-keep_kv"]) <= 2048, "within the budget"
     assert kept["causal-fp32-zigzag"] == [0] * 4, "static strategies receive kv again"
+
+
+def test_partials_travel_in_the_dtype_planned() -> None:
+    dtypes = {c["name"]: {r[i]["partial_dtype"] for r in _world_results(4)}
+              for i, c in enumerate(CASES)}
+    assert dtypes["causal-bf16-dcp-pure"] == {"bf16"}, "dcp sends partials in the storage dtype"
+    assert dtypes["causal-bf16-dcp-pure-partial_dtype"] == {"fp32"}
+    assert dtypes["random_intervals-fp16-dcp-pure-partial_dtype"] == {"fp16"}
+    assert dtypes["causal-fp32-zigzag"] == {"fp32"}
 
 
 # One sequence on 2 x 2 whose plan merges partials on a device of the contributing node and sends

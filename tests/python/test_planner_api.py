@@ -30,6 +30,15 @@ def test_planning_is_deterministic_and_files_round_trip(tmp_path) -> None:
         list(range(1045))
 
 
+def test_partials_travel_in_the_dtype_asked() -> None:
+    import torch
+    assert dcp.plan([700, 45], "causal", strategy="dcp-pure", **OPTIONS).partial_dtype == "bf16"
+    assert dcp.plan([700, 45], "causal", strategy="zigzag", **OPTIONS).partial_dtype == "fp32"
+    for given in ("fp32", torch.float32):
+        plan = dcp.plan([700, 45], "causal", strategy="dcp-pure", partial_dtype=given, **OPTIONS)
+        assert plan.partial_dtype == "fp32"
+
+
 def test_verify_and_simulate() -> None:
     plan = dcp.plan([2048, 512], "causal", strategy="dcp-pure", **OPTIONS)
     report = plan.verify()
@@ -94,6 +103,9 @@ def test_workload_summary() -> None:
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "keep_kv": "some"}), ValueError,
      "keep_kv: the kept kv budget: 'some'"),
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "keep_kv": -1}), ValueError, "got -1"),
+    (lambda: dcp.plan([64], "causal", **{**OPTIONS, "partial_dtype": "fp16"}), ValueError,
+     "partials travel in fp32 or the storage dtype (bf16), not fp16"),
+    (lambda: dcp.plan([64], "causal", **{**OPTIONS, "partial_dtype": "fp8"}), TypeError, "fp8"),
 ])
 def test_bad_input_raises_naming_the_value(call, error, words) -> None:
     with pytest.raises(error) as info:

@@ -26,6 +26,8 @@ CASES = [
     _case("causal", "causal"),
     _case("random-intervals", RANDOM),
     _case("lambda-gqa-bf16", "lambda:sink=3,window=6", dtype="bf16", heads=4, kv_heads=2),
+    # o, lse, dq and dk, dv partials all travel (in bf16, narrowed and widened by the device).
+    _case("causal-gqa-bf16", "causal", dtype="bf16", heads=4, kv_heads=2),
     _case("causal-zigzag", "causal", strategy="zigzag"),
 ]
 TOLERANCE = {"fp32": 1e-5, "bf16": 1e-2}  # of max |cpu|; bf16: one rounding of the output
@@ -41,6 +43,7 @@ def test_triton_kernels_match_cpu_kernels(index: int) -> None:
     for rank, per_rank in enumerate(_results()):
         triton, cpu = per_rank[index]
         assert torch.equal(triton["positions"], cpu["positions"])
+        assert triton["partial_dtype"] == cpu["partial_dtype"] == CASES[index]["dtype"]
         for name in ("o", "lse", "dq", "dk", "dv"):
             got, want = triton[name].double(), cpu[name].double()
             finite = torch.isfinite(want)

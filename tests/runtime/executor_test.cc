@@ -3,10 +3,12 @@
 // errors: wrong world, wrong tensor sizes, a peer that fails.
 #include "dcp/runtime/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -81,6 +83,43 @@ TEST(Executor, KvKeptFromTheForwardPassGivesTheSameOutputs) {
   EXPECT_GT(sent.backward[1].bytes_received, 0);
   EXPECT_EQ(kept.backward[1].bytes_received, 0);
   EXPECT_EQ(kept.backward[0].bytes_sent, 0);
+}
+
+// Partials in bf16: the only partial that travels in the sample plan is device 1's dk, dv of
+// block 0, so o, lse and dq are bit for bit those of fp32 partials, dk and dv differ by at most the
+// rounding of that partial (a bf16 ulp of its magnitude) plus the output's own rounding, and the
+// message is half as long.
+TEST(Executor, PartialsInBf16AreRoundedOnceOnTheWire) {
+  const Workload workload = sample_workload();
+  const runtime::BatchInputs inputs = runtime::random_inputs(testing::batch_shape(workload), 17);
+  const std::span<const TokenCount> offsets = workload.batch().offsets();
+  const runtime::RunOptions options;
+  const runtime::RunResult wide =
+      runtime::run_plan_locally(testing::sample_plan(DType::kFp32), offsets, inputs, options);
+  const runtime::RunResult narrow =
+      runtime::run_plan_locally(testing::sample_plan(DType::kBf16), offsets, inputs, options);
+  EXPECT_EQ(narrow.outputs.o, wide.outputs.o);
+  EXPECT_EQ(narrow.outputs.lse, wide.outputs.lse);
+  EXPECT_EQ(narrow.outputs.dq, wide.outputs.dq);
+  const auto storage = inputs.shape.storage;
+  for (const auto& [got_bytes, want_bytes] :
+       {std::pair{&narrow.outputs.dk, &wide.outputs.dk}, {&narrow.outputs.dv, &wide.outputs.dv}}) {
+    const std::vector<double> got = runtime::to_doubles(storage, *got_bytes);
+    const std::vector<double> want = runtime::to_doubles(storage, *want_bytes);
+    ASSERT_EQ(got.size(), want.size());
+    double scale = 0;
+    for (const double x : want) scale = std::max(scale, std::abs(x));
+    ASSERT_GT(scale, 0);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_LE(std::abs(got[i] - want[i]), 2 * scale / 256) << i;  // two bf16 ulps
+    }
+  }
+  EXPECT_EQ(2 * narrow.backward[1].bytes_sent, wide.backward[1].bytes_sent);
+  EXPECT_EQ(2 * narrow.backward[0].bytes_received, wide.backward[0].bytes_received);
+  const runtime::DenseReference reference =
+      runtime::dense_reference(workload, inputs, testing::sample_plan().header.softmax_scale, 1);
+  EXPECT_LT(runtime::compare_outputs(inputs.shape, narrow.outputs, reference).worst_relative(),
+            2e-2);
 }
 
 TEST(Executor, RejectsAKeptTensorOfTheWrongSize) {

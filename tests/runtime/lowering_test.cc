@@ -3,6 +3,8 @@
 // members, masks) and the refusal of inconsistent Programs with the instruction named.
 #include "dcp/runtime/lowering.h"
 
+#include <algorithm>
+#include <iterator>
 #include <string>
 #include <variant>
 #include <vector>
@@ -102,6 +104,64 @@ TEST(Lowering, BackwardEntriesJoinAQGroupAndAKvGroup) {
   }
   const auto& sum = std::get<runtime::SumCall>(pass.calls[12]);
   EXPECT_EQ(sum.elements, value_bytes(plan.header, SlotKind::kDKV, 4) / 4);
+}
+
+// Partials in bf16: the dk, dv partial device 1 sends is narrowed from its fp32 slot into a wire
+// buffer after the slots, which its transfer sends; device 0 receives into a wire buffer of its
+// own and widens it into the slot once the launch completes. Sums still add fp32 values.
+TEST(Lowering, PartialsInANarrowerDtypeTravelThroughWireBuffers) {
+  const Plan plan = testing::sample_plan(DType::kBf16);
+  const std::int64_t elements = 2 * 4 * 8;  // dk and dv of 4 tokens, 1 kv head, head dim 8
+  const std::int64_t wire_bytes = value_bytes(plan.header, SlotKind::kDKV, 4);
+  ASSERT_EQ(wire_bytes, elements * 2);
+  ASSERT_EQ(slot_bytes(plan.header, SlotKind::kDKV, 4), elements * 4);
+  for (const std::int32_t device : {0, 1}) {
+    const runtime::LoweredPass pass = lower(plan, Pass::kBackward, device);
+    // The launch that carries the partial (kv values travel unconverted).
+    const runtime::LaunchCall* launch = nullptr;
+    for (const runtime::LoweredCall& call : pass.calls) {
+      const auto* l = std::get_if<runtime::LaunchCall>(&call);
+      if (l == nullptr || (l->narrow.empty() && l->widen.empty())) continue;
+      EXPECT_EQ(launch, nullptr) << "one launch carries the partial";
+      launch = l;
+    }
+    ASSERT_NE(launch, nullptr);
+    const bool sends = device == 1;
+    const std::vector<runtime::WireCall>& converts = sends ? launch->narrow : launch->widen;
+    EXPECT_TRUE((sends ? launch->widen : launch->narrow).empty());
+    ASSERT_EQ(converts.size(), 1u);
+    const auto transfer = std::find_if(
+        launch->transfers.begin(), launch->transfers.end(),
+        [&](const runtime::TransferCall& t) { return t.offset == converts.front().wire_offset; });
+    ASSERT_NE(transfer, launch->transfers.end());
+    EXPECT_EQ(transfer->send, sends);
+    EXPECT_EQ(transfer->bytes, wire_bytes);
+    const runtime::WireCall& convert = converts.front();
+    EXPECT_EQ(convert.narrow, sends);
+    EXPECT_EQ(convert.elements, elements);
+    EXPECT_EQ(convert.tail_bytes, 0);
+    // The wire buffer follows every slot, aligned, inside the arena.
+    const Program& program = plan.backward[static_cast<std::size_t>(device)];
+    EXPECT_EQ(program
+                  .slots[static_cast<std::size_t>(
+                      std::distance(pass.slot_offsets.begin(),
+                                    std::find(pass.slot_offsets.begin(), pass.slot_offsets.end(),
+                                              convert.slot_offset)))]
+                  .kind,
+              SlotKind::kDKV);
+    EXPECT_GE(convert.wire_offset,
+              pass.slot_offsets.back() + slot_bytes(plan.header, program.slots.back().kind, 4));
+    EXPECT_EQ(convert.wire_offset % runtime::kSlotAlignment, 0);
+    EXPECT_GE(pass.arena_bytes, convert.wire_offset + wire_bytes);
+  }
+  const auto& sum = std::get<runtime::SumCall>(lower(plan, Pass::kBackward, 0).calls[12]);
+  EXPECT_EQ(sum.elements, elements);
+  // The forward pass moves only kv, which never narrows.
+  for (const runtime::LoweredCall& call : lower(plan, Pass::kForward, 1).calls) {
+    if (const auto* l = std::get_if<runtime::LaunchCall>(&call)) {
+      EXPECT_TRUE(l->narrow.empty() && l->widen.empty());
+    }
+  }
 }
 
 void expect_refused(Plan plan, Pass pass, std::int32_t device, const std::string& what) {

@@ -268,6 +268,29 @@ TEST(Simulator, SamplePlanRunsBothPassesAndItsTraceNamesEveryDevice) {
   EXPECT_EQ(ends, 3u);
 }
 
+// Partials in bf16: the sample plan's one partial message (device 1's dk, dv of block 0) is half
+// as long, and each end pays one conversion kernel on its stream, reading one form and writing
+// the other: the sender before its launch, the receiver after the wait that completes it.
+TEST(Simulator, PartialsInBf16ChargeTheirConversionsOnBothEnds) {
+  const Plan wide = testing::sample_plan(DType::kFp32);
+  const Plan narrow = testing::sample_plan(DType::kBf16);
+  const ClusterSpec cluster = with_shape(cluster_preset("a100-p4de"), wide.header.cluster);
+  const PassSimulation a = simulate(wide.header, wide.backward, cluster);
+  const PassSimulation b = simulate(narrow.header, narrow.backward, cluster);
+  const CostModel cost(cluster, narrow.header);
+  const double convert =
+      cost.kernel_overhead() + cost.memory_seconds(value_bytes(narrow.header, SlotKind::kDKV, 4) +
+                                                   slot_bytes(narrow.header, SlotKind::kDKV, 4));
+  for (const std::size_t d : {0u, 1u}) {
+    EXPECT_NEAR(b.devices[d].compute_seconds - a.devices[d].compute_seconds, convert, 1e-15) << d;
+  }
+  EXPECT_EQ(2 * value_bytes(narrow.header, SlotKind::kDKV, 4),
+            value_bytes(wide.header, SlotKind::kDKV, 4));
+  // The forward pass moves no partial: nothing changes.
+  EXPECT_EQ(simulate(narrow.header, narrow.forward, cluster).seconds,
+            simulate(wide.header, wide.forward, cluster).seconds);
+}
+
 TEST(Simulator, UnmatchedSendsDeadlocksAndSizeMismatchesAreErrors) {
   const ClusterShape shape{1, 2};
   const PlanHeader h = test_header(shape, 1, 100);

@@ -12,7 +12,8 @@
 namespace dcp::testing {
 
 // Two devices on one node, q_heads 2, kv_heads 1 (GQA group 2), head blocks of 1 q head, so two
-// q head blocks read the one kv head block 0. Head dim 8, bf16 storage, fp32 partials.
+// q head blocks read the one kv head block 0. Head dim 8, bf16 storage, partials travelling in
+// `partial_dtype` (fp32 or bf16; the messages' byte counts follow it).
 //
 // Sequence 0: 8 tokens, causal, blocks 0 = tokens [0, 4) on device 0 and 1 = [4, 8) on device 1.
 // Its tiles: (0, 0) causal diagonal (10 pairs), (1, 0) full (16 pairs), (1, 1) causal diagonal
@@ -26,7 +27,7 @@ namespace dcp::testing {
 // dk, dv contribution to block 0 back to device 0, which adds it with Sum; the two head blocks'
 // dk, dv of one kv block accumulate through dkv_accumulate. Instructions after a Program's last
 // compute stage (its waits, merges, sums and stores) are in the epilogue, stage `stages`.
-inline Plan sample_plan() {
+inline Plan sample_plan(DType partial_dtype = DType::kFp32) {
   Plan plan;
   PlanHeader& h = plan.header;
   h.strategy = "dcp";
@@ -38,7 +39,7 @@ inline Plan sample_plan() {
   h.head_block_size = 1;
   h.kv_heads_per_block = 1;
   h.dtype = DType::kBf16;
-  h.partial_dtype = DType::kFp32;
+  h.partial_dtype = partial_dtype;
   h.softmax_scale = 1.0 / std::sqrt(8.0);
   h.total_tokens = 10;
   h.sequences = 2;

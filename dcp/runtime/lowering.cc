@@ -22,7 +22,8 @@ class Lowerer {
       : header_(header),
         program_(program),
         tokens_(program.slots.size(), -1),
-        wire_offsets_(program.slots.size(), -1) {
+        wire_offsets_(program.slots.size(), -1),
+        wire_current_(program.slots.size(), false) {
     for (std::size_t i = 0; i < layout.blocks.size(); ++i) {
       block_offsets_.emplace_back(layout.blocks[i].id, layout.offsets[i]);
     }
@@ -210,7 +211,12 @@ class Lowerer {
         const std::int64_t elements = partial_elements(header_, s.kind, tokens(op.slot));
         const WireCall convert{transfer.send, transfer.offset, wire_offset(op.slot), elements,
                                op.bytes - elements * bytes_of(header_.partial_dtype)};
-        (transfer.send ? call.narrow : call.widen).push_back(convert);
+        // A value received, or sent before, is in its wire buffer already: a relay or a second
+        // send moves it as it is (and never rewrites a buffer a send may still be reading).
+        if (!transfer.send || !wire_current_[to_size(op.slot)]) {
+          (transfer.send ? call.narrow : call.widen).push_back(convert);
+        }
+        wire_current_[to_size(op.slot)] = true;
         transfer.offset = convert.wire_offset;
       }
       call.transfers.push_back(transfer);
@@ -286,6 +292,7 @@ class Lowerer {
           kv_groups[g].members.push_back(entry);
           kv_group = first_kv_group + static_cast<std::int64_t>(g);
           tokens_[to_size(kv.dkv)] = kv_tokens;
+          wire_current_[to_size(kv.dkv)] = false;
         }
         t.entries.insert(t.entries.end(),
                          {offset(row.q), offset(kv.kv), q_tokens, kv_tokens,
@@ -295,6 +302,7 @@ class Lowerer {
         ++entry;
       }
       tokens_[to_size(row.out)] = q_tokens;
+      wire_current_[to_size(row.out)] = false;
     }
     emit_groups(q_groups, t.q_groups, first_entry);
     emit_groups(kv_groups, t.kv_groups, first_entry);
@@ -322,6 +330,7 @@ class Lowerer {
       throw Error("merging a value of " + std::to_string(tokens(merge.src)) +
                   " tokens into one of " + std::to_string(t));
     }
+    wire_current_[to_size(merge.dst)] = false;
     return MergeCall{offset(merge.dst), offset(merge.src), t};
   }
 
@@ -336,6 +345,7 @@ class Lowerer {
       throw Error("adding a value of " + std::to_string(tokens(sum.src)) + " tokens to one of " +
                   std::to_string(t));
     }
+    wire_current_[to_size(sum.dst)] = false;
     return SumCall{offset(sum.dst), offset(sum.src),
                    slot_bytes(header_, kind, t) / static_cast<std::int64_t>(sizeof(float))};
   }
@@ -380,6 +390,7 @@ class Lowerer {
     for (const SlotId id : free.slots) {
       slot(id);
       tokens_[to_size(id)] = -1;
+      wire_current_[to_size(id)] = false;
     }
     return NoCall{};
   }
@@ -388,6 +399,7 @@ class Lowerer {
   const Program& program_;
   std::vector<std::int32_t> tokens_;
   std::vector<std::int64_t> wire_offsets_;  // per slot, -1 until a partial travels through it
+  std::vector<bool> wire_current_;          // per slot: its wire buffer holds its value
   std::vector<std::pair<BlockId, std::int64_t>> block_offsets_;
   std::vector<std::int32_t> mask_start_;
   std::vector<std::int64_t> kept_offsets_;  // per Program::kept value

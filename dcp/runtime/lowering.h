@@ -61,7 +61,8 @@ struct WireCall {
 struct LaunchCall {
   LaunchId id = 0;
   std::vector<TransferCall> transfers;  // a partial's offset is its wire buffer's
-  std::vector<WireCall> narrow;         // run before the transfers start
+  std::vector<WireCall> narrow;         // run before the transfers start (a partial received
+                                        // or sent before, unchanged since, is not converted again)
   std::vector<WireCall> widen;          // run when the launch has completed
 };
 

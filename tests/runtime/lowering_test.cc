@@ -164,6 +164,34 @@ TEST(Lowering, PartialsInANarrowerDtypeTravelThroughWireBuffers) {
   }
 }
 
+// A partial sent a second time, unchanged since, goes from its wire buffer as it is: it is not
+// converted again (which would rewrite a buffer the first send may still be reading). dcp's plans
+// send each partial once; the lowering does not rely on it.
+TEST(Lowering, APartialSentAgainUnchangedIsNotConvertedAgain) {
+  Plan plan = testing::sample_plan(DType::kBf16);
+  Program& sender = plan.backward[1];
+  const auto first = std::find_if(sender.instructions.begin(), sender.instructions.end(),
+                                  [](const Instruction& i) {
+                                    const auto* l = std::get_if<Launch>(&i);
+                                    return l != nullptr && l->id == 1;
+                                  });
+  ASSERT_NE(first, sender.instructions.end());
+  Launch again = std::get<Launch>(*first);
+  again.id = 2;
+  const auto at = static_cast<std::size_t>(first - sender.instructions.begin()) + 1;
+  sender.instructions.insert(sender.instructions.begin() + static_cast<std::ptrdiff_t>(at), again);
+  sender.instruction_stage.insert(
+      sender.instruction_stage.begin() + static_cast<std::ptrdiff_t>(at),
+      sender.instruction_stage[at - 1]);
+  const runtime::LoweredPass lowered = lower(plan, Pass::kBackward, 1);
+  const auto& once = std::get<runtime::LaunchCall>(lowered.calls[at - 1]);
+  const auto& twice = std::get<runtime::LaunchCall>(lowered.calls[at]);
+  ASSERT_EQ(once.narrow.size(), 1u);
+  EXPECT_TRUE(twice.narrow.empty());
+  ASSERT_EQ(twice.transfers.size(), 1u);
+  EXPECT_EQ(twice.transfers[0].offset, once.narrow[0].wire_offset);
+}
+
 void expect_refused(Plan plan, Pass pass, std::int32_t device, const std::string& what) {
   try {
     lower(plan, pass, device);

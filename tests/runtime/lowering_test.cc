@@ -154,10 +154,12 @@ TEST(Lowering, PartialsInANarrowerDtypeTravelThroughWireBuffers) {
     EXPECT_EQ(convert.wire_offset % runtime::kSlotAlignment, 0);
     EXPECT_GE(pass.arena_bytes, convert.wire_offset + wire_bytes);
   }
-  const auto& sum = std::get<runtime::SumCall>(lower(plan, Pass::kBackward, 0).calls[12]);
+  const runtime::LoweredPass receiver = lower(plan, Pass::kBackward, 0);
+  const auto& sum = std::get<runtime::SumCall>(receiver.calls[12]);
   EXPECT_EQ(sum.elements, elements);
   // The forward pass moves only kv, which never narrows.
-  for (const runtime::LoweredCall& call : lower(plan, Pass::kForward, 1).calls) {
+  const runtime::LoweredPass forward = lower(plan, Pass::kForward, 1);
+  for (const runtime::LoweredCall& call : forward.calls) {
     if (const auto* l = std::get_if<runtime::LaunchCall>(&call)) {
       EXPECT_TRUE(l->narrow.empty() && l->widen.empty());
     }

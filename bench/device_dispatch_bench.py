@@ -62,7 +62,7 @@ class NullDevice:
     def _count(self, *args):
         self.calls += 1
 
-    load = store = attention = merge = add = copy_kept = _count
+    load = store = attention = merge = add = copy_kept = convert_partial = _count
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ PlanHeader plan_header(const Workload& workload, const ClusterShape& cluster, st
   header.head_block_size = heads.head_block_size();
   header.kv_heads_per_block = heads.kv_block_size();
   header.dtype = shape.dtype;
-  if (partial_dtype != DType::kFp32 && partial_dtype != shape.dtype) {
+  if (!partial_dtype_allowed(shape.dtype, partial_dtype)) {
     throw InvalidInput("partials travel in fp32 or the storage dtype (" +
                        std::string(to_string(shape.dtype)) + "), not " +
                        std::string(to_string(partial_dtype)));

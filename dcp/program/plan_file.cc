@@ -1152,7 +1152,7 @@ void check_plan_header(const PlanHeader& header, std::string_view origin) {
                          " is not a dtype");
     }
   }
-  if (header.partial_dtype != DType::kFp32 && header.partial_dtype != header.dtype) {
+  if (!partial_dtype_allowed(header.dtype, header.partial_dtype)) {
     throw InvalidInput(where + "partials travel in " +
                        std::string(to_string(header.partial_dtype)) + ", but a plan in " +
                        std::string(to_string(header.dtype)) + " sends them in fp32 or " +

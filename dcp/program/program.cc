@@ -140,6 +140,58 @@ std::int64_t slot_bytes(const PlanHeader& header, SlotKind kind, std::int64_t to
 
 bool narrows_partials(const PlanHeader& header) { return header.partial_dtype != DType::kFp32; }
 
+bool partial_dtype_allowed(DType storage, DType partial) {
+  return partial == DType::kFp32 || partial == storage;
+}
+
+std::vector<std::vector<bool>> partial_conversions(const PlanHeader& header,
+                                                   const Program& program) {
+  std::vector<std::vector<bool>> converts(program.instructions.size());
+  if (!narrows_partials(header)) {
+    for (std::size_t i = 0; i < converts.size(); ++i) {
+      if (const auto* launch = std::get_if<Launch>(&program.instructions[i])) {
+        converts[i].assign(launch->ops.size(), false);
+      }
+    }
+    return converts;
+  }
+  std::vector<bool> current(program.slots.size(), false);  // the wire buffer holds the value
+  const auto written = [&](SlotId slot) {
+    if (slot >= 0 && static_cast<std::size_t>(slot) < current.size()) {
+      current[static_cast<std::size_t>(slot)] = false;
+    }
+  };
+  const auto rows_written = [&](const std::vector<AttnRow>& rows) {
+    for (const AttnRow& row : rows) {
+      written(row.out);
+      for (const AttnKv& kv : row.kv) written(kv.dkv);
+    }
+  };
+  for (std::size_t i = 0; i < converts.size(); ++i) {
+    const Instruction& instruction = program.instructions[i];
+    if (const auto* launch = std::get_if<Launch>(&instruction)) {
+      for (const CommOp& op : launch->ops) {
+        const auto slot = static_cast<std::size_t>(op.slot);
+        const bool partial = slot < program.slots.size() && is_output(program.slots[slot].kind);
+        converts[i].push_back(partial &&
+                              (op.direction == CommOp::Direction::kRecv || !current[slot]));
+        if (partial) current[slot] = true;
+      }
+    } else if (const auto* forward = std::get_if<AttnForward>(&instruction)) {
+      rows_written(forward->rows);
+    } else if (const auto* backward = std::get_if<AttnBackward>(&instruction)) {
+      rows_written(backward->rows);
+    } else if (const auto* merge = std::get_if<Merge>(&instruction)) {
+      written(merge->dst);
+    } else if (const auto* sum = std::get_if<Sum>(&instruction)) {
+      written(sum->dst);
+    } else if (const auto* free = std::get_if<Free>(&instruction)) {
+      for (const SlotId slot : free->slots) written(slot);
+    }
+  }
+  return converts;
+}
+
 std::int64_t partial_elements(const PlanHeader& header, SlotKind kind, std::int64_t tokens) {
   const std::int64_t d = header.head_dim;
   switch (kind) {

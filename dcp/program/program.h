@@ -291,6 +291,15 @@ std::int64_t slot_bytes(const PlanHeader& header, SlotKind kind, std::int64_t to
 // Whether partials travel narrower than they are held (the partial dtype is not fp32): a device
 // converts a partial to the partial dtype before it sends it, and back after it receives it.
 bool narrows_partials(const PlanHeader& header);
+// Whether partials of a plan stored in `storage` may travel in `partial`: fp32 or `storage`.
+bool partial_dtype_allowed(DType storage, DType partial);
+// Per instruction, per op of a Launch (empty for other instructions): whether the runtime
+// converts the partial that op carries between its fp32 slot and its wire buffer (narrows it
+// before a send, widens it after a receive). A partial received, or sent before, and unchanged
+// since is sent from its wire buffer as it is. All false when partials travel in fp32. The
+// lowering (runtime) and the simulator both read it.
+std::vector<std::vector<bool>> partial_conversions(const PlanHeader& header,
+                                                   const Program& program);
 // Of a partial value of `kind` (kOut, kDQ, kDKV) with `tokens` tokens: the fp32 elements that
 // travel in the partial dtype; an o partial's lse (tokens x heads fp32) follows them unconverted.
 std::int64_t partial_elements(const PlanHeader& header, SlotKind kind, std::int64_t tokens);

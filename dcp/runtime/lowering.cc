@@ -23,7 +23,7 @@ class Lowerer {
         program_(program),
         tokens_(program.slots.size(), -1),
         wire_offsets_(program.slots.size(), -1),
-        wire_current_(program.slots.size(), false) {
+        converts_(partial_conversions(header, program)) {
     for (std::size_t i = 0; i < layout.blocks.size(); ++i) {
       block_offsets_.emplace_back(layout.blocks[i].id, layout.offsets[i]);
     }
@@ -48,6 +48,7 @@ class Lowerer {
 
   LoweredPass run() {
     for (std::size_t i = 0; i < program_.instructions.size(); ++i) {
+      instruction_ = i;
       try {
         out_.calls.push_back(
             std::visit([&](const auto& op) { return lower(op); }, program_.instructions[i]));
@@ -183,7 +184,8 @@ class Lowerer {
   LoweredCall lower(const Launch& launch) {
     LaunchCall call;
     call.id = launch.id;
-    for (const CommOp& op : launch.ops) {
+    for (std::size_t k = 0; k < launch.ops.size(); ++k) {
+      const CommOp& op = launch.ops[k];
       const Slot& s = slot(op.slot);
       const std::int64_t per_token = value_bytes(header_, s.kind, 1);
       TransferCall transfer;
@@ -191,7 +193,6 @@ class Lowerer {
       transfer.peer = op.peer;
       transfer.offset = offset(op.slot);
       transfer.bytes = op.bytes;
-      const bool wire = narrows_partials(header_) && is_output(s.kind);
       if (transfer.send) {
         if (op.bytes != per_token * tokens(op.slot)) {
           throw Error("send of slot " + std::to_string(op.slot) + " to device " +
@@ -207,16 +208,13 @@ class Lowerer {
         }
         tokens_[to_size(op.slot)] = static_cast<std::int32_t>(op.bytes / per_token);
       }
-      if (wire) {
+      if (narrows_partials(header_) && is_output(s.kind)) {
         const std::int64_t elements = partial_elements(header_, s.kind, tokens(op.slot));
         const WireCall convert{transfer.send, transfer.offset, wire_offset(op.slot), elements,
                                op.bytes - elements * bytes_of(header_.partial_dtype)};
-        // A value received, or sent before, is in its wire buffer already: a relay or a second
-        // send moves it as it is (and never rewrites a buffer a send may still be reading).
-        if (!transfer.send || !wire_current_[to_size(op.slot)]) {
+        if (converts_[instruction_][k]) {
           (transfer.send ? call.narrow : call.widen).push_back(convert);
         }
-        wire_current_[to_size(op.slot)] = true;
         transfer.offset = convert.wire_offset;
       }
       call.transfers.push_back(transfer);
@@ -292,7 +290,6 @@ class Lowerer {
           kv_groups[g].members.push_back(entry);
           kv_group = first_kv_group + static_cast<std::int64_t>(g);
           tokens_[to_size(kv.dkv)] = kv_tokens;
-          wire_current_[to_size(kv.dkv)] = false;
         }
         t.entries.insert(t.entries.end(),
                          {offset(row.q), offset(kv.kv), q_tokens, kv_tokens,
@@ -302,7 +299,6 @@ class Lowerer {
         ++entry;
       }
       tokens_[to_size(row.out)] = q_tokens;
-      wire_current_[to_size(row.out)] = false;
     }
     emit_groups(q_groups, t.q_groups, first_entry);
     emit_groups(kv_groups, t.kv_groups, first_entry);
@@ -330,7 +326,6 @@ class Lowerer {
       throw Error("merging a value of " + std::to_string(tokens(merge.src)) +
                   " tokens into one of " + std::to_string(t));
     }
-    wire_current_[to_size(merge.dst)] = false;
     return MergeCall{offset(merge.dst), offset(merge.src), t};
   }
 
@@ -345,7 +340,6 @@ class Lowerer {
       throw Error("adding a value of " + std::to_string(tokens(sum.src)) + " tokens to one of " +
                   std::to_string(t));
     }
-    wire_current_[to_size(sum.dst)] = false;
     return SumCall{offset(sum.dst), offset(sum.src),
                    slot_bytes(header_, kind, t) / static_cast<std::int64_t>(sizeof(float))};
   }
@@ -390,7 +384,6 @@ class Lowerer {
     for (const SlotId id : free.slots) {
       slot(id);
       tokens_[to_size(id)] = -1;
-      wire_current_[to_size(id)] = false;
     }
     return NoCall{};
   }
@@ -398,8 +391,9 @@ class Lowerer {
   const PlanHeader& header_;
   const Program& program_;
   std::vector<std::int32_t> tokens_;
-  std::vector<std::int64_t> wire_offsets_;  // per slot, -1 until a partial travels through it
-  std::vector<bool> wire_current_;          // per slot: its wire buffer holds its value
+  std::vector<std::int64_t> wire_offsets_;   // per slot, -1 until a partial travels through it
+  std::vector<std::vector<bool>> converts_;  // partial_conversions of the Program
+  std::size_t instruction_ = 0;              // the instruction being lowered
   std::vector<std::pair<BlockId, std::int64_t>> block_offsets_;
   std::vector<std::int32_t> mask_start_;
   std::vector<std::int64_t> kept_offsets_;  // per Program::kept value

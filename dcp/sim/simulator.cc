@@ -56,8 +56,8 @@ struct DeviceState {
   std::size_t completed = 0;          // launches [0, completed) are complete
   std::size_t widened = 0;            // launches [0, widened) had their partials widened
   std::vector<std::int32_t> slot_tokens;
-  std::vector<bool> wire_current;  // per slot: its wire buffer holds its value (lowering.cc)
-  std::vector<double> mask_cost;   // per mask, NaN until first used
+  std::vector<std::vector<bool>> converts;     // partial_conversions of the Program
+  std::vector<double> mask_cost;               // per mask, NaN until first used
   std::size_t memory_run = std::variant_npos;  // opcode of the batched memory kernel running
   // Per compute event: whether a Wait was held by its launch (else by the stream).
   std::vector<bool> held_by_launch;
@@ -86,7 +86,7 @@ class Simulation {
       DeviceState& state = devices_[d];
       state.program = &programs[d];
       state.slot_tokens.assign(programs[d].slots.size(), 0);
-      state.wire_current.assign(programs[d].slots.size(), false);
+      state.converts = partial_conversions(header, programs[d]);
       state.mask_cost.assign(programs[d].masks.size(), std::nan(""));
     }
     const auto resources = 2 * devices + 2 * at(shape_.nodes);
@@ -142,17 +142,15 @@ class Simulation {
   // Partials that travel narrower than they are held are converted on the compute stream, one
   // batched kernel per launch: before the launch sends them, and after the Wait that completes
   // the launch receiving them (the executor's order).
-  // A partial received, or sent before and unchanged since, is sent from its wire buffer as it is.
-  double conversion_seconds(DeviceState& state, const Launch& launch,
+  // The conversions of the Launch at `instruction` in `direction` (partial_conversions).
+  double conversion_seconds(const DeviceState& state, std::size_t instruction,
                             CommOp::Direction direction) const {
-    if (!narrows_partials(header_)) return 0;
+    const auto& launch = std::get<Launch>(state.program->instructions[instruction]);
     std::int64_t bytes = 0;
-    for (const CommOp& op : launch.ops) {
+    for (std::size_t k = 0; k < launch.ops.size(); ++k) {
+      const CommOp& op = launch.ops[k];
+      if (op.direction != direction || !state.converts[instruction][k]) continue;
       const SlotKind kind = state.program->slots[at(op.slot)].kind;
-      if (op.direction != direction || !is_output(kind)) continue;
-      const bool current = state.wire_current[at(op.slot)];
-      state.wire_current[at(op.slot)] = true;
-      if (direction == CommOp::Direction::kSend && current) continue;
       const std::int64_t tokens =
           op.bytes / std::max<std::int64_t>(1, value_bytes(header_, kind, 1));
       bytes += op.bytes + slot_bytes(header_, kind, tokens);  // read one, write the other
@@ -177,13 +175,9 @@ class Simulation {
           }
           seconds += cached;
         }
-        if (entry.dkv != kNoSlot) {
-          state.slot_tokens[at(entry.dkv)] = kv_tokens;
-          state.wire_current[at(entry.dkv)] = false;
-        }
+        if (entry.dkv != kNoSlot) state.slot_tokens[at(entry.dkv)] = kv_tokens;
       }
       state.slot_tokens[at(row.out)] = q_tokens;
-      state.wire_current[at(row.out)] = false;
     }
     return seconds;
   }
@@ -224,17 +218,15 @@ class Simulation {
         seconds += cost_.memory_seconds(2 * held_bytes(state, restore->slot));
       } else if (const auto* merge = std::get_if<Merge>(&instruction)) {
         seconds += cost_.memory_seconds(3 * held_bytes(state, merge->dst));
-        state.wire_current[at(merge->dst)] = false;
       } else if (const auto* sum = std::get_if<Sum>(&instruction)) {
         seconds += cost_.memory_seconds(3 * held_bytes(state, sum->dst));
-        state.wire_current[at(sum->dst)] = false;
       } else if (const auto* forward = std::get_if<AttnForward>(&instruction)) {
         seconds = attention_seconds(state, *forward, Pass::kForward);
       } else if (const auto* backward = std::get_if<AttnBackward>(&instruction)) {
         seconds = attention_seconds(state, *backward, Pass::kBackward);
       } else if (const auto* launch = std::get_if<Launch>(&instruction)) {
         compute = false;
-        const double narrow = conversion_seconds(state, *launch, CommOp::Direction::kSend);
+        const double narrow = conversion_seconds(state, i, CommOp::Direction::kSend);
         state.time += narrow;
         timeline.compute_seconds += narrow;
         post(d, i, *launch);
@@ -250,9 +242,8 @@ class Simulation {
         state.time = std::max(state.time, done);
         timeline.wait_seconds += state.time - start;
         for (; state.widened <= at(wait->launch); ++state.widened) {
-          const auto& received =
-              std::get<Launch>(program.instructions[at(state.launches[state.widened].instruction)]);
-          const double widen = conversion_seconds(state, received, CommOp::Direction::kRecv);
+          const double widen = conversion_seconds(
+              state, at(state.launches[state.widened].instruction), CommOp::Direction::kRecv);
           state.time += widen;
           timeline.compute_seconds += widen;
         }
@@ -262,9 +253,6 @@ class Simulation {
         continue;
       } else {
         compute = false;  // Free
-        for (const SlotId slot : std::get<Free>(instruction).slots) {
-          state.wire_current[at(slot)] = false;
-        }
       }
       state.time += seconds;
       if (compute) timeline.compute_seconds += seconds;

@@ -36,19 +36,84 @@ constexpr Field kFields[] = {
     {"fp32_kernel_factor", &ClusterSpec::fp32_kernel_factor, 1, false},
     {"partial_subtile_extra", &ClusterSpec::partial_subtile_extra, 1, false},
     {"subtile_overhead_us", &ClusterSpec::subtile_overhead, 1e-6, false},
+    {"tile_setup_tokens", &ClusterSpec::tile_setup_tokens, 1, false},
+    {"launch_overhead_us", &ClusterSpec::launch_overhead, 1e-6, false},
+    {"launch_peer_overhead_us", &ClusterSpec::launch_peer_overhead, 1e-6, false},
 };
 
-struct SubtileField {
+struct IntField {
   const char* key;
   std::int32_t ClusterSpec::*member;
+  std::int32_t min, max;
 };
 
-constexpr SubtileField kSubtileFields[] = {
-    {"forward_subtile_q", &ClusterSpec::forward_subtile_q},
-    {"forward_subtile_kv", &ClusterSpec::forward_subtile_kv},
-    {"backward_subtile_q", &ClusterSpec::backward_subtile_q},
-    {"backward_subtile_kv", &ClusterSpec::backward_subtile_kv},
+constexpr IntField kIntFields[] = {
+    {"forward_subtile_q", &ClusterSpec::forward_subtile_q, 1, 65536},
+    {"forward_subtile_kv", &ClusterSpec::forward_subtile_kv, 1, 65536},
+    {"backward_subtile_q", &ClusterSpec::backward_subtile_q, 1, 65536},
+    {"backward_subtile_kv", &ClusterSpec::backward_subtile_kv, 1, 65536},
+    {"nics_per_node", &ClusterSpec::nics_per_node, 1, 65536},
 };
+
+struct CurveField {
+  const char* key;
+  std::vector<SizeEfficiency> ClusterSpec::*member;
+};
+
+constexpr CurveField kCurveFields[] = {
+    {"intra_node_efficiency", &ClusterSpec::intra_node_efficiency},
+    {"inter_node_efficiency", &ClusterSpec::inter_node_efficiency},
+};
+
+// Empty if the curve is well formed, else what is wrong with it.
+std::string curve_problem(std::span<const SizeEfficiency> curve) {
+  for (std::size_t i = 0; i < curve.size(); ++i) {
+    const SizeEfficiency& point = curve[i];
+    if (point.bytes < 1) {
+      return "point " + std::to_string(i) + " has " + std::to_string(point.bytes) +
+             " bytes (must be at least 1)";
+    }
+    if (!std::isfinite(point.efficiency) || point.efficiency <= 0 || point.efficiency > 1) {
+      return "point " + std::to_string(i) + " has efficiency " + std::to_string(point.efficiency) +
+             " (must be in (0, 1])";
+    }
+    if (i > 0 && point.bytes <= curve[i - 1].bytes) {
+      return "point " + std::to_string(i) + " (" + std::to_string(point.bytes) +
+             " bytes) does not follow a smaller size";
+    }
+  }
+  return "";
+}
+
+// "65536:0.5, 1048576:0.9"; empty: no curve (efficiency 1 at every size).
+std::vector<SizeEfficiency> parse_curve(std::string_view value, const std::string& what) {
+  std::vector<SizeEfficiency> curve;
+  if (trim(value).empty()) return curve;
+  for (std::string_view item : split(value, ',')) {
+    item = trim(item);
+    const std::size_t colon = item.find(':');
+    if (colon == std::string_view::npos) {
+      throw InvalidInput(what + ": expected BYTES:EFFICIENCY points separated by commas, got " +
+                         quoted(item));
+    }
+    curve.push_back({parse_int(trim(item.substr(0, colon)), what),
+                     parse_double(trim(item.substr(colon + 1)), what)});
+  }
+  if (const std::string problem = curve_problem(curve); !problem.empty()) {
+    throw InvalidInput(what + ": " + problem);
+  }
+  return curve;
+}
+
+// The shortest form of `value` that reads back to the same double.
+std::string shortest(double value) {
+  char buffer[64];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
+  return buffer;
+}
 
 }  // namespace
 
@@ -67,9 +132,34 @@ void validate(const ClusterShape& cluster) {
   }
 }
 
+double size_efficiency(std::span<const SizeEfficiency> curve, std::int64_t bytes) {
+  if (curve.empty()) return 1;
+  if (bytes <= curve.front().bytes) return curve.front().efficiency;
+  if (bytes >= curve.back().bytes) return curve.back().efficiency;
+  const auto above =
+      std::upper_bound(curve.begin(), curve.end(), bytes,
+                       [](std::int64_t b, const SizeEfficiency& point) { return b < point.bytes; });
+  const SizeEfficiency& hi = *above;
+  const SizeEfficiency& lo = *(above - 1);
+  const double t = std::log(static_cast<double>(bytes) / static_cast<double>(lo.bytes)) /
+                   std::log(static_cast<double>(hi.bytes) / static_cast<double>(lo.bytes));
+  return lo.efficiency + t * (hi.efficiency - lo.efficiency);
+}
+
+std::int32_t ClusterSpec::nic_of(DeviceId device) const {
+  const std::int64_t local = device % shape.devices_per_node;
+  return shape.node_of(device) * nics_per_node +
+         static_cast<std::int32_t>(local * nics_per_node / shape.devices_per_node);
+}
+
+double ClusterSpec::link_bytes(std::int64_t bytes, bool inter_node) const {
+  return static_cast<double>(bytes) /
+         size_efficiency(inter_node ? inter_node_efficiency : intra_node_efficiency, bytes);
+}
+
 double ClusterSpec::transfer_seconds(std::int64_t bytes, bool inter_node) const {
-  return inter_node ? inter_node_latency + static_cast<double>(bytes) / inter_node_bandwidth
-                    : intra_node_latency + static_cast<double>(bytes) / intra_node_bandwidth;
+  return inter_node ? inter_node_latency + link_bytes(bytes, true) / nic_bandwidth()
+                    : intra_node_latency + link_bytes(bytes, false) / intra_node_bandwidth;
 }
 
 void validate(const ClusterSpec& spec) {
@@ -97,6 +187,8 @@ void validate(const ClusterSpec& spec) {
   latency(spec.kernel_overhead, "kernel_overhead_us");
   rate(spec.memory_bandwidth, "memory_gbps");
   latency(spec.subtile_overhead, "subtile_overhead_us");
+  latency(spec.launch_overhead, "launch_overhead_us");
+  latency(spec.launch_peer_overhead, "launch_peer_overhead_us");
   const auto in_range = [&](double value, double lo, double hi, const char* field) {
     if (!std::isfinite(value) || value < lo || value >= hi) {
       throw InvalidInput(std::string("cluster '") + spec.name + "': " + field + " must be in [" +
@@ -107,10 +199,17 @@ void validate(const ClusterSpec& spec) {
   in_range(spec.softmax_share, 0, 1, "softmax_share");
   in_range(spec.fp32_kernel_factor, 0.01, 100, "fp32_kernel_factor");
   in_range(spec.partial_subtile_extra, 0, 100, "partial_subtile_extra");
-  for (const SubtileField& f : kSubtileFields) {
-    if (spec.*f.member < 1 || spec.*f.member > 65536) {
-      throw InvalidInput(std::string("cluster '") + spec.name + "': " + f.key +
-                         " must be in [1, 65536], got " + std::to_string(spec.*f.member));
+  in_range(spec.tile_setup_tokens, 0, 1e6, "tile_setup_tokens");
+  for (const IntField& f : kIntFields) {
+    if (spec.*f.member < f.min || spec.*f.member > f.max) {
+      throw InvalidInput(std::string("cluster '") + spec.name + "': " + f.key + " must be in [" +
+                         std::to_string(f.min) + ", " + std::to_string(f.max) + "], got " +
+                         std::to_string(spec.*f.member));
+    }
+  }
+  for (const CurveField& f : kCurveFields) {
+    if (const std::string problem = curve_problem(spec.*f.member); !problem.empty()) {
+      throw InvalidInput(std::string("cluster '") + spec.name + "': " + f.key + ": " + problem);
     }
   }
 }
@@ -177,6 +276,13 @@ ClusterSpec cluster_preset(std::string_view name) {
     spec.forward_subtile_kv = 64;
     spec.backward_subtile_q = 64;  // FA2 sm80 hdim128 backward: 64 x 128 blocks
     spec.backward_subtile_kv = 128;
+    spec.whole_subtiles = true;    // FA2 computes whole blocks and masks the rows/keys past the end
+    spec.tile_setup_tokens = 128;  // estimate
+    spec.nics_per_node = 4;        // 4 EFA interfaces, two GPUs each (p4de topology)
+    spec.intra_node_efficiency = {{1 << 16, 0.15}, {1 << 20, 0.6}, {1 << 24, 0.9}};  // estimate
+    spec.inter_node_efficiency = {{1 << 16, 0.1}, {1 << 20, 0.5}, {1 << 24, 0.85}};  // estimate
+    spec.launch_overhead = 10e-6;                                                    // estimate
+    spec.launch_peer_overhead = 2e-6;                                                // estimate
   } else if (name == "h100-dgx") {
     // NVIDIA DGX H100: 8 x H100 SXM per node (anchors §D.4).
     spec.name = "h100-dgx";
@@ -197,6 +303,13 @@ ClusterSpec cluster_preset(std::string_view name) {
     spec.forward_subtile_kv = 128;
     spec.backward_subtile_q = 64;  // FA3 hdim128 backward: 64 x 128 blocks
     spec.backward_subtile_kv = 128;
+    spec.whole_subtiles = true;    // as FA2
+    spec.tile_setup_tokens = 128;  // estimate
+    spec.nics_per_node = 8;        // one 400 Gb/s ConnectX-7 per GPU
+    spec.intra_node_efficiency = {{1 << 16, 0.15}, {1 << 20, 0.6}, {1 << 24, 0.9}};  // estimate
+    spec.inter_node_efficiency = {{1 << 16, 0.1}, {1 << 20, 0.5}, {1 << 24, 0.85}};  // estimate
+    spec.launch_overhead = 8e-6;                                                     // estimate
+    spec.launch_peer_overhead = 2e-6;                                                // estimate
   } else if (name == "cpu-local") {
     spec = cpu_local_preset();
   } else {
@@ -250,13 +363,26 @@ ClusterSpec parse_cluster_text(std::string_view text, std::string_view origin) {
       have_shape[key == "nodes" ? 0 : 1] = true;
     } else {
       bool known = false;
-      for (const SubtileField& f : kSubtileFields) {
+      for (const IntField& f : kIntFields) {
         if (key != f.key) continue;
-        const std::int64_t tokens = parse_int(value, what);
-        if (tokens < 1 || tokens > 65536) {
-          throw InvalidInput(what + " must be in [1, 65536], got " + quoted(value));
+        const std::int64_t number = parse_int(value, what);
+        if (number < f.min || number > f.max) {
+          throw InvalidInput(what + " must be in [" + std::to_string(f.min) + ", " +
+                             std::to_string(f.max) + "], got " + quoted(value));
         }
-        spec.*f.member = static_cast<std::int32_t>(tokens);
+        spec.*f.member = static_cast<std::int32_t>(number);
+        known = true;
+      }
+      for (const CurveField& f : kCurveFields) {
+        if (key != f.key) continue;
+        spec.*f.member = parse_curve(value, what);
+        known = true;
+      }
+      if (key == "whole_subtiles") {
+        const std::int64_t flag = parse_int(value, what);
+        if (flag != 0 && flag != 1)
+          throw InvalidInput(what + " must be 0 or 1, got " + quoted(value));
+        spec.whole_subtiles = flag == 1;
         known = true;
       }
       for (std::size_t f = 0; f < std::size(kFields); ++f) {
@@ -274,7 +400,9 @@ ClusterSpec parse_cluster_text(std::string_view text, std::string_view origin) {
       if (!known) {
         std::string keys = "preset, name, nodes, devices_per_node";
         for (const Field& f : kFields) keys.append(", ").append(f.key);
-        for (const SubtileField& f : kSubtileFields) keys.append(", ").append(f.key);
+        for (const IntField& f : kIntFields) keys.append(", ").append(f.key);
+        keys.append(", whole_subtiles");
+        for (const CurveField& f : kCurveFields) keys.append(", ").append(f.key);
         throw InvalidInput(where + ": unknown key " + quoted(key) + " (keys: " + keys + ")");
       }
     }
@@ -325,17 +453,23 @@ std::string to_cluster_text(const ClusterSpec& spec) {
   out += "nodes = " + std::to_string(spec.shape.nodes) + "\n";
   out += "devices_per_node = " + std::to_string(spec.shape.devices_per_node) + "\n";
   for (const Field& f : kFields) {
-    char buffer[64];
-    // The shortest form that reads back to the same double.
-    const double value = spec.*f.member / f.unit;
-    for (int digits = 1; digits <= 17; ++digits) {
-      std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
-      if (std::strtod(buffer, nullptr) == value) break;
-    }
-    out.append(f.key).append(" = ").append(buffer).append("\n");
+    out.append(f.key).append(" = ").append(shortest(spec.*f.member / f.unit)).append("\n");
   }
-  for (const SubtileField& f : kSubtileFields) {
+  for (const IntField& f : kIntFields) {
     out.append(f.key).append(" = ").append(std::to_string(spec.*f.member)).append("\n");
+  }
+  out.append("whole_subtiles = ").append(spec.whole_subtiles ? "1" : "0").append("\n");
+  for (const CurveField& f : kCurveFields) {
+    const std::vector<SizeEfficiency>& curve = spec.*f.member;
+    if (curve.empty()) continue;
+    out.append(f.key).append(" =");
+    for (std::size_t i = 0; i < curve.size(); ++i) {
+      out.append(i == 0 ? " " : ", ")
+          .append(std::to_string(curve[i].bytes))
+          .append(":")
+          .append(shortest(curve[i].efficiency));
+    }
+    out.append("\n");
   }
   return out;
 }

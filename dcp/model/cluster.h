@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,18 @@ struct ClusterShape {
 // their product is at most 65536.
 void validate(const ClusterShape& cluster);
 
+// How much of a link's bandwidth a transfer of `bytes` bytes reaches (a point of a link's
+// efficiency curve; see ClusterSpec::intra_node_efficiency).
+struct SizeEfficiency {
+  std::int64_t bytes = 0;
+  double efficiency = 1;
+  friend bool operator==(const SizeEfficiency&, const SizeEfficiency&) = default;
+};
+
+// The efficiency of a transfer of `bytes` on a curve: 1 if the curve is empty, the first or last
+// point's beyond its ends, else interpolated linearly in log(bytes) between the points around it.
+double size_efficiency(std::span<const SizeEfficiency> curve, std::int64_t bytes);
+
 // A described cluster. Rates are sustained figures in SI units (bytes/s, FLOP/s, seconds); the
 // presets say where each one comes from (docs/cost_model.md).
 struct ClusterSpec {
@@ -32,9 +45,24 @@ struct ClusterSpec {
   // Device to device inside a node (NVLink through NVSwitch): per device, each direction.
   double intra_node_bandwidth = 0;
   double intra_node_latency = 0;
-  // The node's network interfaces together, each direction, shared by the node's devices.
+  // The node's network interfaces together, each direction.
   double inter_node_bandwidth = 0;
   double inter_node_latency = 0;
+  // The node's network interfaces: local device l uses interface l * nics_per_node /
+  // devices_per_node, and a transfer between nodes is bounded by its sender's and its receiver's
+  // interfaces, each at inter_node_bandwidth / nics_per_node per direction (NIC affinity: p4de has
+  // 4 EFA interfaces, two GPUs each; DGX H100 one per GPU). 1: one interface all devices share.
+  std::int32_t nics_per_node = 1;
+  // The share of a link's bandwidth a transfer reaches by its size (protocol and pipelining
+  // overheads of real transports at small sizes): a transfer of s bytes occupies its link sides as
+  // s / efficiency(s) bytes would. Points in increasing size; empty: 1 at every size.
+  std::vector<SizeEfficiency> intra_node_efficiency;
+  std::vector<SizeEfficiency> inter_node_efficiency;
+  // A Launch starts its transfers launch_overhead + launch_peer_overhead x (its distinct peers)
+  // after it is issued (a group of point-to-point operations: the host's set-up per peer and the
+  // communication kernel's launch). It costs the compute stream nothing.
+  double launch_overhead = 0;
+  double launch_peer_overhead = 0;
   // Blockwise attention kernel throughput on full tiles, forward and backward.
   double forward_flops = 0;
   double backward_flops = 0;
@@ -54,14 +82,31 @@ struct ClusterSpec {
   double partial_subtile_extra = 0;
   // Fixed cost per computed sub-tile (loading its q and kv chunks, the loop around it).
   double subtile_overhead = 0;
-  // The kernel's sub-tile (q rows x keys) per pass: tiles are computed in these units, and a
-  // sub-tile with any unmasked pair costs its used rectangle.
+  // A kernel's fixed work per loop, in pairs' worth of keys per row: a forward tile costs
+  // tile_setup_tokens more keys for every q row of each q sub-tile it computes (loading q,
+  // writing o and lse), a backward tile as many more queries for every key of each kv sub-tile
+  // (loading k and v, writing dk and dv). So a full forward tile of q x kv costs
+  // q x (kv + tile_setup_tokens) pairs: its rate is kv / (kv + tile_setup_tokens) of the
+  // sustained rate (FlashAttention's rate on 512-token tiles is well below its rate on 4096).
+  double tile_setup_tokens = 0;
+  // Whether a computed sub-tile costs its whole q x kv shape (GPU kernels: rows past a short
+  // sequence and keys past its end are computed and masked) or only the rectangle its attended
+  // pairs span (the CPU kernels).
+  bool whole_subtiles = false;
+  // The kernel's sub-tile (q rows x keys) per pass: tiles are computed in these units.
   std::int32_t forward_subtile_q = 128;
   std::int32_t forward_subtile_kv = 128;
   std::int32_t backward_subtile_q = 128;
   std::int32_t backward_subtile_kv = 128;
 
-  // Seconds to move `bytes` between two devices (same node or not), alone on the link.
+  // The network interface (of all nodes' interfaces, node-major) device `device` uses.
+  std::int32_t nic_of(DeviceId device) const;
+  // One interface's bandwidth, each direction.
+  double nic_bandwidth() const { return inter_node_bandwidth / nics_per_node; }
+  // The bytes a transfer of `bytes` occupies its link sides for (bytes / efficiency).
+  double link_bytes(std::int64_t bytes, bool inter_node) const;
+  // Seconds to move `bytes` between two devices (same node or not), alone on its link sides: the
+  // latency plus its link bytes over the device's (intra) or the interface's (inter) bandwidth.
   double transfer_seconds(std::int64_t bytes, bool inter_node) const;
 };
 
@@ -79,12 +124,14 @@ ClusterSpec cluster_preset(std::string_view name);
 // Reads a cluster file: "key = value" lines, '#' comments. An optional first key `preset` names
 // the spec the other keys change. Required keys: name, nodes, devices_per_node, intra_node_gbps,
 // intra_node_latency_us, inter_node_gbps (per node), inter_node_latency_us, forward_tflops,
-// backward_tflops, kernel_overhead_us (GB/s = 1e9 bytes/s). Optional keys (the kernel's shape):
+// backward_tflops, kernel_overhead_us (GB/s = 1e9 bytes/s). Optional keys (defaults: the struct's):
 // memory_gbps, softmax_share, fp32_kernel_factor, partial_subtile_extra, subtile_overhead_us,
-// forward_subtile_q, forward_subtile_kv, backward_subtile_q, backward_subtile_kv. Throws
-// InvalidInput naming the file,
-// line and key for an unknown key, a repeated key, a bad number or a missing field, and IoError if
-// the file cannot be read.
+// tile_setup_tokens, whole_subtiles (0 or 1), forward_subtile_q, forward_subtile_kv,
+// backward_subtile_q, backward_subtile_kv, nics_per_node, launch_overhead_us,
+// launch_peer_overhead_us, intra_node_efficiency and inter_node_efficiency (comma-separated
+// BYTES:EFFICIENCY points, sizes increasing, efficiencies in (0, 1]). Throws InvalidInput naming
+// the file, line and key for an unknown key, a repeated key, a bad number or a missing field, and
+// IoError if the file cannot be read.
 ClusterSpec read_cluster_file(const std::string& path);
 ClusterSpec parse_cluster_text(std::string_view text, std::string_view origin);
 

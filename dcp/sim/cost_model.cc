@@ -21,14 +21,24 @@ struct Cell {
 }  // namespace
 
 SubtileWork subtile_work(const TileMask* mask, std::int32_t q_tokens, std::int32_t kv_tokens,
-                         std::int32_t q_sub, std::int32_t kv_sub) {
+                         std::int32_t q_sub, std::int32_t kv_sub, bool whole) {
   SubtileWork work;
   if (q_tokens <= 0 || kv_tokens <= 0) return work;
   const std::int64_t q_cells = ceil_div(q_tokens, q_sub);
   const std::int64_t kv_cells = ceil_div(kv_tokens, kv_sub);
+  const std::int64_t whole_area = std::int64_t{q_sub} * kv_sub;
+  // Rows of q cell c (keys of kv cell c) as the kernel runs them.
+  const auto rows = [&](std::int64_t c) {
+    return whole ? q_sub : std::min<std::int64_t>(q_sub, q_tokens - c * q_sub);
+  };
+  const auto keys = [&](std::int64_t c) {
+    return whole ? kv_sub : std::min<std::int64_t>(kv_sub, kv_tokens - c * kv_sub);
+  };
   if (mask == nullptr) {
     work.subtiles = q_cells * kv_cells;
-    work.full_area = std::int64_t{q_tokens} * kv_tokens;
+    work.full_area = whole ? work.subtiles * whole_area : std::int64_t{q_tokens} * kv_tokens;
+    for (std::int64_t c = 0; c < q_cells; ++c) work.loop_rows += rows(c);
+    for (std::int64_t c = 0; c < kv_cells; ++c) work.loop_keys += keys(c);
     return work;
   }
   std::vector<Cell> cells(static_cast<std::size_t>(q_cells * kv_cells));
@@ -51,11 +61,22 @@ SubtileWork subtile_work(const TileMask* mask, std::int32_t q_tokens, std::int32
       }
     }
   }
-  for (const Cell& cell : cells) {
+  std::vector<bool> row_used(static_cast<std::size_t>(q_cells), false);
+  std::vector<bool> key_used(static_cast<std::size_t>(kv_cells), false);
+  for (std::size_t c = 0; c < cells.size(); ++c) {
+    const Cell& cell = cells[c];
     if (cell.attended == 0) continue;
-    const std::int64_t area = std::int64_t{cell.q_hi - cell.q_lo} * (cell.k_hi - cell.k_lo);
+    const std::int64_t used = std::int64_t{cell.q_hi - cell.q_lo} * (cell.k_hi - cell.k_lo);
     ++work.subtiles;
-    (cell.attended == area ? work.full_area : work.partial_area) += area;
+    (cell.attended == used ? work.full_area : work.partial_area) += whole ? whole_area : used;
+    row_used[c / static_cast<std::size_t>(kv_cells)] = true;
+    key_used[c % static_cast<std::size_t>(kv_cells)] = true;
+  }
+  for (std::int64_t c = 0; c < q_cells; ++c) {
+    if (row_used[static_cast<std::size_t>(c)]) work.loop_rows += rows(c);
+  }
+  for (std::int64_t c = 0; c < kv_cells; ++c) {
+    if (key_used[static_cast<std::size_t>(c)]) work.loop_keys += keys(c);
   }
   return work;
 }
@@ -84,9 +105,12 @@ double CostModel::tile_seconds(Pass pass, const TileMask* mask, std::int32_t q_t
   const bool forward = pass == Pass::kForward;
   const SubtileWork work = subtile_work(
       mask, q_tokens, kv_tokens, forward ? spec_.forward_subtile_q : spec_.backward_subtile_q,
-      forward ? spec_.forward_subtile_kv : spec_.backward_subtile_kv);
+      forward ? spec_.forward_subtile_kv : spec_.backward_subtile_kv, spec_.whole_subtiles);
+  const double setup =
+      spec_.tile_setup_tokens * static_cast<double>(forward ? work.loop_rows : work.loop_keys);
   const double pairs = static_cast<double>(work.full_area) +
-                       static_cast<double>(work.partial_area) * (1 + spec_.partial_subtile_extra);
+                       static_cast<double>(work.partial_area) * (1 + spec_.partial_subtile_extra) +
+                       setup;
   return pairs * pair_seconds(pass) + static_cast<double>(work.subtiles) * spec_.subtile_overhead;
 }
 

@@ -13,17 +13,22 @@
 namespace dcp::sim {
 
 // How a kernel with sub-tiles of q_sub rows x kv_sub keys computes one (q, kv) tile: every
-// sub-tile with an unmasked pair costs the rectangle its attended pairs span (rows and keys),
-// at the full rate if no pair inside it is masked, else at the partial rate.
+// sub-tile with an unmasked pair costs the rectangle its attended pairs span (rows and keys), or
+// with `whole` its whole q_sub x kv_sub shape, at the full rate if no pair inside the rectangle is
+// masked, else at the partial rate.
 struct SubtileWork {
   std::int64_t subtiles = 0;      // with at least one unmasked pair
   std::int64_t full_area = 0;     // pairs computed in sub-tiles no mask cuts
   std::int64_t partial_area = 0;  // pairs computed (masked or not) in sub-tiles the mask cuts
+  // The loops a kernel runs: q rows of the q sub-tiles (row blocks) with a computed sub-tile, and
+  // keys of the kv sub-tiles (column blocks) with one; with `whole`, q_sub and kv_sub each.
+  std::int64_t loop_rows = 0;
+  std::int64_t loop_keys = 0;
 };
 // mask = nullptr is the full q_tokens x kv_tokens tile. The mask must be well formed
 // (tile_mask_problem); cost is linear in its intervals plus the sub-tiles they cross.
 SubtileWork subtile_work(const TileMask* mask, std::int32_t q_tokens, std::int32_t kv_tokens,
-                         std::int32_t q_sub, std::int32_t kv_sub);
+                         std::int32_t q_sub, std::int32_t kv_sub, bool whole = false);
 
 class CostModel {
  public:
@@ -35,7 +40,9 @@ class CostModel {
   // One (q, k) pair of one tile, for every q head of a head block, in a full sub-tile: the
   // pass's FLOPs at the sustained rate, with the head-dim-independent share and the fp32 factor.
   double pair_seconds(Pass pass) const;
-  // One tile of an attention instruction (no launch overhead).
+  // One tile of an attention instruction (no launch overhead): its sub-tiles' pairs, the
+  // per-loop set-up (tile_setup_tokens per q row forward, per key backward) and the per-sub-tile
+  // overhead.
   double tile_seconds(Pass pass, const TileMask* mask, std::int32_t q_tokens,
                       std::int32_t kv_tokens) const;
   // A memory-bound instruction (load, store, merge, sum) moving `bytes` to and from device
@@ -44,13 +51,17 @@ class CostModel {
   double memory_seconds(std::int64_t bytes) const;
   double kernel_overhead() const { return spec_.kernel_overhead; }
 
-  // Link sides: a device's intra-node send and receive sides, and a node's network interface
-  // (shared by its devices) each way.
+  // Link sides: a device's intra-node send and receive sides, and each network interface's send
+  // and receive sides (nics_per_node per node, each serving fixed devices).
   double latency(bool inter_node) const {
     return inter_node ? spec_.inter_node_latency : spec_.intra_node_latency;
   }
   double bandwidth(bool inter_node) const {
-    return inter_node ? spec_.inter_node_bandwidth : spec_.intra_node_bandwidth;
+    return inter_node ? spec_.nic_bandwidth() : spec_.intra_node_bandwidth;
+  }
+  // The time from issuing a Launch with `peers` distinct peers to its transfers being posted.
+  double launch_seconds(std::int64_t peers) const {
+    return spec_.launch_overhead + spec_.launch_peer_overhead * static_cast<double>(peers);
   }
 
  private:

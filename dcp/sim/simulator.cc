@@ -89,7 +89,8 @@ class Simulation {
       state.converts = partial_conversions(header, programs[d]);
       state.mask_cost.assign(programs[d].masks.size(), std::nan(""));
     }
-    const auto resources = 2 * devices + 2 * at(shape_.nodes);
+    nics_ = at(shape_.nodes) * at(cluster.nics_per_node);
+    const auto resources = 2 * devices + 2 * nics_;
     capacity_.resize(resources);
     for (std::size_t r = 0; r < resources; ++r) {
       capacity_[r] = cost_.bandwidth(r >= 2 * devices);
@@ -274,9 +275,16 @@ class Simulation {
                          std::to_string(d) + " issues launch " + std::to_string(launch.id) +
                          " as its launch #" + std::to_string(state.launches.size()));
     }
+    // The launch's set-up (per launch and per distinct peer) delays its transfers.
+    std::vector<std::int32_t> peers;
+    for (const CommOp& op : launch.ops) peers.push_back(op.peer);
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    const double posted =
+        state.time + (peers.empty() ? 0.0 : cost_.launch_seconds(std::ssize(peers)));
     LaunchState issued;
     issued.instruction = static_cast<std::int32_t>(instruction);
-    issued.issued = state.time;
+    issued.issued = posted;
     issued.open = static_cast<std::int32_t>(launch.ops.size());
     state.launches.push_back(issued);
     const auto self = static_cast<std::int32_t>(d);
@@ -290,7 +298,7 @@ class Simulation {
       const std::pair<std::int32_t, std::int32_t> key =
           send ? std::pair{self, op.peer} : std::pair{op.peer, self};
       std::int32_t& ordinal = (send ? sends_posted_ : recvs_posted_)[key];
-      const Posted mine{launch.id, static_cast<std::int32_t>(instruction), op.bytes, state.time,
+      const Posted mine{launch.id, static_cast<std::int32_t>(instruction), op.bytes, posted,
                         ordinal++};
       auto& others = send ? waiting_recvs_ : waiting_sends_;
       const auto found = others.find(key);
@@ -391,8 +399,8 @@ class Simulation {
     const std::size_t devices = devices_.size();
     std::size_t a = 0, b = 0;
     if (transfer.inter_node) {
-      a = 2 * devices + at(shape_.node_of(transfer.src));
-      b = 2 * devices + at(shape_.nodes) + at(shape_.node_of(transfer.dst));
+      a = 2 * devices + at(cost_.spec().nic_of(transfer.src));
+      b = 2 * devices + nics_ + at(cost_.spec().nic_of(transfer.dst));
     } else {
       a = at(transfer.src);
       b = devices + at(transfer.dst);
@@ -482,7 +490,8 @@ class Simulation {
           continue;
         }
         LinkClass& link = classes_[class_of(transfer)];
-        link.ends.push({link.served + static_cast<double>(transfer.bytes), id});
+        link.ends.push(
+            {link.served + cost_.spec().link_bytes(transfer.bytes, transfer.inter_node), id});
       }
       allocate();
       std::sort(ended.begin(), ended.end());
@@ -608,7 +617,9 @@ class Simulation {
   std::priority_queue<std::pair<double, std::int32_t>, std::vector<std::pair<double, std::int32_t>>,
                       std::greater<>>
       pending_;                   // (ready, transfer)
-  std::vector<double> capacity_;  // per link side
+  std::size_t nics_ = 0;          // network interfaces of all nodes
+  std::vector<double> capacity_;  // per link side: device sends, device receives, NIC sends, NIC
+                                  // receives
   std::vector<LinkClass> classes_;
   std::map<std::size_t, std::size_t> class_index_;
 };

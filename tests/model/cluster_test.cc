@@ -3,6 +3,7 @@
 #include "dcp/model/cluster.h"
 
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -30,13 +31,26 @@ TEST(Cluster, PresetsAreValidAndNamed) {
 }
 
 TEST(Cluster, FileRoundTripsThroughItsTextForm) {
-  const ClusterSpec spec = cluster_preset("h100-dgx");
-  const ClusterSpec back = parse_cluster_text(to_cluster_text(spec), "t");
-  EXPECT_EQ(back.name, spec.name);
-  EXPECT_EQ(back.shape, spec.shape);
-  EXPECT_DOUBLE_EQ(back.inter_node_bandwidth, spec.inter_node_bandwidth);
-  EXPECT_DOUBLE_EQ(back.intra_node_latency, spec.intra_node_latency);
-  EXPECT_DOUBLE_EQ(back.backward_flops, spec.backward_flops);
+  for (const std::string& name : cluster_presets()) {
+    ClusterSpec spec = cluster_preset(name);
+    spec.inter_node_efficiency = {{4096, 0.125}, {1 << 20, 0.75}, {1 << 24, 0.9375}};
+    spec.tile_setup_tokens = 192.5;
+    spec.launch_peer_overhead = 1.5e-6;
+    const std::string text = to_cluster_text(spec);
+    const ClusterSpec back = parse_cluster_text(text, "t");
+    EXPECT_EQ(to_cluster_text(back), text) << name;
+    EXPECT_EQ(back.name, spec.name);
+    EXPECT_EQ(back.shape, spec.shape);
+    EXPECT_DOUBLE_EQ(back.inter_node_bandwidth, spec.inter_node_bandwidth);
+    EXPECT_DOUBLE_EQ(back.intra_node_latency, spec.intra_node_latency);
+    EXPECT_DOUBLE_EQ(back.backward_flops, spec.backward_flops);
+    EXPECT_EQ(back.nics_per_node, spec.nics_per_node);
+    EXPECT_EQ(back.whole_subtiles, spec.whole_subtiles);
+    EXPECT_EQ(back.inter_node_efficiency, spec.inter_node_efficiency);
+    EXPECT_EQ(back.intra_node_efficiency, spec.intra_node_efficiency);
+    EXPECT_DOUBLE_EQ(back.tile_setup_tokens, 192.5);
+    EXPECT_DOUBLE_EQ(back.launch_peer_overhead, 1.5e-6);
+  }
 }
 
 TEST(Cluster, FileCanChangeAPreset) {
@@ -59,12 +73,58 @@ TEST(Cluster, BadFilesNameTheLineAndKey) {
   EXPECT_NE(error_of("nodes 2\n").find("expected 'key = value'"), std::string::npos);
   EXPECT_NE(error_of("nodes = 2\npreset = a100-p4de\n").find("first key"), std::string::npos);
   EXPECT_THROW(resolve_cluster("/nonexistent/cluster.txt"), InvalidInput);
+  const std::string p = "preset = a100-p4de\n";
+  EXPECT_NE(error_of(p + "inter_node_efficiency = 1024:0.5, 512:0.9\n")
+                .find("c.txt:2: inter_node_efficiency: point 1 (512 bytes) does not follow"),
+            std::string::npos);
+  EXPECT_NE(error_of(p + "intra_node_efficiency = 1024:1.5\n").find("efficiency 1.5"),
+            std::string::npos);
+  EXPECT_NE(error_of(p + "intra_node_efficiency = 1024\n").find("BYTES:EFFICIENCY"),
+            std::string::npos);
+  EXPECT_NE(error_of(p + "whole_subtiles = 2\n").find("whole_subtiles must be 0 or 1"),
+            std::string::npos);
+  EXPECT_NE(error_of(p + "nics_per_node = 0\n").find("nics_per_node must be in [1, 65536]"),
+            std::string::npos);
+  EXPECT_NE(error_of(p + "launch_peer_overhead_us = -1\n").find("must not be negative"),
+            std::string::npos);
+  // An empty curve clears the preset's.
+  EXPECT_TRUE(
+      parse_cluster_text(p + "inter_node_efficiency =\n", "t").inter_node_efficiency.empty());
 }
 
-TEST(Cluster, TransferTimeIsLatencyPlusBytesOverBandwidth) {
-  const ClusterSpec spec = cluster_preset("a100-p4de");
-  EXPECT_DOUBLE_EQ(spec.transfer_seconds(50'000'000'000, true), spec.inter_node_latency + 1.0);
+TEST(Cluster, DevicesUseTheirOwnNetworkInterface) {
+  ClusterSpec spec = cluster_preset("a100-p4de");  // 4 x 8, 4 interfaces per node
+  EXPECT_EQ(spec.nics_per_node, 4);
+  EXPECT_EQ(spec.nic_of(0), 0);
+  EXPECT_EQ(spec.nic_of(1), 0);
+  EXPECT_EQ(spec.nic_of(2), 1);
+  EXPECT_EQ(spec.nic_of(7), 3);
+  EXPECT_EQ(spec.nic_of(8), 4);
+  EXPECT_EQ(spec.nic_of(31), 15);
+  EXPECT_DOUBLE_EQ(spec.nic_bandwidth(), spec.inter_node_bandwidth / 4);
+  spec.nics_per_node = 1;
+  EXPECT_EQ(spec.nic_of(7), 0);
+  EXPECT_EQ(spec.nic_of(9), 1);
+}
+
+TEST(Cluster, SizeEfficiencyInterpolatesInLogSize) {
+  const std::vector<SizeEfficiency> curve = {{1024, 0.2}, {1 << 20, 0.8}};
+  EXPECT_DOUBLE_EQ(size_efficiency({}, 10), 1);
+  EXPECT_DOUBLE_EQ(size_efficiency(curve, 1), 0.2);
+  EXPECT_DOUBLE_EQ(size_efficiency(curve, 1024), 0.2);
+  EXPECT_DOUBLE_EQ(size_efficiency(curve, 1 << 25), 0.8);
+  EXPECT_NEAR(size_efficiency(curve, 32768), 0.5, 1e-12);  // halfway in log size
+}
+
+TEST(Cluster, TransferTimeIsLatencyPlusLinkBytesOverBandwidth) {
+  ClusterSpec spec = cluster_preset("a100-p4de");
+  spec.inter_node_efficiency.clear();
+  // Between nodes one transfer has one interface: a quarter of the node's bandwidth.
+  EXPECT_DOUBLE_EQ(spec.transfer_seconds(50'000'000'000, true), spec.inter_node_latency + 4.0);
   EXPECT_DOUBLE_EQ(spec.transfer_seconds(0, false), spec.intra_node_latency);
+  spec.inter_node_efficiency = {{1000, 0.5}};
+  EXPECT_DOUBLE_EQ(spec.link_bytes(1000, true), 2000);
+  EXPECT_DOUBLE_EQ(spec.transfer_seconds(12'500'000'000, true), spec.inter_node_latency + 2.0);
 }
 
 }  // namespace

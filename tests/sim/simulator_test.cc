@@ -136,6 +136,65 @@ TEST(Simulator, TwoSendersShareTheirNodesNetworkInterface) {
   EXPECT_NEAR(unequal.transfers[1].end, 5e-6 + 4 * bytes / 1e9, 1e-14);
 }
 
+TEST(Simulator, DevicesOnDifferentInterfacesDoNotShareThem) {
+  const ClusterShape shape{2, 4};
+  const PlanHeader h = test_header(shape, 1, 1000);
+  const double bytes = static_cast<double>(value_bytes(h, SlotKind::kKV, 1000));
+  ClusterSpec spec = test_cluster(shape);
+  spec.nics_per_node = 2;  // devices 0, 1 on interface 0; 2, 3 on interface 1; each 0.5 GB/s
+  // 0 -> 4 and 2 -> 6 use different interfaces on both nodes: each at its interface's rate.
+  const PassSimulation apart = simulate(h, transfers(h, {{0, 4}, {2, 6}}, {1000, 1000}), spec);
+  for (const TransferEvent& t : apart.transfers) EXPECT_NEAR(t.end, 5e-6 + bytes / 0.5e9, 1e-14);
+  // 0 -> 4 and 1 -> 6 share the sender's interface 0: half of it each.
+  const PassSimulation shared = simulate(h, transfers(h, {{0, 4}, {1, 6}}, {1000, 1000}), spec);
+  for (const TransferEvent& t : shared.transfers) {
+    EXPECT_NEAR(t.end, 5e-6 + 2 * bytes / 0.5e9, 1e-14);
+  }
+  // 0 -> 4 and 2 -> 5 share only the receiver's interface 2 (devices 4 and 5).
+  const PassSimulation received = simulate(h, transfers(h, {{0, 4}, {2, 5}}, {1000, 1000}), spec);
+  for (const TransferEvent& t : received.transfers) {
+    EXPECT_NEAR(t.end, 5e-6 + 2 * bytes / 0.5e9, 1e-14);
+  }
+}
+
+TEST(Simulator, SmallTransfersReachLessOfTheirLink) {
+  const ClusterShape shape{2, 1};
+  const PlanHeader h = test_header(shape, 1, 1000);
+  const std::int64_t bytes = value_bytes(h, SlotKind::kKV, 1000);
+  ClusterSpec spec = test_cluster(shape);
+  spec.inter_node_efficiency = {{bytes, 0.25}, {bytes * 16, 1.0}};
+  const PassSimulation small = simulate(h, transfers(h, {{0, 1}}, {1000}), spec);
+  EXPECT_NEAR(small.seconds, 5e-6 + 4 * static_cast<double>(bytes) / 1e9, 1e-14);
+  EXPECT_EQ(small.transfers[0].bytes, bytes);  // what it carries is unchanged
+  const PassSimulation big = simulate(h, transfers(h, {{0, 1}}, {16000}), spec);
+  EXPECT_NEAR(big.seconds, 5e-6 + 16 * static_cast<double>(bytes) / 1e9, 1e-13);
+  // Inside a node the intra curve applies (empty here: full rate).
+  const ClusterShape one{1, 2};
+  const PlanHeader h1 = test_header(one, 1, 1000);
+  ClusterSpec intra = test_cluster(one);
+  intra.inter_node_efficiency = spec.inter_node_efficiency;
+  EXPECT_NEAR(simulate(h1, transfers(h1, {{0, 1}}, {1000}), intra).seconds,
+              2e-6 + static_cast<double>(bytes) / 1e9, 1e-14);
+}
+
+TEST(Simulator, LaunchSetUpGrowsWithItsPeers) {
+  const ClusterShape shape{1, 4};
+  const PlanHeader h = test_header(shape, 1, 1000);
+  const double bytes = static_cast<double>(value_bytes(h, SlotKind::kKV, 1000));
+  ClusterSpec spec = test_cluster(shape);
+  spec.launch_overhead = 3e-6;
+  spec.launch_peer_overhead = 1e-6;
+  // Device 0 sends to 1, 2 and 3 in one launch: its set-up is 3 + 3 x 1 us, theirs 3 + 1 us.
+  const PassSimulation sim =
+      simulate(h, transfers(h, {{0, 1}, {0, 2}, {0, 3}}, {1000, 1000, 1000}), spec);
+  for (const TransferEvent& t : sim.transfers) {
+    EXPECT_NEAR(t.posted, 6e-6, 1e-15);
+    // Device 0's send side is shared three ways.
+    EXPECT_NEAR(t.end, 6e-6 + 2e-6 + 3 * bytes / 1e9, 1e-14);
+  }
+  EXPECT_DOUBLE_EQ(sim.devices[0].compute_seconds, 0);  // set-up is not compute
+}
+
 TEST(Simulator, ReceiverSideIsSharedToo) {
   const ClusterShape shape{1, 3};
   const PlanHeader h = test_header(shape, 1, 1000);
@@ -382,6 +441,49 @@ TEST(CostModel, SubtilesOfACausalTile) {
   const SubtileWork used = subtile_work(&narrow, 2, 4, 2, 4);
   EXPECT_EQ(used.subtiles, 1);
   EXPECT_EQ(used.full_area, 2);
+}
+
+TEST(CostModel, WholeSubtilesAndTheirLoops) {
+  // A 3 x 5 full tile in 2 x 2 sub-tiles: 2 x 3 sub-tiles; whole, each costs 4 pairs.
+  const SubtileWork used = subtile_work(nullptr, 3, 5, 2, 2);
+  EXPECT_EQ(used.full_area, 15);
+  EXPECT_EQ(used.loop_rows, 3);
+  EXPECT_EQ(used.loop_keys, 5);
+  const SubtileWork whole = subtile_work(nullptr, 3, 5, 2, 2, true);
+  EXPECT_EQ(whole.subtiles, 6);
+  EXPECT_EQ(whole.full_area, 24);
+  EXPECT_EQ(whole.loop_rows, 4);
+  EXPECT_EQ(whole.loop_keys, 6);
+  // Causal 4 x 4 in 2 x 2: the empty upper-right sub-tile is skipped; all row and key blocks
+  // have work.
+  const TileMask causal{4, 4, {0, 1, 2, 3, 4}, {0, 1, 0, 2, 0, 3, 0, 4}};
+  const SubtileWork c = subtile_work(&causal, 4, 4, 2, 2, true);
+  EXPECT_EQ(c.subtiles, 3);
+  EXPECT_EQ(c.full_area, 4);
+  EXPECT_EQ(c.partial_area, 8);
+  EXPECT_EQ(c.loop_rows, 4);
+  EXPECT_EQ(c.loop_keys, 4);
+  // A mask that leaves the second row block empty: only the first row block loops.
+  const TileMask top{4, 4, {0, 1, 2, 2, 2}, {0, 4, 0, 4}};
+  const SubtileWork t = subtile_work(&top, 4, 4, 2, 2, true);
+  EXPECT_EQ(t.subtiles, 2);
+  EXPECT_EQ(t.loop_rows, 2);
+  EXPECT_EQ(t.loop_keys, 4);
+}
+
+TEST(CostModel, TileSetUpLowersTheRateOfShortLoops) {
+  ClusterSpec spec = test_cluster({1, 1});
+  spec.tile_setup_tokens = 256;
+  const PlanHeader h = test_header({1, 1}, 1, 1);
+  const CostModel cost(spec, h);
+  const double pair = cost.pair_seconds(Pass::kForward);
+  // Forward: q x (kv + 256) pairs; the rate on 512 keys is 2/3 of the rate on long rows.
+  EXPECT_NEAR(cost.tile_seconds(Pass::kForward, nullptr, 512, 512), 512.0 * 768 * pair, 1e-15);
+  EXPECT_NEAR(cost.tile_seconds(Pass::kForward, nullptr, 512, 4096) / (512.0 * 4096 * pair),
+              (4096.0 + 256) / 4096, 1e-12);
+  // Backward loops over keys: (q + 256) x kv.
+  const double bwd = cost.pair_seconds(Pass::kBackward);
+  EXPECT_NEAR(cost.tile_seconds(Pass::kBackward, nullptr, 1024, 512), 1280.0 * 512 * bwd, 1e-15);
 }
 
 TEST(CostModel, PairTimeFollowsHeadDimDtypeAndPass) {

@@ -172,39 +172,57 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
   }
   for (const double c : device_compute)
     result.compute_seconds = std::max(result.compute_seconds, c);
-  // Bytes per launch on each link side: device intra-node send/receive, node NIC send/receive.
-  const auto nodes = static_cast<std::size_t>(shape.nodes);
+  // Bytes per launch on each link side: device intra-node send/receive, NIC send/receive.
+  ClusterSpec spec = cluster;
+  spec.shape = shape;
+  const auto nics =
+      static_cast<std::size_t>(shape.nodes) * static_cast<std::size_t>(spec.nics_per_node);
+  const auto nic = [&](DeviceId d) { return static_cast<std::size_t>(spec.nic_of(d)); };
   const auto launches = static_cast<std::size_t>(launch_count(schedule));
-  std::vector<std::int64_t> intra_send(launches * devices, 0), intra_recv(launches * devices, 0);
-  std::vector<std::int64_t> nic_send(launches * nodes, 0), nic_recv(launches * nodes, 0);
+  // Link bytes (bytes over the transport's efficiency at the message's size).
+  std::vector<double> intra_send(launches * devices, 0), intra_recv(launches * devices, 0);
+  std::vector<double> nic_send(launches * nics, 0), nic_recv(launches * nics, 0);
   for (const Transfer& t : schedule.transfers) {
     const std::int64_t bytes =
         value_bytes(header, t.value.kind, workload.blocks().block(t.value.block).tokens);
     const auto l = static_cast<std::size_t>(t.launch);
-    const auto src_node = static_cast<std::size_t>(shape.node_of(t.src));
-    const auto dst_node = static_cast<std::size_t>(shape.node_of(t.dst));
-    if (src_node == dst_node) {
-      intra_send[l * devices + static_cast<std::size_t>(t.src)] += bytes;
-      intra_recv[l * devices + static_cast<std::size_t>(t.dst)] += bytes;
+    if (shape.node_of(t.src) == shape.node_of(t.dst)) {
+      intra_send[l * devices + static_cast<std::size_t>(t.src)] += spec.link_bytes(bytes, false);
+      intra_recv[l * devices + static_cast<std::size_t>(t.dst)] += spec.link_bytes(bytes, false);
     } else {
-      nic_send[l * nodes + src_node] += bytes;
-      nic_recv[l * nodes + dst_node] += bytes;
+      nic_send[l * nics + nic(t.src)] += spec.link_bytes(bytes, true);
+      nic_recv[l * nics + nic(t.dst)] += spec.link_bytes(bytes, true);
     }
   }
   // Time of one transfer of launch l: every transfer of a link side shares it, so each ends when
   // the busier of its two sides has moved all its bytes.
   const auto link_seconds = [&](std::size_t l, const Transfer& t) {
-    const auto src_node = static_cast<std::size_t>(shape.node_of(t.src));
-    const auto dst_node = static_cast<std::size_t>(shape.node_of(t.dst));
-    if (src_node == dst_node) {
-      return cluster.transfer_seconds(
-          std::max(intra_send[l * devices + static_cast<std::size_t>(t.src)],
-                   intra_recv[l * devices + static_cast<std::size_t>(t.dst)]),
-          false);
+    if (shape.node_of(t.src) == shape.node_of(t.dst)) {
+      return spec.intra_node_latency +
+             std::max(intra_send[l * devices + static_cast<std::size_t>(t.src)],
+                      intra_recv[l * devices + static_cast<std::size_t>(t.dst)]) /
+                 spec.intra_node_bandwidth;
     }
-    return cluster.transfer_seconds(
-        std::max(nic_send[l * nodes + src_node], nic_recv[l * nodes + dst_node]), true);
+    return spec.inter_node_latency +
+           std::max(nic_send[l * nics + nic(t.src)], nic_recv[l * nics + nic(t.dst)]) /
+               spec.nic_bandwidth();
   };
+  // Each device's launch set-up: per launch and per distinct peer.
+  std::vector<std::vector<std::int32_t>> launch_peers(launches * devices);
+  for (const Transfer& t : schedule.transfers) {
+    const auto l = static_cast<std::size_t>(t.launch);
+    launch_peers[l * devices + static_cast<std::size_t>(t.src)].push_back(t.dst);
+    launch_peers[l * devices + static_cast<std::size_t>(t.dst)].push_back(t.src);
+  }
+  std::vector<double> launch_setup(launches * devices, 0.0);
+  for (std::size_t i = 0; i < launch_peers.size(); ++i) {
+    std::vector<std::int32_t>& peers = launch_peers[i];
+    if (peers.empty()) continue;
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    launch_setup[i] =
+        cluster.launch_overhead + cluster.launch_peer_overhead * static_cast<double>(peers.size());
+  }
   result.launch_comm.assign(launches, 0.0);
   std::vector<std::vector<const Transfer*>> by_launch(launches);
   for (const Transfer& t : schedule.transfers) {
@@ -227,7 +245,9 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
       const auto src = static_cast<std::size_t>(t->src);
       const auto dst = static_cast<std::size_t>(t->dst);
       // A wait completes when the launch's sends have completed too, so the sender waits as well.
-      const double done = std::max(start[src], start[dst]) + link_seconds(s, *t);
+      const double done = std::max(start[src] + launch_setup[s * devices + src],
+                                   start[dst] + launch_setup[s * devices + dst]) +
+                          link_seconds(s, *t);
       arrival[dst] = std::max(arrival[dst], done);
       arrival[src] = std::max(arrival[src], done);
     }

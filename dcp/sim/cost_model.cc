@@ -81,6 +81,16 @@ SubtileWork subtile_work(const TileMask* mask, std::int32_t q_tokens, std::int32
   return work;
 }
 
+ExecutorModel reference_executor() {
+  ExecutorModel model;
+  // A Python handler per instruction (kernel arguments prepared once per plan, so mostly the
+  // interpreter and the launch itself), estimate.
+  model.instruction_overhead = 20e-6;
+  model.packs_messages = true;        // fused copy into one send buffer per dtype, and out again
+  model.launches_whole_group = true;  // dist.all_to_all_single over the whole DCP group
+  return model;
+}
+
 CostModel::CostModel(const ClusterSpec& spec, const PlanHeader& header) : spec_(spec) {
   validate(spec_);
   // FLOPs per pair and q head: 4 d forward (QK^T, PV), 10 d backward (the recomputed S, dV, dP,

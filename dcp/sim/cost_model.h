@@ -30,6 +30,25 @@ struct SubtileWork {
 SubtileWork subtile_work(const TileMask* mask, std::int32_t q_tokens, std::int32_t kv_tokens,
                          std::int32_t q_sub, std::int32_t kv_sub, bool whole = false);
 
+// What the executor running a Program adds to the kernels and transfers it issues. dcp's own
+// executor (the default) adds nothing the cluster's constants do not already price. The DCP
+// paper's reference executor (reference_executor()) is a Python loop over instructions that packs
+// every launch's sends into one buffer, exchanges them with one all-to-all over the whole group,
+// and unpacks what a wait received.
+struct ExecutorModel {
+  // Host time per instruction (Python dispatch, argument set-up), which the compute stream waits
+  // for when the host falls behind: charged to every instruction on the compute stream.
+  double instruction_overhead = 0;
+  // A launch first copies its sends into one buffer and a wait then copies its receives out (one
+  // memory kernel each, on the compute stream).
+  bool packs_messages = false;
+  // A launch is one all-to-all over every device of the plan: its set-up counts every other
+  // device as a peer.
+  bool launches_whole_group = false;
+};
+// The DCP paper's reference executor, with its constants and their sources (docs/cost_model.md).
+ExecutorModel reference_executor();
+
 class CostModel {
  public:
   // Throws InvalidInput if the spec is invalid (validate).

@@ -55,6 +55,7 @@ struct DeviceState {
   std::vector<LaunchState> launches;  // issued so far
   std::size_t completed = 0;          // launches [0, completed) are complete
   std::size_t widened = 0;            // launches [0, widened) had their partials widened
+  std::size_t dispatched = 0;         // instructions [0, dispatched) paid the executor's host time
   std::vector<std::int32_t> slot_tokens;
   std::vector<std::vector<bool>> converts;     // partial_conversions of the Program
   std::vector<double> mask_cost;               // per mask, NaN until first used
@@ -76,8 +77,8 @@ struct Posted {
 class Simulation {
  public:
   Simulation(const PlanHeader& header, const std::vector<Program>& programs,
-             const ClusterSpec& cluster)
-      : header_(header), cost_(cluster, header), shape_(cluster.shape) {
+             const ClusterSpec& cluster, const ExecutorModel& executor)
+      : header_(header), cost_(cluster, header), executor_(executor), shape_(cluster.shape) {
     const auto devices = at(shape_.devices());
     devices_.resize(devices);
     result_.devices.resize(devices);
@@ -159,6 +160,17 @@ class Simulation {
     return bytes > 0 ? cost_.kernel_overhead() + cost_.memory_seconds(bytes) : 0;
   }
 
+  // An executor that packs messages: one copy kernel moving the launch's sends into its send
+  // buffer, or its receives out of the receive buffer.
+  double pack_seconds(const Launch& launch, CommOp::Direction direction) const {
+    if (!executor_.packs_messages) return 0;
+    std::int64_t bytes = 0;
+    for (const CommOp& op : launch.ops) {
+      if (op.direction == direction) bytes += op.bytes;
+    }
+    return bytes > 0 ? cost_.kernel_overhead() + cost_.memory_seconds(2 * bytes) : 0;
+  }
+
   template <typename Attention>
   double attention_seconds(DeviceState& state, const Attention& attention, Pass pass) {
     double seconds = cost_.kernel_overhead();
@@ -191,6 +203,10 @@ class Simulation {
     while (state.pc < program.instructions.size()) {
       const std::size_t i = state.pc;
       const Instruction& instruction = program.instructions[i];
+      if (state.dispatched == i && !std::holds_alternative<Free>(instruction)) {
+        state.time += executor_.instruction_overhead;  // before the instruction can start
+      }
+      state.dispatched = std::max(state.dispatched, i + 1);
       const double start = state.time;
       double seconds = 0;
       bool compute = true;
@@ -227,7 +243,8 @@ class Simulation {
         seconds = attention_seconds(state, *backward, Pass::kBackward);
       } else if (const auto* launch = std::get_if<Launch>(&instruction)) {
         compute = false;
-        const double narrow = conversion_seconds(state, i, CommOp::Direction::kSend);
+        const double narrow = conversion_seconds(state, i, CommOp::Direction::kSend) +
+                              pack_seconds(*launch, CommOp::Direction::kSend);
         state.time += narrow;
         timeline.compute_seconds += narrow;
         post(d, i, *launch);
@@ -243,8 +260,10 @@ class Simulation {
         state.time = std::max(state.time, done);
         timeline.wait_seconds += state.time - start;
         for (; state.widened <= at(wait->launch); ++state.widened) {
-          const double widen = conversion_seconds(
-              state, at(state.launches[state.widened].instruction), CommOp::Direction::kRecv);
+          const auto launch_at = at(state.launches[state.widened].instruction);
+          const double widen = conversion_seconds(state, launch_at, CommOp::Direction::kRecv) +
+                               pack_seconds(std::get<Launch>(program.instructions[launch_at]),
+                                            CommOp::Direction::kRecv);
           state.time += widen;
           timeline.compute_seconds += widen;
         }
@@ -280,8 +299,9 @@ class Simulation {
     for (const CommOp& op : launch.ops) peers.push_back(op.peer);
     std::sort(peers.begin(), peers.end());
     peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-    const double posted =
-        state.time + (peers.empty() ? 0.0 : cost_.launch_seconds(std::ssize(peers)));
+    const std::int64_t peer_count =
+        executor_.launches_whole_group ? shape_.devices() - 1 : std::ssize(peers);
+    const double posted = state.time + (peers.empty() ? 0.0 : cost_.launch_seconds(peer_count));
     LaunchState issued;
     issued.instruction = static_cast<std::int32_t>(instruction);
     issued.issued = posted;
@@ -606,6 +626,7 @@ class Simulation {
 
   const PlanHeader& header_;
   CostModel cost_;
+  ExecutorModel executor_;
   ClusterShape shape_;
   std::vector<DeviceState> devices_;
   PassSimulation result_;
@@ -632,7 +653,7 @@ ClusterSpec with_shape(ClusterSpec cluster, const ClusterShape& shape) {
 }
 
 PassSimulation simulate(const PlanHeader& header, const std::vector<Program>& programs,
-                        const ClusterSpec& cluster) {
+                        const ClusterSpec& cluster, const ExecutorModel& executor) {
   validate(cluster);
   check_plan_header(header, "");
   if (!(cluster.shape == header.cluster)) {
@@ -656,12 +677,13 @@ PassSimulation simulate(const PlanHeader& header, const std::vector<Program>& pr
     }
     check_program_structure(header, programs[d], "");
   }
-  return Simulation(header, programs, cluster).run();
+  return Simulation(header, programs, cluster, executor).run();
 }
 
-PlanSimulation simulate(const Plan& plan, const ClusterSpec& cluster) {
-  return {simulate(plan.header, plan.forward, cluster),
-          simulate(plan.header, plan.backward, cluster)};
+PlanSimulation simulate(const Plan& plan, const ClusterSpec& cluster,
+                        const ExecutorModel& executor) {
+  return {simulate(plan.header, plan.forward, cluster, executor),
+          simulate(plan.header, plan.backward, cluster, executor)};
 }
 
 }  // namespace dcp::sim

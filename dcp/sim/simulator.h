@@ -19,6 +19,7 @@
 #include "dcp/model/cluster.h"
 
 #include "dcp/program/program.h"
+#include "dcp/sim/cost_model.h"
 
 namespace dcp::sim {
 
@@ -89,14 +90,15 @@ struct PassSimulation {
 // spec is invalid, its shape is not the plan's cluster, the programs are not one per device of
 // one pass, a send has no matching receive (or their sizes differ), or the programs deadlock.
 PassSimulation simulate(const PlanHeader& header, const std::vector<Program>& programs,
-                        const ClusterSpec& cluster);
+                        const ClusterSpec& cluster, const ExecutorModel& executor = {});
 
 struct PlanSimulation {
   PassSimulation forward;
   PassSimulation backward;
   double seconds() const { return forward.seconds + backward.seconds; }
 };
-PlanSimulation simulate(const Plan& plan, const ClusterSpec& cluster);
+PlanSimulation simulate(const Plan& plan, const ClusterSpec& cluster,
+                        const ExecutorModel& executor = {});
 
 // The spec with the plan's shape, for presets (whose shape is only their default); a cluster
 // file's shape must match the plan's.

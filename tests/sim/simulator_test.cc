@@ -195,6 +195,32 @@ TEST(Simulator, LaunchSetUpGrowsWithItsPeers) {
   EXPECT_DOUBLE_EQ(sim.devices[0].compute_seconds, 0);  // set-up is not compute
 }
 
+TEST(Simulator, TheReferenceExecutorPaysPerInstructionPacksAndTalksToTheWholeGroup) {
+  const ClusterShape shape{1, 4};
+  const PlanHeader h = test_header(shape, 1, 1000);
+  const double bytes = static_cast<double>(value_bytes(h, SlotKind::kKV, 1000));
+  ClusterSpec spec = test_cluster(shape);
+  spec.launch_peer_overhead = 1e-6;
+  const double plain = simulate(h, transfers(h, {{0, 1}}, {1000}), spec).seconds;
+  EXPECT_NEAR(plain, 1e-6 + 2e-6 + bytes / 1e9, 1e-14);  // one peer
+  ExecutorModel executor;
+  executor.instruction_overhead = 1e-6;
+  executor.launches_whole_group = true;
+  // 1 us of host time before the launch, whose set-up counts all 3 other devices.
+  const PassSimulation group = simulate(h, transfers(h, {{0, 1}}, {1000}), spec, executor);
+  EXPECT_NEAR(group.transfers[0].posted, 4e-6, 1e-15);
+  EXPECT_NEAR(group.seconds, 4e-6 + 2e-6 + bytes / 1e9, 1e-14);
+  executor = {};
+  executor.packs_messages = true;  // a copy of the sends before, of the receives after
+  spec.launch_peer_overhead = 0;
+  const double copy = 2 * bytes / spec.memory_bandwidth;
+  const PassSimulation packed = simulate(h, transfers(h, {{0, 1}}, {1000}), spec, executor);
+  EXPECT_NEAR(packed.transfers[0].posted, copy, 1e-15);
+  EXPECT_NEAR(packed.seconds, copy + 2e-6 + bytes / 1e9 + copy, 1e-14);
+  EXPECT_NEAR(packed.devices[1].compute_seconds, copy, 1e-15);
+  EXPECT_EQ(reference_executor().launches_whole_group, true);
+}
+
 TEST(Simulator, ReceiverSideIsSharedToo) {
   const ClusterShape shape{1, 3};
   const PlanHeader h = test_header(shape, 1, 1000);

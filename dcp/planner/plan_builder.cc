@@ -25,6 +25,13 @@ namespace {
 
 BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start);
 
+StaticOptions static_options_of(const PlanOptions& options) {
+  StaticOptions static_options;
+  static_options.masked_tiles = options.masked_tiles;
+  static_options.data_parallel = options.static_data_parallel;
+  return static_options;
+}
+
 BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
   const auto start = Clock::now();
   const ClusterShape& shape = options.cluster.shape;
@@ -62,7 +69,7 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
     built.timings.total_ms = ms_since(start);
     return built;
   }
-  return compile_static(static_plan(options.strategy, workload, shape, options.masked_tiles),
+  return compile_static(static_plan(options.strategy, workload, shape, static_options_of(options)),
                         options, start);
 }
 
@@ -70,6 +77,7 @@ BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::t
   const ClusterShape& shape = options.cluster.shape;
   BuiltPlan built{
       Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {}};
+  built.data_parallel = layout.data_parallel;
   built.timings.partition_ms = ms_since(start);
   built.plan.header =
       plan_header(built.workload, shape, std::string(to_string(options.strategy)), options.seed,
@@ -119,7 +127,8 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
     const auto static_start = Clock::now();
     std::optional<StaticPlan> layout;
     try {
-      layout.emplace(static_plan(strategy, workload, options.cluster.shape, options.masked_tiles));
+      layout.emplace(
+          static_plan(strategy, workload, options.cluster.shape, static_options_of(options)));
     } catch (const InvalidInput& e) {
       selection.candidates.push_back({name, false, e.what(), false, 0, 0, 0});
       continue;

@@ -24,6 +24,9 @@ struct PlanOptions {
   PlacementOptions placement;  // dcp only; its cluster and seed are set from the fields here
   ScheduleOptions schedule;    // dcp only
   MaskedTiles masked_tiles = MaskedTiles::kSkip;  // static strategies only
+  // Static strategies (and dcp's static candidates): the data parallel degree (static_plans.h),
+  // or 0 for automatic_data_parallel's.
+  std::int32_t static_data_parallel = 1;
   std::uint64_t seed = 0;
   // dcp only: the kv bytes per device kept from the forward pass for the backward pass
   // (kept_values.h): kKeepAllKv, kKeepNoKv or a budget. Static strategies keep nothing (the
@@ -84,6 +87,7 @@ struct BuiltPlan {
   ScheduleSummary backward;
   PlanTimings timings;  // total_ms includes the selection
   PlanSelection selection;
+  std::int32_t data_parallel = 1;  // static strategies: the data parallel degree used
 };
 
 // kDcp: dcp's own plan (placement, schedules, compile), then every static strategy that can run

@@ -84,7 +84,8 @@ TEST_P(EveryStrategyAndWorld, VerifiesOnEveryMaskBothPasses) {
 INSTANTIATE_TEST_SUITE_P(
     Plans, EveryStrategyAndWorld,
     ::testing::Combine(::testing::Values(Strategy::kDcpPure, Strategy::kRing, Strategy::kZigzag,
-                                         Strategy::kUlysses, Strategy::kHybrid),
+                                         Strategy::kUlysses, Strategy::kHybrid, Strategy::kTe,
+                                         Strategy::kLoongTrain),
                        ::testing::Values(ClusterShape{1, 1}, ClusterShape{1, 2}, ClusterShape{1, 3},
                                          ClusterShape{2, 2}, ClusterShape{2, 4},
                                          ClusterShape{4, 8})),
@@ -166,7 +167,7 @@ TEST(PlanBuilder, DcpKeepsTheFastestOfItsOwnAndTheStaticPlansUnderTheSimulator) 
     // A fast network makes static plans competitive on some batches.
     options.cluster.inter_node_bandwidth *= 50;
     const BuiltPlan best = build_plan(workload, options);
-    ASSERT_EQ(best.selection.candidates.size(), 5u);  // dcp and the four static strategies
+    ASSERT_EQ(best.selection.candidates.size(), 7u);  // dcp and the six static strategies
     const sim::PlanSimulation kept_time = sim::simulate(best.plan, options.cluster);
     for (const PlanCandidate& candidate : best.selection.candidates) {
       ASSERT_TRUE(candidate.feasible) << candidate.reason;

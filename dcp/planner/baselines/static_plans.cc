@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// Ring, zigzag, Ulysses and hybrid plans.
+// Static strategies' layouts: names, data-parallel groups, chunks, placement and ring geometry.
 #include "dcp/planner/baselines/static_plans.h"
 
 #include <algorithm>
-#include <optional>
+#include <numeric>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
 #include "dcp/core/error.h"
 #include "dcp/core/parse.h"
 
+#include "dcp/planner/baselines/static_rings.h"
 #include "dcp/planner/placement/static_placements.h"
 
 namespace dcp {
@@ -28,297 +29,211 @@ std::string_view to_string(Strategy strategy) {
       return "ulysses";
     case Strategy::kHybrid:
       return "hybrid";
+    case Strategy::kTe:
+      return "te";
+    case Strategy::kLoongTrain:
+      return "loongtrain";
   }
   return "?";
 }
 
 Strategy parse_strategy(std::string_view name) {
-  for (const Strategy s : {Strategy::kDcp, Strategy::kDcpPure, Strategy::kRing, Strategy::kZigzag,
-                           Strategy::kUlysses, Strategy::kHybrid}) {
+  for (const Strategy s :
+       {Strategy::kDcp, Strategy::kDcpPure, Strategy::kRing, Strategy::kZigzag, Strategy::kUlysses,
+        Strategy::kHybrid, Strategy::kTe, Strategy::kLoongTrain}) {
     if (name == to_string(s)) return s;
   }
   throw InvalidInput("unknown strategy " + quoted(name) +
-                     " (strategies: dcp, dcp-pure, ring, zigzag, ulysses, hybrid)");
+                     " (strategies: dcp, dcp-pure, ring, zigzag, ulysses, hybrid, te, loongtrain)");
 }
 
 bool is_dcp(Strategy strategy) {
   return strategy == Strategy::kDcp || strategy == Strategy::kDcpPure;
 }
 
+std::int32_t head_degree(const HeadBlocking& heads, std::int32_t group_size) {
+  for (std::int32_t a = std::min(heads.kv_count(), group_size); a > 1; --a) {
+    if (heads.count() % a == 0 && group_size % a == 0) return a;
+  }
+  return 1;
+}
+
+std::int32_t automatic_data_parallel(Strategy strategy, const SequenceBatch& batch,
+                                     const ClusterShape& cluster) {
+  if (is_dcp(strategy)) return 1;
+  TokenCount batch_bound = 1;  // the smallest power of two >= the batch's tokens
+  while (batch_bound < batch.total_tokens()) batch_bound *= 2;
+  const std::int32_t devices = cluster.devices();
+  std::int32_t d = 1;
+  while (devices % (2 * d) == 0 && 2 * d * batch.max_length() <= batch_bound &&
+         (strategy != Strategy::kHybrid || cluster.nodes % (2 * d) == 0)) {
+    d *= 2;
+  }
+  return d;
+}
+
+std::int32_t parse_data_parallel(std::string_view text) {
+  if (text == "auto") return 0;
+  std::int64_t d = 0;
+  try {
+    d = parse_int(text, "the data parallel degree");
+  } catch (const InvalidInput&) {
+    d = 0;
+  }
+  if (d < 1 || d > 65536) {
+    throw InvalidInput(
+        "the data parallel degree must be auto or a whole number in [1, 65536], got " +
+        quoted(text));
+  }
+  return static_cast<std::int32_t>(d);
+}
+
 namespace {
 
-// Head-parallel systems split the q heads into `groups` contiguous ranges (so that, with GQA, a
-// device reads as few kv heads as possible); head block h goes to range h * groups / head_blocks.
-std::int32_t head_group(HeadBlockIndex h, HeadBlockIndex head_blocks, std::int32_t groups) {
-  return static_cast<std::int32_t>(std::int64_t{h} * groups / head_blocks);
-}
+std::string strategy_name(Strategy strategy) { return std::string(to_string(strategy)); }
 
-// Every work unit on device_of(unit).
-template <typename DeviceOf>
-void place_work(const Workload& workload, Placement& placement, DeviceOf device_of) {
-  placement.work_unit_device.reserve(static_cast<std::size_t>(workload.work_unit_count()));
-  for (WorkUnitId u = 0; u < workload.work_unit_count(); ++u) {
-    placement.work_unit_device.push_back(device_of(workload.work_unit(u)));
+// The data-parallel group of every sequence: longest first, each to the group with the fewest
+// tokens so far (the lowest on a tie).
+std::vector<std::int32_t> sequence_groups(const SequenceBatch& batch, std::int32_t groups) {
+  std::vector<SeqIndex> order(static_cast<std::size_t>(batch.size()));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](SeqIndex a, SeqIndex b) { return batch.length(a) > batch.length(b); });
+  std::vector<TokenCount> tokens(static_cast<std::size_t>(groups), 0);
+  std::vector<std::int32_t> group_of(static_cast<std::size_t>(batch.size()), 0);
+  for (const SeqIndex s : order) {
+    const auto g = std::min_element(tokens.begin(), tokens.end()) - tokens.begin();
+    group_of[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(g);
+    tokens[static_cast<std::size_t>(g)] += batch.length(s);
   }
+  return group_of;
 }
 
-// The ring over the devices of `ring` (device ids, in ring order): every kv value moves one step
-// per launch from its owner around the whole ring; a work unit runs in the stage its kv value
-// reaches its device, `first_stage` stages after the value starts moving at launch
-// first_stage - 1. `position` maps a device to its index in its ring, `ring_of` to its ring.
-struct RingSchedule {
-  std::vector<std::vector<DeviceId>> rings;
-  std::vector<std::int32_t> position;  // per device
-  std::vector<std::int32_t> ring_of;   // per device
-};
-
-void add_ring_transfers(const RingSchedule& rings, const ValueKey& value, DeviceId start,
-                        std::int32_t first_launch, std::vector<Transfer>& transfers) {
-  const auto& ring =
-      rings.rings[static_cast<std::size_t>(rings.ring_of[static_cast<std::size_t>(start)])];
-  const auto n = static_cast<std::int32_t>(ring.size());
-  const std::int32_t p0 = rings.position[static_cast<std::size_t>(start)];
-  for (std::int32_t k = 1; k < n; ++k) {
-    transfers.push_back({value, ring[static_cast<std::size_t>((p0 + k - 1) % n)],
-                         ring[static_cast<std::size_t>((p0 + k) % n)], first_launch + k - 1});
+// The degree asked for, checked against the devices.
+std::int32_t data_parallel_degree(Strategy strategy, const Workload& workload,
+                                  const ClusterShape& cluster, std::int32_t asked) {
+  if (asked == 0) return automatic_data_parallel(strategy, workload.batch(), cluster);
+  const std::int32_t devices = cluster.devices();
+  if (asked < 0 || asked > devices || devices % asked != 0) {
+    throw InvalidInput(strategy_name(strategy) + ": data parallel degree " + std::to_string(asked) +
+                       " does not divide the " + std::to_string(devices) + " devices into groups");
   }
+  return asked;
 }
 
-std::int32_t ring_distance(const RingSchedule& rings, DeviceId from, DeviceId to) {
-  const auto n = static_cast<std::int32_t>(
-      rings.rings[static_cast<std::size_t>(rings.ring_of[static_cast<std::size_t>(to)])].size());
-  return ((rings.position[static_cast<std::size_t>(to)] -
-           rings.position[static_cast<std::size_t>(from)]) %
-              n +
-          n) %
-         n;
-}
-
-// Backward: partial kv gradients travel the ring their K, V travelled and end at the owner, as
-// ring attention passes dK, dV along with K, V: each device adds its contributions to what it
-// received and passes the sum on, in the launch after both its last contribution and the
-// arrival. `start` is where the kv value entered the ring.
-class RingGradients {
- public:
-  RingGradients(const Workload& w, const Placement& p, const PassSchedule& schedule)
-      : w_(w), p_(p), devices_(p.cluster.devices()) {
-    for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
-      const WorkUnit unit = w.work_unit(u);
-      const ValueKey dkv = output_values(w, Pass::kBackward, unit).back();
-      const std::int64_t key = index(dkv, p.work_unit_device[static_cast<std::size_t>(u)]);
-      auto [it, inserted] =
-          last_stage_.try_emplace(key, schedule.unit_stage[static_cast<std::size_t>(u)]);
-      if (!inserted)
-        it->second = std::max(it->second, schedule.unit_stage[static_cast<std::size_t>(u)]);
+// The ring geometry of a strategy on groups of `group_size` devices; throws InvalidInput if the
+// strategy cannot split its heads that way.
+RingLayout ring_layout(Strategy strategy, const Workload& workload, const ClusterShape& cluster,
+                       std::int32_t group_size, std::int32_t data_parallel,
+                       std::int32_t loongtrain_window) {
+  const HeadBlockIndex head_blocks = workload.heads().count();
+  const auto need_heads = [&](std::int32_t devices, const char* what) {
+    if (devices > head_blocks) {
+      throw InvalidInput(strategy_name(strategy) + " splits q heads over " + what + ": " +
+                         std::to_string(devices) + " devices but only " +
+                         std::to_string(head_blocks) + " q head blocks");
     }
-  }
-
-  void add(const RingSchedule& rings, const ValueKey& dkv, DeviceId start,
-           std::vector<Transfer>& transfers) const {
-    const auto& ring =
-        rings.rings[static_cast<std::size_t>(rings.ring_of[static_cast<std::size_t>(start)])];
-    const auto n = static_cast<std::int32_t>(ring.size());
-    const std::int32_t p0 = rings.position[static_cast<std::size_t>(start)];
-    const DeviceId owner = p_.token_block_device[static_cast<std::size_t>(dkv.block)];
-    std::int32_t launch = -1;
-    bool started = false;
-    for (std::int32_t k = 0; k < n; ++k) {
-      const DeviceId device = ring[static_cast<std::size_t>((p0 + k) % n)];
-      const auto it = last_stage_.find(index(dkv, device));
-      if (it == last_stage_.end() && !started) continue;
-      started = true;
-      const DeviceId next = k + 1 < n ? ring[static_cast<std::size_t>((p0 + k + 1) % n)] : owner;
-      launch = std::max(launch + 1, it == last_stage_.end() ? 0 : it->second + 1);
-      if (next != device) transfers.push_back({dkv, device, next, launch});
-    }
-  }
-
- private:
-  std::int64_t index(const ValueKey& dkv, DeviceId device) const {
-    return (std::int64_t{dkv.block} * w_.heads().kv_count() + dkv.head_block) * devices_ + device;
-  }
-
-  const Workload& w_;
-  const Placement& p_;
-  std::int64_t devices_;
-  std::unordered_map<std::int64_t, std::int32_t> last_stage_;
-};
-
-// Ring and zigzag: one ring of all devices, work with its q chunk, no all-to-all.
-PassSchedule ring_pass(const Workload& w, const Placement& p, Pass pass) {
-  const std::int32_t devices = p.cluster.devices();
-  RingSchedule rings;
-  rings.rings.emplace_back();
-  for (DeviceId d = 0; d < devices; ++d) {
-    rings.rings[0].push_back(d);
-    rings.position.push_back(d);
-    rings.ring_of.push_back(0);
-  }
-  PassSchedule schedule;
-  schedule.pass = pass;
-  schedule.stages = devices;
-  for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
-    const WorkUnit unit = w.work_unit(u);
-    const BlockId kv = w.blocks().block_id(unit.seq, unit.kv_block);
-    schedule.unit_stage.push_back(ring_distance(rings,
-                                                p.token_block_device[static_cast<std::size_t>(kv)],
-                                                p.work_unit_device[static_cast<std::size_t>(u)]));
-  }
-  std::optional<RingGradients> gradients;
-  if (pass == Pass::kBackward) gradients.emplace(w, p, schedule);
-  for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
-    const DeviceId owner = p.token_block_device[static_cast<std::size_t>(b)];
-    for (std::int32_t g = 0; g < w.heads().kv_count(); ++g) {
-      add_ring_transfers(rings, {SlotKind::kKV, b, g}, owner, 0, schedule.transfers);
-      if (gradients) gradients->add(rings, {SlotKind::kDKV, b, g}, owner, schedule.transfers);
-    }
-  }
-  add_partial_transfers(w, p, schedule, PartialRouting::kDirect, /*kv_gradients=*/false);
-  return schedule;
-}
-
-// Ulysses (nodes = 1 group of all devices) and hybrid (one head group per node, rings of equal
-// local index across nodes). `group_size` devices share the heads of a group: head block h runs
-// on local index head_group(h, head blocks, group_size).
-PassSchedule head_parallel_pass(const Workload& w, const Placement& p, Pass pass,
-                                std::int32_t group_size) {
-  const std::int32_t devices = p.cluster.devices();
-  const std::int32_t groups = devices / group_size;
-  const HeadBlocking& heads = w.heads();
-  const auto local_of_head = [&](HeadBlockIndex h) {
-    return head_group(h, heads.count(), group_size);
   };
-  const auto group_of = [&](DeviceId d) { return d / group_size; };
-  RingSchedule rings;  // ring j joins local index j of every group
-  rings.rings.resize(static_cast<std::size_t>(group_size));
-  for (DeviceId d = 0; d < devices; ++d) {
-    rings.rings[static_cast<std::size_t>(d % group_size)].push_back(d);
-    rings.position.push_back(group_of(d));
-    rings.ring_of.push_back(d % group_size);
-  }
-  PassSchedule schedule;
-  schedule.pass = pass;
-  schedule.stages = groups + 1;  // stage 0 waits for the all-to-all
-  for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
-    const WorkUnit unit = w.work_unit(u);
-    const BlockId kv = w.blocks().block_id(unit.seq, unit.kv_block);
-    const DeviceId device = p.work_unit_device[static_cast<std::size_t>(u)];
-    const DeviceId kv_group_device =
-        group_of(p.token_block_device[static_cast<std::size_t>(kv)]) * group_size +
-        device % group_size;
-    schedule.unit_stage.push_back(1 + ring_distance(rings, kv_group_device, device));
-  }
-  // The all-to-all is dense: every q value goes to the device of its head block, every kv value
-  // to every device of its group whose heads read it; then kv values travel the rings.
-  std::vector<std::vector<std::int32_t>> locals_of_kv(static_cast<std::size_t>(heads.kv_count()));
-  for (HeadBlockIndex h = 0; h < heads.count(); ++h) {
-    auto& locals = locals_of_kv[static_cast<std::size_t>(heads.kv_block_of(h))];
-    if (std::find(locals.begin(), locals.end(), local_of_head(h)) == locals.end()) {
-      locals.push_back(local_of_head(h));
-    }
-  }
-  std::optional<RingGradients> gradients;
-  if (pass == Pass::kBackward) gradients.emplace(w, p, schedule);
-  for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
-    const DeviceId owner = p.token_block_device[static_cast<std::size_t>(b)];
-    const DeviceId base = group_of(owner) * group_size;
-    for (HeadBlockIndex h = 0; h < heads.count(); ++h) {
-      const DeviceId to = base + local_of_head(h);
-      if (to != owner) schedule.transfers.push_back({{query_kind(pass), b, h}, owner, to, 0});
-    }
-    for (std::int32_t g = 0; g < heads.kv_count(); ++g) {
-      for (const std::int32_t local : locals_of_kv[static_cast<std::size_t>(g)]) {
-        const DeviceId to = base + local;
-        if (to != owner) schedule.transfers.push_back({{SlotKind::kKV, b, g}, owner, to, 0});
-        add_ring_transfers(rings, {SlotKind::kKV, b, g}, to, 1, schedule.transfers);
-        if (gradients) gradients->add(rings, {SlotKind::kDKV, b, g}, to, schedule.transfers);
+  RingLayout layout;
+  layout.group_size = group_size;
+  switch (strategy) {
+    case Strategy::kRing:
+    case Strategy::kZigzag:
+      break;
+    case Strategy::kUlysses:
+      need_heads(group_size, data_parallel > 1 ? "the devices of a group" : "all devices");
+      layout.head_degree = group_size;
+      layout.all_to_all = true;
+      break;
+    case Strategy::kHybrid:
+      need_heads(cluster.devices_per_node, "the devices of a node");
+      if (group_size % cluster.devices_per_node != 0) {
+        throw InvalidInput("hybrid with data parallel degree " + std::to_string(data_parallel) +
+                           " needs whole nodes per group: groups of " + std::to_string(group_size) +
+                           " devices, nodes of " + std::to_string(cluster.devices_per_node));
       }
+      layout.head_degree = cluster.devices_per_node;
+      layout.all_to_all = true;
+      break;
+    case Strategy::kTe:
+    case Strategy::kLoongTrain:
+      layout.head_degree = head_degree(workload.heads(), group_size);
+      layout.all_to_all = true;
+      break;
+    default:
+      throw InvalidInput(strategy_name(strategy) + " is not a static strategy");
+  }
+  const std::int32_t ring = layout.ring_size();
+  layout.window = ring;
+  if (strategy == Strategy::kLoongTrain) {
+    if (loongtrain_window < 0) {
+      throw InvalidInput("loongtrain window " + std::to_string(loongtrain_window) + " is negative");
+    }
+    if (loongtrain_window > 0) {
+      layout.window = std::min(loongtrain_window, ring);
+      if (ring % layout.window != 0) {
+        throw InvalidInput("loongtrain window " + std::to_string(loongtrain_window) +
+                           " does not divide the ring of " + std::to_string(ring) + " head groups");
+      }
+    } else {
+      // The head groups per node, as many as divide the ring.
+      layout.window = std::min(ring, std::max(1, cluster.devices_per_node / layout.head_degree));
+      while (ring % layout.window != 0) --layout.window;
     }
   }
-  add_partial_transfers(w, p, schedule, PartialRouting::kDirect, /*kv_gradients=*/false);
-  return schedule;
+  return layout;
 }
 
 }  // namespace
 
 StaticPlan static_plan(Strategy strategy, const Workload& workload, const ClusterShape& cluster,
-                       MaskedTiles masked_tiles) {
-  const TileSelection selection = masked_tiles == MaskedTiles::kCompute
+                       const StaticOptions& options) {
+  const TileSelection selection = options.masked_tiles == MaskedTiles::kCompute
                                       ? TileSelection::kEveryBlockPair
                                       : TileSelection::kUnmasked;
   validate(cluster);
-  const std::int64_t devices = cluster.devices();
-  const HeadBlockIndex head_blocks = workload.heads().count();
-  const auto need_heads = [&](std::int64_t group, const char* what) {
-    if (group > head_blocks) {
-      throw InvalidInput(std::string(to_string(strategy)) + " splits q heads over " + what + ": " +
-                         std::to_string(group) + " devices but only " +
-                         std::to_string(head_blocks) + " q head blocks");
-    }
-  };
-  if (is_dcp(strategy)) {
-    throw InvalidInput(std::string(to_string(strategy)) + " is not a static strategy");
-  }
-  if (strategy == Strategy::kUlysses) need_heads(devices, "all devices");
-  if (strategy == Strategy::kHybrid) need_heads(cluster.devices_per_node, "the devices of a node");
-  // Ring and Ulysses cut each sequence into P chunks, zigzag and hybrid into 2P.
-  const bool two_per_device = strategy == Strategy::kZigzag || strategy == Strategy::kHybrid;
-  StaticPlan plan{recut_sequences(workload, two_per_device ? 2 * devices : devices, selection),
+  if (is_dcp(strategy)) throw InvalidInput(strategy_name(strategy) + " is not a static strategy");
+  const std::int32_t data_parallel =
+      data_parallel_degree(strategy, workload, cluster, options.data_parallel);
+  const std::int32_t group_size = cluster.devices() / data_parallel;
+  const RingLayout layout = ring_layout(strategy, workload, cluster, group_size, data_parallel,
+                                        options.loongtrain_window);
+  // Ring and Ulysses cut each sequence into C chunks, the others into 2C: zigzag over the ring,
+  // each ring chunk split over the a devices of a head group.
+  const bool zigzag = strategy != Strategy::kRing && strategy != Strategy::kUlysses;
+  StaticPlan plan{recut_sequences(workload, zigzag ? 2 * group_size : group_size, selection),
                   Placement{},
                   {},
-                  {}};
+                  {},
+                  data_parallel};
   Placement& placement = plan.placement;
   placement.cluster = cluster;
-  const std::int32_t per_node = cluster.devices_per_node;
+  const std::vector<std::int32_t> group_of = sequence_groups(workload.batch(), data_parallel);
+  const std::int32_t a = layout.head_degree;
+  placement.token_block_device.reserve(
+      static_cast<std::size_t>(plan.workload.blocks().block_count()));
   for (const TokenBlock& block : plan.workload.blocks().blocks()) {
-    DeviceId device = static_cast<DeviceId>(block.index);  // one chunk per device
-    if (strategy == Strategy::kZigzag) {
-      device = zigzag_chunk_device(block.index, devices);
-    } else if (strategy == Strategy::kHybrid) {
-      device = zigzag_chunk_device(block.index / per_node, cluster.nodes) * per_node +
-               block.index % per_node;
-    }
-    placement.token_block_device.push_back(device);
+    const DeviceId local =
+        zigzag ? zigzag_chunk_device(block.index / a, layout.ring_size()) * a + block.index % a
+               : static_cast<DeviceId>(block.index);
+    placement.token_block_device.push_back(
+        group_of[static_cast<std::size_t>(block.seq)] * group_size + local);
   }
-  switch (strategy) {
-    case Strategy::kRing:
-    case Strategy::kZigzag:
-      place_work_with_q(plan.workload, placement);
-      break;
-    case Strategy::kUlysses:
-      place_work(plan.workload, placement, [&](const WorkUnit& unit) {
-        return head_group(unit.head_block, head_blocks, static_cast<std::int32_t>(devices));
-      });
-      break;
-    default: {
-      const BlockLayout& blocks = plan.workload.blocks();
-      place_work(plan.workload, placement, [&](const WorkUnit& unit) {
-        const BlockId q = blocks.block_id(unit.seq, unit.q_block);
-        return cluster.node_of(placement.token_block_device[static_cast<std::size_t>(q)]) *
-                   per_node +
-               head_group(unit.head_block, head_blocks, per_node);
-      });
-      break;
-    }
+  // Work runs with its q chunk, on the device of its head block in the q chunk's head group.
+  const BlockLayout& blocks = plan.workload.blocks();
+  const HeadBlockIndex head_blocks = plan.workload.heads().count();
+  placement.work_unit_device.reserve(static_cast<std::size_t>(plan.workload.work_unit_count()));
+  for (WorkUnitId u = 0; u < plan.workload.work_unit_count(); ++u) {
+    const WorkUnit unit = plan.workload.work_unit(u);
+    const DeviceId q =
+        placement
+            .token_block_device[static_cast<std::size_t>(blocks.block_id(unit.seq, unit.q_block))];
+    placement.work_unit_device.push_back(
+        layout.device(layout.group_base(q), layout.position(q),
+                      layout.head_local_of(unit.head_block, head_blocks)));
   }
-  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
-    PassSchedule schedule;
-    switch (strategy) {
-      case Strategy::kRing:
-      case Strategy::kZigzag:
-        schedule = ring_pass(plan.workload, plan.placement, pass);
-        break;
-      case Strategy::kUlysses:
-        schedule = head_parallel_pass(plan.workload, plan.placement, pass,
-                                      static_cast<std::int32_t>(devices));
-        break;
-      default:
-        schedule =
-            head_parallel_pass(plan.workload, plan.placement, pass, cluster.devices_per_node);
-        break;
-    }
-    (pass == Pass::kForward ? plan.forward : plan.backward) = std::move(schedule);
-  }
+  plan.forward = static_pass(plan.workload, plan.placement, Pass::kForward, layout);
+  plan.backward = static_pass(plan.workload, plan.placement, Pass::kBackward, layout);
   return plan;
 }
 

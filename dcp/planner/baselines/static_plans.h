@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Static context parallelism as pass schedules: ring, zigzag ring, Ulysses and hybrid.
+// Static context parallelism as pass schedules: ring, zigzag ring, Ulysses, hybrid,
+// TransformerEngine's a2a+p2p and LoongTrain's double ring, with optional data parallelism.
 #pragma once
 
 #include <cstdint>
@@ -14,14 +15,15 @@ namespace dcp {
 
 // kDcp: dcp's plan, or the best static plan when the simulator finds one faster (see build_plan);
 // kDcpPure: dcp's own placement always.
-enum class Strategy { kDcp, kDcpPure, kRing, kZigzag, kUlysses, kHybrid };
+enum class Strategy { kDcp, kDcpPure, kRing, kZigzag, kUlysses, kHybrid, kTe, kLoongTrain };
 std::string_view to_string(Strategy strategy);
 bool is_dcp(Strategy strategy);
 // The static strategies, in the order plans and tables list them.
-inline constexpr Strategy kStaticStrategies[] = {Strategy::kRing, Strategy::kZigzag,
-                                                 Strategy::kUlysses, Strategy::kHybrid};
-// Accepts dcp, dcp-pure, ring, zigzag, ulysses, hybrid. Throws InvalidInput naming the text
-// otherwise.
+inline constexpr Strategy kStaticStrategies[] = {Strategy::kRing,    Strategy::kZigzag,
+                                                 Strategy::kUlysses, Strategy::kHybrid,
+                                                 Strategy::kTe,      Strategy::kLoongTrain};
+// Accepts dcp, dcp-pure, ring, zigzag, ulysses, hybrid, te, loongtrain. Throws InvalidInput naming
+// the text otherwise.
 Strategy parse_strategy(std::string_view name);
 
 // A static strategy's plan before compilation. Static systems cut each sequence their own way, so
@@ -31,28 +33,69 @@ Strategy parse_strategy(std::string_view name);
 // MaskedTiles::kCompute they compute every tile of every pair of blocks of a sequence, as
 // TransformerEngine's path for arbitrary masks does (empty tiles are attention entries with an
 // empty mask, costed as whole tiles).
-//   ring:    each sequence cut into P chunks of ceil(L / P) tokens, chunk r on device r; KV
+//
+// Data parallelism: with degree d the devices form d groups of C = P / d consecutive devices;
+// sequences go, longest first, to the group with the fewest tokens so far (the lowest on a tie),
+// and each group runs the strategy on its own C devices (C below; with d = 1, C = P). No transfer
+// crosses groups.
+//   ring:    each sequence cut into C chunks of ceil(L / C) tokens, chunk r on device r; KV
 //            travels the device ring r -> r + 1 one step per stage; work runs with its q chunk.
-//   zigzag:  each sequence cut into 2P chunks, chunks r and 2P - 1 - r on device r; the same ring.
-//   ulysses: tokens as in ring; all-to-all gives device r the r-th of P contiguous ranges of q
+//   zigzag:  each sequence cut into 2C chunks, chunks r and 2C - 1 - r on device r; the same ring.
+//   ulysses: tokens as in ring; all-to-all gives device r the r-th of C contiguous ranges of q
 //            head blocks (and the kv heads they read) of every token; attention runs there in one
-//            stage, and the outputs go back by all-to-all. Needs P <= q head blocks.
-//   hybrid:  all-to-all over heads inside each node (as Ulysses) and a zigzag ring across nodes
-//            (TransformerEngine a2a+p2p, USP): each sequence cut into 2 x nodes node chunks in
-//            zigzag order, each split over the node's devices. Needs devices per node <= q head
-//            blocks.
-// Backward runs the same way; partial dK, dV travel the ring back to their owner with each
-// device's contribution added on the way, and other partial outputs (O, LSE forward; dQ and, for
-// Ulysses, dK, dV) return to their owner by all-to-all after the last stage that adds to them.
-// Throws InvalidInput if the strategy cannot run on the cluster, or for kDcp and kDcpPure.
+//            stage, and the outputs go back by all-to-all. Needs C <= q head blocks.
+//   hybrid:  head parallelism inside each node (as Ulysses) and a zigzag ring across nodes (USP):
+//            each sequence cut into 2 x (nodes of the group) node chunks in zigzag order, each
+//            split over the node's devices. Needs devices per node <= q head blocks, and C a
+//            multiple of the devices per node.
+//   te:      TransformerEngine's cp_comm_type "a2a+p2p": as hybrid with head groups of a
+//            consecutive devices instead of nodes, a = the largest value <= min(kv head blocks, C)
+//            that divides the q head blocks and C (head_degree()); a zigzag ring across the
+//            R = C / a head groups.
+//   loongtrain: LoongTrain's double-ring attention with head parallelism: head groups and chunks
+//            as te, but kv travels a double ring over the R head groups: an inner ring of w
+//            consecutive head groups (a window; default the head groups per node, capped at R, so
+//            the inner ring stays inside a node) and an outer ring over the R / w windows, whose
+//            hop to the next window is sent while the inner ring of the current window runs. With
+//            w = R it is te.
+// Backward runs the same way; partial dK, dV follow the path their K, V travelled and end at their
+// owner, each device adding its contribution on the way, and other partial outputs (O, LSE
+// forward; dQ and, for Ulysses, dK, dV) return to their owner by all-to-all after the last stage
+// that adds to them. Throws InvalidInput if the strategy cannot run on the cluster with the
+// degree, or for kDcp and kDcpPure.
 struct StaticPlan {
   Workload workload;
   Placement placement;
   PassSchedule forward;
   PassSchedule backward;
+  std::int32_t data_parallel = 1;  // the degree used (the automatic one when 0 was asked for)
 };
 enum class MaskedTiles : std::uint8_t { kSkip, kCompute };
+struct StaticOptions {
+  MaskedTiles masked_tiles = MaskedTiles::kSkip;
+  // d >= 1 dividing the devices, or 0: automatic_data_parallel's.
+  std::int32_t data_parallel = 1;
+  // loongtrain: the inner ring's head groups (capped at R; must then divide R). 0: the head
+  // groups per node.
+  std::int32_t loongtrain_window = 0;
+};
 StaticPlan static_plan(Strategy strategy, const Workload& workload, const ClusterShape& cluster,
-                       MaskedTiles masked_tiles = MaskedTiles::kSkip);
+                       const StaticOptions& options = {});
+
+// te's and loongtrain's all-to-all degree a on a group of `group_size` devices: the largest value
+// <= min(kv head blocks, group_size) that divides the q head blocks and group_size.
+std::int32_t head_degree(const HeadBlocking& heads, std::int32_t group_size);
+
+// The data parallel degree the DCP paper gave frameworks without dynamic context parallelism
+// ("the largest power of 2 <= 131072 // max(seqlen)", for its 131072-token batches): the largest
+// power of two d dividing the devices with d x (the longest sequence) <= the smallest power of two
+// >= the batch's tokens, lowered until the strategy's groups are possible (hybrid: whole nodes).
+// 1 for dcp and dcp-pure.
+std::int32_t automatic_data_parallel(Strategy strategy, const SequenceBatch& batch,
+                                     const ClusterShape& cluster);
+
+// A data parallel degree as users write it: "auto" (0) or a whole number in [1, 65536]. Throws
+// InvalidInput naming the text otherwise.
+std::int32_t parse_data_parallel(std::string_view text);
 
 }  // namespace dcp

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+// Head all-to-alls, (double) rings of kv and paths of partial kv gradients.
+#include "dcp/planner/baselines/static_rings.h"
+
+#include <algorithm>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace dcp {
+
+std::int32_t RingLayout::visit(std::int32_t start, std::int32_t t) const {
+  const std::int32_t windows = ring_size() / window;
+  const std::int32_t o = t / window, k = t % window;
+  return (start / window + o) % windows * window + (start % window + k) % window;
+}
+
+std::int32_t RingLayout::visit_index(std::int32_t start, std::int32_t position) const {
+  const std::int32_t windows = ring_size() / window;
+  const std::int32_t o = ((position / window - start / window) % windows + windows) % windows;
+  const std::int32_t k = ((position % window - start % window) % window + window) % window;
+  return o * window + k;
+}
+
+RingLayout::Hop RingLayout::hop(std::int32_t start, std::int32_t t) const {
+  const std::int32_t o = t / window, k = t % window;
+  if (k == 0) return {visit(start, (o - 1) * window), (o - 1) * window};
+  return {visit(start, t - 1), t - 1};
+}
+
+namespace {
+
+// Backward: partial kv gradients travel the path their K, V travelled (devices in visit order)
+// and end at the owner, as ring attention passes dK, dV along with K, V: from the first device
+// that contributes, each device adds its contributions to what it received and passes the sum on,
+// in the launch after both its last contribution and the arrival.
+class PathGradients {
+ public:
+  PathGradients(const Workload& w, const Placement& p, const PassSchedule& schedule)
+      : w_(w), p_(p), devices_(p.cluster.devices()) {
+    for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
+      const WorkUnit unit = w.work_unit(u);
+      const ValueKey dkv = output_values(w, Pass::kBackward, unit).back();
+      const std::int64_t key = index(dkv, p.work_unit_device[static_cast<std::size_t>(u)]);
+      auto [it, inserted] =
+          last_stage_.try_emplace(key, schedule.unit_stage[static_cast<std::size_t>(u)]);
+      if (!inserted)
+        it->second = std::max(it->second, schedule.unit_stage[static_cast<std::size_t>(u)]);
+    }
+  }
+
+  void add(std::span<const DeviceId> path, const ValueKey& dkv,
+           std::vector<Transfer>& transfers) const {
+    const DeviceId owner = p_.token_block_device[static_cast<std::size_t>(dkv.block)];
+    std::int32_t launch = -1;
+    bool started = false;
+    for (std::size_t k = 0; k < path.size(); ++k) {
+      const DeviceId device = path[k];
+      const auto it = last_stage_.find(index(dkv, device));
+      if (it == last_stage_.end() && !started) continue;
+      started = true;
+      const DeviceId next = k + 1 < path.size() ? path[k + 1] : owner;
+      launch = std::max(launch + 1, it == last_stage_.end() ? 0 : it->second + 1);
+      if (next != device) transfers.push_back({dkv, device, next, launch});
+    }
+  }
+
+ private:
+  std::int64_t index(const ValueKey& dkv, DeviceId device) const {
+    return (std::int64_t{dkv.block} * w_.heads().kv_count() + dkv.head_block) * devices_ + device;
+  }
+
+  const Workload& w_;
+  const Placement& p_;
+  std::int64_t devices_;
+  std::unordered_map<std::int64_t, std::int32_t> last_stage_;
+};
+
+}  // namespace
+
+PassSchedule static_pass(const Workload& w, const Placement& p, Pass pass,
+                         const RingLayout& layout) {
+  const HeadBlocking& heads = w.heads();
+  const std::int32_t ring = layout.ring_size();
+  const std::int32_t first = layout.first_stage();
+  PassSchedule schedule;
+  schedule.pass = pass;
+  schedule.stages = first + ring;  // with an all-to-all, stage 0 waits for it
+  // A work unit runs when kv from its owner's head group reaches it, on the same local index.
+  schedule.unit_stage.reserve(static_cast<std::size_t>(w.work_unit_count()));
+  for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
+    const WorkUnit unit = w.work_unit(u);
+    const BlockId kv = w.blocks().block_id(unit.seq, unit.kv_block);
+    const DeviceId device = p.work_unit_device[static_cast<std::size_t>(u)];
+    const std::int32_t start = layout.position(p.token_block_device[static_cast<std::size_t>(kv)]);
+    schedule.unit_stage.push_back(first + layout.visit_index(start, layout.position(device)));
+  }
+  // The all-to-all is dense: every q value goes to the device of its head block, every kv value
+  // to every device of its head group whose heads read it; then kv values travel the rings.
+  std::vector<std::vector<std::int32_t>> locals_of_kv(static_cast<std::size_t>(heads.kv_count()));
+  for (HeadBlockIndex h = 0; h < heads.count(); ++h) {
+    auto& locals = locals_of_kv[static_cast<std::size_t>(heads.kv_block_of(h))];
+    const std::int32_t local = layout.head_local_of(h, heads.count());
+    if (std::find(locals.begin(), locals.end(), local) == locals.end()) locals.push_back(local);
+  }
+  std::optional<PathGradients> gradients;
+  if (pass == Pass::kBackward) gradients.emplace(w, p, schedule);
+  std::vector<DeviceId> path(static_cast<std::size_t>(ring));
+  for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
+    const DeviceId owner = p.token_block_device[static_cast<std::size_t>(b)];
+    const DeviceId base = layout.group_base(owner);
+    const std::int32_t start = layout.position(owner);
+    if (layout.all_to_all) {
+      for (HeadBlockIndex h = 0; h < heads.count(); ++h) {
+        const DeviceId to = layout.device(base, start, layout.head_local_of(h, heads.count()));
+        if (to != owner) schedule.transfers.push_back({{query_kind(pass), b, h}, owner, to, 0});
+      }
+    }
+    for (std::int32_t g = 0; g < heads.kv_count(); ++g) {
+      const ValueKey kv{SlotKind::kKV, b, g};
+      for (const std::int32_t local : locals_of_kv[static_cast<std::size_t>(g)]) {
+        const DeviceId to = layout.all_to_all ? layout.device(base, start, local) : owner;
+        if (to != owner) schedule.transfers.push_back({kv, owner, to, 0});
+        for (std::int32_t t = 0; t < ring; ++t) {
+          path[static_cast<std::size_t>(t)] = layout.device(base, layout.visit(start, t), local);
+          if (t == 0) continue;
+          const RingLayout::Hop hop = layout.hop(start, t);
+          schedule.transfers.push_back({kv, layout.device(base, hop.from, local),
+                                        path[static_cast<std::size_t>(t)], first + hop.launch});
+        }
+        if (gradients) gradients->add(path, {SlotKind::kDKV, b, g}, schedule.transfers);
+      }
+    }
+  }
+  add_partial_transfers(w, p, schedule, PartialRouting::kDirect, /*kv_gradients=*/false);
+  return schedule;
+}
+
+}  // namespace dcp

@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: Apache-2.0
+// The static strategies' layouts: te's head groups, loongtrain's double ring, and data parallel
+// groups of devices with their automatic degree and refusals.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dcp/core/error.h"
+
+#include "dcp/model/mask_spec.h"
+
+#include "dcp/planner/plan_builder.h"
+#include "dcp/program/program_stats.h"
+#include "dcp/program/verifier.h"
+
+namespace dcp {
+namespace {
+
+Workload make(std::vector<TokenCount> lengths, MaskKind kind = MaskKind::kCausal,
+              std::int32_t q_heads = 8, std::int32_t kv_heads = 2) {
+  AttentionShape shape;
+  shape.q_heads = q_heads;
+  shape.kv_heads = kv_heads;
+  shape.head_dim = 16;
+  const SequenceBatch batch(std::move(lengths));
+  MaskSpec spec;
+  spec.kind = kind;
+  return Workload(shape, batch, build_batch_mask(spec, batch), 64, 1);
+}
+
+StaticOptions with_degree(std::int32_t data_parallel) {
+  StaticOptions options;
+  options.data_parallel = data_parallel;
+  return options;
+}
+
+bool is_kv_hop(const Transfer& t) { return t.value.kind == SlotKind::kKV && t.launch > 0; }
+
+TEST(TePlan, SplitsHeadsOverPairsOfDevicesWithTwoKvHeadBlocks) {
+  const Workload workload = make({3000, 700, 40});
+  EXPECT_EQ(head_degree(workload.heads(), 8), 2);
+  EXPECT_EQ(head_degree(workload.heads(), 1), 1);
+  EXPECT_EQ(head_degree(make({100}, MaskKind::kCausal, 8, 8).heads(), 6), 2);
+  const StaticPlan plan = static_plan(Strategy::kTe, workload, {2, 4});
+  EXPECT_EQ(plan.forward.stages, 1 + 4);  // the all-to-all, then a ring of 4 pairs
+  std::set<std::int32_t> q_heads_moved;
+  for (const Transfer& t : plan.forward.transfers) {
+    if (t.value.kind != SlotKind::kQ) continue;
+    EXPECT_EQ(t.launch, 0);
+    EXPECT_EQ(t.src / 2, t.dst / 2) << "q leaves its pair";
+    // q head blocks 0-3 go to the even device of a pair, 4-7 to the odd one.
+    EXPECT_EQ(t.dst % 2, t.value.head_block < 4 ? 0 : 1);
+    q_heads_moved.insert(t.value.head_block);
+  }
+  EXPECT_EQ(q_heads_moved.size(), 8u);
+  for (WorkUnitId u = 0; u < plan.workload.work_unit_count(); ++u) {
+    const DeviceId device = plan.placement.work_unit_device[static_cast<std::size_t>(u)];
+    EXPECT_EQ(device % 2, plan.workload.work_unit(u).head_block < 4 ? 0 : 1);
+  }
+  // kv head block 0 is read on even devices, 1 on odd ones; it travels a ring of the 4 pairs.
+  for (const Transfer& t : plan.forward.transfers) {
+    if (t.value.kind != SlotKind::kKV) continue;
+    EXPECT_EQ(t.dst % 2, t.value.head_block);
+    if (t.launch > 0) {
+      EXPECT_EQ(t.src % 2, t.dst % 2);
+    }
+  }
+}
+
+TEST(TePlan, IsHybridWhenItsHeadGroupsAreNodes) {
+  const Workload workload = make({3000, 700, 40});
+  const StaticPlan te = static_plan(Strategy::kTe, workload, {4, 2});
+  const StaticPlan hybrid = static_plan(Strategy::kHybrid, workload, {4, 2});
+  EXPECT_EQ(te.placement.token_block_device, hybrid.placement.token_block_device);
+  EXPECT_EQ(te.placement.work_unit_device, hybrid.placement.work_unit_device);
+  EXPECT_EQ(te.forward.transfers, hybrid.forward.transfers);
+  EXPECT_EQ(te.backward.transfers, hybrid.backward.transfers);
+}
+
+// On 4 nodes x 8 devices with 8 q / 2 kv heads: head groups of 2, a ring of R = 16 head groups,
+// windows of the 4 head groups of a node.
+TEST(LoongTrainPlan, KeepsInnerHopsInsideANodeAndSendsOuterHopsAcrossNodes) {
+  const ClusterShape cluster{4, 8};
+  const Workload workload = make({20480, 8960}, MaskKind::kFull);
+  const StaticPlan plan = static_plan(Strategy::kLoongTrain, workload, cluster);
+  const auto position = [](DeviceId d) { return d / 2; };
+  for (const PassSchedule* pass : {&plan.forward, &plan.backward}) {
+    EXPECT_EQ(pass->stages, 1 + 16);
+    std::set<std::int32_t> outer_launches;
+    for (const Transfer& t : pass->transfers) {
+      if (!is_kv_hop(t)) continue;
+      ASSERT_EQ(t.src % 2, t.dst % 2);  // the same local index of two head groups
+      const std::int32_t from = position(t.src), to = position(t.dst);
+      if (cluster.node_of(t.src) == cluster.node_of(t.dst)) {
+        EXPECT_EQ(to, from / 4 * 4 + (from % 4 + 1) % 4) << "an inner hop goes one step";
+      } else {
+        EXPECT_EQ(to, (from + 4) % 16) << "an outer hop goes to the next window, same position";
+        outer_launches.insert(t.launch);
+      }
+    }
+    // The outer hop into round o leaves at the start of round o - 1.
+    EXPECT_EQ(outer_launches, (std::set<std::int32_t>{1, 5, 9}));
+  }
+}
+
+TEST(LoongTrainPlan, MovesNoMoreBytesAcrossNodesThanTeInFewerLaunches) {
+  const ClusterShape cluster{4, 8};
+  const Workload workload = make({20480, 8960}, MaskKind::kFull);
+  PlanOptions options;
+  options.cluster = cluster_preset("a100-p4de");
+  options.cluster.shape = cluster;
+  options.strategy = Strategy::kTe;
+  const BuiltPlan te = build_plan(workload, options);
+  options.strategy = Strategy::kLoongTrain;
+  const BuiltPlan loongtrain = build_plan(workload, options);
+  ASSERT_TRUE(verify(loongtrain.plan).ok);
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const PassTraffic a = pass_traffic(te.plan.header, te.plan.programs(pass));
+    const PassTraffic b = pass_traffic(loongtrain.plan.header, loongtrain.plan.programs(pass));
+    const auto kv = static_cast<std::size_t>(SlotKind::kKV);
+    // Each kv value crosses between windows 3 times on the double ring; on te's single ring 3 or
+    // 4 times (4 unless it starts at a window's first head group).
+    EXPECT_LT(b.inter_node_by_kind[kv], a.inter_node_by_kind[kv]);
+    EXPECT_EQ(b.inter_node_by_kind[kv] * 15, a.inter_node_by_kind[kv] * 12)
+        << "per window: R - w outer hops against R - 1 ring hops out of the window";
+    EXPECT_LE(b.inter_node, a.inter_node);
+  }
+  // te sends across nodes in every ring launch, one head group per node at a time; loongtrain in
+  // one launch per round, every head group of a node at once.
+  const auto crossings_per_launch = [&](const StaticPlan& plan) {
+    std::map<std::int32_t, std::int32_t> count;
+    for (const Transfer& t : plan.forward.transfers) {
+      if (is_kv_hop(t) && cluster.node_of(t.src) != cluster.node_of(t.dst)) ++count[t.launch];
+    }
+    return count;
+  };
+  const auto te_count = crossings_per_launch(static_plan(Strategy::kTe, workload, cluster));
+  const auto lt_count = crossings_per_launch(static_plan(Strategy::kLoongTrain, workload, cluster));
+  EXPECT_EQ(te_count.size(), 15u);
+  EXPECT_EQ(lt_count.size(), 3u);
+  EXPECT_GT(lt_count.begin()->second, te_count.begin()->second);
+}
+
+TEST(LoongTrainPlan, WithTheWholeRingAsItsWindowIsTe) {
+  const Workload workload = make({20000, 9000, 300}, MaskKind::kCausal);
+  for (const ClusterShape cluster : {ClusterShape{4, 8}, ClusterShape{2, 4}}) {
+    StaticOptions whole;
+    whole.loongtrain_window = 64;  // capped at the ring
+    const StaticPlan lt = static_plan(Strategy::kLoongTrain, workload, cluster, whole);
+    const StaticPlan te = static_plan(Strategy::kTe, workload, cluster);
+    EXPECT_EQ(lt.placement.token_block_device, te.placement.token_block_device);
+    EXPECT_EQ(lt.placement.work_unit_device, te.placement.work_unit_device);
+    for (const auto& [a, b] : {std::pair{&lt.forward, &te.forward}, {&lt.backward, &te.backward}}) {
+      EXPECT_EQ(a->stages, b->stages);
+      EXPECT_EQ(a->unit_stage, b->unit_stage);
+      EXPECT_EQ(a->transfers, b->transfers);
+    }
+  }
+  // The default window differs from te on several nodes, and a window must divide the ring.
+  EXPECT_NE(static_plan(Strategy::kLoongTrain, workload, {4, 8}).forward.transfers,
+            static_plan(Strategy::kTe, workload, {4, 8}).forward.transfers);
+  StaticOptions odd;
+  odd.loongtrain_window = 3;
+  try {
+    static_plan(Strategy::kLoongTrain, workload, {4, 8}, odd);
+    FAIL() << "a window of 3 on a ring of 16";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("window 3"), std::string::npos) << e.what();
+  }
+}
+
+// --- Data parallelism ---------------------------------------------------------------------------
+
+TEST(StaticDataParallel, KeepsEveryTransferInsideItsGroupAndSplitsSequencesGreedily) {
+  // Longest first to the group with the fewest tokens: 500 -> 0, 400 -> 1, 300 -> 1, 200 -> 0,
+  // 100 -> 0 (a tie at 700 goes to the lower group).
+  const Workload workload = make({300, 500, 100, 400, 200}, MaskKind::kLambda);
+  const std::int32_t expected_group[] = {1, 0, 0, 1, 0};
+  const ClusterShape cluster{2, 4};
+  for (const Strategy strategy : kStaticStrategies) {
+    const StaticPlan plan = static_plan(strategy, workload, cluster, with_degree(2));
+    EXPECT_EQ(plan.data_parallel, 2);
+    for (const TokenBlock& block : plan.workload.blocks().blocks()) {
+      const BlockId id = plan.workload.blocks().block_id(block.seq, block.index);
+      EXPECT_EQ(plan.placement.token_block_device[static_cast<std::size_t>(id)] / 4,
+                expected_group[block.seq])
+          << to_string(strategy) << " sequence " << block.seq;
+    }
+    for (const PassSchedule* pass : {&plan.forward, &plan.backward}) {
+      for (const Transfer& t : pass->transfers) {
+        EXPECT_EQ(t.src / 4, t.dst / 4) << to_string(strategy) << " crosses groups";
+      }
+    }
+    // Each group cuts its sequences for its own 4 devices.
+    const bool two_per_device = strategy != Strategy::kRing && strategy != Strategy::kUlysses;
+    EXPECT_EQ(plan.workload.blocks().blocks_in(1), two_per_device ? 8 : 4) << to_string(strategy);
+    PlanOptions options;
+    options.strategy = strategy;
+    options.cluster = cluster_preset("a100-p4de");
+    options.cluster.shape = cluster;
+    options.static_data_parallel = 2;
+    const BuiltPlan built = build_plan(workload, options);
+    EXPECT_EQ(built.data_parallel, 2);
+    const VerifyReport report = verify(built.plan);
+    EXPECT_TRUE(report.ok) << to_string(strategy) << ": " << describe(report);
+  }
+}
+
+TEST(StaticDataParallel, AutomaticDegreeFollowsThePapersRule) {
+  const ClusterShape cluster{4, 8};
+  const SequenceBatch eight(std::vector<TokenCount>(8, 16384));
+  EXPECT_EQ(automatic_data_parallel(Strategy::kZigzag, eight, cluster), 8);
+  EXPECT_EQ(automatic_data_parallel(Strategy::kTe, eight, cluster), 8);
+  EXPECT_EQ(automatic_data_parallel(Strategy::kHybrid, eight, cluster), 4);  // whole nodes
+  EXPECT_EQ(automatic_data_parallel(Strategy::kDcp, eight, cluster), 1);
+  EXPECT_EQ(automatic_data_parallel(Strategy::kRing, SequenceBatch({131072}), cluster), 1);
+  // A 98K-token batch whose longest sequence is 12000 tokens: 131072 // 12000 = 10, so 8.
+  std::vector<TokenCount> lengths(8, 10000);
+  lengths.push_back(12000);
+  lengths.push_back(6000);
+  EXPECT_EQ(automatic_data_parallel(Strategy::kRing, SequenceBatch(lengths), cluster), 8);
+  // 0 asks for it.
+  const Workload workload = make({1000, 1000, 1000, 1000}, MaskKind::kCausal);
+  EXPECT_EQ(static_plan(Strategy::kZigzag, workload, cluster, with_degree(0)).data_parallel, 4);
+}
+
+TEST(StaticDataParallel, RefusesADegreeTheDevicesOrTheStrategyCannotTake) {
+  const Workload workload = make({1000, 700, 300});
+  const auto refusal = [&](Strategy strategy, std::int32_t d) {
+    try {
+      static_plan(strategy, workload, {4, 8}, with_degree(d));
+    } catch (const InvalidInput& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  for (const std::int32_t d : {3, 64, -1}) {
+    const std::string message = refusal(Strategy::kZigzag, d);
+    EXPECT_NE(message.find("zigzag: data parallel degree " + std::to_string(d)), std::string::npos)
+        << message;
+  }
+  const std::string hybrid = refusal(Strategy::kHybrid, 8);
+  EXPECT_NE(hybrid.find("hybrid with data parallel degree 8"), std::string::npos) << hybrid;
+  EXPECT_EQ(refusal(Strategy::kHybrid, 4), "accepted");
+  // Ulysses needs a q head block per device of a group: 32 devices do not fit 8 heads, 8 do.
+  EXPECT_NE(refusal(Strategy::kUlysses, 1).find("head"), std::string::npos);
+  EXPECT_EQ(refusal(Strategy::kUlysses, 4), "accepted");
+  EXPECT_EQ(refusal(Strategy::kTe, 32), "accepted");  // groups of one device: a = 1
+}
+
+}  // namespace
+}  // namespace dcp

@@ -9,7 +9,7 @@ taking its tokens at plan.local_token_positions(rank), so every strategy sees th
 each pass is timed on its own: barrier, synchronize, CUDA events around the pass (perf_counter on
 the CPU), synchronize. A repeat's time is the slowest rank's (all_reduce MAX); the table shows the
 median over `--repeats` after `--warmup`, each strategy's ratio to the best static strategy
-(ring, zigzag, ulysses, hybrid: the lowest time among those run), and TFLOP/s per GPU (forward
+(ring, zigzag, ulysses, hybrid, te, loongtrain: the lowest time among those run), and TFLOP/s per GPU (forward
 FLOPs = 4 * d * heads * unmasked pairs of the batch, backward 2.5 x). It also gathers o, dq, dk
 and dv of every strategy into the global token order and reports their largest difference from
 the first strategy's (relative to its max |value|); a difference above the dtype's tolerance
@@ -41,7 +41,7 @@ import time
 import torch
 import torch.distributed as dist
 
-STATIC = ("ring", "zigzag", "ulysses", "hybrid")
+STATIC = ("ring", "zigzag", "ulysses", "hybrid", "te", "loongtrain")
 STORAGE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 TOLERANCE = {"bf16": 3e-2, "fp16": 5e-3, "fp32": 1e-4}  # of max |first strategy's value|
 

@@ -5,7 +5,7 @@
 //
 //   build/release/bench/dcp_plan_bench [--batches N] [--dists ldc] [--masks causal,...]
 //       [--cluster a100-p4de] [--nodes 4] [--devices-per-node 8] [--block-size 1024]
-//       [--strategies dcp,ring,zigzag,ulysses,hybrid]
+//       [--strategies dcp,ring,zigzag,ulysses,hybrid,te,loongtrain]
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -31,7 +31,7 @@ int run(int argc, char** argv) {
   std::int64_t batches = 20;
   std::string dists = "ldc";
   std::string masks = "causal,lambda,shared_question,causal_blockwise";
-  std::string strategies = "dcp,ring,zigzag,ulysses,hybrid";
+  std::string strategies = "dcp,ring,zigzag,ulysses,hybrid,te,loongtrain";
   std::string cluster_name = "a100-p4de";
   std::int32_t nodes = 4, per_node = 8;
   TokenCount block_size = 1024;

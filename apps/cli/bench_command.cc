@@ -65,8 +65,11 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
       {"--scales", "LIST", "micro: length scales [0.5,1,2,4]"},
       {"--masks", "LIST", "mask kinds [causal,lambda,shared_question,causal_blockwise]"},
       {"--strategies", "LIST",
-       "micro [dcp,dcp-pure,ring,zigzag,ulysses,hybrid]; calibration [dcp,ring,zigzag,ulysses,"
-       "hybrid]"},
+       "micro [dcp,dcp-pure,ring,zigzag,ulysses,hybrid,te,loongtrain]; calibration "
+       "[dcp,ring,zigzag,ulysses,hybrid,te,loongtrain]"},
+      {"--static-dp", "N|auto",
+       "micro: the static strategies' data parallel degree (also for dcp's static candidates); "
+       "auto: the DCP paper's rule for its baselines [auto]"},
       {"--tokens", "N", "tokens per batch [micro 131072, calibration 8192]"},
       {"--cluster", "PRESET|FILE", "[micro a100-p4de, calibration cpu-local]"},
       {"--heads", "N", "q heads [8]"},
@@ -106,7 +109,12 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     });
     options.masks = masks_from(args);
     options.strategies = list_flag<Strategy>(
-        args, "--strategies", "dcp,dcp-pure,ring,zigzag,ulysses,hybrid", parse_strategy);
+        args, "--strategies", "dcp,dcp-pure,ring,zigzag,ulysses,hybrid,te,loongtrain",
+        parse_strategy);
+    if (const auto degree = args.get("--static-dp")) {
+      options.static_data_parallel =
+          with_flag("--static-dp", [&] { return parse_data_parallel(*degree); });
+    }
     options.batches = batches;
     options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
     options.cluster = cluster_from(args, "a100-p4de");
@@ -134,13 +142,13 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     return 0;
   }
   if (suite == "calibration") {
-    for (const char* flag : {"--datasets", "--scales", "--threads", "--json"}) {
+    for (const char* flag : {"--datasets", "--scales", "--threads", "--json", "--static-dp"}) {
       if (args.has(flag)) throw UsageError(std::string(flag) + " applies to --suite micro");
     }
     CalibrationSuiteOptions options;
     options.masks = masks_from(args);
-    options.strategies =
-        list_flag<Strategy>(args, "--strategies", "dcp,ring,zigzag,ulysses,hybrid", parse_strategy);
+    options.strategies = list_flag<Strategy>(
+        args, "--strategies", "dcp,ring,zigzag,ulysses,hybrid,te,loongtrain", parse_strategy);
     options.batches = batches;
     options.tokens = args.get_int("--tokens", 8192, 1, 1 << 24);
     const std::string dataset = args.get_or("--dataset", "ldc");

@@ -67,7 +67,8 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
   for (const FlagSpec& flag : execution_flags()) {
     if (flag.name != "--comm") specs.push_back(flag);
   }
-  specs.push_back({"--strategies", "LIST", "comma-separated [dcp,ring,zigzag,ulysses,hybrid]"});
+  specs.push_back(
+      {"--strategies", "LIST", "comma-separated [dcp,ring,zigzag,ulysses,hybrid,te,loongtrain]"});
   specs.push_back({"--help", "", "show this help"});
   // The help shows the demo's defaults where they differ from the other commands'.
   std::vector<std::string> helps;
@@ -94,8 +95,8 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
         specs);
     return 0;
   }
-  const std::vector<Strategy> strategies =
-      list_flag<Strategy>(args, "--strategies", "dcp,ring,zigzag,ulysses,hybrid", parse_strategy);
+  const std::vector<Strategy> strategies = list_flag<Strategy>(
+      args, "--strategies", "dcp,ring,zigzag,ulysses,hybrid,te,loongtrain", parse_strategy);
   const auto seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
   PlanOptions plan_options = plan_options_from_flags(args, seed);
   const ExecutionOptions execution = execution_options_from_flags(args);
@@ -159,12 +160,12 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
       << " tokens (longest " << longest << "), " << plan_options.cluster.shape.nodes << " nodes x "
       << plan_options.cluster.shape.devices_per_node
       << " devices; every plan verified, every result checked against dense fp64 attention\n\n";
-  std::snprintf(line, sizeof(line), "%-9s %9s %15s %15s %11s %11s %12s %11s\n", "strategy",
+  std::snprintf(line, sizeof(line), "%-10s %9s %15s %15s %11s %11s %12s %11s\n", "strategy",
                 "plan ms", "inter-node MB", "intra-node MB", "imbalance", "forward ms",
                 "backward ms", "max error");
   out << line;
   for (const DemoRow& row : rows) {
-    std::snprintf(line, sizeof(line), "%-9s %9.1f %15s %15s %11.2f %11.1f %12.1f %11.2e\n",
+    std::snprintf(line, sizeof(line), "%-10s %9.1f %15s %15s %11.2f %11.1f %12.1f %11.2e\n",
                   row.strategy.c_str(), row.plan_ms, format_mb(row.inter_node, 2).c_str(),
                   format_mb(row.intra_node, 2).c_str(), row.imbalance, row.forward_ms,
                   row.backward_ms, row.error);

@@ -12,7 +12,7 @@
 namespace dcp::cli {
 namespace {
 
-constexpr const char* kBaselines[] = {"ring", "zigzag", "ulysses", "hybrid"};
+constexpr const char* kBaselines[] = {"ring", "zigzag", "ulysses", "hybrid", "te", "loongtrain"};
 
 // The records of one configuration and pass, by strategy.
 struct Config {
@@ -53,6 +53,24 @@ std::vector<Config> configs(const std::vector<MicroRecord>& records, const std::
     out.back().records.push_back(&r);
   }
   return out;
+}
+
+// How the static strategies used data parallelism.
+std::string data_parallel_text(std::int32_t degree) {
+  if (degree == 0) {
+    return "The static strategies (and dcp's static candidates) use data parallelism where they "
+           "can, as the DCP paper ran them: degree d = the largest power of two with d × the "
+           "longest sequence ≤ the batch's tokens rounded up to a power of two (the paper: ≤ "
+           "131072 // max(seqlen)), sequences spread over the d groups of consecutive devices "
+           "greedily by tokens, each group running the strategy on its devices (hybrid: whole "
+           "nodes per group).";
+  }
+  if (degree == 1) {
+    return "The static strategies use no data parallelism: one group of all devices.";
+  }
+  return "The static strategies (and dcp's static candidates) use data parallel degree " +
+         std::to_string(degree) +
+         ": sequences spread over that many groups of consecutive devices greedily by tokens.";
 }
 
 std::string ratio_text(std::optional<double> ratio) {
@@ -192,8 +210,12 @@ std::string micro_markdown(const MicroOptions& options, const std::vector<MicroR
       "executing and keeps the fastest (forward plus backward), so under the cost model it is "
       "never slower than a static strategy; the `dcp kept` column counts which plan was kept. "
       "`dcp-pure` is dcp's own placement always, so the planner's own quality stays visible. "
-      "Baselines: ring, zigzag, ulysses (n/a when the q heads do not cover the devices) and "
-      "hybrid (TransformerEngine-style a2a inside a node + zigzag ring across nodes).\n\n";
+      "Baselines: ring, zigzag, ulysses (n/a when the q heads do not cover a group's devices), "
+      "hybrid (a2a inside a node + zigzag ring across nodes), te (TransformerEngine's a2a+p2p: "
+      "a2a over head groups of as many devices as kv heads + zigzag ring across them) and "
+      "loongtrain (LoongTrain's double ring: te's head groups, an inner ring inside a node and "
+      "an outer ring across nodes). " +
+      data_parallel_text(options.static_data_parallel) + "\n\n";
   md +=
       "![forward speedup](micro_bench_forward.svg)\n![backward "
       "speedup](micro_bench_backward.svg)\n\n";

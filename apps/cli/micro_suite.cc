@@ -42,6 +42,7 @@ Measured measure(const Workload& workload, Strategy strategy, const MicroOptions
   plan_options.strategy = strategy;
   plan_options.cluster = options.cluster;
   plan_options.seed = options.seed;
+  plan_options.static_data_parallel = options.static_data_parallel;
   const auto start = Clock::now();
   std::optional<BuiltPlan> built;
   try {

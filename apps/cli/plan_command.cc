@@ -91,6 +91,7 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     json.field("cluster", std::string_view(options.cluster.name));
     json.field("nodes", std::int64_t{options.cluster.shape.nodes});
     json.field("devices_per_node", std::int64_t{options.cluster.shape.devices_per_node});
+    json.field("data_parallel", std::int64_t{built.data_parallel});
     json.field("sequences", std::int64_t{built.workload.batch().size()});
     json.field("tokens", built.workload.batch().total_tokens());
     json.field("block_size", built.workload.blocks().block_size());
@@ -123,7 +124,12 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
   char line[240];
   out << "plan       " << built.plan.header.strategy << " on " << options.cluster.name << ", "
       << options.cluster.shape.nodes << " nodes x " << options.cluster.shape.devices_per_node
-      << " devices\n";
+      << " devices";
+  if (built.data_parallel > 1) {
+    out << ", data parallel " << built.data_parallel << " (groups of "
+        << options.cluster.shape.devices() / built.data_parallel << " devices)";
+  }
+  out << "\n";
   out << "batch      " << workload.batch().size() << " sequences, "
       << workload.batch().total_tokens() << " tokens, " << workload.blocks().block_count()
       << " token blocks (largest " << workload.blocks().block_size() << "), "

@@ -29,8 +29,14 @@ const std::vector<FlagSpec>& plan_flags() {
       {"--nodes", "N", "nodes [the cluster's]"},
       {"--devices-per-node", "D", "devices per node [the cluster's]"},
       {"--strategy", "NAME",
-       "dcp | dcp-pure | ring | zigzag | ulysses | hybrid [dcp]; dcp keeps the fastest of its "
-       "own plan and the static plans under the simulator, dcp-pure always its own"},
+       "dcp | dcp-pure | ring | zigzag | ulysses | hybrid | te | loongtrain [dcp]; dcp keeps the "
+       "fastest of its own plan and the static plans under the simulator, dcp-pure always its "
+       "own"},
+      {"--static-dp", "N|auto",
+       "static strategies (and dcp's static candidates): data parallel degree, N groups of "
+       "consecutive devices with the sequences spread over them by tokens; auto: the largest "
+       "power of two N with N x the longest sequence <= the batch's tokens rounded up to a power "
+       "of two, as the DCP paper ran its baselines [1]"},
       {"--stages", "S", "dcp: fetch stages; 0 = chosen by the cost model [0]"},
       {"--compute-masked-tiles", "",
        "static strategies: compute fully masked tiles too (TransformerEngine's path for "
@@ -64,6 +70,15 @@ PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
       throw UsageError(std::string(flag) + " applies to --strategy dcp or dcp-pure; " +
                        std::string(to_string(options.strategy)) + " has a fixed schedule");
     }
+  }
+  if (const auto degree = args.get("--static-dp")) {
+    if (options.strategy == Strategy::kDcpPure) {
+      throw UsageError(
+          "--static-dp applies to static strategies and dcp's static candidates, not "
+          "dcp-pure");
+    }
+    options.static_data_parallel =
+        with_flag("--static-dp", [&] { return parse_data_parallel(*degree); });
   }
   if (args.flag("--compute-masked-tiles")) {
     if (is_dcp(options.strategy)) {

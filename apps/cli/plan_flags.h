@@ -12,8 +12,8 @@
 
 namespace dcp::cli {
 
-// --cluster, --nodes, --devices-per-node, --strategy, --stages, --compute-masked-tiles,
-// --eps-compute, --eps-memory, --keep-kv, --partial-dtype.
+// --cluster, --nodes, --devices-per-node, --strategy, --static-dp, --stages,
+// --compute-masked-tiles, --eps-compute, --eps-memory, --keep-kv, --partial-dtype.
 const std::vector<FlagSpec>& plan_flags();
 
 // --partial-dtype (also a flag of dcp partition), and the dtype it names (unset: not given).

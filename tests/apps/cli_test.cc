@@ -218,7 +218,7 @@ namespace {
 TEST(PlanCommand, WritesAPlanThatVerifiesAndInspects) {
   const std::string plan = temp_path("a.plan");
   const std::string json = temp_path("a.json");
-  for (const char* strategy : {"dcp", "ring", "zigzag", "hybrid"}) {
+  for (const char* strategy : {"dcp", "ring", "zigzag", "hybrid", "te", "loongtrain"}) {
     const Result r = run({"plan", "--seqlens", "3000,700,40", "--block-size", "256", "--nodes", "2",
                           "--devices-per-node", "2", "--mask", "lambda:sink=16,window=512",
                           "--strategy", strategy, "-o", plan, "--json", json});
@@ -273,6 +273,41 @@ TEST(PlanCommand, RejectsBadFlagsWithExitStatus2) {
   expect_usage_error(
       {"partition", "--seqlens", "100", "--dtype", "fp32", "--partial-dtype", "bf16"},
       "partials travel in fp32 or the storage dtype (fp32), not bf16");
+}
+
+// Static strategies in data parallel groups: --static-dp N or auto; the plan says its degree.
+TEST(PlanCommand, RunsStaticStrategiesInDataParallelGroups) {
+  const auto plan = [](const char* strategy, const char* degree) {
+    return run({"plan", "--seqlens", "3000,700,400,40", "--block-size", "256", "--nodes", "2",
+                "--devices-per-node", "4", "--strategy", strategy, "--static-dp", degree});
+  };
+  for (const char* strategy : {"zigzag", "te", "loongtrain", "hybrid"}) {
+    const Result two = plan(strategy, "2");
+    ASSERT_EQ(two.status, 0) << strategy << ": " << two.err;
+    EXPECT_NE(two.out.find("data parallel 2 (groups of 4 devices)"), std::string::npos) << two.out;
+  }
+  // 4140 tokens round up to 8192: 2 x 3000 fits, 4 x 3000 does not.
+  const Result automatic = plan("ring", "auto");
+  ASSERT_EQ(automatic.status, 0) << automatic.err;
+  EXPECT_NE(automatic.out.find("data parallel 2"), std::string::npos) << automatic.out;
+  const Result one = plan("ring", "1");
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_EQ(one.out.find("data parallel"), std::string::npos) << one.out;
+  const Result dcp = plan("dcp", "auto");  // dcp's static candidates take it
+  ASSERT_EQ(dcp.status, 0) << dcp.err;
+  expect_usage_error({"plan", "--seqlens", "100", "--static-dp", "0"},
+                     "--static-dp: the data "
+                     "parallel degree must be auto or a whole number in [1, 65536], got '0'");
+  expect_usage_error({"plan", "--seqlens", "100", "--static-dp", "x"}, "got 'x'");
+  expect_usage_error({"plan", "--seqlens", "100", "--strategy", "zigzag", "--static-dp", "3"},
+                     "zigzag: data parallel degree 3 does not divide the 32 devices");
+  expect_usage_error({"plan", "--seqlens", "100", "--strategy", "dcp-pure", "--static-dp", "2"},
+                     "--static-dp applies to static strategies");
+  expect_usage_error({"plan", "--seqlens", "100", "--static-dp", "2", "--static-dp", "2"},
+                     "--static-dp");
+  expect_usage_error({"bench", "--suite", "calibration", "--static-dp", "2"},
+                     "--static-dp applies to --suite micro");
+  expect_usage_error({"bench", "--static-dp", "none"}, "--static-dp");
 }
 
 // dcp's own plans send partials in the storage dtype unless told otherwise, static strategies
@@ -364,7 +399,7 @@ TEST(VerifyCommand, RejectsDamagedAndForeignFilesWithAClearError) {
 }
 
 TEST(RunCommand, ExecutesEveryStrategyAndPrintsErrorsBelowTheBound) {
-  for (const char* strategy : {"dcp", "zigzag", "hybrid"}) {
+  for (const char* strategy : {"dcp", "zigzag", "hybrid", "te", "loongtrain"}) {
     const Result r = run({"run", "--seqlens", "700,300,1", "--block-size", "128", "--nodes", "2",
                           "--devices-per-node", "2", "--head-dim", "16", "--dtype", "fp32",
                           "--strategy", strategy, "--mask", "causal_blockwise:block=64,local=2"});
@@ -513,7 +548,7 @@ TEST(DemoCommand, PlansVerifiesRunsAndChecksEveryStrategy) {
   const Result r = run({"demo", "--tokens", "3000", "--head-dim", "16", "--nodes", "1",
                         "--devices-per-node", "2", "--block-size", "256"});
   ASSERT_EQ(r.status, 0) << r.err;
-  for (const char* strategy : {"dcp", "ring", "zigzag", "ulysses", "hybrid"}) {
+  for (const char* strategy : {"dcp", "ring", "zigzag", "ulysses", "hybrid", "te", "loongtrain"}) {
     EXPECT_NE(r.out.find(std::string("\n") + strategy + " "), std::string::npos) << r.out;
   }
   EXPECT_NE(r.out.find("every result checked"), std::string::npos);

@@ -77,7 +77,7 @@ TEST(BenchCommand, MicroSuiteWritesRecordsReportAndCharts) {
        cluster,    "--threads", "2",       "--report-dir",  dir,        "--json",     json});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string records = read_all(json);
-  // 2 masks x 2 passes x 6 strategies, every strategy feasible on 4 devices.
+  // 2 masks x 2 passes x 8 strategies, every strategy feasible on 4 devices.
   // One record per line: {"dataset": ..., "mask": "M", "pass": "P", "strategy": "S",
   // "time_ms": T, ...}.
   const auto field = [](const std::string& line, const std::string& key) {
@@ -98,14 +98,15 @@ TEST(BenchCommand, MicroSuiteWritesRecordsReportAndCharts) {
     time[field(line, "mask") + " " + field(line, "pass") + " " + field(line, "strategy")] =
         std::stod(field(line, "time_ms"));
   }
-  ASSERT_EQ(time.size(), 24u) << records;
+  ASSERT_EQ(time.size(), 32u) << records;
   // dcp keeps the fastest of its own and the static plans (forward plus backward).
   for (const char* mask : {"causal", "lambda"}) {
     const auto total = [&](const std::string& strategy) {
       return time[std::string(mask) + " forward " + strategy] +
              time[std::string(mask) + " backward " + strategy];
     };
-    for (const char* other : {"dcp-pure", "ring", "zigzag", "ulysses", "hybrid"}) {
+    for (const char* other :
+         {"dcp-pure", "ring", "zigzag", "ulysses", "hybrid", "te", "loongtrain"}) {
       EXPECT_LE(total("dcp"), total(other) * (1 + 1e-9)) << mask << " " << other;
     }
   }
@@ -113,6 +114,8 @@ TEST(BenchCommand, MicroSuiteWritesRecordsReportAndCharts) {
   EXPECT_NE(markdown.find("## Forward: simulated time"), std::string::npos);
   EXPECT_NE(markdown.find("| ldc | x0.5 | lambda |"), std::string::npos);
   EXPECT_NE(markdown.find("## Targets"), std::string::npos);
+  // The static strategies ran with data parallelism where they could, as the paper ran them.
+  EXPECT_NE(markdown.find("use data parallelism where they can"), std::string::npos);
   EXPECT_EQ(read_all(dir + "/micro_bench_forward.svg").rfind("<svg", 0), 0u);
   EXPECT_EQ(read_all(dir + "/micro_bench_backward.svg").rfind("<svg", 0), 0u);
   EXPECT_NE(r.out.find("# Attention micro-benchmark"), std::string::npos);

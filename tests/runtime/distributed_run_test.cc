@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Every strategy's plan, executed on local ranks, matches dense fp64 attention forward and
-// backward on every mask kind and world size; bf16 runs stay within twice a single-device bf16
-// kernel's error.
+// backward on every mask kind and world size (static strategies also in data parallel groups);
+// bf16 runs stay within twice a single-device bf16 kernel's error.
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -26,8 +26,10 @@ struct Outcome {
 };
 
 Outcome run_and_compare(const Workload& workload, Strategy strategy, ClusterShape world,
-                        std::uint64_t seed) {
-  const BuiltPlan built = build_plan(workload, runtime_plan_options(strategy, world));
+                        std::uint64_t seed, std::int32_t static_data_parallel = 1) {
+  PlanOptions plan_options = runtime_plan_options(strategy, world);
+  plan_options.static_data_parallel = static_data_parallel;
+  const BuiltPlan built = build_plan(workload, plan_options);
   const runtime::BatchInputs inputs = runtime::random_inputs(batch_shape(workload), seed);
   runtime::RunOptions options;
   options.kernel_threads = 1;
@@ -100,7 +102,8 @@ TEST_P(EveryStrategyMaskAndWorld, GivesMinusInfinityAndZerosForRowsThatAttendToN
 INSTANTIATE_TEST_SUITE_P(
     Runs, EveryStrategyMaskAndWorld,
     ::testing::Combine(::testing::Values(Strategy::kDcp, Strategy::kDcpPure, Strategy::kRing,
-                                         Strategy::kZigzag, Strategy::kUlysses, Strategy::kHybrid),
+                                         Strategy::kZigzag, Strategy::kUlysses, Strategy::kHybrid,
+                                         Strategy::kTe, Strategy::kLoongTrain),
                        ::testing::Values(ClusterShape{1, 1}, ClusterShape{1, 2}, ClusterShape{1, 3},
                                          ClusterShape{2, 2}, ClusterShape{2, 4})),
     [](const auto& param_info) {
@@ -110,6 +113,29 @@ INSTANTIATE_TEST_SUITE_P(
       return name + "_" + std::to_string(world.nodes) + "x" +
              std::to_string(world.devices_per_node);
     });
+
+// Static strategies with data parallelism: each group of devices runs the strategy on its
+// sequences, and together they compute the whole batch's attention.
+TEST(StaticDataParallel, GroupsMatchDenseFp64AttentionForwardAndBackward) {
+  std::uint64_t seed = 51;
+  for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kLambda}) {
+    const SequenceBatch batch = testing::runtime_batch(seed);
+    const Workload workload(testing::runtime_shape(DType::kFp32), batch,
+                            build_batch_mask(testing::runtime_spec(kind), batch), 64, 1);
+    for (const Strategy strategy : kStaticStrategies) {
+      const Outcome outcome = run_and_compare(workload, strategy, {2, 2}, seed, 2);
+      expect_within(outcome.errors, 1e-4,
+                    std::string(to_string(kind)) + " " + std::string(to_string(strategy)));
+    }
+    for (const Strategy strategy : {Strategy::kZigzag, Strategy::kTe, Strategy::kLoongTrain}) {
+      const Outcome outcome = run_and_compare(workload, strategy, {2, 4}, seed, 0);  // automatic
+      expect_within(
+          outcome.errors, 1e-4,
+          std::string(to_string(kind)) + " " + std::string(to_string(strategy)) + " automatic");
+    }
+    ++seed;
+  }
+}
 
 // Partials a device received or merged and then sent on rather than stored: a node's partials
 // reduced on a device that does not own them (an owner stores what it receives).

@@ -82,12 +82,13 @@ def plan(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Plan:
     kv_heads=2, head_dim=128, dtype='bf16', softmax_scale=None (1/sqrt(head_dim)),
     block_size=None (chosen), head_block_size=1, cluster='a100-p4de' (a preset or a cluster
     file), nodes, devices_per_node (the cluster's), strategy='dcp' (dcp | dcp-pure | ring |
-    zigzag | ulysses | hybrid), stages=0 (chosen), eps_compute=0.1, eps_memory=0.2,
-    compute_masked_tiles=False, keep_kv='all' (dcp: the kv values a rank received in the forward
-    pass that it keeps for the backward pass instead of receiving them again: 'all', 'none', or
-    up to that many MiB per rank and attention layer), partial_dtype=None (the dtype partial
-    o, dq, dk, dv travel in between ranks, accumulated in fp32 either way: 'fp32' or the storage
-    dtype; None: the storage dtype for dcp's own plans, fp32 for static strategies), seed=0.
+    zigzag | ulysses | hybrid | te | loongtrain), stages=0 (chosen), eps_compute=0.1,
+    eps_memory=0.2, compute_masked_tiles=False, keep_kv='all' (dcp: the kv values a rank
+    received in the forward pass that it keeps for the backward pass instead of receiving them
+    again: 'all', 'none', or up to that many MiB per rank and attention layer),
+    partial_dtype=None (the dtype partial o, dq, dk, dv travel in between ranks, accumulated in
+    fp32 either way: 'fp32' or the storage dtype; None: the storage dtype for dcp's own plans,
+    fp32 for static strategies), seed=0.
 
     `mask` is a spec ('causal', 'lambda:sink=64,window=4096', ...) for every sequence, an int32
     (total tokens, K, 2) array of per-row key intervals, or a list with one spec or array per

@@ -412,7 +412,8 @@ TEST(Simulator, UnmatchedSendsDeadlocksAndSizeMismatchesAreErrors) {
 // Planned batches: more bandwidth, less latency or faster kernels never make a pass slower.
 TEST(Simulator, FasterClustersAreNeverSlower) {
   Rng rng(3);
-  for (const Strategy strategy : {Strategy::kDcp, Strategy::kRing, Strategy::kHybrid}) {
+  for (const Strategy strategy :
+       {Strategy::kDcp, Strategy::kRing, Strategy::kHybrid, Strategy::kTe, Strategy::kLoongTrain}) {
     for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kSharedQuestion}) {
       std::vector<TokenCount> lengths;
       for (int i = 0; i < 6; ++i) lengths.push_back(rng.uniform_int(50, 1500));

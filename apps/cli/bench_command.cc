@@ -14,6 +14,7 @@
 #include "apps/cli/args.h"
 #include "apps/cli/bench_suites.h"
 #include "apps/cli/command_table.h"
+#include "apps/cli/paper_suite.h"
 #include "apps/cli/workload_flags.h"
 
 namespace dcp::cli {
@@ -58,7 +59,7 @@ void write_report(const Args& args, const std::string& name, const std::string& 
 
 int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const std::vector<FlagSpec> specs = {
-      {"--suite", "NAME", "micro | calibration [micro]"},
+      {"--suite", "NAME", "micro | paper | calibration [micro]"},
       {"--batches", "N", "batches per configuration [3]"},
       {"--datasets", "LIST", "micro: length distributions [ldc,longalign]"},
       {"--dataset", "NAME", "calibration: length distribution [ldc]"},
@@ -70,7 +71,8 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
       {"--static-dp", "N|auto",
        "micro: the static strategies' data parallel degree (also for dcp's static candidates); "
        "auto: the DCP paper's rule for its baselines [auto]"},
-      {"--tokens", "N", "tokens per batch [micro 131072, calibration 8192]"},
+      {"--tokens", "N",
+       "tokens per batch [micro, paper 131072; calibration 8192]; paper: lengths scale with it"},
       {"--cluster", "PRESET|FILE", "[micro a100-p4de, calibration cpu-local]"},
       {"--heads", "N", "q heads [8]"},
       {"--kv-heads", "N", "kv heads [2]"},
@@ -80,16 +82,22 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
       {"--threads", "N", "micro: configurations planned at once [hardware threads]"},
       {"--report-dir", "DIR",
        "where the Markdown report (and micro's SVG charts) go; empty for none [docs]"},
-      {"--json", "FILE", "micro: write the records as JSON"},
+      {"--json", "FILE", "micro, paper: write the records as JSON"},
+      {"--fit", "",
+       "paper: fit the cluster's constants no datasheet fixes to the paper's fitted cells, print "
+       "them as a cluster file, and report with them"},
       {"--help", "", "show this help"},
   };
   const Args args(specs, argv);
   if (args.flag("--help")) {
     out << format_help(
-        "dcp bench --suite micro|calibration [flags]",
+        "dcp bench --suite micro|paper|calibration [flags]",
         "micro: the DCP paper's attention micro-benchmark under the simulator: datasets x "
         "length scales x masks x strategies on 4 x 8 A100s (a100-p4de), 131072-token batches; "
-        "writes docs/micro_bench.md and two SVG charts. calibration: real runs of the CPU "
+        "writes docs/micro_bench.md and two SVG charts. paper: every cell the DCP paper measured "
+        "(ring, zigzag, loongtrain, te and its DCP, causal and sparse masks) next to the "
+        "simulated time on a100-p4de, with the error; writes docs/paper_bench.md. calibration: "
+        "real runs of the CPU "
         "runtime on local ranks next to the simulator's prediction under cpu-local; writes "
         "docs/calibration.md with the error distribution. Progress goes to stderr.",
         specs);
@@ -99,6 +107,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const auto seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
   const auto batches = static_cast<std::int32_t>(args.get_int("--batches", 3, 1, 10000));
   if (suite == "micro") {
+    if (args.has("--fit")) throw UsageError("--fit applies to --suite paper");
     MicroOptions options;
     options.datasets = list_flag<LengthDistributionKind>(args, "--datasets", "ldc,longalign",
                                                          parse_length_distribution);
@@ -141,9 +150,49 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     out << markdown;
     return 0;
   }
+  if (suite == "paper") {
+    for (const char* flag :
+         {"--datasets", "--dataset", "--scales", "--masks", "--strategies", "--static-dp"}) {
+      if (args.has(flag)) {
+        throw UsageError(std::string(flag) +
+                         " does not apply to --suite paper (its cells fix them)");
+      }
+    }
+    PaperOptions options;
+    options.batches = batches;
+    options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
+    options.cluster = cluster_from(args, "a100-p4de");
+    options.shape = shape_from_flags(args);
+    options.seed = seed;
+    const auto hardware =
+        static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+    options.threads = static_cast<int>(args.get_int("--threads", hardware, 1, 256));
+    if (args.flag("--fit")) {
+      const PaperFit fit = fit_paper_constants(options, std::cerr);
+      std::cerr << "fit: " << fit.evaluations << " evaluations, rms log error "
+                << fit.rms_log_error_before << " -> " << fit.rms_log_error_after << "\n";
+      out << to_cluster_text(fit.cluster) << "\n";
+      options.cluster = fit.cluster;
+    }
+    std::cerr << "dcp bench paper: " << paper_cells().size() << " cells, " << options.batches
+              << " batches per dataset and scale, on " << options.cluster.name << "\n";
+    const std::vector<PaperRecord> records = run_paper_suite(options, std::cerr);
+    const std::string markdown = paper_markdown(options, records, command_line(argv));
+    if (const auto json = args.get("--json")) {
+      with_flag("--json " + dcp::quoted(*json),
+                [&] { write_file_atomically(*json, paper_records_json(records)); });
+      out << "wrote " << *json << "\n";
+    }
+    write_report(args, "paper_bench.md", markdown, out);
+    out << markdown;
+    return 0;
+  }
   if (suite == "calibration") {
-    for (const char* flag : {"--datasets", "--scales", "--threads", "--json", "--static-dp"}) {
-      if (args.has(flag)) throw UsageError(std::string(flag) + " applies to --suite micro");
+    for (const char* flag :
+         {"--datasets", "--scales", "--threads", "--json", "--static-dp", "--fit"}) {
+      if (args.has(flag)) {
+        throw UsageError(std::string(flag) + " applies to --suite micro or paper");
+      }
     }
     CalibrationSuiteOptions options;
     options.masks = masks_from(args);
@@ -162,7 +211,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     out << markdown;
     return 0;
   }
-  throw UsageError("--suite " + dcp::quoted(suite) + ": expected micro or calibration");
+  throw UsageError("--suite " + dcp::quoted(suite) + ": expected micro, paper or calibration");
 }
 
 }  // namespace dcp::cli

@@ -152,9 +152,11 @@ std::int32_t ClusterSpec::nic_of(DeviceId device) const {
          static_cast<std::int32_t>(local * nics_per_node / shape.devices_per_node);
 }
 
-double ClusterSpec::link_bytes(std::int64_t bytes, bool inter_node) const {
+double ClusterSpec::link_bytes(std::int64_t bytes, bool inter_node,
+                               std::int64_t message_bytes) const {
   return static_cast<double>(bytes) /
-         size_efficiency(inter_node ? inter_node_efficiency : intra_node_efficiency, bytes);
+         size_efficiency(inter_node ? inter_node_efficiency : intra_node_efficiency,
+                         message_bytes > 0 ? message_bytes : bytes);
 }
 
 double ClusterSpec::transfer_seconds(std::int64_t bytes, bool inter_node) const {

@@ -53,9 +53,10 @@ struct ClusterSpec {
   // interfaces, each at inter_node_bandwidth / nics_per_node per direction (NIC affinity: p4de has
   // 4 EFA interfaces, two GPUs each; DGX H100 one per GPU). 1: one interface all devices share.
   std::int32_t nics_per_node = 1;
-  // The share of a link's bandwidth a transfer reaches by its size (protocol and pipelining
-  // overheads of real transports at small sizes): a transfer of s bytes occupies its link sides as
-  // s / efficiency(s) bytes would. Points in increasing size; empty: 1 at every size.
+  // The share of a link's bandwidth a message reaches by its size (protocol and pipelining
+  // overheads of real transports at small sizes): a message of s bytes occupies its link sides as
+  // s / efficiency(s) bytes would. What one launch moves between two devices is one message
+  // (executors and transports pack it). Points in increasing size; empty: 1 at every size.
   std::vector<SizeEfficiency> intra_node_efficiency;
   std::vector<SizeEfficiency> inter_node_efficiency;
   // A Launch starts its transfers launch_overhead + launch_peer_overhead x (its distinct peers)
@@ -103,8 +104,10 @@ struct ClusterSpec {
   std::int32_t nic_of(DeviceId device) const;
   // One interface's bandwidth, each direction.
   double nic_bandwidth() const { return inter_node_bandwidth / nics_per_node; }
-  // The bytes a transfer of `bytes` occupies its link sides for (bytes / efficiency).
-  double link_bytes(std::int64_t bytes, bool inter_node) const;
+  // The bytes a transfer of `bytes` occupies its link sides for: bytes / the efficiency at
+  // `message_bytes`, the size of the message it travels in (the bytes a launch moves between its
+  // two devices, which transports send as one; 0: the transfer's own bytes).
+  double link_bytes(std::int64_t bytes, bool inter_node, std::int64_t message_bytes = 0) const;
   // Seconds to move `bytes` between two devices (same node or not), alone on its link sides: the
   // latency plus its link bytes over the device's (intra) or the interface's (inter) bandwidth.
   double transfer_seconds(std::int64_t bytes, bool inter_node) const;

@@ -11,6 +11,7 @@
 #include <map>
 #include <queue>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 
@@ -70,6 +71,7 @@ struct Posted {
   std::int32_t launch = 0;
   std::int32_t instruction = 0;
   std::int64_t bytes = 0;
+  std::int64_t message_bytes = 0;  // what the launch moves to (from) the same peer
   double time = 0;
   std::int32_t ordinal = 0;
 };
@@ -294,9 +296,15 @@ class Simulation {
                          std::to_string(d) + " issues launch " + std::to_string(launch.id) +
                          " as its launch #" + std::to_string(state.launches.size()));
     }
-    // The launch's set-up (per launch and per distinct peer) delays its transfers.
+    // The launch's set-up (per launch and per distinct peer) delays its transfers; what it moves
+    // to or from one peer travels as one message.
     std::vector<std::int32_t> peers;
-    for (const CommOp& op : launch.ops) peers.push_back(op.peer);
+    std::unordered_map<std::int64_t, std::int64_t> message_bytes;  // (peer, send) -> bytes
+    for (const CommOp& op : launch.ops) {
+      peers.push_back(op.peer);
+      message_bytes[std::int64_t{op.peer} * 2 +
+                    (op.direction == CommOp::Direction::kSend ? 1 : 0)] += op.bytes;
+    }
     std::sort(peers.begin(), peers.end());
     peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
     const std::int64_t peer_count =
@@ -318,8 +326,9 @@ class Simulation {
       const std::pair<std::int32_t, std::int32_t> key =
           send ? std::pair{self, op.peer} : std::pair{op.peer, self};
       std::int32_t& ordinal = (send ? sends_posted_ : recvs_posted_)[key];
-      const Posted mine{launch.id, static_cast<std::int32_t>(instruction), op.bytes, posted,
-                        ordinal++};
+      const Posted mine{launch.id, static_cast<std::int32_t>(instruction),
+                        op.bytes,  message_bytes.at(std::int64_t{op.peer} * 2 + (send ? 1 : 0)),
+                        posted,    ordinal++};
       auto& others = send ? waiting_recvs_ : waiting_sends_;
       const auto found = others.find(key);
       if (found == others.end()) {
@@ -350,6 +359,7 @@ class Simulation {
     transfer.src_instruction = s.instruction;
     transfer.dst_instruction = r.instruction;
     transfer.bytes = s.bytes;
+    transfer.message_bytes = s.message_bytes;
     transfer.inter_node = shape_.node_of(src) != shape_.node_of(dst);
     transfer.posted = std::max(s.time, r.time);
     transfer.ready = transfer.posted + cost_.latency(transfer.inter_node);
@@ -510,8 +520,9 @@ class Simulation {
           continue;
         }
         LinkClass& link = classes_[class_of(transfer)];
-        link.ends.push(
-            {link.served + cost_.spec().link_bytes(transfer.bytes, transfer.inter_node), id});
+        link.ends.push({link.served + cost_.spec().link_bytes(transfer.bytes, transfer.inter_node,
+                                                              transfer.message_bytes),
+                        id});
       }
       allocate();
       std::sort(ended.begin(), ended.end());

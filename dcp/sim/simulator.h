@@ -39,6 +39,7 @@ struct TransferEvent {
   std::int32_t src_instruction = 0;  // the Launch instructions that posted it
   std::int32_t dst_instruction = 0;
   std::int64_t bytes = 0;
+  std::int64_t message_bytes = 0;  // the sender's launch's bytes to the receiver (one message)
   bool inter_node = false;
   double posted = 0;
   double ready = 0;

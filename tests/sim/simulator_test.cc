@@ -168,6 +168,14 @@ TEST(Simulator, SmallTransfersReachLessOfTheirLink) {
   EXPECT_EQ(small.transfers[0].bytes, bytes);  // what it carries is unchanged
   const PassSimulation big = simulate(h, transfers(h, {{0, 1}}, {16000}), spec);
   EXPECT_NEAR(big.seconds, 5e-6 + 16 * static_cast<double>(bytes) / 1e9, 1e-13);
+  // What one launch moves between two devices is one message: 16 values of 1000 tokens from 0 to
+  // 1 in one launch reach the 16-value message's efficiency.
+  const PassSimulation packed = simulate(h,
+                                         transfers(h, std::vector<std::pair<int, int>>(16, {0, 1}),
+                                                   std::vector<std::int32_t>(16, 1000)),
+                                         spec);
+  EXPECT_EQ(packed.transfers[0].message_bytes, 16 * bytes);
+  EXPECT_NEAR(packed.seconds, 5e-6 + 16 * static_cast<double>(bytes) / 1e9, 1e-13);
   // Inside a node the intra curve applies (empty here: full rate).
   const ClusterShape one{1, 2};
   const PlanHeader h1 = test_header(one, 1, 1000);

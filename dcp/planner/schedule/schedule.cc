@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <tuple>
+#include <unordered_map>
 
 #include "dcp/model/tensor.h"
 
@@ -182,16 +183,27 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
   // Link bytes (bytes over the transport's efficiency at the message's size).
   std::vector<double> intra_send(launches * devices, 0), intra_recv(launches * devices, 0);
   std::vector<double> nic_send(launches * nics, 0), nic_recv(launches * nics, 0);
+  const auto bytes_of = [&](const Transfer& t) {
+    return value_bytes(header, t.value.kind, workload.blocks().block(t.value.block).tokens);
+  };
+  // What a launch moves between two devices travels as one message.
+  std::unordered_map<std::int64_t, std::int64_t> message_bytes;  // (launch, src, dst) -> bytes
+  const auto message_key = [&](const Transfer& t) {
+    return (std::int64_t{t.launch} * shape.devices() + t.src) * shape.devices() + t.dst;
+  };
+  for (const Transfer& t : schedule.transfers) message_bytes[message_key(t)] += bytes_of(t);
   for (const Transfer& t : schedule.transfers) {
-    const std::int64_t bytes =
-        value_bytes(header, t.value.kind, workload.blocks().block(t.value.block).tokens);
+    const std::int64_t bytes = bytes_of(t);
+    const std::int64_t message = message_bytes.at(message_key(t));
     const auto l = static_cast<std::size_t>(t.launch);
     if (shape.node_of(t.src) == shape.node_of(t.dst)) {
-      intra_send[l * devices + static_cast<std::size_t>(t.src)] += spec.link_bytes(bytes, false);
-      intra_recv[l * devices + static_cast<std::size_t>(t.dst)] += spec.link_bytes(bytes, false);
+      const double link = spec.link_bytes(bytes, false, message);
+      intra_send[l * devices + static_cast<std::size_t>(t.src)] += link;
+      intra_recv[l * devices + static_cast<std::size_t>(t.dst)] += link;
     } else {
-      nic_send[l * nics + nic(t.src)] += spec.link_bytes(bytes, true);
-      nic_recv[l * nics + nic(t.dst)] += spec.link_bytes(bytes, true);
+      const double link = spec.link_bytes(bytes, true, message);
+      nic_send[l * nics + nic(t.src)] += link;
+      nic_recv[l * nics + nic(t.dst)] += link;
     }
   }
   // Time of one transfer of launch l: every transfer of a link side shares it, so each ends when

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dcp bench --suite paper`: the DCP paper's measured attention micro-benchmark, cell by cell,
+// next to what the simulator says the same systems take on the same cluster.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dcp/dcp.h"
+
+namespace dcp::cli {
+
+// One measured cell of the paper (dataset, length scale, mask, pass, system).
+struct PaperCell {
+  std::string dataset;  // "ldc" or "longalign"
+  double scale = 1;
+  std::string mask;      // causal, causal_blockwise, lambda, shared_question
+  std::string pass;      // forward, backward
+  std::string strategy;  // ring, zigzag, loongtrain, te, dcp-reference
+  double paper_ms = 0;   // mean ms per 131072-token batch, as measured
+  bool fitted = false;   // used to fit the a100-p4de constants no datasheet fixes
+  bool outlier = false;  // far off its neighbours in the paper's own figure
+};
+// Every cell, in table order.
+std::vector<PaperCell> paper_cells();
+
+// The data parallel degree the paper's baselines ran with: the largest power of two d with
+// d x the dataset file's longest scaled length <= `tokens` (computed per file, not per batch).
+// Both datasets' longest sequences are taken at the `tokens` cap (their real files reach it;
+// dcp's synthetic stand-ins are not the files), so d is 2 at x0.5 and 1 from x1 on.
+std::int32_t paper_data_parallel(double scale, TokenCount tokens);
+
+// The paper's batches: 131072 tokens.
+constexpr double kPaperTokens = 131072;
+
+struct PaperOptions {
+  std::int32_t batches = 3;  // per (dataset, scale)
+  // Tokens per batch. Below 131072 every length shrinks by tokens / 131072 as well (a miniature of
+  // the paper's batches, as many sequences each: for quick runs and tests).
+  TokenCount tokens = 131072;
+  ClusterSpec cluster;   // a100-p4de unless given
+  AttentionShape shape;  // 8 q / 2 kv heads, head dim 128, bf16
+  std::uint64_t seed = 0;
+  int threads = 1;
+};
+
+// A cell with the simulator's figure (mean over the batches), and dcp's own plan on the same
+// batches (strategy "dcp", paper_ms: the paper's DCP for comparison, never fitted).
+struct PaperRecord {
+  PaperCell cell;
+  double simulated_ms = 0;
+  std::int32_t batches = 0;
+  double error() const { return (simulated_ms - cell.paper_ms) / cell.paper_ms; }
+};
+
+// options.batches batches of the dataset at the length scale (times tokens / 131072).
+std::vector<std::vector<TokenCount>> paper_batches(const PaperOptions& options,
+                                                   const std::string& dataset, double scale);
+
+std::vector<PaperRecord> run_paper_suite(const PaperOptions& options, std::ostream& progress);
+
+// Fits the constants of options.cluster that no datasheet fixes to the fitted cells (the paper's
+// LongDataCollections causal baselines, outliers left out): forward and backward kernel rates,
+// tile set-up, kernel overhead, launch set-up per launch and per peer, and the half-bandwidth
+// message sizes of the two links' efficiency curves (efficiency s / (s + half) at s bytes). It
+// minimises the sum of squared log errors by coordinate search in log space over plans built once,
+// and returns the spec with the fitted values.
+struct PaperFit {
+  ClusterSpec cluster;
+  double rms_log_error_before = 0;
+  double rms_log_error_after = 0;
+  std::int32_t evaluations = 0;
+};
+PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress);
+// The efficiency curve s / (s + half) at sizes 4 KiB, 16 KiB, ..., 1 GiB (3 significant digits).
+std::vector<SizeEfficiency> half_size_curve(double half_bytes);
+
+std::string paper_records_json(const std::vector<PaperRecord>& records);
+std::string paper_markdown(const PaperOptions& options, const std::vector<PaperRecord>& records,
+                           const std::string& command);
+
+}  // namespace dcp::cli

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dcp bench --suite paper`: the paper's cells, the baselines' data parallel degree, and the suite
+// end to end on a small cluster and small batches.
+#include "apps/cli/paper_suite.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/apps/cli_testing.h"
+
+namespace dcp::cli {
+namespace {
+
+TEST(PaperSuite, HoldsEveryMeasuredCellOnceAndFitsOnlyTheLdcCausalBaselines) {
+  const std::vector<PaperCell> cells = paper_cells();
+  // Causal: 5 systems x 2 datasets x 2 passes; sparse: 2 systems x 3 masks x 2 datasets x 2
+  // passes; 4 scales each.
+  EXPECT_EQ(cells.size(), (20u + 24u) * 4u);
+  std::set<std::tuple<std::string, double, std::string, std::string, std::string>> seen;
+  int fitted = 0, outliers = 0;
+  for (const PaperCell& c : cells) {
+    EXPECT_TRUE(seen.insert({c.dataset, c.scale, c.mask, c.pass, c.strategy}).second)
+        << c.dataset << " " << c.scale << " " << c.mask << " " << c.pass << " " << c.strategy;
+    EXPECT_GT(c.paper_ms, 0);
+    if (c.fitted) {
+      ++fitted;
+      EXPECT_EQ(c.dataset, "ldc");
+      EXPECT_EQ(c.mask, "causal");
+      EXPECT_NE(c.strategy, "dcp-reference");
+    }
+    outliers += c.outlier ? 1 : 0;
+  }
+  EXPECT_EQ(fitted, 4 * 4 * 2);  // ring, zigzag, loongtrain, te x 4 scales x 2 passes
+  EXPECT_EQ(outliers, 2);
+}
+
+TEST(PaperSuite, BaselinesUseDataParallelismOnlyWhereTheLongestSequenceFitsTwice) {
+  EXPECT_EQ(paper_data_parallel(0.5, 131072), 2);
+  EXPECT_EQ(paper_data_parallel(0.25, 131072), 4);
+  EXPECT_EQ(paper_data_parallel(1, 131072), 1);
+  EXPECT_EQ(paper_data_parallel(4, 131072), 1);
+}
+
+TEST(PaperSuite, ReportsEveryCellWithItsSimulatedTimeAndError) {
+  const std::string cluster = temp_path("paper.cluster");
+  std::ofstream(cluster) << "preset = a100-p4de\nnodes = 2\ndevices_per_node = 2\n";
+  const std::string dir = temp_path("paper_report");
+  const std::string json = temp_path("paper.json");
+  std::filesystem::remove_all(dir);
+  const Result r = run({"bench", "--suite", "paper", "--batches", "1", "--tokens", "2048",
+                        "--head-dim", "32", "--cluster", cluster, "--report-dir", dir, "--json",
+                        json});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string records = read_all(json);
+  // One record per cell, plus dcp's own plan beside each of the reference's cells.
+  std::size_t count = 0;
+  for (std::size_t at = records.find("\"simulated_ms\""); at != std::string::npos;
+       at = records.find("\"simulated_ms\"", at + 1)) {
+    ++count;
+  }
+  EXPECT_EQ(count, paper_cells().size() + 4u * 4u * 2u * 2u);
+  for (const char* field : {"\"dataset\": \"ldc\"", "\"strategy\": \"loongtrain\"",
+                            "\"strategy\": \"dcp-reference\"", "\"strategy\": \"dcp-pure\"",
+                            "\"fitted\": true", "\"paper_ms\": 28.3"}) {
+    EXPECT_NE(records.find(field), std::string::npos) << field;
+  }
+  EXPECT_EQ(records.find("\"simulated_ms\": 0,"), std::string::npos);
+  const std::string markdown = read_all(dir + "/paper_bench.md");
+  EXPECT_NE(markdown.find("| fitted (LongDataCollections causal baselines) | 31 |"),
+            std::string::npos);
+  EXPECT_NE(markdown.find("| ldc | x0.5 | causal | forward | ring | 28.3 |"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PaperSuite, RefusesFlagsItsCellsFix) {
+  expect_usage_error({"bench", "--suite", "paper", "--masks", "causal"},
+                     "--masks does not apply to --suite paper");
+  expect_usage_error({"bench", "--suite", "paper", "--static-dp", "2"}, "--static-dp");
+  expect_usage_error({"bench", "--suite", "micro", "--fit"}, "--fit applies to --suite paper");
+  expect_usage_error({"bench", "--suite", "calibration", "--fit"}, "--fit applies to");
+}
+
+}  // namespace
+}  // namespace dcp::cli

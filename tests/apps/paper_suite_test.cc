@@ -51,9 +51,9 @@ TEST(PaperSuite, ReportsEveryCellWithItsSimulatedTimeAndError) {
   const std::string dir = temp_path("paper_report");
   const std::string json = temp_path("paper.json");
   std::filesystem::remove_all(dir);
-  const Result r = run({"bench", "--suite", "paper", "--batches", "1", "--tokens", "2048",
-                        "--head-dim", "32", "--cluster", cluster, "--report-dir", dir, "--json",
-                        json});
+  const Result r =
+      run({"bench", "--suite", "paper", "--batches", "1", "--tokens", "2048", "--head-dim", "32",
+           "--cluster", cluster, "--report-dir", dir, "--json", json});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string records = read_all(json);
   // One record per cell, plus dcp's own plan beside each of the reference's cells.
@@ -63,9 +63,9 @@ TEST(PaperSuite, ReportsEveryCellWithItsSimulatedTimeAndError) {
     ++count;
   }
   EXPECT_EQ(count, paper_cells().size() + 4u * 4u * 2u * 2u);
-  for (const char* field : {"\"dataset\": \"ldc\"", "\"strategy\": \"loongtrain\"",
-                            "\"strategy\": \"dcp-reference\"", "\"strategy\": \"dcp-pure\"",
-                            "\"fitted\": true", "\"paper_ms\": 28.3"}) {
+  for (const char* field :
+       {"\"dataset\": \"ldc\"", "\"strategy\": \"loongtrain\"", "\"strategy\": \"dcp-reference\"",
+        "\"strategy\": \"dcp-pure\"", "\"fitted\": true", "\"paper_ms\": 28.3"}) {
     EXPECT_NE(records.find(field), std::string::npos) << field;
   }
   EXPECT_EQ(records.find("\"simulated_ms\": 0,"), std::string::npos);

@@ -14,6 +14,7 @@
 #include "apps/cli/args.h"
 #include "apps/cli/bench_suites.h"
 #include "apps/cli/command_table.h"
+#include "apps/cli/e2e_suite.h"
 #include "apps/cli/paper_suite.h"
 #include "apps/cli/workload_flags.h"
 
@@ -59,8 +60,8 @@ void write_report(const Args& args, const std::string& name, const std::string& 
 
 int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const std::vector<FlagSpec> specs = {
-      {"--suite", "NAME", "micro | paper | calibration [micro]"},
-      {"--batches", "N", "batches per configuration [3]"},
+      {"--suite", "NAME", "micro | paper | e2e | calibration [micro]"},
+      {"--batches", "N", "batches per configuration [3; e2e 2]"},
       {"--datasets", "LIST", "micro: length distributions [ldc,longalign]"},
       {"--dataset", "NAME", "calibration: length distribution [ldc]"},
       {"--scales", "LIST", "micro: length scales [0.5,1,2,4]"},
@@ -69,11 +70,13 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
        "micro [dcp,dcp-pure,ring,zigzag,ulysses,hybrid,te,loongtrain]; calibration "
        "[dcp,ring,zigzag,ulysses,hybrid,te,loongtrain]"},
       {"--static-dp", "N|auto",
-       "micro: the static strategies' data parallel degree (also for dcp's static candidates); "
-       "auto: the DCP paper's rule for its baselines [auto]"},
+       "the static strategies' data parallel degree (micro: also for dcp's static candidates); "
+       "auto: per batch, the DCP paper's rule for its baselines [micro auto, paper 1]"},
       {"--tokens", "N",
-       "tokens per batch [micro, paper 131072; calibration 8192]; paper: lengths scale with it"},
-      {"--cluster", "PRESET|FILE", "[micro a100-p4de, calibration cpu-local]"},
+       "tokens per batch [micro, paper 131072; calibration 8192]; paper: lengths scale with it; "
+       "e2e: the longest max_seq_len, lengths scale with it [131072]"},
+      {"--cluster", "PRESET|FILE",
+       "[micro, paper a100-p4de; e2e a100-p4de at 8 x 8 GPUs; calibration cpu-local]"},
       {"--heads", "N", "q heads [8]"},
       {"--kv-heads", "N", "kv heads [2]"},
       {"--head-dim", "N", "head dimension [128]"},
@@ -82,7 +85,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
       {"--threads", "N", "micro: configurations planned at once [hardware threads]"},
       {"--report-dir", "DIR",
        "where the Markdown report (and micro's SVG charts) go; empty for none [docs]"},
-      {"--json", "FILE", "micro, paper: write the records as JSON"},
+      {"--json", "FILE", "micro, paper, e2e: write the records as JSON"},
       {"--fit", "",
        "paper: fit the cluster's constants no datasheet fixes to the paper's fitted cells, print "
        "them as a cluster file, and report with them"},
@@ -91,12 +94,16 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const Args args(specs, argv);
   if (args.flag("--help")) {
     out << format_help(
-        "dcp bench --suite micro|paper|calibration [flags]",
+        "dcp bench --suite micro|paper|e2e|calibration [flags]",
         "micro: the DCP paper's attention micro-benchmark under the simulator: datasets x "
         "length scales x masks x strategies on 4 x 8 A100s (a100-p4de), 131072-token batches; "
         "writes docs/micro_bench.md and two SVG charts. paper: every cell the DCP paper measured "
         "(ring, zigzag, loongtrain, te and its DCP, causal and sparse masks) next to the "
-        "simulated time on a100-p4de, with the error; writes docs/paper_bench.md. calibration: "
+        "simulated time on a100-p4de, with the error; writes docs/paper_bench.md. e2e: an estimate "
+        "of "
+        "the paper's end-to-end training iterations (GPT 8B, TP 4, 8 x 8 A100) from the simulated "
+        "attention and a step model fitted to its Megatron causal cells, next to the measured "
+        "times; writes docs/e2e_estimate.md. calibration: "
         "real runs of the CPU "
         "runtime on local ranks next to the simulator's prediction under cpu-local; writes "
         "docs/calibration.md with the error distribution. Progress goes to stderr.",
@@ -151,8 +158,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     return 0;
   }
   if (suite == "paper") {
-    for (const char* flag :
-         {"--datasets", "--dataset", "--scales", "--masks", "--strategies", "--static-dp"}) {
+    for (const char* flag : {"--datasets", "--dataset", "--scales", "--masks", "--strategies"}) {
       if (args.has(flag)) {
         throw UsageError(std::string(flag) +
                          " does not apply to --suite paper (its cells fix them)");
@@ -164,6 +170,10 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     options.cluster = cluster_from(args, "a100-p4de");
     options.shape = shape_from_flags(args);
     options.seed = seed;
+    if (const auto degree = args.get("--static-dp")) {
+      options.static_data_parallel =
+          with_flag("--static-dp", [&] { return parse_data_parallel(*degree); });
+    }
     const auto hardware =
         static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
     options.threads = static_cast<int>(args.get_int("--threads", hardware, 1, 256));
@@ -184,6 +194,38 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
       out << "wrote " << *json << "\n";
     }
     write_report(args, "paper_bench.md", markdown, out);
+    out << markdown;
+    return 0;
+  }
+  if (suite == "e2e") {
+    for (const char* flag :
+         {"--datasets", "--dataset", "--scales", "--masks", "--strategies", "--static-dp",
+          "--heads", "--kv-heads", "--head-dim", "--dtype", "--fit"}) {
+      if (args.has(flag)) {
+        throw UsageError(std::string(flag) + " does not apply to --suite e2e (its model fixes it)");
+      }
+    }
+    E2eOptions options;
+    options.batches = static_cast<std::int32_t>(args.get_int("--batches", 2, 1, 10000));
+    options.tokens = args.get_int("--tokens", 131072, 1024, 131072);
+    const std::string cluster = args.get_or("--cluster", "a100-p4de");
+    options.gpus = cluster_from(args, "a100-p4de");
+    if (is_cluster_preset(cluster)) options.gpus.shape = {8, 8};  // the paper's 8 x p4d
+    options.seed = seed;
+    const auto hardware =
+        static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+    options.threads = static_cast<int>(args.get_int("--threads", hardware, 1, 256));
+    std::cerr << "dcp bench e2e: " << e2e_cells().size() << " cells, " << options.batches
+              << " batches per dataset and length, on " << options.gpus.name << "\n";
+    const E2eResult result = with_flag("--cluster " + dcp::quoted(cluster),
+                                       [&] { return run_e2e_suite(options, std::cerr); });
+    const std::string markdown = e2e_markdown(options, result, command_line(argv));
+    if (const auto json = args.get("--json")) {
+      with_flag("--json " + dcp::quoted(*json),
+                [&] { write_file_atomically(*json, e2e_records_json(result)); });
+      out << "wrote " << *json << "\n";
+    }
+    write_report(args, "e2e_estimate.md", markdown, out);
     out << markdown;
     return 0;
   }
@@ -211,7 +253,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     out << markdown;
     return 0;
   }
-  throw UsageError("--suite " + dcp::quoted(suite) + ": expected micro, paper or calibration");
+  throw UsageError("--suite " + dcp::quoted(suite) + ": expected micro, paper, e2e or calibration");
 }
 
 }  // namespace dcp::cli

@@ -38,13 +38,6 @@ TEST(PaperSuite, HoldsEveryMeasuredCellOnceAndFitsOnlyTheLdcCausalBaselines) {
   EXPECT_EQ(outliers, 2);
 }
 
-TEST(PaperSuite, BaselinesUseDataParallelismOnlyWhereTheLongestSequenceFitsTwice) {
-  EXPECT_EQ(paper_data_parallel(0.5, 131072), 2);
-  EXPECT_EQ(paper_data_parallel(0.25, 131072), 4);
-  EXPECT_EQ(paper_data_parallel(1, 131072), 1);
-  EXPECT_EQ(paper_data_parallel(4, 131072), 1);
-}
-
 TEST(PaperSuite, ReportsEveryCellWithItsSimulatedTimeAndError) {
   const std::string cluster = temp_path("paper.cluster");
   std::ofstream(cluster) << "preset = a100-p4de\nnodes = 2\ndevices_per_node = 2\n";
@@ -79,7 +72,6 @@ TEST(PaperSuite, ReportsEveryCellWithItsSimulatedTimeAndError) {
 TEST(PaperSuite, RefusesFlagsItsCellsFix) {
   expect_usage_error({"bench", "--suite", "paper", "--masks", "causal"},
                      "--masks does not apply to --suite paper");
-  expect_usage_error({"bench", "--suite", "paper", "--static-dp", "2"}, "--static-dp");
   expect_usage_error({"bench", "--suite", "micro", "--fit"}, "--fit applies to --suite paper");
   expect_usage_error({"bench", "--suite", "calibration", "--fit"}, "--fit applies to");
 }

@@ -13,7 +13,6 @@
 
 #include "dcp/core/error.h"
 #include "dcp/core/rng.h"
-#include "dcp/core/timing.h"
 
 #include "dcp/comm/local/local_communicator.h"
 #include "dcp/kernels/attention_kernels.h"
@@ -26,15 +25,24 @@ namespace {
 
 using kernels::ElementType;
 
-// Each repeat runs the operation at least this long (a loop of calls for short operations), so
-// that the clock's resolution and the barrier's wake-up do not show in the per-call time.
-constexpr double kMinRepeatSeconds = 0.05;
-constexpr std::int64_t kMaxIterations = 10000;
 constexpr std::int32_t kHeadDim = 128;  // the cost model's reference head dim
 // The sub-tile overhead call: many tiny full tiles.
 constexpr std::int32_t kTinyRows = 64;
 constexpr std::int32_t kTinyTiles = 16;
 constexpr std::int32_t kTinyTokens = 16;
+// device_calls' order.
+enum Call : std::size_t {
+  kLaunch,
+  kBig,
+  kTiny,
+  kHalfDim,
+  kSquare,
+  kCausal,
+  kFp32,
+  kBackward,
+  kCopy,
+  kCallCount
+};
 
 std::size_t to_size(std::int64_t x) { return static_cast<std::size_t>(x); }
 
@@ -46,84 +54,20 @@ void check_range(std::int64_t value, std::int64_t lo, std::int64_t hi, const cha
   }
 }
 
-void check_options(const CalibrationOptions& o) {
-  check_range(o.devices, 1, 256, "devices");
+void check_options(const DeviceCalibrationOptions& o) {
   check_range(o.repeats, 1, 1000, "repeats");
   check_range(o.tile_tokens, 64, 16384, "tile_tokens");
   check_range(o.copy_bytes, std::int64_t{4} << 10, std::int64_t{4} << 30, "copy_bytes");
-  check_range(o.message_bytes, std::int64_t{4} << 10, std::int64_t{4} << 30, "message_bytes");
+  if (!(o.min_seconds >= 1e-4 && o.min_seconds <= 10)) {
+    throw InvalidInput("calibration option min_seconds must be in [0.0001, 10], got " +
+                       std::to_string(o.min_seconds));
+  }
 }
-
-// --- Timing on ranks -------------------------------------------------------------------------
-
-using Operation = std::function<void()>;
-// Builds one rank's operation (its kernels and buffers) on that rank's thread.
-using OperationFactory = std::function<Operation(comm::Communicator&)>;
 
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-// Seconds per call of each operation, per repeat ([operation][repeat]): `ranks` threads run the
-// same operation at the same time (a barrier before each), and each repeat times every operation
-// in turn, a loop of the same number of calls on every rank; a figure is the mean over ranks
-// [0, measured). Each rank builds its operations on its own thread and calls each once to warm
-// up. Timing the operations in turn within each repeat lets ratios of two of them cancel slow
-// drifts (other processes, frequency changes) when each repeat is solved on its own.
-std::vector<std::vector<double>> time_on_ranks(std::int32_t ranks, std::int32_t measured,
-                                               std::int32_t repeats,
-                                               const std::vector<OperationFactory>& makes) {
-  const std::size_t ops = makes.size();
-  std::vector<double> once(ops * to_size(ranks), 0.0);
-  std::vector<double> seconds(ops * to_size(std::int64_t{ranks} * repeats), 0.0);
-  const auto at = [&](std::size_t op, std::int32_t repeat, std::size_t rank) {
-    return (op * to_size(repeats) + to_size(repeat)) * to_size(ranks) + rank;
-  };
-  comm::CommOptions options;
-  options.timeout_seconds = 3600;  // a barrier waits for the slowest rank's operation
-  comm::run_local_ranks(ranks, options, [&](comm::Communicator& communicator) {
-    const auto rank = to_size(communicator.rank());
-    std::vector<Operation> operations;
-    for (const OperationFactory& make : makes) operations.push_back(make(communicator));
-    // Warm-up (page faults, scratch buffers, BLAS's first call), then one timed call each.
-    for (std::size_t op = 0; op < ops; ++op) {
-      operations[op]();
-      communicator.barrier();
-      const Clock::time_point start = Clock::now();
-      operations[op]();
-      once[op * to_size(ranks) + rank] = ms_since(start) * 1e-3;
-    }
-    communicator.barrier();
-    // Every rank reads the same slowest single call, so all loop the same number of times.
-    std::vector<std::int64_t> iterations;
-    for (std::size_t op = 0; op < ops; ++op) {
-      const auto first = once.begin() + static_cast<std::ptrdiff_t>(op * to_size(ranks));
-      const double slowest = *std::max_element(first, first + ranks);
-      iterations.push_back(static_cast<std::int64_t>(
-          std::clamp(std::ceil(kMinRepeatSeconds / std::max(slowest, 1e-9)), 1.0,
-                     static_cast<double>(kMaxIterations))));
-    }
-    for (std::int32_t repeat = 0; repeat < repeats; ++repeat) {
-      for (std::size_t op = 0; op < ops; ++op) {
-        communicator.barrier();
-        const Clock::time_point start = Clock::now();
-        for (std::int64_t i = 0; i < iterations[op]; ++i) operations[op]();
-        seconds[at(op, repeat, rank)] =
-            ms_since(start) * 1e-3 / static_cast<double>(iterations[op]);
-      }
-    }
-  });
-  std::vector<std::vector<double>> result(ops);
-  for (std::size_t op = 0; op < ops; ++op) {
-    for (std::int32_t repeat = 0; repeat < repeats; ++repeat) {
-      double sum = 0;
-      for (std::int32_t r = 0; r < measured; ++r) sum += seconds[at(op, repeat, to_size(r))];
-      result[op].push_back(sum / measured);
-    }
-  }
-  return result;
 }
 
 // --- Attention operations --------------------------------------------------------------------
@@ -150,18 +94,6 @@ kernels::AttentionParams attention_params(std::int32_t head_dim, ElementType sto
   return params;
 }
 
-// One forward call: `rows` rows of q_tokens queries, each against the same `tiles` kv tiles of
-// kv_tokens keys (full, or causal: row r attends keys [0, r + 1), for q_tokens == kv_tokens).
-struct ForwardCase {
-  std::int32_t rows = 1;
-  std::int32_t q_tokens = 1;
-  std::int32_t tiles = 1;
-  std::int32_t kv_tokens = 1;
-  bool causal = false;
-  std::int32_t head_dim = kHeadDim;
-  ElementType storage = ElementType::kBf16;
-};
-
 TileMask causal_mask(std::int32_t tokens) {
   TileMask mask;
   mask.q_tokens = tokens;
@@ -180,16 +112,17 @@ struct ForwardState {
   std::vector<kernels::ForwardRow> rows;
 };
 
-std::shared_ptr<ForwardState> make_forward_state(const ForwardCase& c, std::uint64_t seed) {
+std::shared_ptr<ForwardState> make_forward_state(const DeviceCall& c, std::uint64_t seed) {
   auto state = std::make_shared<ForwardState>();
   state->kernel_set = kernels::make_kernels(kernels::KernelKind::kCpu, 1);
-  state->params = attention_params(c.head_dim, c.storage);
+  const ElementType storage = c.fp32 ? ElementType::kFp32 : ElementType::kBf16;
+  state->params = attention_params(c.head_dim, storage);
   Rng rng(seed);
   const std::int64_t q_elements = std::int64_t{c.rows} * c.q_tokens * c.head_dim;
   const std::int64_t kv_elements = std::int64_t{c.tiles} * c.kv_tokens * c.head_dim;
-  state->q = random_values(c.storage, q_elements, rng);
-  state->k = random_values(c.storage, kv_elements, rng);
-  state->v = random_values(c.storage, kv_elements, rng);
+  state->q = random_values(storage, q_elements, rng);
+  state->k = random_values(storage, kv_elements, rng);
+  state->v = random_values(storage, kv_elements, rng);
   state->o.assign(to_size(q_elements), 0.0f);
   state->lse.assign(to_size(std::int64_t{c.rows} * c.q_tokens), 0.0f);
   kernels::TileMaskView view;
@@ -198,7 +131,7 @@ std::shared_ptr<ForwardState> make_forward_state(const ForwardCase& c, std::uint
     view.row_offsets = state->mask.row_offsets.data();
     view.intervals = state->mask.intervals.data();
   }
-  const std::size_t element = kernels::element_size(c.storage);
+  const std::size_t element = kernels::element_size(storage);
   const auto* k_bytes = reinterpret_cast<const unsigned char*>(state->k.data());
   const auto* v_bytes = reinterpret_cast<const unsigned char*>(state->v.data());
   const auto* q_bytes = reinterpret_cast<const unsigned char*>(state->q.data());
@@ -227,15 +160,12 @@ std::shared_ptr<ForwardState> make_forward_state(const ForwardCase& c, std::uint
   return state;
 }
 
-OperationFactory forward_operation(const ForwardCase& c) {
-  return [c](comm::Communicator& communicator) -> Operation {
-    auto state = make_forward_state(c, 1000 + static_cast<std::uint64_t>(communicator.rank()));
-    return [state] { state->kernel_set->forward(state->params, state->rows); };
-  };
+TimedOperation forward_operation(const DeviceCall& c, std::int32_t rank) {
+  auto state = make_forward_state(c, 1000 + static_cast<std::uint64_t>(rank));
+  return [state] { state->kernel_set->forward(state->params, state->rows); };
 }
 
-// One backward call of one row of q_tokens queries against one full tile of kv_tokens keys, from
-// the lse and delta of a forward run; dq, dk, dv are fp32.
+// The backward call of a one-row, one-tile DeviceCall, from the lse and delta of a forward run.
 struct BackwardState {
   std::shared_ptr<ForwardState> forward;
   std::vector<float> dout, o_stored, delta, dq, dk, dv;
@@ -243,99 +173,69 @@ struct BackwardState {
   kernels::BackwardRow row;
 };
 
-OperationFactory backward_operation(std::int32_t q_tokens, std::int32_t kv_tokens) {
-  return [q_tokens, kv_tokens](comm::Communicator& communicator) -> Operation {
-    ForwardCase c;
-    c.q_tokens = q_tokens;
-    c.kv_tokens = kv_tokens;
-    auto state = std::make_shared<BackwardState>();
-    const auto seed = 2000 + static_cast<std::uint64_t>(communicator.rank());
-    state->forward = make_forward_state(c, seed);
-    ForwardState& f = *state->forward;
-    f.kernel_set->forward(f.params, f.rows);
-    Rng rng(seed + 500);
-    const std::int64_t q_elements = std::int64_t{q_tokens} * c.head_dim;
-    const std::int64_t kv_elements = std::int64_t{kv_tokens} * c.head_dim;
-    state->dout = random_values(c.storage, q_elements, rng);
-    // delta from the output as the caller holds it (rounded to the storage type).
-    state->o_stored.assign(to_size((q_elements + 1) / 2), 0.0f);
-    kernels::from_float(c.storage, f.o.data(), state->o_stored.data(), to_size(q_elements));
-    state->delta.assign(to_size(q_tokens), 0.0f);
-    f.kernel_set->delta(c.storage, state->o_stored.data(), state->dout.data(), q_tokens, 1,
-                        c.head_dim, state->delta.data());
-    state->dq.assign(to_size(q_elements), 0.0f);
-    state->dk.assign(to_size(kv_elements), 0.0f);
-    state->dv.assign(to_size(kv_elements), 0.0f);
-    state->tile.k = f.k.data();
-    state->tile.v = f.v.data();
-    state->tile.kv_tokens = kv_tokens;
-    state->tile.dk = state->dk.data();
-    state->tile.dv = state->dv.data();
-    state->row.q = f.q.data();
-    state->row.dout = state->dout.data();
-    state->row.lse = f.lse.data();
-    state->row.delta = state->delta.data();
-    state->row.q_tokens = q_tokens;
-    state->row.tiles = std::span<const kernels::BackwardTile>(&state->tile, 1);
-    state->row.dq = state->dq.data();
-    return [state] {
-      state->forward->kernel_set->backward(state->forward->params,
-                                           std::span<const kernels::BackwardRow>(&state->row, 1));
-    };
+TimedOperation backward_operation(const DeviceCall& c, std::int32_t rank) {
+  auto state = std::make_shared<BackwardState>();
+  const auto seed = 2000 + static_cast<std::uint64_t>(rank);
+  state->forward = make_forward_state(c, seed);
+  ForwardState& f = *state->forward;
+  f.kernel_set->forward(f.params, f.rows);
+  const ElementType storage = f.params.storage;
+  Rng rng(seed + 500);
+  const std::int64_t q_elements = std::int64_t{c.q_tokens} * c.head_dim;
+  const std::int64_t kv_elements = std::int64_t{c.kv_tokens} * c.head_dim;
+  state->dout = random_values(storage, q_elements, rng);
+  // delta from the output as the caller holds it (rounded to the storage type).
+  state->o_stored.assign(to_size(q_elements), 0.0f);
+  kernels::from_float(storage, f.o.data(), state->o_stored.data(), to_size(q_elements));
+  state->delta.assign(to_size(c.q_tokens), 0.0f);
+  f.kernel_set->delta(storage, state->o_stored.data(), state->dout.data(), c.q_tokens, 1,
+                      c.head_dim, state->delta.data());
+  state->dq.assign(to_size(q_elements), 0.0f);
+  state->dk.assign(to_size(kv_elements), 0.0f);
+  state->dv.assign(to_size(kv_elements), 0.0f);
+  state->tile.k = f.k.data();
+  state->tile.v = f.v.data();
+  state->tile.kv_tokens = c.kv_tokens;
+  state->tile.dk = state->dk.data();
+  state->tile.dv = state->dv.data();
+  state->row.q = f.q.data();
+  state->row.dout = state->dout.data();
+  state->row.lse = f.lse.data();
+  state->row.delta = state->delta.data();
+  state->row.q_tokens = c.q_tokens;
+  state->row.tiles = std::span<const kernels::BackwardTile>(&state->tile, 1);
+  state->row.dq = state->dq.data();
+  return [state] {
+    state->forward->kernel_set->backward(state->forward->params,
+                                         std::span<const kernels::BackwardRow>(&state->row, 1));
   };
 }
 
-// --- Memory and links ------------------------------------------------------------------------
-
-OperationFactory copy_operation(std::int64_t bytes) {
-  return [bytes](comm::Communicator&) -> Operation {
-    auto buffers = std::make_shared<std::pair<std::vector<char>, std::vector<char>>>(
-        std::vector<char>(to_size(bytes), 1), std::vector<char>(to_size(bytes), 0));
-    return [buffers] {
-      std::memcpy(buffers->second.data(), buffers->first.data(), buffers->first.size());
-    };
+TimedOperation copy_operation(std::int64_t bytes) {
+  auto buffers = std::make_shared<std::pair<std::vector<char>, std::vector<char>>>(
+      std::vector<char>(to_size(bytes), 1), std::vector<char>(to_size(bytes), 0));
+  return [buffers] {
+    std::memcpy(buffers->second.data(), buffers->first.data(), buffers->first.size());
   };
 }
 
 // Ranks paired 0 <-> 1, 2 <-> 3, ...; each pair exchanges a message both ways in one group (an
 // odd last rank exchanges with itself, so that it loads the memory as the others do).
-OperationFactory exchange_operation(std::int64_t bytes) {
-  return [bytes](comm::Communicator& communicator) -> Operation {
-    const std::int32_t rank = communicator.rank();
-    std::int32_t peer = rank ^ 1;
-    if (peer >= communicator.size()) peer = rank;
-    auto buffers = std::make_shared<std::pair<std::vector<char>, std::vector<char>>>(
-        std::vector<char>(to_size(bytes), 1), std::vector<char>(to_size(bytes), 0));
-    return [buffers, peer, &communicator] {
-      const comm::TransferOp ops[] = {
-          {comm::TransferOp::Kind::kSend, peer, buffers->first.data(), buffers->first.size()},
-          {comm::TransferOp::Kind::kRecv, peer, buffers->second.data(), buffers->second.size()}};
-      communicator.wait(communicator.start(ops));
-    };
+TimedOperation exchange_operation(comm::Communicator& communicator, std::int64_t bytes) {
+  const std::int32_t rank = communicator.rank();
+  std::int32_t peer = rank ^ 1;
+  if (peer >= communicator.size()) peer = rank;
+  auto buffers = std::make_shared<std::pair<std::vector<char>, std::vector<char>>>(
+      std::vector<char>(to_size(bytes), 1), std::vector<char>(to_size(bytes), 0));
+  return [buffers, peer, &communicator] {
+    const comm::TransferOp ops[] = {
+        {comm::TransferOp::Kind::kSend, peer, buffers->first.data(), buffers->first.size()},
+        {comm::TransferOp::Kind::kRecv, peer, buffers->second.data(), buffers->second.size()}};
+    communicator.wait(communicator.start(ops));
   };
 }
 
-// --- Rounding --------------------------------------------------------------------------------
-
-// `value` rounded to 4 significant digits in `unit` (the cluster file's), back in SI units.
-double round4(double value, double unit) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.4g", value / unit);
-  return std::strtod(text, nullptr) * unit;
-}
-
-std::string describe(const ForwardCase& c) {
-  char text[128];
-  const char* type = c.storage == ElementType::kFp32 ? "fp32" : "bf16";
-  if (c.rows == 1 && c.tiles == 1) {
-    std::snprintf(text, sizeof text, "forward %s%dx%d d%d %s", c.causal ? "causal " : "",
-                  c.q_tokens, c.kv_tokens, c.head_dim, type);
-  } else {
-    std::snprintf(text, sizeof text, "forward %d rows x %d tiles of %dx%d d%d %s", c.rows, c.tiles,
-                  c.q_tokens, c.kv_tokens, c.head_dim, type);
-  }
-  return text;
-}
+// --- Solving the kernel timings --------------------------------------------------------------
 
 // The attention timings of one repeat (seconds per call), and the constants they give.
 struct KernelTimes {
@@ -392,95 +292,151 @@ KernelConstants solve(const KernelTimes& t, const TileGeometry& g) {
   return c;
 }
 
+std::string describe_attention(const DeviceCall& c) {
+  char text[128];
+  const char* type = c.fp32 ? "fp32" : "bf16";
+  if (c.kind == DeviceCall::Kind::kBackward) {
+    std::snprintf(text, sizeof text, "backward %dx%d d%d %s", c.q_tokens, c.kv_tokens, c.head_dim,
+                  type);
+  } else if (c.rows == 1 && c.tiles == 1) {
+    std::snprintf(text, sizeof text, "forward %s%dx%d d%d %s", c.causal ? "causal " : "",
+                  c.q_tokens, c.kv_tokens, c.head_dim, type);
+  } else {
+    std::snprintf(text, sizeof text, "forward %d rows x %d tiles of %dx%d d%d %s", c.rows, c.tiles,
+                  c.q_tokens, c.kv_tokens, c.head_dim, type);
+  }
+  return text;
+}
+
 }  // namespace
 
-CalibrationReport calibrate_cpu_local(const CalibrationOptions& options) {
+double round4(double value, double unit) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.4g", value / unit);
+  return std::strtod(text, nullptr) * unit;
+}
+
+void settle_file_form(ClusterSpec& spec) {
+  for (int round = 0; round < 4; ++round) {
+    const ClusterSpec back = parse_cluster_text(to_cluster_text(spec), "calibration");
+    if (to_cluster_text(back) == to_cluster_text(spec)) break;
+    spec = back;
+  }
+}
+
+std::vector<DeviceCall> device_calls(const DeviceCalibrationOptions& options) {
   check_options(options);
-  const std::int32_t ranks = options.devices;
-  const std::int32_t repeats = options.repeats;
   const std::int32_t tokens = options.tile_tokens;
-  const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
-  const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
-  const auto progress = [&](const std::string& line) {
-    if (options.progress) options.progress(line);
-  };
-  const std::string on_ranks = " on " + std::to_string(ranks) + " ranks, " +
-                               std::to_string(repeats) + (repeats == 1 ? " repeat" : " repeats");
+  std::vector<DeviceCall> calls(kCallCount);
+  calls[kBig].q_tokens = tokens;  // the rate tile: T x 2T
+  calls[kBig].kv_tokens = 2 * tokens;
+  calls[kTiny].rows = kTinyRows;  // many tiny full tiles: one sub-tile each
+  calls[kTiny].q_tokens = kTinyTokens;
+  calls[kTiny].tiles = kTinyTiles;
+  calls[kTiny].kv_tokens = kTinyTokens;
+  calls[kHalfDim] = calls[kBig];
+  calls[kHalfDim].head_dim = kHeadDim / 2;
+  calls[kSquare].q_tokens = tokens;  // the causal tile's reference: the same tile without a mask
+  calls[kSquare].kv_tokens = tokens;
+  calls[kCausal] = calls[kSquare];
+  calls[kCausal].causal = true;
+  calls[kFp32] = calls[kBig];
+  calls[kFp32].fp32 = true;
+  calls[kBackward] = calls[kBig];
+  calls[kBackward].kind = DeviceCall::Kind::kBackward;
+  calls[kCopy].kind = DeviceCall::Kind::kCopy;
+  calls[kCopy].copy_bytes = options.copy_bytes;
+  for (DeviceCall& c : calls) {
+    c.name = c.kind == DeviceCall::Kind::kCopy ? "memcpy " + std::to_string(c.copy_bytes) + " B"
+                                               : describe_attention(c);
+  }
+  return calls;
+}
 
-  // The attention calls, all timed in turn in every repeat.
-  ForwardCase launch;  // one q token, one key
-  ForwardCase big;     // the rate tile: T x 2T
-  big.q_tokens = tokens;
-  big.kv_tokens = 2 * tokens;
-  ForwardCase tiny;  // many tiny full tiles: one sub-tile each
-  tiny.rows = kTinyRows;
-  tiny.q_tokens = kTinyTokens;
-  tiny.tiles = kTinyTiles;
-  tiny.kv_tokens = kTinyTokens;
-  ForwardCase half_dim = big;
-  half_dim.head_dim = kHeadDim / 2;
-  ForwardCase square;  // the causal tile's reference: the same tile without a mask
-  square.q_tokens = tokens;
-  square.kv_tokens = tokens;
-  ForwardCase causal = square;
-  causal.causal = true;
-  ForwardCase fp32 = big;
-  fp32.storage = ElementType::kFp32;
-  const ForwardCase forward_cases[] = {launch, big, tiny, half_dim, square, causal, fp32};
-  std::vector<OperationFactory> attention;
-  for (const ForwardCase& c : forward_cases) attention.push_back(forward_operation(c));
-  attention.push_back(backward_operation(tokens, 2 * tokens));
-  progress("timing " + std::to_string(attention.size()) + " attention calls" + on_ranks);
-  const std::vector<std::vector<double>> t_attention =
-      time_on_ranks(ranks, ranks, repeats, attention);
+std::vector<std::vector<double>> time_cpu_device(RankSync& sync, std::int32_t rank,
+                                                 const DeviceCalibrationOptions& options) {
+  std::vector<TimedOperation> operations;
+  for (const DeviceCall& c : device_calls(options)) {
+    switch (c.kind) {
+      case DeviceCall::Kind::kForward:
+        operations.push_back(forward_operation(c, rank));
+        break;
+      case DeviceCall::Kind::kBackward:
+        operations.push_back(backward_operation(c, rank));
+        break;
+      case DeviceCall::Kind::kCopy:
+        operations.push_back(copy_operation(c.copy_bytes));
+        break;
+    }
+  }
+  return time_operations(sync, operations, options.repeats, options.min_seconds);
+}
 
+void fit_device(std::span<const std::vector<std::vector<double>>> timings,
+                const DeviceCalibrationOptions& options, const KernelSubtiles& subtiles,
+                ClusterSpec& spec, std::vector<CalibrationMeasurement>& rows) {
+  const std::vector<DeviceCall> calls = device_calls(options);
+  const auto repeats = to_size(options.repeats);
+  if (timings.empty()) throw InvalidInput("device timings: no rank's timings were given");
+  for (std::size_t r = 0; r < timings.size(); ++r) {
+    if (timings[r].size() != calls.size()) {
+      throw InvalidInput("device timings of rank " + std::to_string(r) + ": " +
+                         std::to_string(timings[r].size()) + " calls, expected " +
+                         std::to_string(calls.size()));
+    }
+    for (std::size_t c = 0; c < calls.size(); ++c) {
+      if (timings[r][c].size() != repeats) {
+        throw InvalidInput("device timings of rank " + std::to_string(r) + ", " + calls[c].name +
+                           ": " + std::to_string(timings[r][c].size()) + " repeats, expected " +
+                           std::to_string(repeats));
+      }
+      for (std::size_t i = 0; i < repeats; ++i) {
+        const double t = timings[r][c][i];
+        if (!std::isfinite(t) || t <= 0) {
+          throw InvalidInput("device timings of rank " + std::to_string(r) + ", " + calls[c].name +
+                             ", repeat " + std::to_string(i) + ": " + std::to_string(t) +
+                             " s is not a positive time");
+        }
+      }
+    }
+  }
+  // t[call][repeat]: the mean over ranks.
+  std::vector<std::vector<double>> t(calls.size(), std::vector<double>(repeats, 0.0));
+  for (const auto& rank : timings) {
+    for (std::size_t c = 0; c < calls.size(); ++c) {
+      for (std::size_t i = 0; i < repeats; ++i) {
+        t[c][i] += rank[c][i] / static_cast<double>(timings.size());
+      }
+    }
+  }
+  const std::int32_t tokens = options.tile_tokens;
+  const std::int32_t fq = subtiles.forward_q, fkv = subtiles.forward_kv;
   TileGeometry geometry{};
   geometry.big_area = static_cast<double>(tokens) * 2 * tokens;
   geometry.big_subtiles =
-      static_cast<double>(sim::subtile_work(nullptr, tokens, 2 * tokens, fwd.q, fwd.kv).subtiles);
+      static_cast<double>(sim::subtile_work(nullptr, tokens, 2 * tokens, fq, fkv).subtiles);
   geometry.tiny_subtiles = double{kTinyRows} * kTinyTiles;
   geometry.tiny_area = geometry.tiny_subtiles * kTinyTokens * kTinyTokens;
   geometry.square_area = static_cast<double>(tokens) * tokens;
   geometry.square_subtiles =
-      static_cast<double>(sim::subtile_work(nullptr, tokens, tokens, fwd.q, fwd.kv).subtiles);
-  geometry.backward_subtiles =
-      static_cast<double>(sim::subtile_work(nullptr, tokens, 2 * tokens, bwd.q, bwd.kv).subtiles);
+      static_cast<double>(sim::subtile_work(nullptr, tokens, tokens, fq, fkv).subtiles);
+  geometry.backward_subtiles = static_cast<double>(
+      sim::subtile_work(nullptr, tokens, 2 * tokens, subtiles.backward_q, subtiles.backward_kv)
+          .subtiles);
   const TileMask mask = causal_mask(tokens);
-  geometry.causal = sim::subtile_work(&mask, tokens, tokens, fwd.q, fwd.kv);
+  geometry.causal = sim::subtile_work(&mask, tokens, tokens, fq, fkv);
   // Each repeat solved on its own, then the median of each constant.
   std::vector<KernelConstants> solved;
-  for (std::size_t r = 0; r < to_size(repeats); ++r) {
-    const auto& t = t_attention;
-    solved.push_back(
-        solve({t[0][r], t[1][r], t[2][r], t[3][r], t[4][r], t[5][r], t[6][r], t[7][r]}, geometry));
+  for (std::size_t i = 0; i < repeats; ++i) {
+    solved.push_back(solve({t[kLaunch][i], t[kBig][i], t[kTiny][i], t[kHalfDim][i], t[kSquare][i],
+                            t[kCausal][i], t[kFp32][i], t[kBackward][i]},
+                           geometry));
   }
   const auto constant = [&](double KernelConstants::*field) {
     std::vector<double> values;
     for (const KernelConstants& c : solved) values.push_back(c.*field);
     return median(std::move(values));
   };
-
-  // Memory and links.
-  progress("timing memcpy of " + std::to_string(options.copy_bytes) + " bytes" + on_ranks);
-  const double t_copy =
-      median(time_on_ranks(ranks, ranks, repeats, {copy_operation(options.copy_bytes)})[0]);
-  const std::int32_t link_ranks = std::max(ranks, 2);
-  const std::int32_t paired = link_ranks - link_ranks % 2;
-  progress("timing exchanges of 8 and " + std::to_string(options.message_bytes) + " bytes on " +
-           std::to_string(link_ranks) + " ranks");
-  const std::vector<std::vector<double>> t_links =
-      time_on_ranks(link_ranks, paired, repeats,
-                    {exchange_operation(8), exchange_operation(options.message_bytes)});
-  std::vector<double> link_bandwidths;
-  for (std::size_t r = 0; r < to_size(repeats); ++r) {
-    const double t = t_links[1][r];
-    link_bandwidths.push_back(static_cast<double>(options.message_bytes) /
-                              std::max(t - t_links[0][r], 0.05 * t));
-  }
-
-  ClusterSpec spec;
-  spec.name = "cpu-local";
-  spec.shape = {1, ranks};
   spec.kernel_overhead = round4(constant(&KernelConstants::overhead), 1e-6);
   spec.forward_flops = round4(4.0 * kHeadDim / constant(&KernelConstants::pair), 1e12);
   spec.subtile_overhead = round4(constant(&KernelConstants::subtile), 1e-6);
@@ -488,42 +444,105 @@ CalibrationReport calibrate_cpu_local(const CalibrationOptions& options) {
   spec.partial_subtile_extra = round4(constant(&KernelConstants::partial_extra), 1);
   spec.backward_flops = round4(10.0 * kHeadDim / constant(&KernelConstants::pair_backward), 1e12);
   spec.fp32_kernel_factor = round4(constant(&KernelConstants::fp32_factor), 1);
-  spec.memory_bandwidth = round4(2 * static_cast<double>(options.copy_bytes) / t_copy, 1e9);
+  spec.memory_bandwidth =
+      round4(2 * static_cast<double>(options.copy_bytes) / median(t[kCopy]), 1e9);
+  spec.forward_subtile_q = subtiles.forward_q;
+  spec.forward_subtile_kv = subtiles.forward_kv;
+  spec.backward_subtile_q = subtiles.backward_q;
+  spec.backward_subtile_kv = subtiles.backward_kv;
+
+  const std::pair<const char*, double> derived[kCallCount] = {
+      {"kernel_overhead_us", spec.kernel_overhead * 1e6},
+      {"forward_tflops", spec.forward_flops * 1e-12},
+      {"subtile_overhead_us", spec.subtile_overhead * 1e6},
+      {"softmax_share", spec.softmax_share},
+      {"partial_subtile_extra", spec.partial_subtile_extra},
+      {"partial_subtile_extra", spec.partial_subtile_extra},
+      {"fp32_kernel_factor", spec.fp32_kernel_factor},
+      {"backward_tflops", spec.backward_flops * 1e-12},
+      {"memory_gbps", spec.memory_bandwidth * 1e-9}};
+  const char* units[kCallCount] = {"us", "TFLOP/s", "us", "", "", "", "", "TFLOP/s", "GB/s"};
+  for (std::size_t c = 0; c < calls.size(); ++c) {
+    rows.push_back({calls[c].name, median(t[c]), derived[c].first, derived[c].second, units[c]});
+  }
+}
+
+CalibrationReport calibrate_cpu_local(const CalibrationOptions& options) {
+  check_range(options.devices, 1, 256, "devices");
+  check_range(options.message_bytes, std::int64_t{4} << 10, std::int64_t{4} << 30, "message_bytes");
+  DeviceCalibrationOptions device;
+  device.repeats = options.repeats;
+  device.tile_tokens = options.tile_tokens;
+  device.copy_bytes = options.copy_bytes;
+  device.min_seconds = options.min_seconds;
+  const std::vector<DeviceCall> calls = device_calls(device);  // checks the options
+  const std::int32_t ranks = options.devices;
+  const std::int32_t repeats = options.repeats;
+  const auto progress = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  const std::string on_ranks = " on " + std::to_string(ranks) + " ranks, " +
+                               std::to_string(repeats) + (repeats == 1 ? " repeat" : " repeats");
+  comm::CommOptions comm_options;
+  comm_options.timeout_seconds = 3600;  // a barrier waits for the slowest rank's operation
+
+  progress("timing " + std::to_string(calls.size() - 1) + " attention calls and a memcpy of " +
+           std::to_string(options.copy_bytes) + " bytes" + on_ranks);
+  std::vector<std::vector<std::vector<double>>> timings(to_size(ranks));
+  comm::run_local_ranks(ranks, comm_options, [&](comm::Communicator& communicator) {
+    CommunicatorSync sync(communicator);
+    timings[to_size(communicator.rank())] = time_cpu_device(sync, communicator.rank(), device);
+  });
+  ClusterSpec spec;
+  spec.name = "cpu-local";
+  spec.shape = {1, ranks};
+  CalibrationReport report;
+  const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
+  const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
+  fit_device(timings, device, {fwd.q, fwd.kv, bwd.q, bwd.kv}, spec, report.measurements);
+
+  // Links: pairs of local ranks exchanging both ways at once.
+  const std::int32_t link_ranks = std::max(ranks, 2);
+  const std::int32_t paired = link_ranks - link_ranks % 2;
+  progress("timing exchanges of 8 and " + std::to_string(options.message_bytes) + " bytes on " +
+           std::to_string(link_ranks) + " ranks");
+  std::vector<std::vector<std::vector<double>>> link_timings(to_size(link_ranks));
+  comm::run_local_ranks(link_ranks, comm_options, [&](comm::Communicator& communicator) {
+    CommunicatorSync sync(communicator);
+    const TimedOperation operations[] = {exchange_operation(communicator, 8),
+                                         exchange_operation(communicator, options.message_bytes)};
+    link_timings[to_size(communicator.rank())] =
+        time_operations(sync, operations, repeats, device.min_seconds);
+  });
+  // t_links[size][repeat]: the mean over the paired ranks.
+  std::vector<std::vector<double>> t_links(2, std::vector<double>(to_size(repeats), 0.0));
+  for (std::int32_t r = 0; r < paired; ++r) {
+    for (std::size_t op = 0; op < 2; ++op) {
+      for (std::size_t i = 0; i < to_size(repeats); ++i) {
+        t_links[op][i] += link_timings[to_size(r)][op][i] / paired;
+      }
+    }
+  }
+  std::vector<double> link_bandwidths;
+  for (std::size_t r = 0; r < to_size(repeats); ++r) {
+    const double t = t_links[1][r];
+    link_bandwidths.push_back(static_cast<double>(options.message_bytes) /
+                              std::max(t - t_links[0][r], 0.05 * t));
+  }
   spec.intra_node_latency = round4(median(t_links[0]), 1e-6);
   spec.intra_node_bandwidth = round4(median(link_bandwidths), 1e9);
   spec.inter_node_latency = spec.intra_node_latency;  // all ranks share one process
   spec.inter_node_bandwidth = spec.intra_node_bandwidth;
-  spec.forward_subtile_q = fwd.q;
-  spec.forward_subtile_kv = fwd.kv;
-  spec.backward_subtile_q = bwd.q;
-  spec.backward_subtile_kv = bwd.kv;
+  report.notes.push_back("one process: the inter-node constants are copies of the intra-node ones");
   validate(spec);
-  // The file form reads back as the same spec (a fixed point of write and read).
-  for (int round = 0; round < 4; ++round) {
-    const ClusterSpec back = parse_cluster_text(to_cluster_text(spec), "calibration");
-    if (to_cluster_text(back) == to_cluster_text(spec)) break;
-    spec = back;
-  }
-
-  CalibrationReport report;
+  settle_file_form(spec);  // the file form reads back as the same spec
   report.spec = spec;
+
   const auto add = [&](std::string name, const std::vector<double>& seconds, std::string derives,
                        double value, std::string unit) {
     report.measurements.push_back(
         {std::move(name), median(seconds), std::move(derives), value, std::move(unit)});
   };
-  const auto& t = t_attention;
-  add(describe(launch), t[0], "kernel_overhead_us", spec.kernel_overhead * 1e6, "us");
-  add(describe(big), t[1], "forward_tflops", spec.forward_flops * 1e-12, "TFLOP/s");
-  add(describe(tiny), t[2], "subtile_overhead_us", spec.subtile_overhead * 1e6, "us");
-  add(describe(half_dim), t[3], "softmax_share", spec.softmax_share, "");
-  add(describe(square), t[4], "partial_subtile_extra", spec.partial_subtile_extra, "");
-  add(describe(causal), t[5], "partial_subtile_extra", spec.partial_subtile_extra, "");
-  add(describe(fp32), t[6], "fp32_kernel_factor", spec.fp32_kernel_factor, "");
-  add("backward " + std::to_string(tokens) + "x" + std::to_string(2 * tokens) + " d128 bf16", t[7],
-      "backward_tflops", spec.backward_flops * 1e-12, "TFLOP/s");
-  add("memcpy " + std::to_string(options.copy_bytes) + " B", {t_copy}, "memory_gbps",
-      spec.memory_bandwidth * 1e-9, "GB/s");
   const std::string latency_name = "exchange 8 B both ways";
   const std::string message_name =
       "exchange " + std::to_string(options.message_bytes) + " B both ways";

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dcp calibrate`: the cluster file it writes reads back as the text it prints, and bad flags
-// exit 2 without writing anything.
+// exit 2 without writing anything (the mpi runs are tests/apps/calibrate_mpi.sh).
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,7 +20,7 @@ namespace {
 // Small tiles and buffers: the command's wiring, not the machine, is under test.
 std::vector<std::string> fast(std::vector<std::string> argv) {
   argv.insert(argv.begin(), {"calibrate", "--repeats", "1", "--tile-tokens", "128", "--copy-bytes",
-                             "1048576", "--message-bytes", "262144"});
+                             "1048576", "--message-bytes", "262144", "--timing-seconds", "0.005"});
   return argv;
 }
 
@@ -39,6 +39,8 @@ TEST(CalibrateCommand, WritesAClusterFileThatReadsBackAsThePrintedText) {
   EXPECT_EQ(spec.name, "cpu-local");
   EXPECT_EQ(spec.shape, (ClusterShape{1, 2}));
   EXPECT_EQ(to_cluster_text(spec), printed);
+  EXPECT_NE(r.out.find("note: one process: the inter-node constants are copies"), std::string::npos)
+      << r.out;
   std::filesystem::remove(path);
 }
 
@@ -55,6 +57,13 @@ TEST(CalibrateCommand, RejectsBadFlagsWithExitStatus2AndWritesNothing) {
       {{"calibrate", "--copy-bytes", "1", "--out", path}, "--copy-bytes"},
       {{"calibrate", "--bogus", "--out", path}, "--bogus"},
       {{"calibrate", "--out", path + ".missing/dir/file"}, "--out"},
+      {{"calibrate", "--timing-seconds", "0", "--out", path}, "--timing-seconds"},
+      {{"calibrate", "--comm", "carrier-pigeon", "--out", path}, "--comm"},
+      {{"calibrate", "--nodes", "2", "--out", path}, "--nodes"},
+      {{"calibrate", "--max-bytes", "65536", "--out", path}, "--max-bytes"},
+      {{"calibrate", "--comm", "mpi", "--devices", "4", "--out", path}, "--devices"},
+      {{"calibrate", "--comm", "mpi", "--min-bytes", "65536", "--max-bytes", "4096", "--out", path},
+       "--max-bytes"},
   };
   for (const auto& [argv, flag] : cases) {
     const Result r = run(argv);
@@ -68,7 +77,8 @@ TEST(CalibrateCommand, RejectsBadFlagsWithExitStatus2AndWritesNothing) {
 TEST(CalibrateCommand, ExplainsItsFlags) {
   const Result r = run({"calibrate", "--help"});
   EXPECT_EQ(r.status, 0);
-  for (const char* flag : {"--devices", "--repeats", "--tile-tokens", "--out"}) {
+  for (const char* flag : {"--devices", "--repeats", "--tile-tokens", "--out", "--comm", "--nodes",
+                           "--devices-per-node", "--min-bytes", "--max-bytes", "--group-peers"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }

@@ -235,6 +235,16 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
       {"launch_peer_overhead_us", std::max(0.1, spec.launch_peer_overhead * 1e6), 0.1, 100},
       {"intra_half_bytes", half_of(spec.intra_node_efficiency), 1e3, 1e8},
       {"inter_half_bytes", half_of(spec.inter_node_efficiency), 1e3, 1e8},
+      {"intra_stream_gbps",
+       (spec.intra_node_stream_bandwidth > 0 ? spec.intra_node_stream_bandwidth
+                                             : spec.intra_node_bandwidth) /
+           1e9,
+       1, 1000},
+      {"inter_stream_gbps",
+       (spec.inter_node_stream_bandwidth > 0 ? spec.inter_node_stream_bandwidth
+                                             : spec.nic_bandwidth()) /
+           1e9,
+       0.1, 1000},
   };
   const auto apply = [&](const std::vector<Parameter>& p) {
     ClusterSpec c = options.cluster;
@@ -246,6 +256,8 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
     c.launch_peer_overhead = p[5].value * 1e-6;
     c.intra_node_efficiency = half_size_curve(p[6].value);
     c.inter_node_efficiency = half_size_curve(p[7].value);
+    c.intra_node_stream_bandwidth = p[8].value * 1e9;
+    c.inter_node_stream_bandwidth = p[9].value * 1e9;
     return c;
   };
   PaperFit fit;

@@ -65,8 +65,9 @@ std::vector<PaperRecord> run_paper_suite(const PaperOptions& options, std::ostre
 
 // Fits the constants of options.cluster that no datasheet fixes to the fitted cells (the paper's
 // LongDataCollections causal baselines, outliers left out): forward and backward kernel rates,
-// tile set-up, kernel overhead, launch set-up per launch and per peer, and the half-bandwidth
-// message sizes of the two links' efficiency curves (efficiency s / (s + half) at s bytes). It
+// tile set-up, kernel overhead, launch set-up per launch and per peer, the half-bandwidth
+// message sizes of the two links' efficiency curves (efficiency s / (s + half) at s bytes) and
+// the two links' stream bandwidths. It
 // minimises the sum of squared log errors by coordinate search in log space over plans built once,
 // and returns the spec with the fitted values.
 struct PaperFit {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "dcp/core/error.h"
@@ -39,6 +40,8 @@ constexpr Field kFields[] = {
     {"tile_setup_tokens", &ClusterSpec::tile_setup_tokens, 1, false},
     {"launch_overhead_us", &ClusterSpec::launch_overhead, 1e-6, false},
     {"launch_peer_overhead_us", &ClusterSpec::launch_peer_overhead, 1e-6, false},
+    {"intra_node_stream_gbps", &ClusterSpec::intra_node_stream_bandwidth, 1e9, false},
+    {"inter_node_stream_gbps", &ClusterSpec::inter_node_stream_bandwidth, 1e9, false},
 };
 
 struct IntField {
@@ -159,9 +162,16 @@ double ClusterSpec::link_bytes(std::int64_t bytes, bool inter_node,
                          message_bytes > 0 ? message_bytes : bytes);
 }
 
+double ClusterSpec::stream_bandwidth(bool inter_node) const {
+  const double cap = inter_node ? inter_node_stream_bandwidth : intra_node_stream_bandwidth;
+  return cap > 0 ? cap : std::numeric_limits<double>::infinity();
+}
+
 double ClusterSpec::transfer_seconds(std::int64_t bytes, bool inter_node) const {
-  return inter_node ? inter_node_latency + link_bytes(bytes, true) / nic_bandwidth()
-                    : intra_node_latency + link_bytes(bytes, false) / intra_node_bandwidth;
+  const double rate =
+      std::min(inter_node ? nic_bandwidth() : intra_node_bandwidth, stream_bandwidth(inter_node));
+  return (inter_node ? inter_node_latency : intra_node_latency) +
+         link_bytes(bytes, inter_node) / rate;
 }
 
 void validate(const ClusterSpec& spec) {
@@ -191,6 +201,11 @@ void validate(const ClusterSpec& spec) {
   latency(spec.subtile_overhead, "subtile_overhead_us");
   latency(spec.launch_overhead, "launch_overhead_us");
   latency(spec.launch_peer_overhead, "launch_peer_overhead_us");
+  for (const auto& [value, field] :
+       {std::pair{spec.intra_node_stream_bandwidth, "intra_node_stream_gbps"},
+        std::pair{spec.inter_node_stream_bandwidth, "inter_node_stream_gbps"}}) {
+    if (value != 0) rate(value, field);  // 0: no cap
+  }
   const auto in_range = [&](double value, double lo, double hi, const char* field) {
     if (!std::isfinite(value) || value < lo || value >= hi) {
       throw InvalidInput(std::string("cluster '") + spec.name + "': " + field + " must be in [" +
@@ -285,6 +300,9 @@ ClusterSpec cluster_preset(std::string_view name) {
     spec.inter_node_efficiency = {{1 << 16, 0.1}, {1 << 20, 0.5}, {1 << 24, 0.85}};  // estimate
     spec.launch_overhead = 10e-6;                                                    // estimate
     spec.launch_peer_overhead = 2e-6;                                                // estimate
+    // One NCCL send/recv stream over EFA: the paper's ring moves 4 MB per step in ~0.9 ms
+    // (dcp_reference.md §13.6: 31 steps, 27 ms forward), estimate.
+    spec.inter_node_stream_bandwidth = 4.4e9;
   } else if (name == "h100-dgx") {
     // NVIDIA DGX H100: 8 x H100 SXM per node (anchors §D.4).
     spec.name = "h100-dgx";
@@ -390,7 +408,9 @@ ClusterSpec parse_cluster_text(std::string_view text, std::string_view origin) {
       for (std::size_t f = 0; f < std::size(kFields); ++f) {
         if (key != kFields[f].key) continue;
         const double number = parse_double(value, what);
-        const bool is_rate = kFields[f].unit >= 1e9;
+        // A stream bandwidth of 0 is no cap; every other rate is at least 1 MB/s or 1 GFLOP/s.
+        const bool is_rate =
+            kFields[f].unit >= 1e9 && !(key.ends_with("_stream_gbps") && number == 0);
         if (is_rate ? !(number >= 1e-3) : !(number >= 0)) {
           throw InvalidInput(what +
                              (is_rate ? " must be at least 0.001" : " must not be negative") +

@@ -59,6 +59,13 @@ struct ClusterSpec {
   // (executors and transports pack it). Points in increasing size; empty: 1 at every size.
   std::vector<SizeEfficiency> intra_node_efficiency;
   std::vector<SizeEfficiency> inter_node_efficiency;
+  // The most one point-to-point transfer reaches on its own, whatever its link sides have left
+  // (a transport's single stream: NCCL's send/recv moves one message over a few channels, well
+  // below what a NIC carries for several at once). It caps the rate at which a transfer moves its
+  // link bytes (so the size efficiency applies under it as under the link) without taking more of
+  // the link than that rate. 0: no cap beyond the link.
+  double intra_node_stream_bandwidth = 0;
+  double inter_node_stream_bandwidth = 0;
   // A Launch starts its transfers launch_overhead + launch_peer_overhead x (its distinct peers)
   // after it is issued (a group of point-to-point operations: the host's set-up per peer and the
   // communication kernel's launch). It costs the compute stream nothing.
@@ -108,8 +115,11 @@ struct ClusterSpec {
   // `message_bytes`, the size of the message it travels in (the bytes a launch moves between its
   // two devices, which transports send as one; 0: the transfer's own bytes).
   double link_bytes(std::int64_t bytes, bool inter_node, std::int64_t message_bytes = 0) const;
+  // The cap on one transfer's rate (the stream bandwidth; infinity where there is none).
+  double stream_bandwidth(bool inter_node) const;
   // Seconds to move `bytes` between two devices (same node or not), alone on its link sides: the
-  // latency plus its link bytes over the device's (intra) or the interface's (inter) bandwidth.
+  // latency plus its link bytes over the device's (intra) or the interface's (inter) bandwidth,
+  // or over the stream bandwidth where that is lower.
   double transfer_seconds(std::int64_t bytes, bool inter_node) const;
 };
 
@@ -131,7 +141,8 @@ ClusterSpec cluster_preset(std::string_view name);
 // memory_gbps, softmax_share, fp32_kernel_factor, partial_subtile_extra, subtile_overhead_us,
 // tile_setup_tokens, whole_subtiles (0 or 1), forward_subtile_q, forward_subtile_kv,
 // backward_subtile_q, backward_subtile_kv, nics_per_node, launch_overhead_us,
-// launch_peer_overhead_us, intra_node_efficiency and inter_node_efficiency (comma-separated
+// launch_peer_overhead_us, intra_node_stream_gbps, inter_node_stream_gbps (0: no cap),
+// intra_node_efficiency and inter_node_efficiency (comma-separated
 // BYTES:EFFICIENCY points, sizes increasing, efficiencies in (0, 1]). Throws InvalidInput naming
 // the file, line and key for an unknown key, a repeated key, a bad number or a missing field, and
 // IoError if the file cannot be read.

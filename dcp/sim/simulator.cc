@@ -420,10 +420,21 @@ class Simulation {
     std::size_t first = 0, second = 0;  // resources
     double served = 0;
     double rate = 0;  // bytes/s per transfer
+    double cap = 0;   // the most one message reaches (the stream bandwidth)
+    // Transfers in flight per message (a launch's transfers from one device to another): the
+    // stream bandwidth caps a message, however many values it carries.
+    std::unordered_map<std::int64_t, std::int32_t> messages;
     std::priority_queue<std::pair<double, std::int32_t>,
                         std::vector<std::pair<double, std::int32_t>>, std::greater<>>
         ends;  // (served level at which it ends, transfer)
   };
+
+  // The message a transfer travels in: its sender's launch instruction and its two devices.
+  std::int64_t message_of(const TransferEvent& transfer) const {
+    const auto devices = static_cast<std::int64_t>(devices_.size());
+    return (std::int64_t{transfer.src_instruction} * devices + transfer.src) * devices +
+           transfer.dst;
+  }
 
   std::size_t class_of(const TransferEvent& transfer) {
     const std::size_t devices = devices_.size();
@@ -440,12 +451,14 @@ class Simulation {
       LinkClass link;
       link.first = a;
       link.second = b;
+      link.cap = cost_.spec().stream_bandwidth(transfer.inter_node);
       classes_.push_back(std::move(link));
     }
     return it->second;
   }
 
-  // Max-min fair rates by progressive filling over the classes with transfers in flight.
+  // Max-min fair rates by progressive filling over the classes with transfers in flight, each
+  // transfer at most its class's cap.
   void allocate() {
     std::vector<double> capacity = capacity_;
     std::vector<double> load(capacity.size(), 0.0);
@@ -467,9 +480,24 @@ class Simulation {
           bottleneck = r;
         }
       }
+      // A class whose cap per transfer (its messages' caps shared by their transfers) is below
+      // the fair share is fixed at its cap first.
+      std::size_t capped = classes_.size();
+      for (const std::size_t c : open) {
+        const LinkClass& link = classes_[c];
+        const double cap = link.cap * static_cast<double>(link.messages.size()) /
+                           static_cast<double>(link.ends.size());
+        if (cap < share) {
+          share = cap;
+          capped = c;
+        }
+      }
       std::erase_if(open, [&](std::size_t c) {
         LinkClass& link = classes_[c];
-        if (link.first != bottleneck && link.second != bottleneck) return false;
+        if (capped < classes_.size() ? c != capped
+                                     : link.first != bottleneck && link.second != bottleneck) {
+          return false;
+        }
         link.rate = share;
         const auto n = static_cast<double>(link.ends.size());
         for (const std::size_t r : {link.first, link.second}) {
@@ -507,6 +535,9 @@ class Simulation {
         while (!link.ends.empty() && (c == ending || link.ends.top().first - link.served <=
                                                          1e-9 * link.ends.top().first + 1e-6)) {
           ended.push_back(link.ends.top().second);
+          const auto message =
+              link.messages.find(message_of(result_.transfers[at(link.ends.top().second)]));
+          if (--message->second == 0) link.messages.erase(message);
           link.ends.pop();
           if (c == ending) ending = classes_.size();  // only its first is forced
         }
@@ -520,6 +551,7 @@ class Simulation {
           continue;
         }
         LinkClass& link = classes_[class_of(transfer)];
+        ++link.messages[message_of(transfer)];
         link.ends.push({link.served + cost_.spec().link_bytes(transfer.bytes, transfer.inter_node,
                                                               transfer.message_bytes),
                         id});

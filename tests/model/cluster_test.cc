@@ -2,6 +2,7 @@
 // Cluster presets and cluster files.
 #include "dcp/model/cluster.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -119,12 +120,29 @@ TEST(Cluster, SizeEfficiencyInterpolatesInLogSize) {
 TEST(Cluster, TransferTimeIsLatencyPlusLinkBytesOverBandwidth) {
   ClusterSpec spec = cluster_preset("a100-p4de");
   spec.inter_node_efficiency.clear();
+  spec.inter_node_stream_bandwidth = 0;
   // Between nodes one transfer has one interface: a quarter of the node's bandwidth.
   EXPECT_DOUBLE_EQ(spec.transfer_seconds(50'000'000'000, true), spec.inter_node_latency + 4.0);
   EXPECT_DOUBLE_EQ(spec.transfer_seconds(0, false), spec.intra_node_latency);
   spec.inter_node_efficiency = {{1000, 0.5}};
   EXPECT_DOUBLE_EQ(spec.link_bytes(1000, true), 2000);
   EXPECT_DOUBLE_EQ(spec.transfer_seconds(12'500'000'000, true), spec.inter_node_latency + 2.0);
+  // A stream below the interface's rate bounds one transfer: 6.25 of 12.5 GB/s.
+  spec.inter_node_stream_bandwidth = 6.25e9;
+  EXPECT_DOUBLE_EQ(spec.transfer_seconds(12'500'000'000, true), spec.inter_node_latency + 4.0);
+  EXPECT_DOUBLE_EQ(spec.stream_bandwidth(true), 6.25e9);
+  EXPECT_EQ(spec.stream_bandwidth(false), std::numeric_limits<double>::infinity());
+}
+
+TEST(Cluster, FilesCarryStreamBandwidthsAndZeroMeansNoCap) {
+  ClusterSpec spec = cluster_preset("a100-p4de");
+  spec.intra_node_stream_bandwidth = 0;
+  spec.inter_node_stream_bandwidth = 3.5e9;
+  const ClusterSpec back = parse_cluster_text(to_cluster_text(spec), "test");
+  EXPECT_EQ(back.intra_node_stream_bandwidth, 0);
+  EXPECT_DOUBLE_EQ(back.inter_node_stream_bandwidth, 3.5e9);
+  EXPECT_THROW(parse_cluster_text("preset = a100-p4de\ninter_node_stream_gbps = -1\n", "test"),
+               InvalidInput);
 }
 
 }  // namespace

@@ -166,6 +166,7 @@ TEST(PlanBuilder, DcpKeepsTheFastestOfItsOwnAndTheStaticPlansUnderTheSimulator) 
     PlanOptions options = options_for(Strategy::kDcp, {2, 2});
     // A fast network makes static plans competitive on some batches.
     options.cluster.inter_node_bandwidth *= 50;
+    options.cluster.inter_node_stream_bandwidth *= 50;
     const BuiltPlan best = build_plan(workload, options);
     ASSERT_EQ(best.selection.candidates.size(), 7u);  // dcp and the six static strategies
     const sim::PlanSimulation kept_time = sim::simulate(best.plan, options.cluster);

@@ -185,6 +185,29 @@ TEST(Simulator, SmallTransfersReachLessOfTheirLink) {
               2e-6 + static_cast<double>(bytes) / 1e9, 1e-14);
 }
 
+TEST(Simulator, OneTransferReachesAtMostItsStreamBandwidthAndLeavesTheRestOfItsLink) {
+  // 2 nodes x 2 devices, one NIC per node at 1 GB/s; one stream reaches 0.4 GB/s.
+  const ClusterShape shape{2, 2};
+  const PlanHeader h = test_header(shape, 1, 1000);
+  const auto bytes = static_cast<double>(value_bytes(h, SlotKind::kKV, 1000));
+  ClusterSpec spec = test_cluster(shape);
+  spec.inter_node_stream_bandwidth = 0.4e9;
+  const PassSimulation alone = simulate(h, transfers(h, {{0, 2}}, {1000}), spec);
+  EXPECT_NEAR(alone.seconds, 5e-6 + bytes / 0.4e9, 1e-13);
+  EXPECT_NEAR(spec.transfer_seconds(static_cast<std::int64_t>(bytes), true), alone.seconds, 1e-13);
+  // Two streams through the same two NICs fit side by side (0.8 of 1 GB/s): neither slows.
+  const PassSimulation two = simulate(h, transfers(h, {{0, 2}, {1, 3}}, {1000, 1000}), spec);
+  EXPECT_NEAR(two.seconds, 5e-6 + bytes / 0.4e9, 1e-13);
+  // Inside a node no cap is set: the device's link rate.
+  EXPECT_NEAR(simulate(h, transfers(h, {{0, 1}}, {1000}), spec).seconds, 2e-6 + bytes / 1e9, 1e-13);
+  // Three do not (1.2): the NIC's fair share, 1/3 GB/s each, is below the cap.
+  spec.shape = {2, 3};
+  const PlanHeader h3 = test_header(spec.shape, 1, 1000);
+  const PassSimulation three =
+      simulate(h3, transfers(h3, {{0, 3}, {1, 4}, {2, 5}}, {1000, 1000, 1000}), spec);
+  EXPECT_NEAR(three.seconds, 5e-6 + 3 * bytes / 1e9, 1e-13);
+}
+
 TEST(Simulator, LaunchSetUpGrowsWithItsPeers) {
   const ClusterShape shape{1, 4};
   const PlanHeader h = test_header(shape, 1, 1000);

@@ -208,16 +208,20 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
   }
   // Time of one transfer of launch l: every transfer of a link side shares it, so each ends when
   // the busier of its two sides has moved all its bytes.
+  // The stream bandwidth bounds it too: its message moves at most that fast.
   const auto link_seconds = [&](std::size_t l, const Transfer& t) {
-    if (shape.node_of(t.src) == shape.node_of(t.dst)) {
+    const bool inter = shape.node_of(t.src) != shape.node_of(t.dst);
+    const std::int64_t message = message_bytes.at(message_key(t));
+    const double own = spec.link_bytes(message, inter, message) / spec.stream_bandwidth(inter);
+    if (!inter) {
       return spec.intra_node_latency +
-             std::max(intra_send[l * devices + static_cast<std::size_t>(t.src)],
-                      intra_recv[l * devices + static_cast<std::size_t>(t.dst)]) /
-                 spec.intra_node_bandwidth;
+             std::max(own, std::max(intra_send[l * devices + static_cast<std::size_t>(t.src)],
+                                    intra_recv[l * devices + static_cast<std::size_t>(t.dst)]) /
+                               spec.intra_node_bandwidth);
     }
-    return spec.inter_node_latency +
-           std::max(nic_send[l * nics + nic(t.src)], nic_recv[l * nics + nic(t.dst)]) /
-               spec.nic_bandwidth();
+    return spec.inter_node_latency + std::max(own, std::max(nic_send[l * nics + nic(t.src)],
+                                                            nic_recv[l * nics + nic(t.dst)]) /
+                                                       spec.nic_bandwidth());
   };
   // Each device's launch set-up: per launch and per distinct peer.
   std::vector<std::vector<std::int32_t>> launch_peers(launches * devices);

@@ -20,5 +20,6 @@ struct PlanHandle {
 
 void bind_planning(nanobind::module_& m);
 void bind_executor(nanobind::module_& m);
+void bind_calibration(nanobind::module_& m);
 
 }  // namespace dcp::python

@@ -11,7 +11,7 @@
 namespace nb = nanobind;
 
 NB_MODULE(_core, m) {
-  m.doc() = "dcp's C++ core: planning, verification, simulation and the executor";
+  m.doc() = "dcp's C++ core: planning, verification, simulation, the executor and calibration";
   // Plans and executors are often still referenced from autograd graphs when the interpreter
   // shuts down, after this module's teardown: not leaks, so no warnings at exit.
   nb::set_leak_warnings(false);
@@ -28,4 +28,5 @@ NB_MODULE(_core, m) {
   });
   dcp::python::bind_planning(m);
   dcp::python::bind_executor(m);
+  dcp::python::bind_calibration(m);
 }

@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0
+// Calibration from Python (dcp.calibrate): timing over a Python rank sync (torch.distributed),
+// the cpu device's timings, the calls a GPU device times, and the one fit of measurements into a
+// cluster file (dcp/runtime/cluster_calibration.h).
+#include "dcp/runtime/calibration.h"
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "dcp/kernels/cpu/cpu_attention.h"
+#include "dcp/runtime/cluster_calibration.h"
+
+#include "python/src/bindings.h"
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+namespace nb = nanobind;
+
+namespace dcp::python {
+namespace {
+
+using runtime::DeviceCalibrationOptions;
+
+// A RankSync whose barrier() and max_over_ranks(value) a Python object provides; called with the
+// GIL released, it takes the GIL for each call.
+class PythonRankSync final : public runtime::RankSync {
+ public:
+  explicit PythonRankSync(nb::object sync) : sync_(std::move(sync)) {}
+  void barrier() override {
+    nb::gil_scoped_acquire gil;
+    sync_.attr("barrier")();
+  }
+  double max_over_ranks(double value) override {
+    nb::gil_scoped_acquire gil;
+    return nb::cast<double>(sync_.attr("max_over_ranks")(value));
+  }
+
+ private:
+  nb::object sync_;
+};
+
+DeviceCalibrationOptions device_options(std::int32_t repeats, std::int32_t tile_tokens,
+                                        std::int64_t copy_bytes, double min_seconds) {
+  DeviceCalibrationOptions options;
+  options.repeats = repeats;
+  options.tile_tokens = tile_tokens;
+  options.copy_bytes = copy_bytes;
+  options.min_seconds = min_seconds;
+  runtime::device_calls(options);  // checks them
+  return options;
+}
+
+std::vector<runtime::MessageTime> messages(
+    const std::vector<std::pair<std::int64_t, double>>& items) {
+  std::vector<runtime::MessageTime> out;
+  for (const auto& [bytes, seconds] : items) out.push_back({bytes, seconds});
+  return out;
+}
+
+}  // namespace
+
+void bind_calibration(nb::module_& m) {
+  m.attr("SMALL_MESSAGE_BYTES") = runtime::kSmallMessageBytes;
+  m.def(
+      "time_operations",
+      [](nb::object sync, const std::vector<nb::object>& operations, std::int32_t repeats,
+         double min_seconds) {
+        std::vector<runtime::TimedOperation> timed;
+        for (const nb::object& op : operations) {
+          if (op.is_none()) {
+            timed.emplace_back();
+            continue;
+          }
+          timed.emplace_back([op] {
+            nb::gil_scoped_acquire gil;
+            op();
+          });
+        }
+        PythonRankSync rank_sync(std::move(sync));
+        nb::gil_scoped_release release;
+        return runtime::time_operations(rank_sync, timed, repeats, min_seconds);
+      },
+      nb::arg("sync"), nb::arg("operations"), nb::arg("repeats"), nb::arg("min_seconds"),
+      "Seconds per call of each operation ([operation][repeat]) on this rank, every rank at once "
+      "(dcp/runtime/rank_timing.h); None takes no part.");
+  m.def(
+      "device_calls",
+      [](std::int32_t repeats, std::int32_t tile_tokens, std::int64_t copy_bytes,
+         double min_seconds) {
+        nb::list calls;
+        for (const runtime::DeviceCall& c :
+             runtime::device_calls(device_options(repeats, tile_tokens, copy_bytes, min_seconds))) {
+          nb::dict d;
+          d["kind"] = c.kind == runtime::DeviceCall::Kind::kForward    ? "forward"
+                      : c.kind == runtime::DeviceCall::Kind::kBackward ? "backward"
+                                                                       : "copy";
+          d["name"] = c.name;
+          d["rows"] = c.rows;
+          d["q_tokens"] = c.q_tokens;
+          d["tiles"] = c.tiles;
+          d["kv_tokens"] = c.kv_tokens;
+          d["causal"] = c.causal;
+          d["head_dim"] = c.head_dim;
+          d["dtype"] = c.fp32 ? "fp32" : "bf16";
+          d["copy_bytes"] = c.copy_bytes;
+          calls.append(d);
+        }
+        return calls;
+      },
+      nb::arg("repeats"), nb::arg("tile_tokens"), nb::arg("copy_bytes"), nb::arg("min_seconds"));
+  m.def(
+      "time_cpu_device",
+      [](nb::object sync, std::int32_t rank, std::int32_t repeats, std::int32_t tile_tokens,
+         std::int64_t copy_bytes, double min_seconds) {
+        const DeviceCalibrationOptions options =
+            device_options(repeats, tile_tokens, copy_bytes, min_seconds);
+        PythonRankSync rank_sync(std::move(sync));
+        nb::gil_scoped_release release;
+        return runtime::time_cpu_device(rank_sync, rank, options);
+      },
+      nb::arg("sync"), nb::arg("rank"), nb::arg("repeats"), nb::arg("tile_tokens"),
+      nb::arg("copy_bytes"), nb::arg("min_seconds"));
+  m.def("cpu_subtiles", [] {
+    const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
+    const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
+    return std::make_tuple(fwd.q, fwd.kv, bwd.q, bwd.kv);
+  });
+  m.def(
+      "sweep_sizes",
+      [](std::int64_t min_bytes, std::int64_t max_bytes) {
+        runtime::LinkCalibrationOptions options;
+        options.min_bytes = min_bytes;
+        options.max_bytes = max_bytes;
+        return runtime::sweep_sizes(options);
+      },
+      nb::arg("min_bytes"), nb::arg("max_bytes"));
+  m.def(
+      "shape_from_placements",
+      [](const std::vector<std::pair<std::int32_t, std::int32_t>>& placements,
+         const std::string& variable) {
+        std::vector<runtime::LauncherPlacement> p;
+        for (const auto& [size, rank] : placements) p.push_back({size, rank});
+        const ClusterShape shape = runtime::shape_from_placements(p, variable);
+        return std::make_pair(shape.nodes, shape.devices_per_node);
+      },
+      nb::arg("placements"), nb::arg("variable"));
+  m.def(
+      "check_calibration_world",
+      [](std::int32_t nodes, std::int32_t devices_per_node, std::int32_t ranks) {
+        runtime::check_calibration_world({nodes, devices_per_node}, ranks);
+      },
+      nb::arg("nodes"), nb::arg("devices_per_node"), nb::arg("ranks"));
+  m.def(
+      "fit_cluster",
+      [](std::int32_t nodes, std::int32_t devices_per_node,
+         const std::vector<std::pair<std::int64_t, double>>& intra_node,
+         const std::vector<std::pair<std::int64_t, double>>& inter_node,
+         const std::vector<std::tuple<std::int32_t, double, double>>& groups,
+         std::pair<std::int64_t, double> aggregate,
+         const std::vector<std::vector<std::vector<double>>>& device_timings, std::int32_t repeats,
+         std::int32_t tile_tokens, std::int64_t copy_bytes, double min_seconds,
+         std::tuple<std::int32_t, std::int32_t, std::int32_t, std::int32_t> subtiles,
+         const std::string& name) {
+        runtime::LinkMeasurements links;
+        links.shape = {nodes, devices_per_node};
+        links.intra_node = messages(intra_node);
+        links.inter_node = messages(inter_node);
+        for (const auto& [peers, issue, seconds] : groups) {
+          links.groups.push_back({peers, issue, seconds});
+        }
+        links.aggregate = {aggregate.first, aggregate.second};
+        const auto [fq, fkv, bq, bkv] = subtiles;
+        const runtime::CalibrationReport report = runtime::fit_cluster(
+            links, device_timings, device_options(repeats, tile_tokens, copy_bytes, min_seconds),
+            {fq, fkv, bq, bkv}, name);
+        nb::list rows;
+        for (const runtime::CalibrationMeasurement& r : report.measurements) {
+          rows.append(nb::make_tuple(r.name, r.seconds, r.derives, r.value, r.unit));
+        }
+        nb::dict d;
+        d["text"] = to_cluster_text(report.spec);
+        d["measurements"] = rows;
+        d["notes"] = report.notes;
+        return d;
+      },
+      nb::arg("nodes"), nb::arg("devices_per_node"), nb::arg("intra_node"), nb::arg("inter_node"),
+      nb::arg("groups"), nb::arg("aggregate"), nb::arg("device_timings"), nb::arg("repeats"),
+      nb::arg("tile_tokens"), nb::arg("copy_bytes"), nb::arg("min_seconds"), nb::arg("subtiles"),
+      nb::arg("name"),
+      "The cluster file of the measurements (dcp::runtime::fit_cluster): a dict of its text, the "
+      "table's rows (name, seconds, key, value, unit) and notes.");
+}
+
+}  // namespace dcp::python

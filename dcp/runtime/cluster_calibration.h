@@ -100,7 +100,9 @@ void check_calibration_world(const ClusterShape& shape, std::int32_t ranks);
 
 // Measures the links between the ranks of `communicator`, rank r being device r of `shape`. Every
 // rank calls it; rank 0 returns the measurements, the others an empty LinkMeasurements. Timings
-// use time_operations (the ranks not taking part in a measurement wait at its barriers).
+// use time_operations (the ranks not taking part in a measurement wait at its barriers); each
+// figure is the fastest repeat (on a shared machine, noise only adds time), a group's issue time
+// the median over its calls.
 LinkMeasurements measure_links(comm::Communicator& communicator, const ClusterShape& shape,
                                const LinkCalibrationOptions& options);
 

@@ -27,6 +27,9 @@ def calibrate_case(rank: int, size: int, options: dict, local_world_size: int | 
     if local_world_size is not None:  # as torchrun sets them
         os.environ["LOCAL_WORLD_SIZE"] = str(local_world_size)
         os.environ["LOCAL_RANK"] = str(rank % local_world_size)
+    else:
+        os.environ.pop("LOCAL_WORLD_SIZE", None)
+        os.environ.pop("LOCAL_RANK", None)
     return dcp.calibrate.calibrate(**options)
 
 

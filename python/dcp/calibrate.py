@@ -291,17 +291,29 @@ def main(argv: list[str] | None = None) -> int:
                         help="ranks per node [LOCAL_WORLD_SIZE]")
     parser.add_argument("--backend", choices=["gloo", "nccl"],
                         help="torch.distributed backend [nccl with CUDA, else gloo]")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--timing-seconds", type=float, default=0.05)
-    parser.add_argument("--min-bytes", type=int, default=4096)
-    parser.add_argument("--max-bytes", type=int, default=64 << 20)
-    parser.add_argument("--group-peers", type=int, default=8)
-    parser.add_argument("--tile-tokens", type=int, default=512)
-    parser.add_argument("--copy-bytes", type=int, default=64 << 20)
-    parser.add_argument("--name", default="calibrated")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="repeats of each timing: links keep the fastest, kernels the median "
+                             "[5]")
+    parser.add_argument("--timing-seconds", type=float, default=0.05,
+                        help="each timing loops at least this long per repeat [0.05]")
+    parser.add_argument("--min-bytes", type=int, default=4096,
+                        help="smallest message of the size sweep [4096]")
+    parser.add_argument("--max-bytes", type=int, default=64 << 20,
+                        help="largest message of the size sweep (x4 steps) [67108864]")
+    parser.add_argument("--group-peers", type=int, default=8,
+                        help="groups of 1..K peers for the launch set-up [8]")
+    parser.add_argument("--tile-tokens", type=int, default=512,
+                        help="q tokens of the big attention tiles [512]")
+    parser.add_argument("--copy-bytes", type=int, default=64 << 20,
+                        help="bytes each rank copies for the memory bandwidth [67108864]")
+    parser.add_argument("--name", default="calibrated", help="the cluster's name [calibrated]")
     parser.add_argument("--timeout", type=float, default=120,
                         help="seconds a rank waits for the others [120]")
     args = parser.parse_args(argv)
+    if not dist.is_initialized() and "RANK" not in os.environ:
+        print("dcp.calibrate: error: run it under torchrun (RANK, WORLD_SIZE and the rendezvous "
+              "are not set), e.g. torchrun --nproc-per-node 8 -m dcp.calibrate", file=sys.stderr)
+        return 2
     backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

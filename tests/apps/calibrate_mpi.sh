@@ -37,6 +37,7 @@ grep -q "^devices_per_node = 2$" "$tmp/1x2.cluster" || fail "2 ranks of one mach
 grep -q "note: one node: the inter-node constants are copies" "$tmp/1x2.txt" ||
   fail "one node, but no note that the inter-node constants are copies"
 
+mpirun_flags=("$@")
 expect_status_2() {  # expect_status_2 WORDS RANKS ARGS...
   local words=$1 ranks=$2
   shift 2
@@ -44,10 +45,10 @@ expect_status_2() {  # expect_status_2 WORDS RANKS ARGS...
   timeout 60 "$mpiexec" -n "$ranks" "${mpirun_flags[@]}" "$dcp" calibrate --comm mpi "$@" \
     > "$tmp/bad.out" 2> "$tmp/bad.err" || status=$?
   [ "$status" -eq 2 ] || fail "expected exit status 2, got $status: $(cat "$tmp/bad.err")"
-  grep -q -- "$words" "$tmp/bad.err" || fail "the error does not say '$words': $(cat "$tmp/bad.err")"
+  grep -q -- "$words" "$tmp/bad.err" ||
+    fail "the error does not say '$words': $(cat "$tmp/bad.err")"
   [ ! -s "$tmp/bad.out" ] || fail "a failing calibration printed on stdout"
 }
-mpirun_flags=("$@")
 expect_status_2 "the cluster shape 2 x 2 has 4 devices but there are 3 ranks" 3 \
   --nodes 2 --devices-per-node 2 "${small[@]}" --out "$tmp/bad.cluster"
 expect_status_2 "the world size 3 is not a multiple of 2" 3 --devices-per-node 2 "${small[@]}"

@@ -108,6 +108,10 @@ def test_python_m_dcp_calibrate_under_torchrun(tmp_path) -> None:
     bad = torchrun(tmp_path, *small, "--devices-per-node", "3")
     assert bad.returncode != 0
     assert "world size 2 is not a multiple of devices_per_node 3" in bad.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    alone = subprocess.run([sys.executable, "-m", "dcp.calibrate"], capture_output=True,
+                           text=True, timeout=60, cwd=tmp_path, env=env)
+    assert alone.returncode == 2 and "run it under torchrun" in alone.stderr, alone.stderr
 
 
 def test_triton_kernel_calls_compute_attention_under_the_interpreter() -> None:

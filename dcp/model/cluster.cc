@@ -108,13 +108,30 @@ std::vector<SizeEfficiency> parse_curve(std::string_view value, const std::strin
   return curve;
 }
 
-// The shortest form of `value` that reads back to the same double.
-std::string shortest(double value) {
+// A file's number in the spec's unit: times a unit of 1 or more, divided by the power of ten of a
+// smaller one (1e-6: divided by 1e6, one correctly rounded operation, so "10" us is 1e-5 s).
+double from_file_unit(double number, double unit) {
+  return unit >= 1 ? number * unit : number / std::round(1 / unit);
+}
+
+// The shortest decimal that reads back (from_file_unit) as `value`, written without an exponent
+// where it is between 1e-4 and 1e15: 4040 rather than 4040.0000000000005 for 4.04e-3 s in us.
+std::string shortest(double value, double unit = 1) {
+  const double quotient = unit >= 1 ? value / unit : value * std::round(1 / unit);
   char buffer[64];
   for (int digits = 1; digits <= 17; ++digits) {
-    std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
-    if (std::strtod(buffer, nullptr) == value) break;
+    std::snprintf(buffer, sizeof buffer, "%.*g", digits, quotient);
+    if (from_file_unit(std::strtod(buffer, nullptr), unit) != value) continue;
+    const double magnitude = std::abs(quotient);
+    if (magnitude >= 1e-4 && magnitude < 1e15) {
+      const int exponent = static_cast<int>(std::floor(std::log10(magnitude)));
+      char plain[64];
+      std::snprintf(plain, sizeof plain, "%.*f", std::max(0, digits - 1 - exponent), quotient);
+      if (from_file_unit(std::strtod(plain, nullptr), unit) == value) return plain;
+    }
+    return buffer;
   }
+  std::snprintf(buffer, sizeof buffer, "%.17g", quotient);
   return buffer;
 }
 
@@ -416,7 +433,7 @@ ClusterSpec parse_cluster_text(std::string_view text, std::string_view origin) {
                              (is_rate ? " must be at least 0.001" : " must not be negative") +
                              ", got " + quoted(value));
         }
-        spec.*kFields[f].member = number * kFields[f].unit;
+        spec.*kFields[f].member = from_file_unit(number, kFields[f].unit);
         have_field[f] = known = true;
       }
       if (!known) {
@@ -475,7 +492,7 @@ std::string to_cluster_text(const ClusterSpec& spec) {
   out += "nodes = " + std::to_string(spec.shape.nodes) + "\n";
   out += "devices_per_node = " + std::to_string(spec.shape.devices_per_node) + "\n";
   for (const Field& f : kFields) {
-    out.append(f.key).append(" = ").append(shortest(spec.*f.member / f.unit)).append("\n");
+    out.append(f.key).append(" = ").append(shortest(spec.*f.member, f.unit)).append("\n");
   }
   for (const IntField& f : kIntFields) {
     out.append(f.key).append(" = ").append(std::to_string(spec.*f.member)).append("\n");

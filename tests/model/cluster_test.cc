@@ -134,6 +134,17 @@ TEST(Cluster, TransferTimeIsLatencyPlusLinkBytesOverBandwidth) {
   EXPECT_EQ(spec.stream_bandwidth(false), std::numeric_limits<double>::infinity());
 }
 
+TEST(Cluster, FilesWriteTheShortestNumberThatReadsBackExactly) {
+  ClusterSpec spec = cluster_preset("a100-p4de");
+  spec.inter_node_latency = 4.04e-3;  // 4040.0000000000005 us when divided naively
+  spec.kernel_overhead = 1.0 / 3.0 * 1e-6;
+  const std::string text = to_cluster_text(spec);
+  EXPECT_NE(text.find("inter_node_latency_us = 4040\n"), std::string::npos) << text;
+  const ClusterSpec back = parse_cluster_text(text, "t");
+  EXPECT_EQ(back.inter_node_latency, spec.inter_node_latency);
+  EXPECT_NEAR(back.kernel_overhead, spec.kernel_overhead, 1e-21);
+}
+
 TEST(Cluster, FilesCarryStreamBandwidthsAndZeroMeansNoCap) {
   ClusterSpec spec = cluster_preset("a100-p4de");
   spec.intra_node_stream_bandwidth = 0;

@@ -177,15 +177,6 @@ std::vector<PaperRecord> run_paper_suite(const PaperOptions& options, std::ostre
   return records;
 }
 
-std::vector<SizeEfficiency> half_size_curve(double half_bytes) {
-  std::vector<SizeEfficiency> curve;
-  for (std::int64_t bytes = 4096; bytes <= (std::int64_t{1} << 30); bytes *= 4) {
-    const double e = static_cast<double>(bytes) / (static_cast<double>(bytes) + half_bytes);
-    curve.push_back({bytes, std::max(1e-3, std::round(e * 1000) / 1000)});
-  }
-  return curve;
-}
-
 PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress) {
   // Build every fitted cell's plans once.
   struct Target {
@@ -254,8 +245,8 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
     c.kernel_overhead = p[3].value * 1e-6;
     c.launch_overhead = p[4].value * 1e-6;
     c.launch_peer_overhead = p[5].value * 1e-6;
-    c.intra_node_efficiency = half_size_curve(p[6].value);
-    c.inter_node_efficiency = half_size_curve(p[7].value);
+    c.intra_node_efficiency = half_rate_curve(p[6].value);
+    c.inter_node_efficiency = half_rate_curve(p[7].value);
     c.intra_node_stream_bandwidth = p[8].value * 1e9;
     c.inter_node_stream_bandwidth = p[9].value * 1e9;
     return c;

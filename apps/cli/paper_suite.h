@@ -77,8 +77,6 @@ struct PaperFit {
   std::int32_t evaluations = 0;
 };
 PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress);
-// The efficiency curve s / (s + half) at sizes 4 KiB, 16 KiB, ..., 1 GiB (3 significant digits).
-std::vector<SizeEfficiency> half_size_curve(double half_bytes);
 
 std::string paper_records_json(const std::vector<PaperRecord>& records);
 std::string paper_markdown(const PaperOptions& options, const std::vector<PaperRecord>& records,

@@ -37,6 +37,10 @@ struct SizeEfficiency {
 // point's beyond its ends, else interpolated linearly in log(bytes) between the points around it.
 double size_efficiency(std::span<const SizeEfficiency> curve, std::int64_t bytes);
 
+// The efficiency curve s / (s + half_bytes) (half the link's rate at half_bytes: a fixed cost per
+// message), as points at 4 KiB, 16 KiB, ..., 1 GiB, each efficiency rounded to 3 decimals.
+std::vector<SizeEfficiency> half_rate_curve(double half_bytes);
+
 // A described cluster. Rates are sustained figures in SI units (bytes/s, FLOP/s, seconds); the
 // presets say where each one comes from (docs/cost_model.md).
 struct ClusterSpec {

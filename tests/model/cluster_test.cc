@@ -131,6 +131,7 @@ TEST(Cluster, TransferTimeIsLatencyPlusLinkBytesOverBandwidth) {
   spec.inter_node_stream_bandwidth = 6.25e9;
   EXPECT_DOUBLE_EQ(spec.transfer_seconds(12'500'000'000, true), spec.inter_node_latency + 4.0);
   EXPECT_DOUBLE_EQ(spec.stream_bandwidth(true), 6.25e9);
+  spec.intra_node_stream_bandwidth = 0;  // no cap
   EXPECT_EQ(spec.stream_bandwidth(false), std::numeric_limits<double>::infinity());
 }
 

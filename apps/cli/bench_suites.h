@@ -14,6 +14,10 @@ namespace dcp::cli {
 
 // `value` with `decimals` digits after the point, for tables.
 std::string format_fixed(double value, int decimals);
+// A fraction as a percentage with one decimal: "12.5 %".
+std::string format_percent(double fraction);
+// The median (the mean of the middle two for an even count; 0 for none).
+double median_of(std::vector<double> values);
 // A length scale as tables and progress show it: "x0.5".
 std::string format_scale(double scale);
 

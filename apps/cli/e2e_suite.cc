@@ -97,15 +97,6 @@ std::array<double, 2> simulate_attention(const E2eOptions& options, const Cluste
   return {s.forward.seconds, s.backward.seconds};
 }
 
-std::string percent(double fraction) { return format_fixed(100 * fraction, 1) + " %"; }
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 std::string length_name(TokenCount tokens) { return std::to_string(tokens / 1024) + "K"; }
 
 }  // namespace
@@ -310,10 +301,11 @@ std::string e2e_markdown(const E2eOptions& options, const E2eResult& result,
   }
   md += "| cells | count | median \\|error\\| | max \\|error\\| |\n|---|---|---|---|\n";
   for (const Group& g : groups_of) {
-    md += "| " + g.name + " | " + std::to_string(g.errors.size()) + " | " +
-          percent(median(g.errors)) + " | " +
-          percent(g.errors.empty() ? 0 : *std::max_element(g.errors.begin(), g.errors.end())) +
-          " |\n";
+    md +=
+        "| " + g.name + " | " + std::to_string(g.errors.size()) + " | " +
+        format_percent(median_of(g.errors)) + " | " +
+        format_percent(g.errors.empty() ? 0 : *std::max_element(g.errors.begin(), g.errors.end())) +
+        " |\n";
   }
   md +=
       "\nPer cell: seconds per iteration, measured (paper) and estimated; the estimate's "
@@ -327,9 +319,9 @@ std::string e2e_markdown(const E2eOptions& options, const E2eResult& result,
     const E2eRecord& own = result.records[i + 2];
     md += "| " + mlm.cell.dataset + " | " + length_name(mlm.cell.max_seq_len) + " | " +
           mlm.cell.mask + " | " + format_fixed(mlm.paper_seconds, 3) + " | " +
-          format_fixed(mlm.step.total(), 3) + " | " + percent(mlm.error()) +
+          format_fixed(mlm.step.total(), 3) + " | " + format_percent(mlm.error()) +
           (mlm.fitted ? " (fitted)" : "") + " | " + format_fixed(ref.paper_seconds, 3) + " | " +
-          format_fixed(ref.step.total(), 3) + " | " + percent(ref.error()) + " | " +
+          format_fixed(ref.step.total(), 3) + " | " + format_percent(ref.error()) + " | " +
           format_fixed(own.step.total(), 3) + " | " +
           format_fixed(100 * mlm.step.attention / mlm.step.total(), 0) + " % / " +
           format_fixed(100 * own.step.attention / own.step.total(), 0) + " % | " +

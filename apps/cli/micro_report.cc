@@ -188,6 +188,15 @@ std::string format_fixed(double value, int decimals) {
   return text;
 }
 
+std::string format_percent(double fraction) { return format_fixed(100 * fraction, 1) + " %"; }
+
+double median_of(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 std::string micro_markdown(const MicroOptions& options, const std::vector<MicroRecord>& records,
                            const std::string& command) {
   const ClusterSpec& cluster = options.cluster;

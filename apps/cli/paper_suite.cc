@@ -85,19 +85,6 @@ std::array<double, 2> run_variant(const PaperOptions& options,
 
 }  // namespace
 
-namespace {
-
-std::string percent(double fraction) { return format_fixed(100 * fraction, 1) + " %"; }
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-}  // namespace
-
 std::vector<std::vector<TokenCount>> paper_batches(const PaperOptions& options,
                                                    const std::string& dataset, double scale) {
   PackingOptions packing;
@@ -364,10 +351,11 @@ std::string paper_markdown(const PaperOptions& options, const std::vector<PaperR
   for (const Group& g : groups) {
     const std::size_t within = static_cast<std::size_t>(
         std::count_if(g.errors.begin(), g.errors.end(), [](double e) { return e <= 0.35; }));
-    md += "| " + g.name + " | " + std::to_string(g.errors.size()) + " | " +
-          percent(median(g.errors)) + " | " +
-          percent(g.errors.empty() ? 0 : *std::max_element(g.errors.begin(), g.errors.end())) +
-          " | " + std::to_string(within) + " |\n";
+    md +=
+        "| " + g.name + " | " + std::to_string(g.errors.size()) + " | " +
+        format_percent(median_of(g.errors)) + " | " +
+        format_percent(g.errors.empty() ? 0 : *std::max_element(g.errors.begin(), g.errors.end())) +
+        " | " + std::to_string(within) + " |\n";
   }
   md +=
       "\nTargets (issue 15): median |error| ≤ 15 %, no cell beyond 35 %. The paper's two "
@@ -382,7 +370,7 @@ std::string paper_markdown(const PaperOptions& options, const std::vector<PaperR
           r.cell.pass + " | " + r.cell.strategy + " | " + format_fixed(r.cell.paper_ms, 1) +
           (own ? " (paper's DCP)" : "") + " | " + format_fixed(r.simulated_ms, 2) + " | " +
           (own ? "speed-up " + format_fixed(r.cell.paper_ms / r.simulated_ms, 2) + "×"
-               : percent(r.error())) +
+               : format_percent(r.error())) +
           (r.cell.outlier ? " (outlier)" : "") + " | " + (r.cell.fitted ? "yes" : "") + " |\n";
   }
   return md;

@@ -71,7 +71,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
        "[dcp,ring,zigzag,ulysses,hybrid,te,loongtrain]"},
       {"--static-dp", "N|auto",
        "the static strategies' data parallel degree (micro: also for dcp's static candidates); "
-       "auto: per batch, the DCP paper's rule for its baselines [micro auto, paper 1]"},
+       "auto: per batch, the DCP paper's rule for its baselines [1]"},
       {"--tokens", "N",
        "tokens per batch [micro, paper 131072; calibration 8192]; paper: lengths scale with it; "
        "e2e: the longest max_seq_len, lengths scale with it [131072]"},

@@ -33,6 +33,7 @@ struct E2eOptions {
   TokenCount tokens = 131072;
   ClusterSpec gpus;  // the GPUs: a100-p4de at 8 x 8 unless given
   sim::TransformerConfig model = sim::paper_gpt_8b();
+  double peak_flops = 312e12;  // the GPUs' dense bf16 peak: the fitted rate's upper bound (A100)
   std::uint64_t seed = 0;
   int threads = 1;
 };

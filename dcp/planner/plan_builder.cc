@@ -108,7 +108,9 @@ PlanCandidate simulated(const BuiltPlan& built, std::string strategy, const Clus
 
 DType partial_dtype_of(const PlanOptions& options, DType storage) {
   if (options.partial_dtype) return *options.partial_dtype;
-  return is_dcp(options.strategy) ? storage : DType::kFp32;
+  // TransformerEngine's p2p ring sends dk and dv in kv's own dtype (its dkv buffers are
+  // torch.empty_like(kv)); the other systems accumulate and send them in fp32.
+  return is_dcp(options.strategy) || options.strategy == Strategy::kTe ? storage : DType::kFp32;
 }
 
 BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {

@@ -38,8 +38,9 @@ struct PlanOptions {
 };
 
 // The dtype `options` sends partials in for a workload stored in `storage`: the one set, else
-// the storage dtype for dcp's own plans (measured in docs/scheduling.md) and fp32 for static
-// strategies (the systems they stand for send partials in fp32).
+// the storage dtype for dcp's own plans (measured in docs/scheduling.md) and for te
+// (TransformerEngine sends dk and dv in kv's dtype), and fp32 for the other static strategies
+// (the systems they stand for accumulate and send partials in fp32).
 DType partial_dtype_of(const PlanOptions& options, DType storage);
 
 struct PlanTimings {

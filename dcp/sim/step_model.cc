@@ -109,8 +109,12 @@ StepTime step_time(const TransformerConfig& model, const StepRates& rates, const
 }
 
 StepRates fit_step_rates(const TransformerConfig& model, const ClusterSpec& gpus,
-                         std::span<const MeasuredStep> steps) {
+                         std::span<const MeasuredStep> steps, double peak_flops) {
   validate(model);
+  if (!(peak_flops > 0) || !std::isfinite(peak_flops)) {
+    throw InvalidInput("fitting step rates needs a positive peak rate, got " +
+                       std::to_string(peak_flops));
+  }
   if (steps.size() < 2) {
     throw InvalidInput("fitting step rates needs at least 2 measured steps, got " +
                        std::to_string(steps.size()));
@@ -141,10 +145,13 @@ StepRates fit_step_rates(const TransformerConfig& model, const ClusterSpec& gpus
     fixed = 0;
     slope = sxy / sxx;
   }
-  if (!(slope > 0)) {
-    throw InvalidInput("the measured steps do not grow with their dense work: no positive rate");
+  bool at_peak = false;
+  if (!(slope >= 1 / peak_flops)) {  // faster than the peak, or not growing with the work at all
+    slope = 1 / peak_flops;
+    fixed = std::max(0.0, (sy - slope * sx) / n);
+    at_peak = true;
   }
-  return {1 / slope, fixed};
+  return {1 / slope, fixed, at_peak};
 }
 
 }  // namespace dcp::sim

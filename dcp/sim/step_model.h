@@ -54,6 +54,7 @@ ClusterSpec tensor_parallel_groups(const ClusterSpec& gpus, std::int32_t tensor_
 struct StepRates {
   double dense_flops = 0;    // sustained matmul FLOP/s of one GPU
   double fixed_seconds = 0;  // per step whatever its tokens: optimizer, gradient synchronisation
+  bool at_peak = false;      // fitted: the free fit wanted more than the peak, which it was held at
 };
 
 struct StepTime {
@@ -80,10 +81,12 @@ struct MeasuredStep {
 };
 
 // The StepRates whose step_time is nearest the measured seconds in least squares (linear in
-// fixed_seconds and 1 / dense_flops), with fixed_seconds >= 0 (refitted through the origin where
-// the free fit would make it negative). Throws InvalidInput if fewer than two steps are given, if
-// their dense work does not vary, or if the fit needs a rate that is not positive.
+// fixed_seconds and 1 / dense_flops), with dense_flops at most `peak_flops` (the GPU's peak: where
+// the free fit wants more, or no positive rate at all, the rate is held at the peak, at_peak is
+// set and the fixed time refitted) and fixed_seconds >= 0 (refitted through the origin where the
+// free fit would make it negative). Throws InvalidInput if fewer than two steps are given, if
+// their dense work does not vary, or if peak_flops is not positive.
 StepRates fit_step_rates(const TransformerConfig& model, const ClusterSpec& gpus,
-                         std::span<const MeasuredStep> steps);
+                         std::span<const MeasuredStep> steps, double peak_flops);
 
 }  // namespace dcp::sim

@@ -107,12 +107,30 @@ TEST(LoongTrainPlan, KeepsInnerHopsInsideANodeAndSendsOuterHopsAcrossNodes) {
   }
 }
 
+TEST(StaticPlans, SendPartialsInTheDtypeTheirSystemsUse) {
+  // TransformerEngine sends dk and dv in kv's dtype; the ring implementations in fp32.
+  const Workload workload = make({2048, 1024}, MaskKind::kCausal);
+  ASSERT_EQ(workload.shape().dtype, DType::kBf16);
+  PlanOptions options;
+  options.cluster = cluster_preset("a100-p4de");
+  options.cluster.shape = {2, 2};
+  for (const auto& [strategy, dtype] :
+       {std::pair{Strategy::kTe, workload.shape().dtype}, std::pair{Strategy::kRing, DType::kFp32},
+        std::pair{Strategy::kZigzag, DType::kFp32},
+        std::pair{Strategy::kLoongTrain, DType::kFp32}}) {
+    options.strategy = strategy;
+    EXPECT_EQ(build_plan(workload, options).plan.header.partial_dtype, dtype)
+        << to_string(strategy);
+  }
+}
+
 TEST(LoongTrainPlan, MovesNoMoreBytesAcrossNodesThanTeInFewerLaunches) {
   const ClusterShape cluster{4, 8};
   const Workload workload = make({20480, 8960}, MaskKind::kFull);
   PlanOptions options;
   options.cluster = cluster_preset("a100-p4de");
   options.cluster.shape = cluster;
+  options.partial_dtype = DType::kFp32;  // te's default sends dk and dv in bf16: compare alike
   options.strategy = Strategy::kTe;
   const BuiltPlan te = build_plan(workload, options);
   options.strategy = Strategy::kLoongTrain;

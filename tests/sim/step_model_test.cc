@@ -75,12 +75,12 @@ TEST(StepModel, FitRecoversTheRatesTheStepsWereMadeWith) {
     steps.push_back(
         {step_time(m, truth, gpus, tokens, forward, backward).total(), tokens, forward, backward});
   }
-  const StepRates fitted = fit_step_rates(m, gpus, steps);
+  const StepRates fitted = fit_step_rates(m, gpus, steps, 312e12);
   EXPECT_NEAR(fitted.dense_flops / truth.dense_flops, 1, 1e-9);
   EXPECT_NEAR(fitted.fixed_seconds, truth.fixed_seconds, 1e-9);
 }
 
-TEST(StepModel, FitKeepsTheFixedTimeNonNegativeAndRefusesWhatNoRateExplains) {
+TEST(StepModel, FitKeepsTheFixedTimeNonNegativeAndTheRateAtMostThePeak) {
   const TransformerConfig m = paper_gpt_8b();
   const ClusterSpec gpus = cluster_preset("a100-p4de");
   // Steps that would need a negative fixed time: refitted through the origin. Dense work per
@@ -88,16 +88,25 @@ TEST(StepModel, FitKeepsTheFixedTimeNonNegativeAndRefusesWhatNoRateExplains) {
   const double per_token = m.dense_forward_flops_per_token() * 4 / 4 / 100e12;
   std::vector<MeasuredStep> steps = {{1000 * per_token - 0.2, 1000, 0, 0},
                                      {4000 * per_token - 0.2, 4000, 0, 0}};
-  const StepRates fitted = fit_step_rates(m, gpus, steps);
+  const StepRates fitted = fit_step_rates(m, gpus, steps, 312e12);
   EXPECT_EQ(fitted.fixed_seconds, 0);
   EXPECT_GT(fitted.dense_flops, 0);
-  // Steps that shrink as their work grows: no positive rate.
+  EXPECT_FALSE(fitted.at_peak);
+  // Steps that shrink as their work grows: no positive rate, so the rate is held at the peak and
+  // the fixed time is what is left on average.
   steps = {{2.0, 1000, 0, 0}, {1.0, 4000, 0, 0}};
-  EXPECT_THROW(fit_step_rates(m, gpus, steps), InvalidInput);
+  const StepRates held = fit_step_rates(m, gpus, steps, 312e12);
+  EXPECT_TRUE(held.at_peak);
+  EXPECT_EQ(held.dense_flops, 312e12);
+  const StepTime a = step_time(m, {312e12, 0}, gpus, 1000, 0, 0);
+  const StepTime b = step_time(m, {312e12, 0}, gpus, 4000, 0, 0);
+  EXPECT_NEAR(held.fixed_seconds, (2.0 + 1.0 - a.total() - b.total()) / 2, 1e-12);
+  EXPECT_THROW(fit_step_rates(m, gpus, steps, 0), InvalidInput);
   // One step, or steps of equal work: nothing to fit.
-  EXPECT_THROW(fit_step_rates(m, gpus, std::vector<MeasuredStep>{{1, 1000, 0, 0}}), InvalidInput);
+  EXPECT_THROW(fit_step_rates(m, gpus, std::vector<MeasuredStep>{{1, 1000, 0, 0}}, 312e12),
+               InvalidInput);
   steps = {{1.0, 1000, 0, 0}, {1.1, 1000, 0, 0}};
-  EXPECT_THROW(fit_step_rates(m, gpus, steps), InvalidInput);
+  EXPECT_THROW(fit_step_rates(m, gpus, steps, 312e12), InvalidInput);
 }
 
 }  // namespace

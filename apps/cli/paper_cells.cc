@@ -98,4 +98,19 @@ std::vector<PaperCell> paper_cells() {
   return cells;
 }
 
+std::optional<double> paper_dcp_speedup(const std::string& dataset, double scale,
+                                        const std::string& mask, const std::string& pass) {
+  std::optional<double> dcp, best;
+  for (const PaperCell& c : paper_cells()) {
+    if (c.dataset != dataset || c.scale != scale || c.mask != mask || c.pass != pass) continue;
+    if (c.strategy == "dcp-reference") {
+      dcp = c.paper_ms;
+    } else if (!best || c.paper_ms < *best) {
+      best = c.paper_ms;
+    }
+  }
+  if (!dcp || !best) return std::nullopt;
+  return *best / *dcp;
+}
+
 }  // namespace dcp::cli

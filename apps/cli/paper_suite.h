@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -26,6 +27,11 @@ struct PaperCell {
 };
 // Every cell, in table order.
 std::vector<PaperCell> paper_cells();
+// The paper's measured speed-up of its DCP over the fastest baseline it measured on that
+// configuration (causal: ring, zigzag, LoongTrain, TransformerEngine; sparse masks:
+// TransformerEngine alone), or none where it measured no DCP cell.
+std::optional<double> paper_dcp_speedup(const std::string& dataset, double scale,
+                                        const std::string& mask, const std::string& pass);
 
 // The paper's batches: 131072 tokens.
 constexpr double kPaperTokens = 131072;

@@ -69,6 +69,15 @@ TEST(PaperSuite, ReportsEveryCellWithItsSimulatedTimeAndError) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(PaperSuite, GivesThePapersDcpSpeedUpOverItsFastestMeasuredBaseline) {
+  // LDC x1 causal forward: DCP 7.0 ms, the fastest baseline LoongTrain at 14.8.
+  EXPECT_DOUBLE_EQ(*paper_dcp_speedup("ldc", 1, "causal", "forward"), 14.8 / 7.0);
+  // Sparse masks: TransformerEngine is the only baseline measured (LongAlign x4 lambda backward).
+  EXPECT_DOUBLE_EQ(*paper_dcp_speedup("longalign", 4, "lambda", "backward"), 22.9 / 7.0);
+  EXPECT_FALSE(paper_dcp_speedup("prolong", 1, "causal", "forward"));
+  EXPECT_FALSE(paper_dcp_speedup("ldc", 8, "causal", "forward"));
+}
+
 TEST(PaperSuite, RefusesFlagsItsCellsFix) {
   expect_usage_error({"bench", "--suite", "paper", "--masks", "causal"},
                      "--masks does not apply to --suite paper");

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -14,6 +15,8 @@
 #include "dcp/model/mask_spec.h"
 
 #include "dcp/planner/plan_builder.h"
+#include "dcp/planner/plan_header.h"
+#include "dcp/planner/schedule/schedule.h"
 #include "dcp/program/program_stats.h"
 #include "dcp/program/verifier.h"
 
@@ -104,6 +107,33 @@ TEST(LoongTrainPlan, KeepsInnerHopsInsideANodeAndSendsOuterHopsAcrossNodes) {
     }
     // The outer hop into round o leaves at the start of round o - 1.
     EXPECT_EQ(outer_launches, (std::set<std::int32_t>{1, 5, 9}));
+  }
+}
+
+TEST(ScheduleEstimate, MovesNoMessageFasterThanItsLinksStreamBandwidth) {
+  // A ring over 2 nodes x 2: each launch's messages cross at most at the stream bandwidth.
+  const Workload workload = make({8192, 4096}, MaskKind::kCausal);
+  ClusterSpec spec = cluster_preset("a100-p4de");
+  spec.shape = {2, 2};
+  const StaticPlan plan = static_plan(Strategy::kRing, workload, spec.shape);
+  const PlanHeader header = plan_header(plan.workload, spec.shape, "ring", 0);
+  for (const double stream : {0.0, 1e9}) {
+    spec.inter_node_stream_bandwidth = stream;
+    spec.intra_node_stream_bandwidth = stream;
+    const ScheduleEstimate e = estimate(plan.workload, plan.placement, spec, header, plan.forward);
+    std::map<std::tuple<std::int32_t, DeviceId, DeviceId>, std::int64_t> messages;
+    for (const Transfer& t : plan.forward.transfers) {
+      messages[{t.launch, t.src, t.dst}] +=
+          value_bytes(header, t.value.kind, plan.workload.blocks().block(t.value.block).tokens);
+    }
+    ASSERT_FALSE(messages.empty());
+    for (const auto& [key, bytes] : messages) {
+      const bool inter =
+          spec.shape.node_of(std::get<1>(key)) != spec.shape.node_of(std::get<2>(key));
+      const double alone = spec.link_bytes(bytes, inter, bytes) / spec.stream_bandwidth(inter);
+      EXPECT_GE(e.launch_comm[static_cast<std::size_t>(std::get<0>(key))], alone * (1 - 1e-12));
+      if (stream > 0) EXPECT_GT(alone, 0);
+    }
   }
 }
 

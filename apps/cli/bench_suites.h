@@ -3,7 +3,9 @@
 // and the simulator's calibration against measured runs on local ranks.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -14,6 +16,11 @@ namespace dcp::cli {
 
 // `value` with `decimals` digits after the point, for tables.
 std::string format_fixed(double value, int decimals);
+// Runs job(i) for every i in [0, count) on `threads` threads; as each ends, one progress line:
+// "[done/count seconds s] " and what it returned.
+void run_jobs(std::size_t count, int threads, std::ostream& progress,
+              const std::function<std::string(std::size_t)>& job);
+
 // A fraction as a percentage with one decimal: "12.5 %".
 std::string format_percent(double fraction);
 // The median (the mean of the middle two for an even count; 0 for none).

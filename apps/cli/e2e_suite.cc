@@ -130,11 +130,7 @@ E2eResult run_e2e_suite(const E2eOptions& options, std::ostream& progress) {
       jobs.push_back({row.dataset, row.max_seq_len, static_cast<std::int32_t>(b), batches[b], {}});
     }
   }
-  std::mutex progress_mutex;
-  std::size_t done = 0;
-  const auto start = Clock::now();
-  ThreadPool pool(options.threads);
-  pool.parallel_for(jobs.size(), [&](std::size_t j, int) {
+  run_jobs(jobs.size(), options.threads, progress, [&](std::size_t j) {
     Job& job = jobs[j];
     for (const char* mask : kMasks) {
       const TokenCount block =
@@ -144,12 +140,8 @@ E2eResult run_e2e_suite(const E2eOptions& options, std::ostream& progress) {
             simulate_attention(options, groups, job.lengths, mask, system, block));
       }
     }
-    const std::lock_guard<std::mutex> lock(progress_mutex);
-    char line[160];
-    std::snprintf(line, sizeof line, "[%zu/%zu %.0f s] %s %s batch %d (%zu sequences)\n", ++done,
-                  jobs.size(), ms_since(start) / 1e3, job.dataset.c_str(),
-                  length_name(job.max_seq_len).c_str(), job.batch, job.lengths.size());
-    progress << line << std::flush;
+    return job.dataset + " " + length_name(job.max_seq_len) + " batch " +
+           std::to_string(job.batch) + " (" + std::to_string(job.lengths.size()) + " sequences)";
   });
   // Means over batches per (dataset, length, mask, system): forward, backward, tokens per device.
   std::map<std::tuple<std::string, TokenCount, std::string, std::string>, std::array<double, 4>>

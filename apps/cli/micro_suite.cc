@@ -85,11 +85,7 @@ std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostre
       }
     }
   }
-  std::mutex progress_mutex;
-  std::size_t done = 0;
-  const auto suite_start = Clock::now();
-  ThreadPool pool(options.threads);
-  pool.parallel_for(jobs.size(), [&](std::size_t j, int) {
+  run_jobs(jobs.size(), options.threads, progress, [&](std::size_t j) {
     Job& job = jobs[j];
     const SequenceBatch batch(job.lengths);
     WorkloadOptions workload_options;
@@ -101,26 +97,23 @@ std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostre
     for (const Strategy strategy : options.strategies) {
       job.results.push_back(measure(workload, strategy, options));
     }
-    const std::lock_guard<std::mutex> lock(progress_mutex);
-    ++done;
-    char line[160];
-    std::snprintf(
-        line, sizeof line, "[%zu/%zu %.0f s] %s %s %s batch %d (%d sequences): ", done, jobs.size(),
-        ms_since(suite_start) / 1e3, std::string(to_string(options.datasets[job.dataset])).c_str(),
-        format_scale(options.scales[job.scale]).c_str(),
-        std::string(to_string(options.masks[job.mask].kind)).c_str(), job.batch, batch.size());
-    progress << line;
+    std::string line = std::string(to_string(options.datasets[job.dataset])) + " " +
+                       format_scale(options.scales[job.scale]) + " " +
+                       std::string(to_string(options.masks[job.mask].kind)) + " batch " +
+                       std::to_string(job.batch) + " (" + std::to_string(batch.size()) +
+                       " sequences): ";
     for (std::size_t i = 0; i < options.strategies.size(); ++i) {
       const Measured& m = job.results[i];
-      progress << (i ? ", " : "") << to_string(options.strategies[i]) << " ";
+      line += (i ? ", " : "") + std::string(to_string(options.strategies[i])) + " ";
       if (!m.feasible) {
-        progress << "n/a";
+        line += "n/a";
         continue;
       }
-      std::snprintf(line, sizeof line, "%.2f/%.2f", m.seconds[0] * 1e3, m.seconds[1] * 1e3);
-      progress << line;
+      char times[64];
+      std::snprintf(times, sizeof times, "%.2f/%.2f", m.seconds[0] * 1e3, m.seconds[1] * 1e3);
+      line += times;
     }
-    progress << " ms\n" << std::flush;
+    return line + " ms";
   });
 
   // Means per (dataset, scale, mask, pass, strategy), in that order.

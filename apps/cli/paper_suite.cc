@@ -114,23 +114,13 @@ std::vector<PaperRecord> run_paper_suite(const PaperOptions& options, std::ostre
       jobs.push_back({key.first, key.second, static_cast<std::int32_t>(b), batches[b], {}});
     }
   }
-  std::mutex progress_mutex;
-  std::size_t done = 0;
-  const auto start = Clock::now();
-  ThreadPool pool(options.threads);
-  pool.parallel_for(jobs.size(), [&](std::size_t j, int) {
+  run_jobs(jobs.size(), options.threads, progress, [&](std::size_t j) {
     Job& job = jobs[j];
-    const std::vector<Variant>& variants = needed.at({job.dataset, job.scale});
-    for (const Variant& variant : variants) {
+    for (const Variant& variant : needed.at({job.dataset, job.scale})) {
       job.seconds.push_back(run_variant(options, job.lengths, variant));
     }
-    const std::lock_guard<std::mutex> lock(progress_mutex);
-    ++done;
-    char line[160];
-    std::snprintf(line, sizeof line, "[%zu/%zu %.0f s] %s %s batch %d (%zu sequences)\n", done,
-                  jobs.size(), ms_since(start) / 1e3, job.dataset.c_str(),
-                  format_scale(job.scale).c_str(), job.batch, job.lengths.size());
-    progress << line << std::flush;
+    return job.dataset + " " + format_scale(job.scale) + " batch " + std::to_string(job.batch) +
+           " (" + std::to_string(job.lengths.size()) + " sequences)";
   });
   // Means over batches per (dataset, scale, mask, strategy, pass).
   std::map<std::tuple<std::string, double, std::string, std::string>, std::array<double, 3>> sums;

@@ -132,7 +132,9 @@ TEST(ScheduleEstimate, MovesNoMessageFasterThanItsLinksStreamBandwidth) {
           spec.shape.node_of(std::get<1>(key)) != spec.shape.node_of(std::get<2>(key));
       const double alone = spec.link_bytes(bytes, inter, bytes) / spec.stream_bandwidth(inter);
       EXPECT_GE(e.launch_comm[static_cast<std::size_t>(std::get<0>(key))], alone * (1 - 1e-12));
-      if (stream > 0) EXPECT_GT(alone, 0);
+      if (stream > 0) {
+        EXPECT_GT(alone, 0);
+      }
     }
   }
 }

@@ -60,6 +60,7 @@ struct PaperRecord {
   PaperCell cell;
   double simulated_ms = 0;
   std::int32_t batches = 0;
+  std::int32_t window = 0;  // loongtrain: the best of the inner ring sizes searched (0: none)
   double error() const { return (simulated_ms - cell.paper_ms) / cell.paper_ms; }
 };
 

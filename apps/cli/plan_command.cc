@@ -160,7 +160,9 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
       if (!c.feasible) {
         out << "n/a";
       } else if (!c.simulated) {
-        std::snprintf(line, sizeof(line), "screened (estimate %.3f)", c.estimate_seconds * 1e3);
+        std::snprintf(line, sizeof(line),
+                      c.bounded ? "screened (estimate at least %.3f)" : "screened (estimate %.3f)",
+                      c.estimate_seconds * 1e3);
         out << line;
       } else {
         std::snprintf(line, sizeof(line), "%.3f", c.seconds() * 1e3);

@@ -37,6 +37,9 @@ const std::vector<FlagSpec>& plan_flags() {
        "consecutive devices with the sequences spread over them by tokens; auto: the largest "
        "power of two N with N x the longest sequence <= the batch's tokens rounded up to a power "
        "of two, as the DCP paper ran its baselines [1]"},
+      {"--loongtrain-window", "W",
+       "loongtrain: head groups per inner ring (a power of two dividing the ring; LoongTrain's "
+       "sliding window); 0 = the head groups of a node [0]"},
       {"--stages", "S", "dcp: fetch stages; 0 = chosen by the cost model [0]"},
       {"--compute-masked-tiles", "",
        "static strategies: compute fully masked tiles too (TransformerEngine's path for "
@@ -79,6 +82,14 @@ PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
     }
     options.static_data_parallel =
         with_flag("--static-dp", [&] { return parse_data_parallel(*degree); });
+  }
+  if (args.has("--loongtrain-window")) {
+    if (options.strategy != Strategy::kLoongTrain) {
+      throw UsageError("--loongtrain-window applies to --strategy loongtrain, not " +
+                       std::string(to_string(options.strategy)));
+    }
+    options.loongtrain_window =
+        static_cast<std::int32_t>(args.get_int("--loongtrain-window", 0, 0, 1 << 16));
   }
   if (args.flag("--compute-masked-tiles")) {
     if (is_dcp(options.strategy)) {

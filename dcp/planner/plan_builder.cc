@@ -29,6 +29,7 @@ StaticOptions static_options_of(const PlanOptions& options) {
   StaticOptions static_options;
   static_options.masked_tiles = options.masked_tiles;
   static_options.data_parallel = options.static_data_parallel;
+  static_options.loongtrain_window = options.loongtrain_window;
   return static_options;
 }
 
@@ -127,6 +128,23 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
     static_options.strategy = strategy;
     const std::string name(to_string(strategy));
     const auto static_start = Clock::now();
+    // Screen from the strategy's structure first: a bound of its estimate needs no layout.
+    double bound = 0;
+    try {
+      bound = static_estimate_lower_bound(
+          strategy, workload, options.cluster, static_options_of(options),
+          plan_header(workload, options.cluster.shape, name, options.seed,
+                      partial_dtype_of(static_options, workload.shape().dtype)));
+    } catch (const InvalidInput& e) {
+      selection.candidates.push_back({name, false, e.what(), false, 0, 0, 0});
+      continue;
+    }
+    if (bound >= kScreenFactor * best_seconds) {
+      PlanCandidate screened{name, true, "", false, bound, 0, 0};
+      screened.bounded = true;
+      selection.candidates.push_back(screened);
+      continue;
+    }
     std::optional<StaticPlan> layout;
     try {
       layout.emplace(

@@ -27,6 +27,8 @@ struct PlanOptions {
   // Static strategies (and dcp's static candidates): the data parallel degree (static_plans.h),
   // or 0 for automatic_data_parallel's.
   std::int32_t static_data_parallel = 1;
+  // loongtrain: the inner ring's head groups (static_plans.h); 0: the head groups per node.
+  std::int32_t loongtrain_window = 0;
   std::uint64_t seed = 0;
   // dcp only: the kv bytes per device kept from the forward pass for the backward pass
   // (kept_values.h): kKeepAllKv, kKeepNoKv or a budget. Static strategies keep nothing (the
@@ -69,6 +71,9 @@ struct PlanCandidate {
   double estimate_seconds = 0;
   double forward_seconds = 0;  // simulated
   double backward_seconds = 0;
+  // Screened by a lower bound of that estimate (static_estimate_lower_bound), so not even its
+  // layout was built: estimate_seconds holds the bound.
+  bool bounded = false;
   double seconds() const { return forward_seconds + backward_seconds; }
 };
 inline constexpr double kScreenFactor = 1.25;

@@ -266,6 +266,11 @@ TEST(PlanCommand, RejectsBadFlagsWithExitStatus2) {
   expect_usage_error({"plan", "--seqlens", "100", "--keep-kv", "-2"}, "--keep-kv");
   expect_usage_error({"plan", "--seqlens", "100", "--strategy", "ring", "--keep-kv", "all"},
                      "--keep-kv applies to --strategy dcp or dcp-pure");
+  expect_usage_error({"plan", "--seqlens", "100", "--strategy", "ring", "--loongtrain-window", "2"},
+                     "--loongtrain-window applies to --strategy loongtrain, not ring");
+  expect_usage_error(
+      {"plan", "--seqlens", "100", "--strategy", "loongtrain", "--loongtrain-window", "3"},
+      "loongtrain window 3 does not divide the ring of 16 head groups");
   expect_usage_error({"partition", "--seqlens", "100", "--keep-kv", "maybe"}, "--keep-kv");
   expect_usage_error({"plan", "--seqlens", "100", "--partial-dtype", "fp8"}, "--partial-dtype");
   expect_usage_error({"plan", "--seqlens", "100", "--partial-dtype", "fp16"},

@@ -58,7 +58,7 @@ TEST(PaperSuite, ReportsEveryCellWithItsSimulatedTimeAndError) {
   EXPECT_EQ(count, paper_cells().size() + 4u * 4u * 2u * 2u);
   for (const char* field :
        {"\"dataset\": \"ldc\"", "\"strategy\": \"loongtrain\"", "\"strategy\": \"dcp-reference\"",
-        "\"strategy\": \"dcp-pure\"", "\"fitted\": true", "\"paper_ms\": 28.3"}) {
+        "\"strategy\": \"dcp-pure\"", "\"fitted\": true", "\"paper_ms\": 28.3", "\"window\": 1"}) {
     EXPECT_NE(records.find(field), std::string::npos) << field;
   }
   EXPECT_EQ(records.find("\"simulated_ms\": 0,"), std::string::npos);

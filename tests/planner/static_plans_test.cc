@@ -43,6 +43,29 @@ StaticOptions with_degree(std::int32_t data_parallel) {
 
 bool is_kv_hop(const Transfer& t) { return t.value.kind == SlotKind::kKV && t.launch > 0; }
 
+DType partial_of(Strategy strategy, const Workload& workload) {
+  PlanOptions options;
+  options.strategy = strategy;
+  return partial_dtype_of(options, workload.shape().dtype);
+}
+
+double bound_of(Strategy strategy, const Workload& workload, const ClusterSpec& cluster,
+                const StaticOptions& options) {
+  return static_estimate_lower_bound(
+      strategy, workload, cluster, options,
+      plan_header(workload, cluster.shape, "s", 0, partial_of(strategy, workload)));
+}
+
+// The schedule estimate, forward plus backward, of the plan the strategy builds.
+double estimate_of(Strategy strategy, const Workload& workload, const ClusterSpec& cluster,
+                   const StaticOptions& options) {
+  const StaticPlan plan = static_plan(strategy, workload, cluster.shape, options);
+  const PlanHeader header =
+      plan_header(plan.workload, cluster.shape, "s", 0, partial_of(strategy, workload));
+  return estimate(plan.workload, plan.placement, cluster, header, plan.forward).seconds +
+         estimate(plan.workload, plan.placement, cluster, header, plan.backward).seconds;
+}
+
 TEST(TePlan, SplitsHeadsOverPairsOfDevicesWithTwoKvHeadBlocks) {
   const Workload workload = make({3000, 700, 40});
   EXPECT_EQ(head_degree(workload.heads(), 8), 2);
@@ -220,6 +243,89 @@ TEST(LoongTrainPlan, WithTheWholeRingAsItsWindowIsTe) {
     FAIL() << "a window of 3 on a ring of 16";
   } catch (const InvalidInput& e) {
     EXPECT_NE(std::string(e.what()).find("window 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LoongTrainPlan, WindowsSearchedArePowersOfTwoBelowTheRing) {
+  AttentionShape shape;  // 8 q / 2 kv heads: head groups of 2 devices
+  const HeadBlocking heads(shape, 1);
+  EXPECT_EQ(loongtrain_windows(heads, 32), (std::vector<std::int32_t>{1, 2, 4, 8}));
+  EXPECT_EQ(loongtrain_windows(heads, 8), (std::vector<std::int32_t>{1, 2}));
+  EXPECT_EQ(loongtrain_windows(heads, 2), (std::vector<std::int32_t>{1}));
+  EXPECT_EQ(loongtrain_windows(heads, 24), (std::vector<std::int32_t>{1, 2, 4}));
+  // Every window searched plans on that cluster.
+  const Workload workload = make({20000, 9000, 300}, MaskKind::kCausal);
+  for (const std::int32_t w : loongtrain_windows(workload.heads(), 32)) {
+    StaticOptions options;
+    options.loongtrain_window = w;
+    EXPECT_NO_THROW(static_plan(Strategy::kLoongTrain, workload, {4, 8}, options)) << w;
+  }
+}
+
+// --- Pricing from the structure -----------------------------------------------------------------
+
+// The bound selection screens with never exceeds the estimate of the plan the strategy builds:
+// every static strategy, masks, data parallel degrees, loongtrain windows, with and without
+// stream caps, on batches of many short sequences and of one long one.
+TEST(StaticEstimateBound, NeverExceedsTheEstimateOfThePlanBuilt) {
+  const std::vector<std::vector<TokenCount>> batches = {
+      {3000, 1500, 700, 200, 90, 33, 7}, {6000}, {2500, 2500, 10}};
+  int cases = 0;
+  for (const std::string preset : {"a100-p4de", "h100-dgx"}) {
+    for (const bool capped : {true, false}) {
+      ClusterSpec cluster = cluster_preset(preset);
+      cluster.shape = {2, 4};
+      if (!capped) cluster.intra_node_stream_bandwidth = cluster.inter_node_stream_bandwidth = 0;
+      for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kLambda}) {
+        for (const auto& lengths : batches) {
+          const Workload workload = make(lengths, kind);
+          for (const Strategy strategy : kStaticStrategies) {
+            for (const std::int32_t degree : {1, 2}) {
+              for (const std::int32_t window : {0, 1, 2}) {
+                if (window > 0 && strategy != Strategy::kLoongTrain) continue;
+                StaticOptions options = with_degree(degree);
+                options.loongtrain_window = window;
+                if (kind != MaskKind::kCausal) options.masked_tiles = MaskedTiles::kCompute;
+                double bound = 0;
+                try {
+                  bound = bound_of(strategy, workload, cluster, options);
+                } catch (const InvalidInput&) {
+                  // Refused exactly where static_plan refuses.
+                  EXPECT_THROW(static_plan(strategy, workload, cluster.shape, options),
+                               InvalidInput);
+                  continue;
+                }
+                EXPECT_GT(bound, 0);
+                EXPECT_LE(bound, estimate_of(strategy, workload, cluster, options) * (1 + 1e-9))
+                    << preset << (capped ? " capped " : " uncapped ") << to_string(strategy)
+                    << " d=" << degree << " w=" << window << " batch of " << lengths.size();
+                ++cases;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 300);
+}
+
+// At the sizes it screens (kv traffic dominating), the bound comes within a factor of three of
+// the estimate for ring and zigzag, and of four for te (whose all-to-alls and dk, dv going back
+// it leaves out), so that selection skips them without building them.
+TEST(StaticEstimateBound, IsTightWhereKvTrafficDominates) {
+  AttentionShape shape;  // 8 q / 2 kv heads, head dim 128
+  const SequenceBatch batch({9000, 5000, 3000, 2000, 1200, 800, 500, 300, 200, 100});
+  MaskSpec causal;
+  const Workload workload(shape, batch, build_batch_mask(causal, batch), 1024, 1);
+  ClusterSpec cluster = cluster_preset("a100-p4de");
+  cluster.shape = {2, 4};
+  for (const auto& [strategy, factor] :
+       {std::pair{Strategy::kRing, 3.0}, {Strategy::kZigzag, 3.0}, {Strategy::kTe, 4.0}}) {
+    const double bound = bound_of(strategy, workload, cluster, {});
+    const double estimated = estimate_of(strategy, workload, cluster, {});
+    EXPECT_LE(bound, estimated) << to_string(strategy);
+    EXPECT_GE(bound, estimated / factor) << to_string(strategy);
   }
 }
 

@@ -10,6 +10,8 @@
 #include "dcp/core/error.h"
 #include "dcp/core/parse.h"
 
+#include "dcp/model/tensor.h"
+
 #include "dcp/planner/baselines/static_rings.h"
 #include "dcp/planner/placement/static_placements.h"
 
@@ -186,6 +188,15 @@ RingLayout ring_layout(Strategy strategy, const Workload& workload, const Cluste
 
 }  // namespace
 
+std::vector<std::int32_t> loongtrain_windows(const HeadBlocking& heads, std::int32_t group_size) {
+  const std::int32_t ring = group_size / head_degree(heads, group_size);
+  std::vector<std::int32_t> windows = {1};
+  for (std::int32_t w = 2; w < ring; w *= 2) {
+    if (ring % w == 0) windows.push_back(w);
+  }
+  return windows;
+}
+
 StaticPlan static_plan(Strategy strategy, const Workload& workload, const ClusterShape& cluster,
                        const StaticOptions& options) {
   const TileSelection selection = options.masked_tiles == MaskedTiles::kCompute
@@ -235,6 +246,95 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
   plan.forward = static_pass(plan.workload, plan.placement, Pass::kForward, layout);
   plan.backward = static_pass(plan.workload, plan.placement, Pass::kBackward, layout);
   return plan;
+}
+
+double static_estimate_lower_bound(Strategy strategy, const Workload& workload,
+                                   const ClusterSpec& cluster, const StaticOptions& options,
+                                   const PlanHeader& header) {
+  const ClusterShape& shape = cluster.shape;
+  validate(shape);
+  if (is_dcp(strategy)) throw InvalidInput(strategy_name(strategy) + " is not a static strategy");
+  const std::int32_t data_parallel =
+      data_parallel_degree(strategy, workload, shape, options.data_parallel);
+  const std::int32_t group_size = shape.devices() / data_parallel;
+  const RingLayout layout =
+      ring_layout(strategy, workload, shape, group_size, data_parallel, options.loongtrain_window);
+  // Compute: every unmasked pair, spread evenly (a masked-tile system computes more).
+  PairCount pairs = 0;
+  for (WorkUnitId u = 0; u < workload.work_unit_count(); ++u) pairs += workload.work_unit(u).pairs;
+  const double mean_compute[2] = {forward_flops(pairs, workload.shape(), workload.heads()) /
+                                      cluster.forward_flops / shape.devices(),
+                                  backward_flops(pairs, workload.shape(), workload.heads()) /
+                                      cluster.backward_flops / shape.devices()};
+  // The tokens each ring position of each group holds, chunked as static_plan cuts them.
+  const bool zigzag = strategy != Strategy::kRing && strategy != Strategy::kUlysses;
+  const std::int64_t chunks = zigzag ? 2 * group_size : group_size;
+  const std::int32_t ring = layout.ring_size();
+  const std::int32_t a = layout.head_degree;
+  const std::vector<std::int32_t> group_of = sequence_groups(workload.batch(), data_parallel);
+  std::vector<TokenCount> tokens(static_cast<std::size_t>(data_parallel) * ring, 0);
+  for (SeqIndex seq = 0; seq < workload.batch().size(); ++seq) {
+    const TokenCount length = workload.batch().length(seq);
+    const TokenCount chunk = (length + chunks - 1) / chunks;
+    for (std::int64_t k = 0; k < chunks && k * chunk < length; ++k) {
+      const std::int64_t position =
+          zigzag ? zigzag_chunk_device(k / a, ring) : static_cast<std::int64_t>(k / a);
+      tokens[static_cast<std::size_t>(group_of[static_cast<std::size_t>(seq)] * ring + position)] +=
+          std::min(chunk, length - k * chunk);
+    }
+  }
+  // The kv head blocks each local index of a head group reads (as static_pass sends them).
+  const HeadBlocking& heads = workload.heads();
+  std::vector<std::int32_t> kv_reads(static_cast<std::size_t>(a), 0);
+  for (std::int32_t g = 0; g < heads.kv_count(); ++g) {
+    std::vector<bool> reads(static_cast<std::size_t>(a), false);
+    for (HeadBlockIndex h = 0; h < heads.count(); ++h) {
+      if (heads.kv_block_of(h) == g) {
+        reads[static_cast<std::size_t>(layout.head_local_of(h, heads.count()))] = true;
+      }
+    }
+    for (std::int32_t l = 0; l < a; ++l) kv_reads[static_cast<std::size_t>(l)] += reads[l] ? 1 : 0;
+  }
+  const auto efficiency_bound = [](const std::vector<SizeEfficiency>& curve) {
+    double e = 1;
+    for (const SizeEfficiency& point : curve) e = std::max(e, point.efficiency);
+    return e;
+  };
+  const double rate[2] = {std::min(cluster.intra_node_bandwidth, cluster.stream_bandwidth(false)) *
+                              efficiency_bound(cluster.intra_node_efficiency),
+                          std::min(cluster.nic_bandwidth(), cluster.stream_bandwidth(true)) *
+                              efficiency_bound(cluster.inter_node_efficiency)};
+  const double latency[2] = {cluster.intra_node_latency, cluster.inter_node_latency};
+  // A launch that brings kv has at least that one peer to set up.
+  const double setup = cluster.launch_overhead + cluster.launch_peer_overhead;
+  // Each device's chain: per launch, the slowest kv message it receives.
+  double chain = 0;
+  std::vector<double> launch_seconds;
+  for (std::int32_t group = 0; group < data_parallel; ++group) {
+    const DeviceId base = group * group_size;
+    for (std::int32_t p = 0; p < ring; ++p) {
+      for (std::int32_t l = 0; l < a; ++l) {
+        if (kv_reads[static_cast<std::size_t>(l)] == 0) continue;  // it receives no kv
+        const DeviceId device = layout.device(base, p, l);
+        launch_seconds.assign(static_cast<std::size_t>(ring), 0.0);
+        for (std::int32_t start = 0; start < ring; ++start) {
+          const TokenCount held = tokens[static_cast<std::size_t>(group * ring + start)];
+          if (start == p || held == 0) continue;  // no kv travels from an empty position
+          const RingLayout::Hop hop = layout.hop(start, layout.visit_index(start, p));
+          const DeviceId from = layout.device(base, hop.from, l);
+          const int inter = shape.node_of(from) != shape.node_of(device) ? 1 : 0;
+          const double bytes = static_cast<double>(value_bytes(header, SlotKind::kKV, held)) *
+                               kv_reads[static_cast<std::size_t>(l)];
+          double& slowest = launch_seconds[static_cast<std::size_t>(hop.launch)];
+          slowest = std::max(slowest, setup + latency[inter] + bytes / rate[inter]);
+        }
+        double sum = 0;
+        for (const double seconds : launch_seconds) sum += seconds;
+        chain = std::max(chain, sum);
+      }
+    }
+  }
+  return std::max(mean_compute[0], chain) + std::max(mean_compute[1], chain);
 }
 
 }  // namespace dcp

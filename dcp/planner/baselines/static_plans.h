@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "dcp/model/workload.h"
 
@@ -82,6 +83,20 @@ struct StaticOptions {
 StaticPlan static_plan(Strategy strategy, const Workload& workload, const ClusterShape& cluster,
                        const StaticOptions& options = {});
 
+// A lower bound of the schedule estimate (estimate() in schedule.h), forward plus backward, of
+// the plan static_plan(strategy, workload, cluster.shape, options) would build, from the
+// strategy's structure alone: no chunks, work units or transfers are built, in time linear in the
+// sequences times the chunks plus the devices times the ring. Each pass takes at least
+//   - the busiest device's compute, at least the mean of every unmasked pair's FLOPs, and
+//   - each device's chain of ring launches: in every launch that brings it kv, the launch ends no
+//     sooner than its set-up for one peer, the latency and the kv's bytes at the lower of the
+//     message's stream bandwidth and its link side's bandwidth (at the curve's best efficiency).
+// `header` gives the value sizes (plan_header of the workload with the strategy's partial dtype).
+// Throws InvalidInput as static_plan does.
+double static_estimate_lower_bound(Strategy strategy, const Workload& workload,
+                                   const ClusterSpec& cluster, const StaticOptions& options,
+                                   const PlanHeader& header);
+
 // te's and loongtrain's all-to-all degree a on a group of `group_size` devices: the largest value
 // <= min(kv head blocks, group_size) that divides the q head blocks and group_size.
 std::int32_t head_degree(const HeadBlocking& heads, std::int32_t group_size);
@@ -93,6 +108,11 @@ std::int32_t head_degree(const HeadBlocking& heads, std::int32_t group_size);
 // 1 for dcp and dcp-pure.
 std::int32_t automatic_data_parallel(Strategy strategy, const SequenceBatch& batch,
                                      const ClusterShape& cluster);
+
+// The inner-ring sizes LoongTrain's users search (its sliding window): the powers of two below the
+// ring of head groups of a group of `group_size` devices, 1 standing for one ring over every head
+// group (the window equal to the ring runs the same schedule). {1} when the ring has one group.
+std::vector<std::int32_t> loongtrain_windows(const HeadBlocking& heads, std::int32_t group_size);
 
 // A data parallel degree as users write it: "auto" (0) or a whole number in [1, 65536]. Throws
 // InvalidInput naming the text otherwise.

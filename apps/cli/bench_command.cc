@@ -16,6 +16,7 @@
 #include "apps/cli/command_table.h"
 #include "apps/cli/e2e_suite.h"
 #include "apps/cli/paper_suite.h"
+#include "apps/cli/planning_suite.h"
 #include "apps/cli/workload_flags.h"
 
 namespace dcp::cli {
@@ -60,11 +61,14 @@ void write_report(const Args& args, const std::string& name, const std::string& 
 
 int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const std::vector<FlagSpec> specs = {
-      {"--suite", "NAME", "micro | paper | e2e | calibration [micro]"},
-      {"--batches", "N", "batches per configuration [3; e2e 2]"},
-      {"--datasets", "LIST", "micro: length distributions [ldc,longalign]"},
+      {"--suite", "NAME", "micro | paper | e2e | calibration | planning [micro]"},
+      {"--batches", "N",
+       "batches per configuration [3; e2e 2; planning 50 per shape, dataset and mask]"},
+      {"--datasets", "LIST", "micro, planning: length distributions [ldc,longalign]"},
       {"--dataset", "NAME", "calibration: length distribution [ldc]"},
-      {"--scales", "LIST", "micro: length scales [0.5,1,2,4]"},
+      {"--scales", "LIST",
+       "micro, planning: length scales [0.5,1,2,4]; planning: batches go round-robin over them"},
+      {"--shapes", "LIST", "planning: nodes x devices per node [4x8,8x8]"},
       {"--masks", "LIST", "mask kinds [causal,lambda,shared_question,causal_blockwise]"},
       {"--strategies", "LIST",
        "micro [dcp,dcp-pure,ring,zigzag,ulysses,hybrid,te,loongtrain]; calibration "
@@ -94,7 +98,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const Args args(specs, argv);
   if (args.flag("--help")) {
     out << format_help(
-        "dcp bench --suite micro|paper|e2e|calibration [flags]",
+        "dcp bench --suite micro|paper|e2e|calibration|planning [flags]",
         "micro: the DCP paper's attention micro-benchmark under the simulator: datasets x "
         "length scales x masks x strategies on 4 x 8 A100s (a100-p4de), 131072-token batches; "
         "writes docs/micro_bench.md and two SVG charts. paper: every cell the DCP paper measured "
@@ -106,7 +110,9 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
         "times; writes docs/e2e_estimate.md. calibration: "
         "real runs of the CPU "
         "runtime on local ranks next to the simulator's prediction under cpu-local; writes "
-        "docs/calibration.md with the error distribution. Progress goes to stderr.",
+        "docs/calibration.md with the error distribution. planning: the wall-clock time of "
+        "planning each batch with dcp-pure and dcp on one thread, as median, p90 and max; writes "
+        "docs/planning_time.md. Progress goes to stderr.",
         specs);
     return 0;
   }
@@ -253,7 +259,55 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     out << markdown;
     return 0;
   }
-  throw UsageError("--suite " + dcp::quoted(suite) + ": expected micro, paper, e2e or calibration");
+  if (suite == "planning") {
+    for (const char* flag : {"--dataset", "--strategies", "--static-dp", "--fit", "--threads"}) {
+      if (args.has(flag)) {
+        throw UsageError(std::string(flag) +
+                         " does not apply to --suite planning (dcp-pure and dcp, one thread)");
+      }
+    }
+    PlanningOptions options;
+    options.shapes =
+        list_flag<ClusterShape>(args, "--shapes", "4x8,8x8", [](std::string_view text) {
+          const std::size_t x = text.find('x');
+          if (x == std::string_view::npos) {
+            throw InvalidInput("a shape is NODESxDEVICES, got " + dcp::quoted(text));
+          }
+          const ClusterShape shape{
+              static_cast<std::int32_t>(parse_int(text.substr(0, x), "nodes")),
+              static_cast<std::int32_t>(parse_int(text.substr(x + 1), "devices per node"))};
+          validate(shape);
+          return shape;
+        });
+    options.datasets = list_flag<LengthDistributionKind>(args, "--datasets", "ldc,longalign",
+                                                         parse_length_distribution);
+    options.scales = list_flag<double>(args, "--scales", "0.5,1,2,4", [](std::string_view s) {
+      const double scale = parse_double(s, "scale");
+      if (!(scale > 0 && scale <= 64)) throw InvalidInput("scale must be in (0, 64]");
+      return scale;
+    });
+    options.masks = masks_from(args);
+    options.batches = static_cast<std::int32_t>(args.get_int("--batches", 50, 1, 10000));
+    options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
+    options.cluster = cluster_from(args, "a100-p4de");
+    options.shape = shape_from_flags(args);
+    options.seed = seed;
+    std::cerr << "dcp bench planning: " << options.shapes.size() << " shapes x "
+              << options.datasets.size() << " datasets x " << options.masks.size() << " masks x "
+              << options.batches << " batches, dcp-pure and dcp, one thread\n";
+    const std::vector<PlanningSample> samples = run_planning_suite(options, std::cerr);
+    const std::string markdown = planning_markdown(options, samples, command_line(argv));
+    if (const auto json = args.get("--json")) {
+      with_flag("--json " + dcp::quoted(*json),
+                [&] { write_file_atomically(*json, planning_samples_json(samples)); });
+      out << "wrote " << *json << "\n";
+    }
+    write_report(args, "planning_time.md", markdown, out);
+    out << markdown;
+    return 0;
+  }
+  throw UsageError("--suite " + dcp::quoted(suite) +
+                   ": expected micro, paper, e2e, calibration or planning");
 }
 
 }  // namespace dcp::cli

@@ -2,6 +2,7 @@
 // Plans batches in the background.
 #include "dcp/plan_queue.h"
 
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -18,7 +19,12 @@ BuiltPlan plan_request(const PlanRequest& request) {
   options.auto_block.devices = request.plan.cluster.shape.devices();
   BuiltWorkload built =
       make_workload(request.shape, SequenceBatch(request.lengths), request.masks, options);
-  return build_plan(built.workload, request.plan);
+  PlanOptions plan = request.plan;
+  // An automatic block size lets dcp plan at each size of the sweep and keep the fastest.
+  if (request.block_size == 0 && is_dcp(plan.strategy) && plan.block_sizes.empty()) {
+    plan.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
+  }
+  return build_plan(built.workload, plan);
 }
 
 PlanQueue::PlanQueue(std::int32_t threads) {

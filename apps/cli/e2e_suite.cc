@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -89,6 +90,9 @@ std::array<double, 2> simulate_attention(const E2eOptions& options, const Cluste
     if (mask.kind != MaskKind::kCausal) plan_options.masked_tiles = MaskedTiles::kCompute;
   } else {
     plan_options.strategy = Strategy::kDcpPure;
+    if (system != "dcp-reference") {
+      plan_options.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
+    }
   }
   const BuiltPlan built = build_plan(workload, plan_options);
   const sim::PlanSimulation s =

@@ -3,6 +3,7 @@
 // masks x strategies on a described cluster.
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -43,6 +44,10 @@ Measured measure(const Workload& workload, Strategy strategy, const MicroOptions
   plan_options.cluster = options.cluster;
   plan_options.seed = options.seed;
   plan_options.static_data_parallel = options.static_data_parallel;
+  // The workload's blocks are automatic: dcp plans at each size of the sweep.
+  if (is_dcp(strategy)) {
+    plan_options.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
+  }
   const auto start = Clock::now();
   std::optional<BuiltPlan> built;
   try {

@@ -152,6 +152,15 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     out << "kept kv    up to " << format_mb(kept, 2)
         << " MB per device, received in the forward pass and not again in the backward pass\n";
   }
+  if (!built.block_sizes.empty()) {
+    out << "blocks     dcp's own plan at each block size (simulated forward + backward ms):";
+    for (const BlockSizeCandidate& c : built.block_sizes) {
+      std::snprintf(line, sizeof(line), " %lld %.3f%s", static_cast<long long>(c.block_size),
+                    c.seconds() * 1e3, &c != &built.block_sizes.back() ? "," : "");
+      out << line;
+    }
+    out << "\n";
+  }
   if (!built.selection.candidates.empty()) {
     out << "selection  kept " << built.selection.kept
         << " (simulated forward + backward ms, the fastest is kept):";

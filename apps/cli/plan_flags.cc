@@ -3,6 +3,7 @@
 // that plans: plan, run, attention, demo.
 #include "apps/cli/plan_flags.h"
 
+#include <iterator>
 #include <string>
 
 #include "dcp/core/parse.h"
@@ -108,6 +109,10 @@ PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
   });
   if (const auto keep = args.get("--keep-kv")) {
     options.kept_kv_budget = with_flag("--keep-kv", [&] { return parse_kept_kv_budget(*keep); });
+  }
+  // An automatic block size lets dcp plan at each size of the sweep and keep the fastest.
+  if (is_dcp(options.strategy) && args.get_or("--block-size", "auto") == "auto") {
+    options.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
   }
   options.partial_dtype = partial_dtype_from_flags(args);
   options.seed = seed;

@@ -22,7 +22,9 @@ const std::vector<FlagSpec>& workload_flags() {
       {"--head-dim", "N", "head dimension [128]"},
       {"--dtype", "T", "storage dtype: bf16, fp16, fp32 [bf16]"},
       {"--scale", "X", "softmax scale [1/sqrt(head dim)]"},
-      {"--block-size", "N|auto", "tokens per token block [auto: see docs/block_model.md]"},
+      {"--block-size", "N|auto",
+       "tokens per token block [auto: dcp plans at 1024, 2048 and 4096 and keeps the fastest "
+       "under the simulator; see docs/block_model.md]"},
       {"--head-block-size", "N", "q heads per head block [1]"},
       {"--devices", "N", "devices the automatic block size plans for [8]"},
       {"--mask", "SPEC",

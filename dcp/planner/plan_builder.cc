@@ -2,6 +2,8 @@
 // The whole planner, timed per phase.
 #include "dcp/planner/plan_builder.h"
 
+#include <algorithm>
+#include <bit>
 #include <optional>
 #include <string>
 #include <utility>
@@ -105,6 +107,52 @@ PlanCandidate simulated(const BuiltPlan& built, std::string strategy, const Clus
           simulation.backward.seconds};
 }
 
+// The workload with every sequence cut into blocks of `block_size` tokens.
+Workload reblocked(const Workload& workload, TokenCount block_size) {
+  std::vector<SequenceMask> masks;
+  masks.reserve(static_cast<std::size_t>(workload.batch().size()));
+  for (SeqIndex seq = 0; seq < workload.batch().size(); ++seq) masks.push_back(workload.mask(seq));
+  return Workload(workload.shape(), workload.batch(), std::move(masks), block_size,
+                  workload.heads().head_block_size());
+}
+
+// dcp's own plan: on the workload's blocks, or the fastest under the simulator of those at
+// options.block_sizes (`own` then holds its simulated times).
+BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
+                    std::optional<PlanCandidate>& own) {
+  if (options.block_sizes.empty()) return build_one(workload, options);
+  const auto top = static_cast<TokenCount>(std::bit_ceil(
+      static_cast<std::uint64_t>(std::max<TokenCount>(1, workload.batch().max_length()))));
+  std::vector<TokenCount> sizes;
+  for (const TokenCount size : options.block_sizes) {
+    if (size < 1) throw InvalidInput("block size " + std::to_string(size) + " is not positive");
+    const TokenCount effective = std::min(size, top);
+    if (std::find(sizes.begin(), sizes.end(), effective) == sizes.end()) sizes.push_back(effective);
+  }
+  std::optional<BuiltPlan> best;
+  std::vector<BlockSizeCandidate> tried;
+  for (const TokenCount size : sizes) {
+    std::optional<Workload> cut;
+    try {
+      cut.emplace(reblocked(workload, size));
+    } catch (const InvalidInput&) {
+      // Too many blocks or tiles at this size (kMaxBatchTokens and the tile limits): a larger
+      // size may still fit.
+      if (size == sizes.back() && !best) throw;
+      continue;
+    }
+    BuiltPlan built = build_one(*cut, options);
+    const PlanCandidate timed = simulated(built, "dcp", options.cluster);
+    tried.push_back({size, timed.forward_seconds, timed.backward_seconds});
+    if (!best || timed.seconds() < own->seconds()) {
+      best = std::move(built);
+      own = timed;
+    }
+  }
+  best->block_sizes = std::move(tried);
+  return std::move(*best);
+}
+
 }  // namespace
 
 DType partial_dtype_of(const PlanOptions& options, DType storage) {
@@ -116,12 +164,18 @@ DType partial_dtype_of(const PlanOptions& options, DType storage) {
 
 BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
   validate(options.cluster);
-  if (options.strategy != Strategy::kDcp) return build_one(workload, options);
+  if (!is_dcp(options.strategy)) return build_one(workload, options);
   const auto start = Clock::now();
-  BuiltPlan best = build_one(workload, options);
+  std::optional<PlanCandidate> own;
+  BuiltPlan best = build_own(workload, options, own);
+  if (options.strategy == Strategy::kDcpPure) {
+    best.timings.total_ms = ms_since(start);
+    return best;
+  }
+  const std::vector<BlockSizeCandidate> own_sizes = best.block_sizes;
   const auto select_start = Clock::now();
   PlanSelection selection;
-  selection.candidates.push_back(simulated(best, "dcp", options.cluster));
+  selection.candidates.push_back(own ? *own : simulated(best, "dcp", options.cluster));
   double best_seconds = selection.candidates.front().seconds();
   for (const Strategy strategy : kStaticStrategies) {
     PlanOptions static_options = options;
@@ -181,6 +235,7 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
   }
   selection.simulate_ms = ms_since(select_start);
   best.selection = std::move(selection);
+  best.block_sizes = own_sizes;
   best.timings.total_ms = ms_since(start);
   return best;
 }

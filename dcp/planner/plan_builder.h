@@ -30,6 +30,11 @@ struct PlanOptions {
   // loongtrain: the inner ring's head groups (static_plans.h); 0: the head groups per node.
   std::int32_t loongtrain_window = 0;
   std::uint64_t seed = 0;
+  // dcp, dcp-pure: token block sizes to plan dcp's own placement at, the workload re-cut at each
+  // (sizes above the longest sequence's next power of two collapse into one); the fastest under
+  // the simulator is kept. Empty: the workload's own blocks only. kBlockSizeSweep is what an
+  // automatic block size means to planning (the block sizes the DCP paper found best).
+  std::vector<TokenCount> block_sizes;
   // dcp only: the kv bytes per device kept from the forward pass for the backward pass
   // (kept_values.h): kKeepAllKv, kKeepNoKv or a budget. Static strategies keep nothing (the
   // systems they stand for receive kv again in the backward pass).
@@ -77,6 +82,15 @@ struct PlanCandidate {
   double seconds() const { return forward_seconds + backward_seconds; }
 };
 inline constexpr double kScreenFactor = 1.25;
+inline constexpr TokenCount kBlockSizeSweep[] = {1024, 2048, 4096};
+
+// dcp's own plan at one block size, simulated.
+struct BlockSizeCandidate {
+  TokenCount block_size = 0;
+  double forward_seconds = 0;
+  double backward_seconds = 0;
+  double seconds() const { return forward_seconds + backward_seconds; }
+};
 struct PlanSelection {
   std::vector<PlanCandidate> candidates;  // empty unless the strategy is kDcp
   std::string kept = "dcp";               // the candidate's strategy
@@ -93,6 +107,10 @@ struct BuiltPlan {
   ScheduleSummary backward;
   PlanTimings timings;  // total_ms includes the selection
   PlanSelection selection;
+  // dcp, dcp-pure with PlanOptions::block_sizes: every size dcp's own plan was tried at, in
+  // order; dcp's own plan is the one at the fastest (the first on a tie), kept unless a static
+  // strategy is faster.
+  std::vector<BlockSizeCandidate> block_sizes;
   std::int32_t data_parallel = 1;  // static strategies: the data parallel degree used
 };
 
@@ -102,7 +120,8 @@ struct BuiltPlan {
 // schedule estimate is at least kScreenFactor times the best simulated time is not compiled. Since
 // dcp can simulate before it executes, it is never slower than a static strategy under the cost
 // model. The kept plan's header names "dcp" or "dcp/<static strategy>". kDcpPure: dcp's own plan
-// always. Throws InvalidInput if the cluster spec is invalid, or the strategy cannot run on it.
+// always. dcp's own plan is the fastest of its plans at PlanOptions::block_sizes when given.
+// Throws InvalidInput if the cluster spec is invalid, or the strategy cannot run on it.
 BuiltPlan build_plan(const Workload& workload, const PlanOptions& options);
 
 }  // namespace dcp

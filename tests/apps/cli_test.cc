@@ -254,6 +254,35 @@ TEST(PlanCommand, IsDeterministic) {
   std::filesystem::remove(b);
 }
 
+TEST(PlanCommand, AnAutomaticBlockSizeTriesTheSweepAndKeepsTheFastest) {
+  const std::string a = temp_path("auto1.plan"), b = temp_path("auto2.plan");
+  const std::vector<std::string> common = {
+      "plan", "--dist",  "ldc", "--tokens",           "32768", "--seed",
+      "2",    "--nodes", "2",   "--devices-per-node", "4"};
+  std::vector<std::string> automatic = common;
+  automatic.insert(automatic.end(), {"-o", a});
+  const Result swept = run(automatic);
+  ASSERT_EQ(swept.status, 0) << swept.err;
+  EXPECT_NE(swept.out.find("blocks     dcp's own plan at each block size (simulated forward + "
+                           "backward ms): 1024 "),
+            std::string::npos)
+      << swept.out;
+  EXPECT_NE(swept.out.find(", 4096 "), std::string::npos) << swept.out;
+  // Planning stays deterministic.
+  automatic.back() = b;
+  ASSERT_EQ(run(automatic).status, 0);
+  EXPECT_EQ(read_all(a), read_all(b));
+  // A block size given is the one planned.
+  std::vector<std::string> given = common;
+  given.insert(given.end(), {"--block-size", "512", "-o", a});
+  const Result fixed = run(given);
+  ASSERT_EQ(fixed.status, 0) << fixed.err;
+  EXPECT_EQ(fixed.out.find("blocks     dcp's own plan"), std::string::npos) << fixed.out;
+  EXPECT_NE(fixed.out.find("(largest 512)"), std::string::npos) << fixed.out;
+  std::filesystem::remove(a);
+  std::filesystem::remove(b);
+}
+
 TEST(PlanCommand, RejectsBadFlagsWithExitStatus2) {
   expect_usage_error({"plan", "--seqlens", "100", "--strategy", "star"}, "unknown strategy 'star'");
   expect_usage_error({"plan", "--seqlens", "100", "--cluster", "/no/such/file"}, "--cluster");

@@ -158,6 +158,47 @@ TEST(StageScheduler, StageZeroUsesOnlyLocalInputsAndInputsCrossToANodeOnce) {
   }
 }
 
+TEST(PlanBuilder, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
+  const Workload workload = make(SequenceBatch({700, 300, 90, 5}), MaskKind::kCausal, 8, 2);
+  PlanOptions options = options_for(Strategy::kDcpPure, {2, 2});
+  // 2048 and 4096 both collapse to 1024, the next power of two above the longest sequence.
+  options.block_sizes = {128, 2048, 64, 4096};
+  const BuiltPlan swept = build_plan(workload, options);
+  ASSERT_EQ(swept.block_sizes.size(), 3u);
+  EXPECT_EQ(swept.block_sizes[0].block_size, 128);
+  EXPECT_EQ(swept.block_sizes[1].block_size, 1024);
+  EXPECT_EQ(swept.block_sizes[2].block_size, 64);
+  // The kept plan is the fastest, and the very plan dcp builds at that block size alone.
+  const auto fastest =
+      std::min_element(swept.block_sizes.begin(), swept.block_sizes.end(),
+                       [](const BlockSizeCandidate& a, const BlockSizeCandidate& b) {
+                         return a.seconds() < b.seconds();
+                       });
+  EXPECT_EQ(swept.workload.blocks().block_size(), fastest->block_size);
+  PlanOptions alone = options;
+  alone.block_sizes.clear();
+  const Workload cut(workload.shape(), workload.batch(),
+                     build_batch_mask(small_spec(MaskKind::kCausal), workload.batch()),
+                     fastest->block_size, 1);
+  const BuiltPlan direct = build_plan(cut, alone);
+  EXPECT_EQ(serialize_plan(swept.plan), serialize_plan(direct.plan));
+  const sim::PlanSimulation simulated = sim::simulate(swept.plan, options.cluster);
+  EXPECT_DOUBLE_EQ(simulated.seconds(), fastest->seconds());
+  EXPECT_TRUE(verify(swept.plan).ok);
+  // With selection, dcp's candidate is its fastest block size.
+  options.strategy = Strategy::kDcp;
+  const BuiltPlan selected = build_plan(workload, options);
+  EXPECT_DOUBLE_EQ(selected.selection.candidates.front().seconds(), fastest->seconds());
+  // A size that is not positive is refused, naming it.
+  options.block_sizes = {0};
+  try {
+    build_plan(workload, options);
+    FAIL() << "block size 0";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("block size 0"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PlanBuilder, DcpKeepsTheFastestOfItsOwnAndTheStaticPlansUnderTheSimulator) {
   std::uint64_t seed = 21;
   std::set<std::string> kept;

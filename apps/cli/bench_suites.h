@@ -57,6 +57,7 @@ struct MicroRecord {
   std::string strategy;
   bool feasible = true;
   double time_ms = 0;
+  double estimate_ms = 0;  // the planner's schedule estimate of the same plans (not simulated)
   double bytes_inter_node = 0;
   double bytes_intra_node = 0;
   double imbalance_compute = 1;

@@ -22,7 +22,8 @@ namespace {
 // One strategy's figures on one batch.
 struct Measured {
   bool feasible = true;
-  double seconds[2] = {0, 0};  // forward, backward
+  double seconds[2] = {0, 0};   // forward, backward
+  double estimate[2] = {0, 0};  // the schedule estimate of the same plan
   double inter[2] = {0, 0};
   double intra[2] = {0, 0};
   double imbalance = 1;
@@ -61,6 +62,8 @@ Measured measure(const Workload& workload, Strategy strategy, const MicroOptions
   const sim::PlanSimulation simulation = sim::simulate(built->plan, options.cluster);
   m.seconds[0] = simulation.forward.seconds;
   m.seconds[1] = simulation.backward.seconds;
+  m.estimate[0] = built->forward.estimate.seconds;
+  m.estimate[1] = built->backward.estimate.seconds;
   for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
     const PassTraffic traffic = pass_traffic(built->plan.header, built->plan.programs(pass));
     const int p = pass == Pass::kForward ? 0 : 1;
@@ -145,6 +148,7 @@ std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostre
               }
               ++r.batches;
               r.time_ms += x.seconds[p] * 1e3;
+              r.estimate_ms += x.estimate[p] * 1e3;
               r.bytes_inter_node += x.inter[p];
               r.bytes_intra_node += x.intra[p];
               imbalance += x.imbalance;
@@ -154,6 +158,7 @@ std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostre
             if (r.feasible && r.batches > 0) {
               const double n = r.batches;
               r.time_ms /= n;
+              r.estimate_ms /= n;
               r.bytes_inter_node /= n;
               r.bytes_intra_node /= n;
               r.imbalance_compute = imbalance / n;
@@ -182,6 +187,7 @@ std::string micro_records_json(const std::vector<MicroRecord>& records) {
     json.begin_object();
     json.field("dataset", r.dataset).field("scale", r.scale).field("mask", r.mask);
     json.field("pass", r.pass).field("strategy", r.strategy).field("time_ms", r.time_ms);
+    json.field("estimate_ms", r.estimate_ms);
     json.field("bytes_inter_node", r.bytes_inter_node);
     json.field("bytes_intra_node", r.bytes_intra_node);
     json.field("imbalance_compute", r.imbalance_compute).field("plan_ms", r.plan_ms);

@@ -92,7 +92,7 @@ TEST(BenchCommand, MicroSuiteWritesRecordsReportAndCharts) {
   for (std::string line; std::getline(lines, line);) {
     if (line.find("\"dataset\"") == std::string::npos) continue;
     for (const char* key :
-         {"bytes_inter_node", "bytes_intra_node", "imbalance_compute", "plan_ms"}) {
+         {"bytes_inter_node", "bytes_intra_node", "imbalance_compute", "plan_ms", "estimate_ms"}) {
       EXPECT_FALSE(field(line, key).empty()) << key << " in " << line;
     }
     time[field(line, "mask") + " " + field(line, "pass") + " " + field(line, "strategy")] =
@@ -114,6 +114,9 @@ TEST(BenchCommand, MicroSuiteWritesRecordsReportAndCharts) {
   EXPECT_NE(markdown.find("## Forward: simulated time"), std::string::npos);
   EXPECT_NE(markdown.find("| ldc | x0.5 | lambda |"), std::string::npos);
   EXPECT_NE(markdown.find("## Targets"), std::string::npos);
+  // The schedule estimate beside the simulation, per strategy.
+  EXPECT_NE(markdown.find("## The schedule estimate against the simulation"), std::string::npos);
+  EXPECT_NE(markdown.find("| loongtrain | "), std::string::npos);
   // Beside dcp's speed-ups, the paper's measured one (ldc x0.5 lambda forward: TE 34.7 / 7.8).
   EXPECT_NE(markdown.find("paper: DCP / best"), std::string::npos);
   EXPECT_NE(markdown.find("| 4.45× |"), std::string::npos);

@@ -73,19 +73,21 @@ TEST(TePlan, SplitsHeadsOverPairsOfDevicesWithTwoKvHeadBlocks) {
   EXPECT_EQ(head_degree(make({100}, MaskKind::kCausal, 8, 8).heads(), 6), 2);
   const StaticPlan plan = static_plan(Strategy::kTe, workload, {2, 4});
   EXPECT_EQ(plan.forward.stages, 1 + 4);  // the all-to-all, then a ring of 4 pairs
+  // A device computes its 4 q heads as one head block (one kernel, as TransformerEngine does).
+  EXPECT_EQ(plan.workload.heads().head_block_size(), 4);
   std::set<std::int32_t> q_heads_moved;
   for (const Transfer& t : plan.forward.transfers) {
     if (t.value.kind != SlotKind::kQ) continue;
     EXPECT_EQ(t.launch, 0);
     EXPECT_EQ(t.src / 2, t.dst / 2) << "q leaves its pair";
-    // q head blocks 0-3 go to the even device of a pair, 4-7 to the odd one.
-    EXPECT_EQ(t.dst % 2, t.value.head_block < 4 ? 0 : 1);
+    // q heads 0-3 (head block 0) go to the even device of a pair, 4-7 to the odd one.
+    EXPECT_EQ(t.dst % 2, t.value.head_block);
     q_heads_moved.insert(t.value.head_block);
   }
-  EXPECT_EQ(q_heads_moved.size(), 8u);
+  EXPECT_EQ(q_heads_moved.size(), 2u);
   for (WorkUnitId u = 0; u < plan.workload.work_unit_count(); ++u) {
     const DeviceId device = plan.placement.work_unit_device[static_cast<std::size_t>(u)];
-    EXPECT_EQ(device % 2, plan.workload.work_unit(u).head_block < 4 ? 0 : 1);
+    EXPECT_EQ(device % 2, plan.workload.work_unit(u).head_block);
   }
   // kv head block 0 is read on even devices, 1 on odd ones; it travels a ring of the 4 pairs.
   for (const Transfer& t : plan.forward.transfers) {
@@ -95,6 +97,26 @@ TEST(TePlan, SplitsHeadsOverPairsOfDevicesWithTwoKvHeadBlocks) {
       EXPECT_EQ(t.src % 2, t.dst % 2);
     }
   }
+}
+
+// Static Programs hold one head block per device's share of the heads: the same tiles and pairs
+// in fewer work units.
+TEST(StaticPlans, GroupTheHeadsADeviceComputesIntoOneHeadBlock) {
+  const Workload workload = make({3000, 700, 40});
+  // On 2 x 4 devices: te and loongtrain split 8 q heads over pairs, hybrid over a node of 4.
+  for (const auto& [strategy, size] : {std::pair{Strategy::kRing, 8},
+                                       {Strategy::kZigzag, 8},
+                                       {Strategy::kTe, 4},
+                                       {Strategy::kLoongTrain, 4},
+                                       {Strategy::kHybrid, 2}}) {
+    const StaticPlan plan = static_plan(strategy, workload, {2, 4});
+    EXPECT_EQ(plan.workload.heads().head_block_size(), size) << to_string(strategy);
+    EXPECT_EQ(plan.workload.heads().count() * size, 8) << to_string(strategy);
+    EXPECT_EQ(plan.workload.unmasked_pairs(), workload.unmasked_pairs()) << to_string(strategy);
+  }
+  // 6 q / 2 kv heads on pairs: each device's 3 q heads read one kv head.
+  const Workload six = make({500, 90}, MaskKind::kCausal, 6, 2);
+  EXPECT_EQ(static_plan(Strategy::kTe, six, {1, 4}).workload.heads().head_block_size(), 3);
 }
 
 TEST(TePlan, IsHybridWhenItsHeadGroupsAreNodes) {

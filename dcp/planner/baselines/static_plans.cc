@@ -186,6 +186,19 @@ RingLayout ring_layout(Strategy strategy, const Workload& workload, const Cluste
   return layout;
 }
 
+// The q heads one device of a head group computes, as one head block: static systems run one
+// kernel over all of them, so their Programs need no finer head blocks (fewer work units, the
+// same tiles). The workload's own head block size where that grouping is not a valid one.
+std::int32_t device_head_block_size(const Workload& workload, const RingLayout& layout) {
+  const AttentionShape& shape = workload.shape();
+  const std::int32_t own = workload.heads().head_block_size();
+  if (shape.q_heads % layout.head_degree != 0) return own;
+  const std::int32_t size = shape.q_heads / layout.head_degree;
+  const std::int32_t group = shape.group_size();
+  const bool valid = group % size == 0 || size % group == 0;
+  return valid && size % own == 0 ? size : own;
+}
+
 }  // namespace
 
 std::vector<std::int32_t> loongtrain_windows(const HeadBlocking& heads, std::int32_t group_size) {
@@ -212,7 +225,8 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
   // Ring and Ulysses cut each sequence into C chunks, the others into 2C: zigzag over the ring,
   // each ring chunk split over the a devices of a head group.
   const bool zigzag = strategy != Strategy::kRing && strategy != Strategy::kUlysses;
-  StaticPlan plan{recut_sequences(workload, zigzag ? 2 * group_size : group_size, selection),
+  StaticPlan plan{recut_sequences(workload, zigzag ? 2 * group_size : group_size, selection,
+                                  device_head_block_size(workload, layout)),
                   Placement{},
                   {},
                   {},

@@ -20,7 +20,8 @@ DeviceId zigzag_chunk_device(std::int64_t chunk, std::int64_t parts) {
   return static_cast<DeviceId>(chunk < parts ? chunk : 2 * parts - 1 - chunk);
 }
 
-Workload recut_sequences(const Workload& workload, std::int64_t chunks, TileSelection selection) {
+Workload recut_sequences(const Workload& workload, std::int64_t chunks, TileSelection selection,
+                         std::int32_t head_block_size) {
   const SequenceBatch& batch = workload.batch();
   std::vector<TokenCount> sizes;
   std::vector<SequenceMask> masks;
@@ -31,7 +32,8 @@ Workload recut_sequences(const Workload& workload, std::int64_t chunks, TileSele
     masks.push_back(workload.mask(seq));
   }
   return Workload(workload.shape(), batch, std::move(masks), sizes,
-                  workload.heads().head_block_size(), selection);
+                  head_block_size > 0 ? head_block_size : workload.heads().head_block_size(),
+                  selection);
 }
 
 ZigzagBaseline zigzag_baseline(const Workload& workload, const ClusterShape& cluster) {

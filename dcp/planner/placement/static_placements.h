@@ -8,9 +8,11 @@ namespace dcp {
 
 // The workload with sequence s cut into `chunks` chunks of ceil(L / chunks) tokens (the last
 // ones shorter or absent), one token block per chunk: how static context parallelism cuts a packed
-// batch. Same batch, masks, shape and head blocks.
+// batch. Same batch, masks and shape; head blocks of `head_block_size` q heads (0: the
+// workload's).
 Workload recut_sequences(const Workload& workload, std::int64_t chunks,
-                         TileSelection selection = TileSelection::kUnmasked);
+                         TileSelection selection = TileSelection::kUnmasked,
+                         std::int32_t head_block_size = 0);
 
 // The device of chunk `chunk` of 2 * parts zigzag chunks: chunks r and 2 * parts - 1 - r go to r.
 DeviceId zigzag_chunk_device(std::int64_t chunk, std::int64_t parts);

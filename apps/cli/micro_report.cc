@@ -266,8 +266,11 @@ std::string micro_markdown(const MicroOptions& options, const std::vector<MicroR
       "Baselines: ring, zigzag, ulysses (n/a when the q heads do not cover a group's devices), "
       "hybrid (a2a inside a node + zigzag ring across nodes), te (TransformerEngine's a2a+p2p: "
       "a2a over head groups of as many devices as kv heads + zigzag ring across them) and "
-      "loongtrain (LoongTrain's double ring: te's head groups, an inner ring inside a node and "
-      "an outer ring across nodes). " +
+      "loongtrain (LoongTrain's double ring: te's head groups, an inner ring of W head groups "
+      "and an outer ring across the inner rings; per batch the fastest W of the powers of two "
+      "below the ring, as the DCP paper reported LoongTrain's best, its planning time covering "
+      "every W). dcp plans its own placement at blocks of 1024, 2048 and 4096 tokens and keeps "
+      "the fastest. " +
       data_parallel_text(options.static_data_parallel) + "\n\n";
   md +=
       "![forward speedup](micro_bench_forward.svg)\n![backward "

@@ -45,8 +45,9 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
     placement_options.pricing.kv_kept_for_backward = options.kept_kv_budget == kKeepAllKv;
     placement_options.pricing.partial_dtype = partial_dtype_of(options, workload.shape().dtype);
     PlacementResult placed = place(workload, placement_options);
-    BuiltPlan built{Plan{}, workload, std::move(placed.placement), placed.within_bounds, {}, {}, {},
-                    {},     {}};
+    BuiltPlan built{
+        Plan{}, workload, std::move(placed.placement), placed.within_bounds, {}, {}, {}, {},
+        {},     {}};
     built.timings.partition_ms = ms_since(start);
     built.plan.header = plan_header(workload, shape, std::string(to_string(options.strategy)),
                                     options.seed, placement_options.pricing.partial_dtype);
@@ -79,7 +80,8 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
 BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start) {
   const ClusterShape& shape = options.cluster.shape;
   BuiltPlan built{
-      Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {}};
+      Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {},
+      {}};
   built.data_parallel = layout.data_parallel;
   built.timings.partition_ms = ms_since(start);
   built.plan.header =

@@ -286,7 +286,7 @@ double static_estimate_lower_bound(Strategy strategy, const Workload& workload,
   const std::int32_t ring = layout.ring_size();
   const std::int32_t a = layout.head_degree;
   const std::vector<std::int32_t> group_of = sequence_groups(workload.batch(), data_parallel);
-  std::vector<TokenCount> tokens(static_cast<std::size_t>(data_parallel) * ring, 0);
+  std::vector<TokenCount> tokens(static_cast<std::size_t>(data_parallel * ring), 0);
   for (SeqIndex seq = 0; seq < workload.batch().size(); ++seq) {
     const TokenCount length = workload.batch().length(seq);
     const TokenCount chunk = (length + chunks - 1) / chunks;
@@ -307,7 +307,8 @@ double static_estimate_lower_bound(Strategy strategy, const Workload& workload,
         reads[static_cast<std::size_t>(layout.head_local_of(h, heads.count()))] = true;
       }
     }
-    for (std::int32_t l = 0; l < a; ++l) kv_reads[static_cast<std::size_t>(l)] += reads[l] ? 1 : 0;
+    for (std::int32_t l = 0; l < a; ++l)
+      kv_reads[static_cast<std::size_t>(l)] += reads[static_cast<std::size_t>(l)] ? 1 : 0;
   }
   const auto efficiency_bound = [](const std::vector<SizeEfficiency>& curve) {
     double e = 1;

@@ -218,7 +218,7 @@ void estimate_table(const std::vector<MicroRecord>& records, std::string& md) {
     ratios[{r.strategy, r.pass}].push_back(r.estimate_ms / r.time_ms);
   }
   md +=
-      "## The schedule estimate against the simulation\n\n"
+      "\n## The schedule estimate against the simulation\n\n"
       "The planner chooses dcp's stage count and screens static strategies with its schedule "
       "estimate (`estimate()`, schedule.h); the times above are the event simulator's. Estimate "
       "/ simulated, over the configurations (means of their batches):\n\n"

@@ -304,8 +304,9 @@ ClusterSpec cluster_preset(std::string_view name) {
     // marked "fitted" are what no datasheet fixes, fitted to the paper's measured
     // LongDataCollections causal cells of ring, zigzag, LoongTrain and TransformerEngine
     // (`dcp bench --suite paper --fit --batches 1`, 2026-11-25, LoongTrain at its best inner ring:
-    // rms log error 0.61 -> 0.12 over 31 cells; docs/paper_bench.md). They describe the paper's baselines as they ran (Python
-    // loops over NCCL send/recv and FlashAttention-2 calls), not the hardware's peaks.
+    // rms log error 0.61 -> 0.12 over 31 cells; docs/paper_bench.md). They describe the paper's
+    // baselines as they ran (Python loops over NCCL send/recv and FlashAttention-2 calls), not the
+    // hardware's peaks.
     spec.name = "a100-p4de";
     spec.shape = {4, 8};
     spec.intra_node_bandwidth = 300e9;  // NVSwitch 600 GB/s bidirectional per GPU (NVLink 3)

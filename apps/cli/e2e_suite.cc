@@ -61,9 +61,12 @@ struct Job {
   std::vector<std::array<double, 2>> seconds;
 };
 
+// The paper's longest max_seq_len; E2eOptions::tokens scales every length by tokens / this.
+constexpr TokenCount kLongestLength = 131072;
+
 // A paper length (or block size) in the options' miniature.
 TokenCount scaled(const E2eOptions& options, TokenCount tokens, TokenCount floor = 1) {
-  return std::max(floor, tokens * options.tokens / 131072);
+  return std::max(floor, tokens * options.tokens / kLongestLength);
 }
 
 std::array<double, 2> simulate_attention(const E2eOptions& options, const ClusterSpec& groups,
@@ -126,7 +129,7 @@ E2eResult run_e2e_suite(const E2eOptions& options, std::ostream& progress) {
     PackingOptions packing;
     packing.tokens_per_batch = scaled(options, row.max_seq_len);
     packing.max_length = packing.tokens_per_batch;
-    packing.scale = static_cast<double>(options.tokens) / 131072;
+    packing.scale = static_cast<double>(options.tokens) / static_cast<double>(kLongestLength);
     const auto batches =
         sample_batches(parse_length_distribution(row.dataset),
                        static_cast<std::size_t>(options.batches), packing, options.seed);

@@ -460,52 +460,56 @@ class Simulation {
   // Max-min fair rates by progressive filling over the classes with transfers in flight, each
   // transfer at most its class's cap.
   void allocate() {
-    std::vector<double> capacity = capacity_;
-    std::vector<double> load(capacity.size(), 0.0);
-    std::vector<std::size_t> open;
-    for (std::size_t c = 0; c < classes_.size(); ++c) {
-      classes_[c].rate = 0;
-      if (classes_[c].ends.empty()) continue;
-      const auto n = static_cast<double>(classes_[c].ends.size());
-      load[classes_[c].first] += n;
-      load[classes_[c].second] += n;
-      open.push_back(c);
+    std::vector<double>& capacity = scratch_capacity_;
+    std::vector<double>& load = scratch_load_;
+    std::vector<OpenClass>& open = scratch_open_;
+    std::vector<std::size_t>& used = scratch_used_;  // resources with load, in index order
+    capacity = capacity_;
+    load.assign(capacity.size(), 0.0);
+    open.clear();
+    for (const std::size_t c : active_) {
+      LinkClass& link = classes_[c];
+      link.rate = 0;
+      const auto n = static_cast<double>(link.ends.size());
+      load[link.first] += n;
+      load[link.second] += n;
+      // Its cap per transfer: its messages' caps shared by their transfers.
+      open.push_back({c, link.first, link.second, n,
+                      link.cap * static_cast<double>(link.messages.size()) / n});
+    }
+    used.clear();
+    for (std::size_t r = 0; r < capacity.size(); ++r) {
+      if (load[r] > 0) used.push_back(r);
     }
     while (!open.empty()) {
       std::size_t bottleneck = 0;
       double share = kInf;
-      for (std::size_t r = 0; r < capacity.size(); ++r) {
+      for (const std::size_t r : used) {
         if (load[r] > 0 && capacity[r] / load[r] < share) {
           share = capacity[r] / load[r];
           bottleneck = r;
         }
       }
-      // A class whose cap per transfer (its messages' caps shared by their transfers) is below
-      // the fair share is fixed at its cap first.
-      std::size_t capped = classes_.size();
-      for (const std::size_t c : open) {
-        const LinkClass& link = classes_[c];
-        const double cap = link.cap * static_cast<double>(link.messages.size()) /
-                           static_cast<double>(link.ends.size());
-        if (cap < share) {
-          share = cap;
-          capped = c;
-        }
-      }
-      std::erase_if(open, [&](std::size_t c) {
-        LinkClass& link = classes_[c];
-        if (capped < classes_.size() ? c != capped
-                                     : link.first != bottleneck && link.second != bottleneck) {
+      // Classes whose cap per transfer is below the fair share are fixed at their caps first
+      // (fixing one only raises the others' fair share, so all of them at once).
+      const bool any_capped =
+          std::any_of(open.begin(), open.end(), [&](const OpenClass& o) { return o.cap < share; });
+      std::erase_if(open, [&](const OpenClass& o) {
+        double rate = share;
+        if (any_capped) {
+          if (!(o.cap < share)) return false;
+          rate = o.cap;
+        } else if (o.first != bottleneck && o.second != bottleneck) {
           return false;
         }
-        link.rate = share;
-        const auto n = static_cast<double>(link.ends.size());
-        for (const std::size_t r : {link.first, link.second}) {
-          capacity[r] = std::max(0.0, capacity[r] - share * n);
-          load[r] -= n;
+        classes_[o.index].rate = rate;
+        for (const std::size_t r : {o.first, o.second}) {
+          capacity[r] = std::max(0.0, capacity[r] - rate * o.transfers);
+          load[r] -= o.transfers;
         }
         return true;
       });
+      std::erase_if(used, [&](std::size_t r) { return load[r] <= 0; });
     }
   }
 
@@ -514,9 +518,9 @@ class Simulation {
     while (true) {
       double next = pending_.empty() ? kInf : pending_.top().first;
       std::size_t ending = classes_.size();
-      for (std::size_t c = 0; c < classes_.size(); ++c) {
+      for (const std::size_t c : active_) {
         const LinkClass& link = classes_[c];
-        if (link.ends.empty() || link.rate <= 0) continue;
+        if (link.rate <= 0) continue;
         const double t = now + std::max(0.0, link.ends.top().first - link.served) / link.rate;
         if (t < next) {
           next = t;
@@ -524,13 +528,13 @@ class Simulation {
         }
       }
       if (next == kInf) break;
-      for (LinkClass& link : classes_) {
-        if (!link.ends.empty()) link.served += link.rate * (next - now);
+      for (const std::size_t c : active_) {
+        classes_[c].served += classes_[c].rate * (next - now);
       }
       now = next;
       // Transfers that end now: the class that set `next`, and any within rounding of it.
       std::vector<std::int32_t> ended;
-      for (std::size_t c = 0; c < classes_.size(); ++c) {
+      for (const std::size_t c : active_) {
         LinkClass& link = classes_[c];
         while (!link.ends.empty() && (c == ending || link.ends.top().first - link.served <=
                                                          1e-9 * link.ends.top().first + 1e-6)) {
@@ -542,6 +546,7 @@ class Simulation {
           if (c == ending) ending = classes_.size();  // only its first is forced
         }
       }
+      std::erase_if(active_, [&](std::size_t c) { return classes_[c].ends.empty(); });
       while (!pending_.empty() && pending_.top().first <= now) {
         const std::int32_t id = pending_.top().second;
         pending_.pop();
@@ -550,7 +555,10 @@ class Simulation {
           ended.push_back(id);
           continue;
         }
-        LinkClass& link = classes_[class_of(transfer)];
+        const std::size_t c = class_of(transfer);
+        LinkClass& link = classes_[c];
+        if (link.ends.empty())
+          active_.insert(std::lower_bound(active_.begin(), active_.end(), c), c);
         ++link.messages[message_of(transfer)];
         link.ends.push({link.served + cost_.spec().link_bytes(transfer.bytes, transfer.inter_node,
                                                               transfer.message_bytes),
@@ -565,9 +573,10 @@ class Simulation {
         DeviceTimeline& dst = result_.devices[at(transfer.dst)];
         src.end = std::max(src.end, now);
         dst.end = std::max(dst.end, now);
-        transfer_done(id);  // may advance devices, which may post transfers ready from now on
+        // May advance devices, which may post transfers; they join the network from the pending
+        // queue, so the rates set above stand until the next event.
+        transfer_done(id);
       }
-      if (!ended.empty()) allocate();
     }
   }
 
@@ -685,6 +694,14 @@ class Simulation {
   std::vector<double> capacity_;  // per link side: device sends, device receives, NIC sends, NIC
                                   // receives
   std::vector<LinkClass> classes_;
+  std::vector<std::size_t> active_;  // the classes with transfers in flight, in index order
+  std::vector<double> scratch_capacity_, scratch_load_;  // allocate()'s, kept between calls
+  struct OpenClass {
+    std::size_t index, first, second;
+    double transfers, cap;
+  };
+  std::vector<OpenClass> scratch_open_;
+  std::vector<std::size_t> scratch_used_;
   std::map<std::size_t, std::size_t> class_index_;
 };
 

@@ -4,9 +4,9 @@
 #include "dcp/planner/compile/compiler.h"
 
 #include <algorithm>
+#include <compare>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -67,25 +67,36 @@ struct PassContext {
   std::vector<PairCount> q_pairs, kv_pairs;                    // per block, one head
   std::vector<std::int32_t> heads_of_kv_block;                 // q head blocks per kv head block
 
-  const KeptKv* kept;  // may be null
+  const KeptKv* kept;         // may be null
+  std::int32_t launches = 0;  // launch_count(schedule)
 
   PassContext(const Workload& w, const Placement& p, const PlanHeader& h, const PassSchedule& s,
               const KeptKv* k)
-      : workload(w), placement(p), header(h), schedule(s), kept(k) {
+      : workload(w), placement(p), header(h), schedule(s), kept(k), launches(launch_count(s)) {
     const auto devices = static_cast<std::size_t>(p.cluster.devices());
     device_units.resize(devices);
     for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
       device_units[static_cast<std::size_t>(p.work_unit_device[static_cast<std::size_t>(u)])]
           .push_back(u);
     }
+    // Each device's units by (stage, q value, kv value), then id: the keys once per unit.
+    struct UnitOrder {
+      std::int32_t stage;
+      ValueKey q, kv;
+      WorkUnitId unit;
+      auto operator<=>(const UnitOrder&) const = default;
+    };
+    std::vector<UnitOrder> order;
     for (auto& units : device_units) {
-      std::stable_sort(units.begin(), units.end(), [&](WorkUnitId a, WorkUnitId b) {
-        const WorkUnit ua = w.work_unit(a), ub = w.work_unit(b);
-        return std::tuple(s.unit_stage[static_cast<std::size_t>(a)], query_value(w, s.pass, ua),
-                          key_value(w, ua)) < std::tuple(s.unit_stage[static_cast<std::size_t>(b)],
-                                                         query_value(w, s.pass, ub),
-                                                         key_value(w, ub));
-      });
+      order.clear();
+      order.reserve(units.size());
+      for (const WorkUnitId u : units) {
+        const WorkUnit unit = w.work_unit(u);
+        order.push_back({s.unit_stage[static_cast<std::size_t>(u)], query_value(w, s.pass, unit),
+                         key_value(w, unit), u});
+      }
+      std::sort(order.begin(), order.end());
+      for (std::size_t i = 0; i < units.size(); ++i) units[i] = order[i].unit;
     }
     device_transfers.resize(devices);
     for (const Transfer& t : s.transfers) {
@@ -125,6 +136,15 @@ struct PassContext {
 
 using VReg = std::int32_t;
 
+struct ValueKeyHash {
+  std::size_t operator()(const ValueKey& key) const {
+    std::uint64_t h = static_cast<std::uint64_t>(static_cast<std::uint32_t>(key.block));
+    h = h * 0x9E3779B97F4A7C15ULL ^ static_cast<std::uint32_t>(key.head_block);
+    h = h * 0x9E3779B97F4A7C15ULL ^ static_cast<std::uint64_t>(key.kind);
+    return static_cast<std::size_t>(h ^ (h >> 29));
+  }
+};
+
 class DeviceCompiler {
  public:
   DeviceCompiler(PassContext& context, DeviceId device) : c_(context), device_(device) {}
@@ -135,16 +155,19 @@ class DeviceCompiler {
     program_.device = device_;
     program_.pass = pass;
     program_.stages = stages;
+    referenced_.assign(static_cast<std::size_t>(c_.workload.blocks().block_count()), false);
     for (BlockId b = 0; b < c_.workload.blocks().block_count(); ++b) {
       if (owner(b) == device_) program_.owned.push_back(b);
     }
     if (c_.kept != nullptr) {
       program_.kept = c_.kept->per_device[static_cast<std::size_t>(device_)];
-      for (const KeptValue& value : program_.kept) referenced_.insert(value.block);
+      for (const KeptValue& value : program_.kept) {
+        referenced_[static_cast<std::size_t>(value.block)] = true;
+      }
     }
     add_expected_outputs();
     emit_loads();
-    const std::int32_t launches = launch_count(c_.schedule);
+    const std::int32_t launches = c_.launches;
     launch_ids_.assign(static_cast<std::size_t>(launches), -1);
     arrived_.resize(static_cast<std::size_t>(launches));
     in_flight_.resize(static_cast<std::size_t>(launches));
@@ -177,7 +200,8 @@ class DeviceCompiler {
                   " has transfers beyond the last launch");
     }
     if (!accumulator_.empty()) {
-      const ValueKey& key = accumulator_.begin()->first;
+      ValueKey key = accumulator_.begin()->first;
+      for (const auto& [other, v] : accumulator_) key = std::min(key, other);
       throw Error("compile: device " + std::to_string(device_) + " keeps a partial " +
                   std::string(to_string(key.kind)) + " of block " + std::to_string(key.block) +
                   " that is never sent to its owner");
@@ -197,7 +221,7 @@ class DeviceCompiler {
 
   VReg new_vreg(SlotKind kind, BlockId block) {
     vregs_.push_back({kind, tokens(block), static_cast<std::int64_t>(code_.size()), -1});
-    referenced_.insert(block);
+    referenced_[static_cast<std::size_t>(block)] = true;
     return static_cast<VReg>(vregs_.size() - 1);
   }
   VReg use(VReg v) {
@@ -232,20 +256,22 @@ class DeviceCompiler {
   }
 
   void emit_loads() {
-    std::set<ValueKey> needed;
+    std::vector<ValueKey> needed;
     const Pass pass = c_.schedule.pass;
     for (const WorkUnitId w : c_.device_units[static_cast<std::size_t>(device_)]) {
       const WorkUnit unit = c_.workload.work_unit(w);
       for (const ValueKey& key :
            {query_value(c_.workload, pass, unit), key_value(c_.workload, unit)}) {
-        if (owner(key.block) == device_) needed.insert(key);
+        if (owner(key.block) == device_) needed.push_back(key);
       }
     }
     for (const Transfer* t : c_.device_transfers[static_cast<std::size_t>(device_)]) {
       if (t->src == device_ && !is_output(t->value.kind) && owner(t->value.block) == device_) {
-        needed.insert(t->value);
+        needed.push_back(t->value);
       }
     }
+    std::sort(needed.begin(), needed.end());
+    needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
     for (const ValueKey& key : needed) {
       const VReg v = new_vreg(key.kind, key.block);
       inputs_[key] = v;
@@ -526,8 +552,9 @@ class DeviceCompiler {
   }
 
   void add_block_table() {
-    for (const BlockId b : program_.owned) referenced_.insert(b);
-    for (const BlockId b : referenced_) {
+    for (const BlockId b : program_.owned) referenced_[static_cast<std::size_t>(b)] = true;
+    for (BlockId b = 0; b < c_.workload.blocks().block_count(); ++b) {
+      if (!referenced_[static_cast<std::size_t>(b)]) continue;
       const TokenBlock& block = c_.workload.blocks().block(b);
       program_.blocks.push_back(
           {b, block.seq, static_cast<std::int32_t>(block.tokens), block.begin});
@@ -549,8 +576,8 @@ class DeviceCompiler {
   std::vector<Instruction> code_;
   std::vector<std::int32_t> code_stage_;
   std::vector<std::size_t> stage_ends_;  // code_ positions where a stage's frees go
-  std::map<ValueKey, VReg> inputs_;
-  std::map<ValueKey, VReg> accumulator_;
+  std::unordered_map<ValueKey, VReg, ValueKeyHash> inputs_;
+  std::unordered_map<ValueKey, VReg, ValueKeyHash> accumulator_;
   std::vector<LaunchId> launch_ids_;  // per launch number; -1 when this device had no ops
   LaunchId next_launch_id_ = 0;
   std::size_t transfer_cursor_ = 0;
@@ -558,7 +585,7 @@ class DeviceCompiler {
   std::vector<std::vector<std::pair<ValueKey, VReg>>> arrived_;  // partials per launch number
   std::map<std::int32_t, std::vector<std::pair<ValueKey, VReg>>> kept_arrivals_;  // forward
   std::map<ValueKey, std::int32_t> restore_stage_;  // backward: kept value -> first stage read
-  std::set<BlockId> referenced_;
+  std::vector<bool> referenced_;                    // per block
   std::unordered_map<TileId, MaskId> tile_mask_;
   std::unordered_map<std::uint64_t, std::vector<MaskId>> masks_by_hash_;
 };

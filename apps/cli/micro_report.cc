@@ -268,8 +268,10 @@ std::string micro_markdown(const MicroOptions& options, const std::vector<MicroR
       "a2a over head groups of as many devices as kv heads + zigzag ring across them) and "
       "loongtrain (LoongTrain's double ring: te's head groups, an inner ring of W head groups "
       "and an outer ring across the inner rings; per batch the fastest W of the powers of two "
-      "below the ring, as the DCP paper reported LoongTrain's best, its planning time covering "
-      "every W). dcp plans its own placement at blocks of 1024, 2048 and 4096 tokens and keeps "
+      "below the ring, as the DCP paper reported LoongTrain's best: every W's layout is ranked "
+      "by its schedule estimate and those within 5 % of the best estimate are simulated, the "
+      "planning time covering all of it). dcp plans its own placement at blocks of 1024, 2048 and "
+      "4096 tokens and keeps "
       "the fastest. " +
       data_parallel_text(options.static_data_parallel) + "\n\n";
   md +=

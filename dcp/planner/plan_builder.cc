@@ -157,6 +157,24 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
 
 }  // namespace
 
+double static_plan_estimate(const StaticPlan& layout, const PlanOptions& options) {
+  const PlanHeader header =
+      plan_header(layout.workload, options.cluster.shape, std::string(to_string(options.strategy)),
+                  options.seed, partial_dtype_of(options, layout.workload.shape().dtype));
+  return estimate(layout.workload, layout.placement, options.cluster, header, layout.forward)
+             .seconds +
+         estimate(layout.workload, layout.placement, options.cluster, header, layout.backward)
+             .seconds;
+}
+
+StaticPlan static_layout(const Workload& workload, const PlanOptions& options) {
+  return static_plan(options.strategy, workload, options.cluster.shape, static_options_of(options));
+}
+
+BuiltPlan build_static(StaticPlan layout, const PlanOptions& options) {
+  return compile_static(std::move(layout), options, Clock::now());
+}
+
 DType partial_dtype_of(const PlanOptions& options, DType storage) {
   if (options.partial_dtype) return *options.partial_dtype;
   // TransformerEngine's p2p ring sends dk and dv in kv's own dtype (its dkv buffers are
@@ -212,14 +230,7 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
     // Screen: a static plan whose schedule estimate is far above dcp's simulated time is not
     // compiled and simulated (docs/cost_model.md; the estimate is within a few percent of the
     // simulation for static plans, whose time is transfers and whole-tile kernels).
-    const PlanHeader header =
-        plan_header(layout->workload, options.cluster.shape, name, options.seed,
-                    partial_dtype_of(static_options, layout->workload.shape().dtype));
-    const double estimated =
-        estimate(layout->workload, layout->placement, options.cluster, header, layout->forward)
-            .seconds +
-        estimate(layout->workload, layout->placement, options.cluster, header, layout->backward)
-            .seconds;
+    const double estimated = static_plan_estimate(*layout, static_options);
     if (estimated >= kScreenFactor * best_seconds) {
       selection.candidates.push_back({name, true, "", false, estimated, 0, 0});
       continue;

@@ -124,4 +124,12 @@ struct BuiltPlan {
 // Throws InvalidInput if the cluster spec is invalid, or the strategy cannot run on it.
 BuiltPlan build_plan(const Workload& workload, const PlanOptions& options);
 
+// A static strategy (options.strategy) in steps, for callers that rank several of its layouts
+// before compiling one: its layout (static_plan with options' static fields), the schedule
+// estimate of that layout forward plus backward under options.cluster, and the plan build_plan
+// would return for it (timings.partition_ms then excludes the layout).
+StaticPlan static_layout(const Workload& workload, const PlanOptions& options);
+double static_plan_estimate(const StaticPlan& layout, const PlanOptions& options);
+BuiltPlan build_static(StaticPlan layout, const PlanOptions& options);
+
 }  // namespace dcp

@@ -112,6 +112,21 @@ TEST(PlanBuilder, SameInputsAndSeedGiveTheSameBytes) {
   }
 }
 
+TEST(PlanBuilder, AStaticPlanBuiltInStepsIsTheOneBuildPlanBuilds) {
+  const Workload workload = make(random_batch(5), MaskKind::kCausal, 8, 2);
+  for (const Strategy strategy : {Strategy::kZigzag, Strategy::kTe, Strategy::kLoongTrain}) {
+    PlanOptions options = options_for(strategy, {2, 4});
+    if (strategy == Strategy::kLoongTrain) options.loongtrain_window = 1;
+    const BuiltPlan whole = build_plan(workload, options);
+    StaticPlan layout = static_layout(workload, options);
+    EXPECT_NEAR(static_plan_estimate(layout, options),
+                whole.forward.estimate.seconds + whole.backward.estimate.seconds, 1e-12)
+        << to_string(strategy);
+    const BuiltPlan stepped = build_static(std::move(layout), options);
+    EXPECT_EQ(serialize_plan(stepped.plan), serialize_plan(whole.plan)) << to_string(strategy);
+  }
+}
+
 TEST(PlanBuilder, BinaryRoundTripKeepsEveryField) {
   const Workload workload = make(random_batch(4), MaskKind::kSharedQuestion, 8, 2);
   const BuiltPlan built = build_plan(workload, options_for(Strategy::kDcpPure, {2, 2}));

@@ -152,12 +152,17 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     out << "kept kv    up to " << format_mb(kept, 2)
         << " MB per device, received in the forward pass and not again in the backward pass\n";
   }
-  if (!built.block_sizes.empty()) {
-    out << "blocks     dcp's own plan at each block size (simulated forward + backward ms):";
-    for (const BlockSizeCandidate& c : built.block_sizes) {
-      std::snprintf(line, sizeof(line), " %lld %.3f%s", static_cast<long long>(c.block_size),
-                    c.seconds() * 1e3, &c != &built.block_sizes.back() ? "," : "");
-      out << line;
+  if (!built.own_candidates.empty()) {
+    out << "own plans  dcp's partition at each block size, and any layouts it ran its way "
+           "(simulated forward + backward ms):";
+    for (const OwnCandidate& c : built.own_candidates) {
+      if (c.layout == "partition") {
+        std::snprintf(line, sizeof(line), " %lld %.3f", static_cast<long long>(c.block_size),
+                      c.seconds() * 1e3);
+      } else {
+        std::snprintf(line, sizeof(line), " %s layout %.3f", c.layout.c_str(), c.seconds() * 1e3);
+      }
+      out << line << (&c != &built.own_candidates.back() ? "," : "");
     }
     out << "\n";
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -118,6 +119,85 @@ Workload reblocked(const Workload& workload, TokenCount block_size) {
                   workload.heads().head_block_size());
 }
 
+// A static layout's schedule run dcp's way: the same stages and input transfers, but partial
+// outputs routed as dcp routes them (reduced inside a node, crossing nodes once, to their owner;
+// add_partial_transfers) and, with `kept` (backward), no kv transfer that keeping makes
+// unnecessary: none to a device that keeps the value, then (until none is left) none to a device
+// that neither reads the value nor passes it on.
+PassSchedule routed_dcps_way(const Workload& workload, const Placement& placement,
+                             PassSchedule schedule, const KeptKv* kept) {
+  std::erase_if(schedule.transfers, [](const Transfer& t) { return is_output(t.value.kind); });
+  if (kept != nullptr) {
+    const auto keeps = [&](DeviceId d, const ValueKey& v) {
+      const auto& list = kept->per_device[static_cast<std::size_t>(d)];
+      return std::binary_search(list.begin(), list.end(),
+                                KeptValue{SlotKind::kKV, v.block, v.head_block});
+    };
+    std::set<std::pair<DeviceId, ValueKey>> reads;
+    for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+      reads.insert({placement.work_unit_device[static_cast<std::size_t>(w)],
+                    key_value(workload, workload.work_unit(w))});
+    }
+    std::erase_if(schedule.transfers, [&](const Transfer& t) {
+      return t.value.kind == SlotKind::kKV && keeps(t.dst, t.value);
+    });
+    while (true) {
+      std::set<std::pair<DeviceId, ValueKey>> sends;
+      for (const Transfer& t : schedule.transfers) {
+        if (t.value.kind == SlotKind::kKV) sends.insert({t.src, t.value});
+      }
+      const std::size_t before = schedule.transfers.size();
+      std::erase_if(schedule.transfers, [&](const Transfer& t) {
+        return t.value.kind == SlotKind::kKV && !reads.contains({t.dst, t.value}) &&
+               !sends.contains({t.dst, t.value});
+      });
+      if (schedule.transfers.size() == before) break;
+    }
+  }
+  add_partial_transfers(workload, placement, schedule, PartialRouting::kReduceInNode);
+  return schedule;
+}
+
+}  // namespace
+
+BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
+                           const PlanOptions& options) {
+  const auto start = Clock::now();
+  PlanOptions static_options = options;
+  static_options.strategy = layout_strategy;
+  static_options.static_data_parallel = 1;  // dcp's plans use every device
+  static_options.masked_tiles = MaskedTiles::kSkip;
+  StaticPlan layout = static_layout(workload, static_options);
+  BuiltPlan built{
+      Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {},
+      {}};
+  built.plan.header =
+      plan_header(built.workload, options.cluster.shape, std::string(to_string(options.strategy)),
+                  options.seed, partial_dtype_of(options, built.workload.shape().dtype));
+  built.kept = choose_kept_kv(built.workload, built.placement, built.plan.header, kKeepAllKv);
+  layout.forward =
+      routed_dcps_way(built.workload, built.placement, std::move(layout.forward), nullptr);
+  layout.backward =
+      routed_dcps_way(built.workload, built.placement, std::move(layout.backward), &built.kept);
+  built.timings.partition_ms = ms_since(start);
+  const auto compile_start = Clock::now();
+  built.plan.forward =
+      compile_pass(built.workload, built.placement, built.plan.header, layout.forward, &built.kept);
+  built.plan.backward = compile_pass(built.workload, built.placement, built.plan.header,
+                                     layout.backward, &built.kept);
+  built.timings.compile_ms = ms_since(compile_start);
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const PassSchedule& schedule = pass == Pass::kForward ? layout.forward : layout.backward;
+    (pass == Pass::kForward ? built.forward : built.backward) = ScheduleSummary{
+        schedule.stages, 0,
+        estimate(built.workload, built.placement, options.cluster, built.plan.header, schedule)};
+  }
+  built.timings.total_ms = ms_since(start);
+  return built;
+}
+
+namespace {
+
 // dcp's own plan: on the workload's blocks, or the fastest under the simulator of those at
 // options.block_sizes (`own` then holds its simulated times).
 BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
@@ -132,7 +212,17 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     if (std::find(sizes.begin(), sizes.end(), effective) == sizes.end()) sizes.push_back(effective);
   }
   std::optional<BuiltPlan> best;
-  std::vector<BlockSizeCandidate> tried;
+  std::vector<OwnCandidate> tried;
+  const auto consider = [&](BuiltPlan built, OwnCandidate candidate) {
+    const PlanCandidate timed = simulated(built, "dcp", options.cluster);
+    candidate.forward_seconds = timed.forward_seconds;
+    candidate.backward_seconds = timed.backward_seconds;
+    tried.push_back(candidate);
+    if (!best || timed.seconds() < own->seconds()) {
+      best = std::move(built);
+      own = timed;
+    }
+  };
   for (const TokenCount size : sizes) {
     std::optional<Workload> cut;
     try {
@@ -143,19 +233,29 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       if (size == sizes.back() && !best) throw;
       continue;
     }
-    BuiltPlan built = build_one(*cut, options);
-    const PlanCandidate timed = simulated(built, "dcp", options.cluster);
-    tried.push_back({size, timed.forward_seconds, timed.backward_seconds});
-    if (!best || timed.seconds() < own->seconds()) {
-      best = std::move(built);
-      own = timed;
+    consider(build_one(*cut, options), {"partition", size, 0, 0});
+  }
+  if (options.structured_layouts && options.kept_kv_budget == kKeepAllKv &&
+      dominated_by_one_sequence(workload.batch())) {
+    for (const Strategy layout : kStructuredLayouts) {
+      std::optional<BuiltPlan> built;
+      try {
+        built.emplace(build_structured(layout, workload, options));
+      } catch (const InvalidInput&) {
+        continue;  // the layout cannot run on the cluster (e.g. hybrid with too few heads)
+      }
+      consider(std::move(*built), {std::string(to_string(layout)), 0, 0, 0});
     }
   }
-  best->block_sizes = std::move(tried);
+  best->own_candidates = std::move(tried);
   return std::move(*best);
 }
 
 }  // namespace
+
+bool dominated_by_one_sequence(const SequenceBatch& batch) {
+  return 2 * batch.max_length() >= batch.total_tokens();
+}
 
 double static_plan_estimate(const StaticPlan& layout, const PlanOptions& options) {
   const PlanHeader header =
@@ -192,7 +292,7 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
     best.timings.total_ms = ms_since(start);
     return best;
   }
-  const std::vector<BlockSizeCandidate> own_sizes = best.block_sizes;
+  const std::vector<OwnCandidate> own_candidates = best.own_candidates;
   const auto select_start = Clock::now();
   PlanSelection selection;
   selection.candidates.push_back(own ? *own : simulated(best, "dcp", options.cluster));
@@ -248,7 +348,7 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
   }
   selection.simulate_ms = ms_since(select_start);
   best.selection = std::move(selection);
-  best.block_sizes = own_sizes;
+  best.own_candidates = own_candidates;
   best.timings.total_ms = ms_since(start);
   return best;
 }

@@ -35,6 +35,11 @@ struct PlanOptions {
   // the simulator is kept. Empty: the workload's own blocks only. kBlockSizeSweep is what an
   // automatic block size means to planning (the block sizes the DCP paper found best).
   std::vector<TokenCount> block_sizes;
+  // dcp, dcp-pure with block_sizes given: where one sequence holds at least half of the batch's
+  // tokens (dominated_by_one_sequence), dcp also runs its Programs on the layouts of
+  // kStructuredLayouts (OwnCandidate) and keeps the fastest of all its plans. They keep every kv
+  // value read, so only with kept_kv_budget kKeepAllKv.
+  bool structured_layouts = true;
   // dcp only: the kv bytes per device kept from the forward pass for the backward pass
   // (kept_values.h): kKeepAllKv, kKeepNoKv or a budget. Static strategies keep nothing (the
   // systems they stand for receive kv again in the backward pass).
@@ -84,13 +89,21 @@ struct PlanCandidate {
 inline constexpr double kScreenFactor = 1.25;
 inline constexpr TokenCount kBlockSizeSweep[] = {1024, 2048, 4096};
 
-// dcp's own plan at one block size, simulated.
-struct BlockSizeCandidate {
-  TokenCount block_size = 0;
+// One plan of dcp's own, simulated: its hypergraph placement at a block size, or a structured
+// candidate: a static strategy's layout (its chunks, placement and ring schedules) run dcp's way,
+// the kv a device reads in the forward pass kept for the backward pass (no kv travels backward)
+// and partials in dcp's dtype. Ring layouts are what a batch dominated by one sequence needs:
+// every step's kv comes from one neighbour, in one large message that the step's compute hides.
+struct OwnCandidate {
+  std::string layout = "partition";  // "partition", or the static strategy whose layout it runs
+  TokenCount block_size = 0;         // partition: its block size
   double forward_seconds = 0;
   double backward_seconds = 0;
   double seconds() const { return forward_seconds + backward_seconds; }
 };
+inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::kLoongTrain};
+// One sequence holds at least half of the batch's tokens.
+bool dominated_by_one_sequence(const SequenceBatch& batch);
 struct PlanSelection {
   std::vector<PlanCandidate> candidates;  // empty unless the strategy is kDcp
   std::string kept = "dcp";               // the candidate's strategy
@@ -107,10 +120,10 @@ struct BuiltPlan {
   ScheduleSummary backward;
   PlanTimings timings;  // total_ms includes the selection
   PlanSelection selection;
-  // dcp, dcp-pure with PlanOptions::block_sizes: every size dcp's own plan was tried at, in
-  // order; dcp's own plan is the one at the fastest (the first on a tie), kept unless a static
-  // strategy is faster.
-  std::vector<BlockSizeCandidate> block_sizes;
+  // dcp, dcp-pure with PlanOptions::block_sizes: every plan of its own dcp tried, in order (the
+  // block sizes, then any structured candidates); dcp's own plan is the fastest (the first on a
+  // tie), kept unless a static strategy is faster.
+  std::vector<OwnCandidate> own_candidates;
   std::int32_t data_parallel = 1;  // static strategies: the data parallel degree used
 };
 
@@ -120,9 +133,16 @@ struct BuiltPlan {
 // schedule estimate is at least kScreenFactor times the best simulated time is not compiled. Since
 // dcp can simulate before it executes, it is never slower than a static strategy under the cost
 // model. The kept plan's header names "dcp" or "dcp/<static strategy>". kDcpPure: dcp's own plan
-// always. dcp's own plan is the fastest of its plans at PlanOptions::block_sizes when given.
+// always. dcp's own plan is the fastest of its plans at PlanOptions::block_sizes when given, and
+// of its structured candidates (PlanOptions::structured_layouts).
 // Throws InvalidInput if the cluster spec is invalid, or the strategy cannot run on it.
 BuiltPlan build_plan(const Workload& workload, const PlanOptions& options);
+
+// A structured candidate: dcp's Programs (options.strategy dcp or dcp-pure names the plan) on the
+// layout of static strategy `layout` over all devices (loongtrain: at options.loongtrain_window),
+// every kv value a device reads kept for the backward pass. Throws InvalidInput as static_plan
+// does.
+BuiltPlan build_structured(Strategy layout, const Workload& workload, const PlanOptions& options);
 
 // A static strategy (options.strategy) in steps, for callers that rank several of its layouts
 // before compiling one: its layout (static_plan with options' static fields), the schedule

@@ -263,8 +263,8 @@ TEST(PlanCommand, AnAutomaticBlockSizeTriesTheSweepAndKeepsTheFastest) {
   automatic.insert(automatic.end(), {"-o", a});
   const Result swept = run(automatic);
   ASSERT_EQ(swept.status, 0) << swept.err;
-  EXPECT_NE(swept.out.find("blocks     dcp's own plan at each block size (simulated forward + "
-                           "backward ms): 1024 "),
+  EXPECT_NE(swept.out.find("own plans  dcp's partition at each block size, and any layouts it "
+                           "ran its way (simulated forward + backward ms): 1024 "),
             std::string::npos)
       << swept.out;
   EXPECT_NE(swept.out.find(", 4096 "), std::string::npos) << swept.out;
@@ -277,10 +277,22 @@ TEST(PlanCommand, AnAutomaticBlockSizeTriesTheSweepAndKeepsTheFastest) {
   given.insert(given.end(), {"--block-size", "512", "-o", a});
   const Result fixed = run(given);
   ASSERT_EQ(fixed.status, 0) << fixed.err;
-  EXPECT_EQ(fixed.out.find("blocks     dcp's own plan"), std::string::npos) << fixed.out;
+  EXPECT_EQ(fixed.out.find("own plans"), std::string::npos) << fixed.out;
   EXPECT_NE(fixed.out.find("(largest 512)"), std::string::npos) << fixed.out;
   std::filesystem::remove(a);
   std::filesystem::remove(b);
+}
+
+TEST(PlanCommand, ABatchDominatedByOneSequenceAlsoTriesTheStructuredLayouts) {
+  const Result planned = run({"plan", "--seqlens", "24000,3000", "--nodes", "2",
+                              "--devices-per-node", "4", "--strategy", "dcp-pure"});
+  ASSERT_EQ(planned.status, 0) << planned.err;
+  EXPECT_NE(planned.out.find(", hybrid layout "), std::string::npos) << planned.out;
+  EXPECT_NE(planned.out.find(", loongtrain layout "), std::string::npos) << planned.out;
+  const Result spread = run({"plan", "--seqlens", "9000,9000,9000", "--nodes", "2",
+                             "--devices-per-node", "4", "--strategy", "dcp-pure"});
+  ASSERT_EQ(spread.status, 0) << spread.err;
+  EXPECT_EQ(spread.out.find(" layout "), std::string::npos) << spread.out;
 }
 
 TEST(PlanCommand, RejectsBadFlagsWithExitStatus2) {

@@ -16,6 +16,7 @@
 #include "dcp/planner/plan_builder.h"
 #include "dcp/program/plan_file.h"
 #include "dcp/program/plan_json.h"
+#include "dcp/program/program_stats.h"
 #include "dcp/program/verifier.h"
 #include "dcp/sim/simulator.h"
 
@@ -127,6 +128,53 @@ TEST(PlanBuilder, AStaticPlanBuiltInStepsIsTheOneBuildPlanBuilds) {
   }
 }
 
+// Where one sequence holds most tokens, dcp also runs its Programs on the hybrid and loongtrain
+// layouts: they verify, move no kv in the backward pass, and the fastest of all is kept.
+TEST(PlanBuilder, StructuredCandidatesWhereOneSequenceDominates) {
+  const Workload workload = make(SequenceBatch({900, 120, 40}), MaskKind::kCausal, 8, 2);
+  PlanOptions options = options_for(Strategy::kDcpPure, {2, 4});
+  options.block_sizes = {128, 256};
+  const BuiltPlan built = build_plan(workload, options);
+  ASSERT_EQ(built.own_candidates.size(), 4u);
+  EXPECT_EQ(built.own_candidates[2].layout, "hybrid");
+  EXPECT_EQ(built.own_candidates[3].layout, "loongtrain");
+  double fastest = built.own_candidates.front().seconds();
+  for (const OwnCandidate& c : built.own_candidates) fastest = std::min(fastest, c.seconds());
+  EXPECT_DOUBLE_EQ(sim::simulate(built.plan, options.cluster).seconds(), fastest);
+  for (const Strategy layout : kStructuredLayouts) {
+    const BuiltPlan structured = build_structured(layout, workload, options);
+    const VerifyReport verified = verify(structured.plan);
+    EXPECT_TRUE(verified.ok) << to_string(layout) << ": " << describe(verified);
+    EXPECT_EQ(structured.plan.header.strategy, "dcp-pure");
+    const BuiltPlan layout_plan = build_plan(workload, options_for(layout, {2, 4}));
+    const PassTraffic static_backward =
+        pass_traffic(layout_plan.plan.header, layout_plan.plan.backward);
+    std::int64_t kv_received = 0;
+    for (const Program& program : structured.plan.backward) {
+      for (const Instruction& instruction : program.instructions) {
+        if (const auto* launch = std::get_if<Launch>(&instruction)) {
+          for (const CommOp& op : launch->ops) {
+            if (op.direction == CommOp::Direction::kRecv &&
+                program.slots[static_cast<std::size_t>(op.slot)].kind == SlotKind::kKV) {
+              kv_received += op.bytes;
+            }
+          }
+        }
+      }
+    }
+    EXPECT_EQ(kv_received, 0) << to_string(layout);
+    const PassTraffic backward = pass_traffic(structured.plan.header, structured.plan.backward);
+    EXPECT_LT(backward.inter_node + backward.intra_node,
+              static_backward.inter_node + static_backward.intra_node)
+        << to_string(layout);
+  }
+  // No structured candidates for a batch without a dominant sequence, or without kept kv.
+  const Workload spread = make(SequenceBatch({300, 280, 260, 240}), MaskKind::kCausal, 8, 2);
+  EXPECT_EQ(build_plan(spread, options).own_candidates.size(), 2u);
+  options.kept_kv_budget = kKeepNoKv;
+  EXPECT_EQ(build_plan(workload, options).own_candidates.size(), 2u);
+}
+
 TEST(PlanBuilder, BinaryRoundTripKeepsEveryField) {
   const Workload workload = make(random_batch(4), MaskKind::kSharedQuestion, 8, 2);
   const BuiltPlan built = build_plan(workload, options_for(Strategy::kDcpPure, {2, 2}));
@@ -178,17 +226,16 @@ TEST(PlanBuilder, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
   PlanOptions options = options_for(Strategy::kDcpPure, {2, 2});
   // 2048 and 4096 both collapse to 1024, the next power of two above the longest sequence.
   options.block_sizes = {128, 2048, 64, 4096};
+  options.structured_layouts = false;  // (one sequence holds most tokens: see the next test)
   const BuiltPlan swept = build_plan(workload, options);
-  ASSERT_EQ(swept.block_sizes.size(), 3u);
-  EXPECT_EQ(swept.block_sizes[0].block_size, 128);
-  EXPECT_EQ(swept.block_sizes[1].block_size, 1024);
-  EXPECT_EQ(swept.block_sizes[2].block_size, 64);
+  ASSERT_EQ(swept.own_candidates.size(), 3u);
+  EXPECT_EQ(swept.own_candidates[0].block_size, 128);
+  EXPECT_EQ(swept.own_candidates[1].block_size, 1024);
+  EXPECT_EQ(swept.own_candidates[2].block_size, 64);
   // The kept plan is the fastest, and the very plan dcp builds at that block size alone.
-  const auto fastest =
-      std::min_element(swept.block_sizes.begin(), swept.block_sizes.end(),
-                       [](const BlockSizeCandidate& a, const BlockSizeCandidate& b) {
-                         return a.seconds() < b.seconds();
-                       });
+  const auto fastest = std::min_element(
+      swept.own_candidates.begin(), swept.own_candidates.end(),
+      [](const OwnCandidate& a, const OwnCandidate& b) { return a.seconds() < b.seconds(); });
   EXPECT_EQ(swept.workload.blocks().block_size(), fastest->block_size);
   PlanOptions alone = options;
   alone.block_sizes.clear();

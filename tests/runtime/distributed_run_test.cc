@@ -25,11 +25,7 @@ struct Outcome {
   runtime::BatchOutputs outputs;
 };
 
-Outcome run_and_compare(const Workload& workload, Strategy strategy, ClusterShape world,
-                        std::uint64_t seed, std::int32_t static_data_parallel = 1) {
-  PlanOptions plan_options = runtime_plan_options(strategy, world);
-  plan_options.static_data_parallel = static_data_parallel;
-  const BuiltPlan built = build_plan(workload, plan_options);
+Outcome run_built(const Workload& workload, const BuiltPlan& built, std::uint64_t seed) {
   const runtime::BatchInputs inputs = runtime::random_inputs(batch_shape(workload), seed);
   runtime::RunOptions options;
   options.kernel_threads = 1;
@@ -39,6 +35,13 @@ Outcome run_and_compare(const Workload& workload, Strategy strategy, ClusterShap
       runtime::dense_reference(workload, inputs, built.plan.header.softmax_scale, 2);
   return {runtime::compare_outputs(inputs.shape, result.outputs, reference),
           std::move(result.outputs)};
+}
+
+Outcome run_and_compare(const Workload& workload, Strategy strategy, ClusterShape world,
+                        std::uint64_t seed, std::int32_t static_data_parallel = 1) {
+  PlanOptions plan_options = runtime_plan_options(strategy, world);
+  plan_options.static_data_parallel = static_data_parallel;
+  return run_built(workload, build_plan(workload, plan_options), seed);
 }
 
 void expect_within(const runtime::OutputErrors& errors, double bound, const std::string& what) {
@@ -113,6 +116,29 @@ INSTANTIATE_TEST_SUITE_P(
       return name + "_" + std::to_string(world.nodes) + "x" +
              std::to_string(world.devices_per_node);
     });
+
+// dcp's Programs on the hybrid and loongtrain layouts (structured candidates, kept kv, partials
+// reduced dcp's way) compute the same attention.
+TEST(StructuredCandidates, MatchDenseFp64AttentionForwardAndBackward) {
+  std::uint64_t seed = 61;
+  for (const ClusterShape world : {ClusterShape{2, 2}, ClusterShape{2, 4}}) {
+    for (const MaskKind kind : all_mask_kinds()) {
+      const SequenceBatch batch = testing::runtime_batch(seed);
+      const Workload workload(testing::runtime_shape(DType::kFp32), batch,
+                              build_batch_mask(testing::runtime_spec(kind), batch), 64, 1);
+      for (const Strategy layout : kStructuredLayouts) {
+        const BuiltPlan built =
+            build_structured(layout, workload, runtime_plan_options(Strategy::kDcpPure, world));
+        const Outcome outcome = run_built(workload, built, seed);
+        expect_within(outcome.errors, 1e-4,
+                      std::string(to_string(layout)) + " layout, " + std::string(to_string(kind)) +
+                          ", " + std::to_string(world.nodes) + "x" +
+                          std::to_string(world.devices_per_node));
+      }
+      ++seed;
+    }
+  }
+}
 
 // Static strategies with data parallelism: each group of devices runs the strategy on its
 // sequences, and together they compute the whole batch's attention.

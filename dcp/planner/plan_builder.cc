@@ -123,7 +123,8 @@ Workload reblocked(const Workload& workload, TokenCount block_size) {
 // outputs routed as dcp routes them (reduced inside a node, crossing nodes once, to their owner;
 // add_partial_transfers) and, with `kept` (backward), no kv transfer that keeping makes
 // unnecessary: none to a device that keeps the value, then (until none is left) none to a device
-// that neither reads the value nor passes it on.
+// that neither reads the value nor passes it on. If the inputs left all come from their owners,
+// they all go in launch 0 and stages 1.. run in reverse order (see below).
 PassSchedule routed_dcps_way(const Workload& workload, const Placement& placement,
                              PassSchedule schedule, const KeptKv* kept) {
   std::erase_if(schedule.transfers, [](const Transfer& t) { return is_output(t.value.kind); });
@@ -152,6 +153,21 @@ PassSchedule routed_dcps_way(const Workload& workload, const Placement& placemen
                !sends.contains({t.dst, t.value});
       });
       if (schedule.transfers.size() == before) break;
+    }
+  }
+  if (kept != nullptr) {
+    // Every kv value is on its reader from stage 0 on: stages 1.. may run in any order. The ring
+    // reaches the farthest kv last, whose partials then cross nodes after the last stage; run
+    // them first instead, so that their partials travel while the nearer ones compute.
+    const bool inputs_from_owners =
+        std::all_of(schedule.transfers.begin(), schedule.transfers.end(), [&](const Transfer& t) {
+          return placement.token_block_device[static_cast<std::size_t>(t.value.block)] == t.src;
+        });
+    if (inputs_from_owners) {
+      for (std::int32_t& stage : schedule.unit_stage) {
+        if (stage > 0) stage = schedule.stages - stage;
+      }
+      for (Transfer& t : schedule.transfers) t.launch = 0;
     }
   }
   add_partial_transfers(workload, placement, schedule, PartialRouting::kReduceInNode);

@@ -154,8 +154,6 @@ PassSchedule routed_dcps_way(const Workload& workload, const Placement& placemen
       });
       if (schedule.transfers.size() == before) break;
     }
-  }
-  if (kept != nullptr) {
     // Every kv value is on its reader from stage 0 on: stages 1.. may run in any order. The ring
     // reaches the farthest kv last, whose partials then cross nodes after the last stage; run
     // them first instead, so that their partials travel while the nearer ones compute.

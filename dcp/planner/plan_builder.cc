@@ -268,7 +268,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
 }  // namespace
 
 bool dominated_by_one_sequence(const SequenceBatch& batch) {
-  return 2 * batch.max_length() >= batch.total_tokens();
+  return 2 * batch.max_length() >= batch.total_tokens() && batch.size() <= kStructuredMaxSequences;
 }
 
 double static_plan_estimate(const StaticPlan& layout, const PlanOptions& options) {

@@ -36,8 +36,8 @@ struct PlanOptions {
   // automatic block size means to planning (the block sizes the DCP paper found best).
   std::vector<TokenCount> block_sizes;
   // dcp, dcp-pure with block_sizes given: where one sequence holds at least half of the batch's
-  // tokens (dominated_by_one_sequence), dcp also runs its Programs on the layouts of
-  // kStructuredLayouts (OwnCandidate) and keeps the fastest of all its plans. They keep every kv
+  // tokens and there are few (dominated_by_one_sequence), dcp also runs its Programs on the layouts
+  // of kStructuredLayouts (OwnCandidate) and keeps the fastest of all its plans. They keep every kv
   // value read, so only with kept_kv_budget kKeepAllKv.
   bool structured_layouts = true;
   // dcp only: the kv bytes per device kept from the forward pass for the backward pass
@@ -102,7 +102,12 @@ struct OwnCandidate {
   double seconds() const { return forward_seconds + backward_seconds; }
 };
 inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::kLoongTrain};
-// One sequence holds at least half of the batch's tokens.
+// One sequence holds at least half of the batch's tokens, and there are at most
+// kStructuredMaxSequences: a ring layout cuts every sequence into two chunks per device, so with
+// many short sequences beside the long one it is slow to build (planning a 4 x 8
+// LongDataCollections batch of one long and 62 short sequences took 2.9 s with them, 12.8 s on 8 x
+// 8) and the partition places the short ones better (no such batch kept a structured candidate).
+inline constexpr std::int32_t kStructuredMaxSequences = 8;
 bool dominated_by_one_sequence(const SequenceBatch& batch);
 struct PlanSelection {
   std::vector<PlanCandidate> candidates;  // empty unless the strategy is kDcp

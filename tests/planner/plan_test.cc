@@ -171,6 +171,11 @@ TEST(PlanBuilder, StructuredCandidatesWhereOneSequenceDominates) {
   // No structured candidates for a batch without a dominant sequence, or without kept kv.
   const Workload spread = make(SequenceBatch({300, 280, 260, 240}), MaskKind::kCausal, 8, 2);
   EXPECT_EQ(build_plan(spread, options).own_candidates.size(), 2u);
+  std::vector<TokenCount> many(kStructuredMaxSequences, 20);
+  many.push_back(900);  // holds most tokens, but beside too many sequences
+  EXPECT_EQ(
+      build_plan(make(SequenceBatch(many), MaskKind::kCausal, 8, 2), options).own_candidates.size(),
+      2u);
   options.kept_kv_budget = kKeepNoKv;
   EXPECT_EQ(build_plan(workload, options).own_candidates.size(), 2u);
 }

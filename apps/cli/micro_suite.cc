@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -90,8 +91,10 @@ Measured measure_one(const Workload& workload, Strategy strategy, const MicroOpt
 }
 
 // loongtrain at the fastest of its inner ring sizes (forward plus backward), as its users tune it
-// and the DCP paper reported it: every window's layout is ranked by its schedule estimate, and the
-// windows within kWindowEstimateMargin of the best estimate are compiled and simulated. The
+// and the DCP paper reported it: every window's layout is ranked by its schedule estimate (a
+// layout is not even built when the lower bound of its estimate, static_plan_lower_bound, rules it
+// out), and the windows within kWindowEstimateMargin of the best estimate are compiled and
+// simulated. The
 // estimate can be far below the simulation on many short sequences, but it ranks the windows as the
 // simulation does: over every configuration at --batches 1 this margin kept the simulated fastest
 // window each time; a margin of 0 missed it on 2 of 32, by about 5 % (docs/benchmarks.md).
@@ -101,35 +104,48 @@ Measured measure_loongtrain(const Workload& workload, const MicroOptions& option
   const auto start = Clock::now();
   const std::int32_t groups = std::max(1, options.static_data_parallel);
   struct Window {
-    StaticPlan layout;
-    double estimate;
     PlanOptions options;
+    double bound = 0;
+    std::optional<StaticPlan> layout;
+    double estimate = 0;
   };
   std::vector<Window> windows;
-  for (const std::int32_t window :
-       loongtrain_windows(workload.heads(), options.cluster.shape.devices() / groups)) {
-    PlanOptions plan_options = plan_options_of(Strategy::kLoongTrain, options, window);
-    try {
-      StaticPlan layout = static_layout(workload, plan_options);
-      const double estimate = static_plan_estimate(layout, plan_options);
-      windows.push_back({std::move(layout), estimate, std::move(plan_options)});
-    } catch (const InvalidInput&) {
-      Measured m;
-      m.feasible = false;
-      return m;
+  try {
+    for (const std::int32_t window :
+         loongtrain_windows(workload.heads(), options.cluster.shape.devices() / groups)) {
+      Window w{plan_options_of(Strategy::kLoongTrain, options, window)};
+      w.bound = static_plan_lower_bound(workload, w.options);
+      windows.push_back(std::move(w));
     }
+    // Lowest bound first; a window whose bound is already beyond the margin of the best estimate
+    // so far has an estimate beyond it too, so its layout is not built.
+    std::vector<std::size_t> by_bound(windows.size());
+    for (std::size_t i = 0; i < windows.size(); ++i) by_bound[i] = i;
+    std::stable_sort(by_bound.begin(), by_bound.end(), [&](std::size_t a, std::size_t b) {
+      return windows[a].bound < windows[b].bound;
+    });
+    double best_estimate = std::numeric_limits<double>::infinity();
+    for (const std::size_t i : by_bound) {
+      Window& w = windows[i];
+      if (w.bound > best_estimate * (1 + kWindowEstimateMargin)) continue;
+      w.layout.emplace(static_layout(workload, w.options));
+      w.estimate = static_plan_estimate(*w.layout, w.options);
+      best_estimate = std::min(best_estimate, w.estimate);
+    }
+    std::optional<Measured> best;
+    for (Window& w : windows) {
+      if (!w.layout || w.estimate > best_estimate * (1 + kWindowEstimateMargin)) continue;
+      Measured m =
+          measured(build_static(std::move(*w.layout), w.options), Strategy::kLoongTrain, options);
+      if (!best || m.seconds[0] + m.seconds[1] < best->seconds[0] + best->seconds[1]) best = m;
+    }
+    best->plan_ms = ms_since(start);  // ranking every window is what finding the best one costs
+    return *best;
+  } catch (const InvalidInput&) {
+    Measured m;
+    m.feasible = false;
+    return m;
   }
-  double best_estimate = windows.front().estimate;
-  for (const Window& w : windows) best_estimate = std::min(best_estimate, w.estimate);
-  std::optional<Measured> best;
-  for (Window& w : windows) {
-    if (w.estimate > best_estimate * (1 + kWindowEstimateMargin)) continue;
-    Measured m =
-        measured(build_static(std::move(w.layout), w.options), Strategy::kLoongTrain, options);
-    if (!best || m.seconds[0] + m.seconds[1] < best->seconds[0] + best->seconds[1]) best = m;
-  }
-  best->plan_ms = ms_since(start);  // ranking every window is what finding the best one costs
-  return *best;
 }
 
 Measured measure(const Workload& workload, Strategy strategy, const MicroOptions& options) {

@@ -225,6 +225,9 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     const TokenCount effective = std::min(size, top);
     if (std::find(sizes.begin(), sizes.end(), effective) == sizes.end()) sizes.push_back(effective);
   }
+  const bool structured = options.structured_layouts && options.kept_kv_budget == kKeepAllKv &&
+                          dominated_by_one_sequence(workload.batch());
+  if (structured && sizes.size() > 1) sizes.erase(std::min_element(sizes.begin(), sizes.end()));
   std::optional<BuiltPlan> best;
   std::vector<OwnCandidate> tried;
   const auto consider = [&](BuiltPlan built, OwnCandidate candidate) {
@@ -249,8 +252,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     }
     consider(build_one(*cut, options), {"partition", size, 0, 0});
   }
-  if (options.structured_layouts && options.kept_kv_budget == kKeepAllKv &&
-      dominated_by_one_sequence(workload.batch())) {
+  if (structured) {
     for (const Strategy layout : kStructuredLayouts) {
       std::optional<BuiltPlan> built;
       try {
@@ -279,6 +281,13 @@ double static_plan_estimate(const StaticPlan& layout, const PlanOptions& options
              .seconds +
          estimate(layout.workload, layout.placement, options.cluster, header, layout.backward)
              .seconds;
+}
+
+double static_plan_lower_bound(const Workload& workload, const PlanOptions& options) {
+  return static_estimate_lower_bound(
+      options.strategy, workload, options.cluster, static_options_of(options),
+      plan_header(workload, options.cluster.shape, std::string(to_string(options.strategy)),
+                  options.seed, partial_dtype_of(options, workload.shape().dtype)));
 }
 
 StaticPlan static_layout(const Workload& workload, const PlanOptions& options) {
@@ -319,10 +328,7 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
     // Screen from the strategy's structure first: a bound of its estimate needs no layout.
     double bound = 0;
     try {
-      bound = static_estimate_lower_bound(
-          strategy, workload, options.cluster, static_options_of(options),
-          plan_header(workload, options.cluster.shape, name, options.seed,
-                      partial_dtype_of(static_options, workload.shape().dtype)));
+      bound = static_plan_lower_bound(workload, static_options);
     } catch (const InvalidInput& e) {
       selection.candidates.push_back({name, false, e.what(), false, 0, 0, 0});
       continue;

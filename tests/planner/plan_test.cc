@@ -133,9 +133,11 @@ TEST(PlanBuilder, AStaticPlanBuiltInStepsIsTheOneBuildPlanBuilds) {
 TEST(PlanBuilder, StructuredCandidatesWhereOneSequenceDominates) {
   const Workload workload = make(SequenceBatch({900, 120, 40}), MaskKind::kCausal, 8, 2);
   PlanOptions options = options_for(Strategy::kDcpPure, {2, 4});
-  options.block_sizes = {128, 256};
+  options.block_sizes = {256, 128, 512};  // 128, the smallest, is not planned here
   const BuiltPlan built = build_plan(workload, options);
   ASSERT_EQ(built.own_candidates.size(), 4u);
+  EXPECT_EQ(built.own_candidates[0].block_size, 256);
+  EXPECT_EQ(built.own_candidates[1].block_size, 512);
   EXPECT_EQ(built.own_candidates[2].layout, "hybrid");
   EXPECT_EQ(built.own_candidates[3].layout, "loongtrain");
   double fastest = built.own_candidates.front().seconds();
@@ -170,14 +172,14 @@ TEST(PlanBuilder, StructuredCandidatesWhereOneSequenceDominates) {
   }
   // No structured candidates for a batch without a dominant sequence, or without kept kv.
   const Workload spread = make(SequenceBatch({300, 280, 260, 240}), MaskKind::kCausal, 8, 2);
-  EXPECT_EQ(build_plan(spread, options).own_candidates.size(), 2u);
+  EXPECT_EQ(build_plan(spread, options).own_candidates.size(), 3u);
   std::vector<TokenCount> many(kStructuredMaxSequences, 20);
   many.push_back(900);  // holds most tokens, but beside too many sequences
   EXPECT_EQ(
       build_plan(make(SequenceBatch(many), MaskKind::kCausal, 8, 2), options).own_candidates.size(),
-      2u);
+      3u);
   options.kept_kv_budget = kKeepNoKv;
-  EXPECT_EQ(build_plan(workload, options).own_candidates.size(), 2u);
+  EXPECT_EQ(build_plan(workload, options).own_candidates.size(), 3u);
 }
 
 TEST(PlanBuilder, BinaryRoundTripKeepsEveryField) {

@@ -227,7 +227,6 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
   }
   const bool structured = options.structured_layouts && options.kept_kv_budget == kKeepAllKv &&
                           dominated_by_one_sequence(workload.batch());
-  if (structured && sizes.size() > 1) sizes.erase(std::min_element(sizes.begin(), sizes.end()));
   std::optional<BuiltPlan> best;
   std::vector<OwnCandidate> tried;
   const auto consider = [&](BuiltPlan built, OwnCandidate candidate) {

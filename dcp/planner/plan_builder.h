@@ -38,9 +38,7 @@ struct PlanOptions {
   // dcp, dcp-pure with block_sizes given: where one sequence holds at least half of the batch's
   // tokens and there are few (dominated_by_one_sequence), dcp also runs its Programs on the layouts
   // of kStructuredLayouts (OwnCandidate) and keeps the fastest of all its plans. They keep every kv
-  // value read, so only with kept_kv_budget kKeepAllKv. Where they run, the smallest of
-  // block_sizes is not planned: the most work units, and it never won there (1.12-1.34x the best
-  // partition's time on 8 LongAlign batches of 1-3 sequences, 4 x 8 a100-p4de).
+  // value read, so only with kept_kv_budget kKeepAllKv.
   bool structured_layouts = true;
   // dcp only: the kv bytes per device kept from the forward pass for the backward pass
   // (kept_values.h): kKeepAllKv, kKeepNoKv or a budget. Static strategies keep nothing (the

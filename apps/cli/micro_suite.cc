@@ -113,7 +113,8 @@ Measured measure_loongtrain(const Workload& workload, const MicroOptions& option
   try {
     for (const std::int32_t window :
          loongtrain_windows(workload.heads(), options.cluster.shape.devices() / groups)) {
-      Window w{plan_options_of(Strategy::kLoongTrain, options, window)};
+      Window w;
+      w.options = plan_options_of(Strategy::kLoongTrain, options, window);
       w.bound = static_plan_lower_bound(workload, w.options);
       windows.push_back(std::move(w));
     }

@@ -94,10 +94,10 @@ Measured measure_one(const Workload& workload, Strategy strategy, const MicroOpt
 // and the DCP paper reported it: every window's layout is ranked by its schedule estimate (a
 // layout is not even built when the lower bound of its estimate, static_plan_lower_bound, rules it
 // out), and the windows within kWindowEstimateMargin of the best estimate are compiled and
-// simulated. The
-// estimate can be far below the simulation on many short sequences, but it ranks the windows as the
-// simulation does: over every configuration at --batches 1 this margin kept the simulated fastest
-// window each time; a margin of 0 missed it on 2 of 32, by about 5 % (docs/benchmarks.md).
+// simulated. The estimate can be far below the simulation on many short sequences, but it ranks
+// the windows as the simulation does: over every configuration at --batches 1 this margin kept
+// the simulated fastest window each time; a margin of 0 missed it on 2 of 32, by about 5 %
+// (docs/benchmarks.md).
 constexpr double kWindowEstimateMargin = 0.05;
 
 Measured measure_loongtrain(const Workload& workload, const MicroOptions& options) {
@@ -107,46 +107,46 @@ Measured measure_loongtrain(const Workload& workload, const MicroOptions& option
     PlanOptions options;
     double bound = 0;
     std::optional<StaticPlan> layout;
-    double estimate = 0;
+    PassEstimates estimates;
   };
   std::vector<Window> windows;
-  try {
-    for (const std::int32_t window :
-         loongtrain_windows(workload.heads(), options.cluster.shape.devices() / groups)) {
-      Window w;
-      w.options = plan_options_of(Strategy::kLoongTrain, options, window);
+  for (const std::int32_t window :
+       loongtrain_windows(workload.heads(), options.cluster.shape.devices() / groups)) {
+    Window w;
+    w.options = plan_options_of(Strategy::kLoongTrain, options, window);
+    try {
       w.bound = static_plan_lower_bound(workload, w.options);
-      windows.push_back(std::move(w));
+    } catch (const InvalidInput&) {
+      Measured m;
+      m.feasible = false;  // loongtrain cannot run on the cluster (as static_plan says)
+      return m;
     }
-    // Lowest bound first; a window whose bound is already beyond the margin of the best estimate
-    // so far has an estimate beyond it too, so its layout is not built.
-    std::vector<std::size_t> by_bound(windows.size());
-    for (std::size_t i = 0; i < windows.size(); ++i) by_bound[i] = i;
-    std::stable_sort(by_bound.begin(), by_bound.end(), [&](std::size_t a, std::size_t b) {
-      return windows[a].bound < windows[b].bound;
-    });
-    double best_estimate = std::numeric_limits<double>::infinity();
-    for (const std::size_t i : by_bound) {
-      Window& w = windows[i];
-      if (w.bound > best_estimate * (1 + kWindowEstimateMargin)) continue;
-      w.layout.emplace(static_layout(workload, w.options));
-      w.estimate = static_plan_estimate(*w.layout, w.options);
-      best_estimate = std::min(best_estimate, w.estimate);
-    }
-    std::optional<Measured> best;
-    for (Window& w : windows) {
-      if (!w.layout || w.estimate > best_estimate * (1 + kWindowEstimateMargin)) continue;
-      Measured m =
-          measured(build_static(std::move(*w.layout), w.options), Strategy::kLoongTrain, options);
-      if (!best || m.seconds[0] + m.seconds[1] < best->seconds[0] + best->seconds[1]) best = m;
-    }
-    best->plan_ms = ms_since(start);  // ranking every window is what finding the best one costs
-    return *best;
-  } catch (const InvalidInput&) {
-    Measured m;
-    m.feasible = false;
-    return m;
+    windows.push_back(std::move(w));
   }
+  // Lowest bound first; a window whose bound is already beyond the margin of the best estimate so
+  // far has an estimate beyond it too, so its layout is not built.
+  std::vector<std::size_t> by_bound(windows.size());
+  for (std::size_t i = 0; i < windows.size(); ++i) by_bound[i] = i;
+  std::stable_sort(by_bound.begin(), by_bound.end(), [&](std::size_t a, std::size_t b) {
+    return windows[a].bound < windows[b].bound;
+  });
+  double best_estimate = std::numeric_limits<double>::infinity();
+  for (const std::size_t i : by_bound) {
+    Window& w = windows[i];
+    if (w.bound > best_estimate * (1 + kWindowEstimateMargin)) continue;
+    w.layout.emplace(static_layout(workload, w.options));
+    w.estimates = static_plan_estimate(*w.layout, w.options);
+    best_estimate = std::min(best_estimate, w.estimates.seconds());
+  }
+  std::optional<Measured> best;
+  for (Window& w : windows) {
+    if (!w.layout || w.estimates.seconds() > best_estimate * (1 + kWindowEstimateMargin)) continue;
+    Measured m = measured(build_static(std::move(*w.layout), w.options, w.estimates),
+                          Strategy::kLoongTrain, options);
+    if (!best || m.seconds[0] + m.seconds[1] < best->seconds[0] + best->seconds[1]) best = m;
+  }
+  best->plan_ms = ms_since(start);  // ranking every window is what finding the best one costs
+  return *best;
 }
 
 Measured measure(const Workload& workload, Strategy strategy, const MicroOptions& options) {

@@ -22,11 +22,26 @@ ScheduleSummary summarize(const ScheduledPass& scheduled) {
   return {scheduled.schedule.stages, scheduled.fetch_launches, scheduled.estimate};
 }
 
-}  // namespace
+// Both passes' Programs from their schedules, on built's workload, placement and header (timed).
+void compile_passes(BuiltPlan& built, const PassSchedule& forward, const PassSchedule& backward,
+                    const KeptKv* kept) {
+  const auto compile_start = Clock::now();
+  built.plan.forward =
+      compile_pass(built.workload, built.placement, built.plan.header, forward, kept);
+  built.plan.backward =
+      compile_pass(built.workload, built.placement, built.plan.header, backward, kept);
+  built.timings.compile_ms = ms_since(compile_start);
+}
 
-namespace {
+// The schedule estimates of both passes of a plan laid out as `built` is.
+PassEstimates estimate_passes(const BuiltPlan& built, const ClusterSpec& cluster,
+                              const PassSchedule& forward, const PassSchedule& backward) {
+  return {estimate(built.workload, built.placement, cluster, built.plan.header, forward),
+          estimate(built.workload, built.placement, cluster, built.plan.header, backward)};
+}
 
-BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start);
+BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start,
+                         const PassEstimates& estimates);
 
 StaticOptions static_options_of(const PlanOptions& options) {
   StaticOptions static_options;
@@ -63,22 +78,19 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
       (pass == Pass::kForward ? built.timings.schedule_forward_ms
                               : built.timings.schedule_backward_ms) = ms_since(begin);
     }
-    const auto compile_start = Clock::now();
-    built.plan.forward = compile_pass(built.workload, built.placement, built.plan.header,
-                                      passes[0].schedule, &built.kept);
-    built.plan.backward = compile_pass(built.workload, built.placement, built.plan.header,
-                                       passes[1].schedule, &built.kept);
-    built.timings.compile_ms = ms_since(compile_start);
+    compile_passes(built, passes[0].schedule, passes[1].schedule, &built.kept);
     built.forward = summarize(passes[0]);
     built.backward = summarize(passes[1]);
     built.timings.total_ms = ms_since(start);
     return built;
   }
-  return compile_static(static_plan(options.strategy, workload, shape, static_options_of(options)),
-                        options, start);
+  StaticPlan layout = static_layout(workload, options);
+  const PassEstimates estimates = static_plan_estimate(layout, options);
+  return compile_static(std::move(layout), options, start, estimates);
 }
 
-BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start) {
+BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start,
+                         const PassEstimates& estimates) {
   const ClusterShape& shape = options.cluster.shape;
   BuiltPlan built{
       Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {},
@@ -88,18 +100,9 @@ BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::t
   built.plan.header =
       plan_header(built.workload, shape, std::string(to_string(options.strategy)), options.seed,
                   partial_dtype_of(options, built.workload.shape().dtype));
-  const auto compile_start = Clock::now();
-  built.plan.forward =
-      compile_pass(built.workload, built.placement, built.plan.header, layout.forward);
-  built.plan.backward =
-      compile_pass(built.workload, built.placement, built.plan.header, layout.backward);
-  built.timings.compile_ms = ms_since(compile_start);
-  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
-    const PassSchedule& schedule = pass == Pass::kForward ? layout.forward : layout.backward;
-    (pass == Pass::kForward ? built.forward : built.backward) = ScheduleSummary{
-        schedule.stages, 0,
-        estimate(built.workload, built.placement, options.cluster, built.plan.header, schedule)};
-  }
+  compile_passes(built, layout.forward, layout.backward, nullptr);
+  built.forward = {layout.forward.stages, 0, estimates.forward};
+  built.backward = {layout.backward.stages, 0, estimates.backward};
   built.timings.total_ms = ms_since(start);
   return built;
 }
@@ -194,18 +197,11 @@ BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
   layout.backward =
       routed_dcps_way(built.workload, built.placement, std::move(layout.backward), &built.kept);
   built.timings.partition_ms = ms_since(start);
-  const auto compile_start = Clock::now();
-  built.plan.forward =
-      compile_pass(built.workload, built.placement, built.plan.header, layout.forward, &built.kept);
-  built.plan.backward = compile_pass(built.workload, built.placement, built.plan.header,
-                                     layout.backward, &built.kept);
-  built.timings.compile_ms = ms_since(compile_start);
-  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
-    const PassSchedule& schedule = pass == Pass::kForward ? layout.forward : layout.backward;
-    (pass == Pass::kForward ? built.forward : built.backward) = ScheduleSummary{
-        schedule.stages, 0,
-        estimate(built.workload, built.placement, options.cluster, built.plan.header, schedule)};
-  }
+  compile_passes(built, layout.forward, layout.backward, &built.kept);
+  const PassEstimates estimates =
+      estimate_passes(built, options.cluster, layout.forward, layout.backward);
+  built.forward = {layout.forward.stages, 0, estimates.forward};
+  built.backward = {layout.backward.stages, 0, estimates.backward};
   built.timings.total_ms = ms_since(start);
   return built;
 }
@@ -272,14 +268,12 @@ bool dominated_by_one_sequence(const SequenceBatch& batch) {
   return 2 * batch.max_length() >= batch.total_tokens() && batch.size() <= kStructuredMaxSequences;
 }
 
-double static_plan_estimate(const StaticPlan& layout, const PlanOptions& options) {
+PassEstimates static_plan_estimate(const StaticPlan& layout, const PlanOptions& options) {
   const PlanHeader header =
       plan_header(layout.workload, options.cluster.shape, std::string(to_string(options.strategy)),
                   options.seed, partial_dtype_of(options, layout.workload.shape().dtype));
-  return estimate(layout.workload, layout.placement, options.cluster, header, layout.forward)
-             .seconds +
-         estimate(layout.workload, layout.placement, options.cluster, header, layout.backward)
-             .seconds;
+  return {estimate(layout.workload, layout.placement, options.cluster, header, layout.forward),
+          estimate(layout.workload, layout.placement, options.cluster, header, layout.backward)};
 }
 
 double static_plan_lower_bound(const Workload& workload, const PlanOptions& options) {
@@ -293,8 +287,9 @@ StaticPlan static_layout(const Workload& workload, const PlanOptions& options) {
   return static_plan(options.strategy, workload, options.cluster.shape, static_options_of(options));
 }
 
-BuiltPlan build_static(StaticPlan layout, const PlanOptions& options) {
-  return compile_static(std::move(layout), options, Clock::now());
+BuiltPlan build_static(StaticPlan layout, const PlanOptions& options,
+                       const PassEstimates& estimates) {
+  return compile_static(std::move(layout), options, Clock::now(), estimates);
 }
 
 DType partial_dtype_of(const PlanOptions& options, DType storage) {
@@ -349,12 +344,14 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
     // Screen: a static plan whose schedule estimate is far above dcp's simulated time is not
     // compiled and simulated (docs/cost_model.md; the estimate is within a few percent of the
     // simulation for static plans, whose time is transfers and whole-tile kernels).
-    const double estimated = static_plan_estimate(*layout, static_options);
+    const PassEstimates estimates = static_plan_estimate(*layout, static_options);
+    const double estimated = estimates.seconds();
     if (estimated >= kScreenFactor * best_seconds) {
       selection.candidates.push_back({name, true, "", false, estimated, 0, 0});
       continue;
     }
-    BuiltPlan candidate = compile_static(std::move(*layout), static_options, static_start);
+    BuiltPlan candidate =
+        compile_static(std::move(*layout), static_options, static_start, estimates);
     PlanCandidate simulated_candidate = simulated(candidate, name, options.cluster);
     simulated_candidate.estimate_seconds = estimated;
     selection.candidates.push_back(simulated_candidate);

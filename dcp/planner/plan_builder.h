@@ -152,11 +152,17 @@ BuiltPlan build_structured(Strategy layout, const Workload& workload, const Plan
 // A static strategy (options.strategy) in steps, for callers that rank several of its layouts
 // before compiling one: a lower bound of its estimate from its structure alone
 // (static_estimate_lower_bound), its layout (static_plan with options' static fields), the
-// schedule estimate of that layout forward plus backward under options.cluster, and the plan
-// build_plan would return for it (timings.partition_ms then excludes the layout).
+// schedule estimates of that layout's passes under options.cluster, and the plan build_plan
+// would return for it, given those estimates (timings.partition_ms then excludes the layout).
+struct PassEstimates {
+  ScheduleEstimate forward;
+  ScheduleEstimate backward;
+  double seconds() const { return forward.seconds + backward.seconds; }
+};
 double static_plan_lower_bound(const Workload& workload, const PlanOptions& options);
 StaticPlan static_layout(const Workload& workload, const PlanOptions& options);
-double static_plan_estimate(const StaticPlan& layout, const PlanOptions& options);
-BuiltPlan build_static(StaticPlan layout, const PlanOptions& options);
+PassEstimates static_plan_estimate(const StaticPlan& layout, const PlanOptions& options);
+BuiltPlan build_static(StaticPlan layout, const PlanOptions& options,
+                       const PassEstimates& estimates);
 
 }  // namespace dcp

@@ -120,10 +120,11 @@ TEST(PlanBuilder, AStaticPlanBuiltInStepsIsTheOneBuildPlanBuilds) {
     if (strategy == Strategy::kLoongTrain) options.loongtrain_window = 1;
     const BuiltPlan whole = build_plan(workload, options);
     StaticPlan layout = static_layout(workload, options);
-    EXPECT_NEAR(static_plan_estimate(layout, options),
+    const PassEstimates estimates = static_plan_estimate(layout, options);
+    EXPECT_NEAR(estimates.seconds(),
                 whole.forward.estimate.seconds + whole.backward.estimate.seconds, 1e-12)
         << to_string(strategy);
-    const BuiltPlan stepped = build_static(std::move(layout), options);
+    const BuiltPlan stepped = build_static(std::move(layout), options, estimates);
     EXPECT_EQ(serialize_plan(stepped.plan), serialize_plan(whole.plan)) << to_string(strategy);
   }
 }

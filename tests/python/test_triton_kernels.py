@@ -1,14 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
-"""dcp.torch.triton_kernels under Triton's CPU interpreter, against fp64 torch references.
+"""dcp.torch.triton_kernels against fp64 torch references: under Triton's CPU interpreter
+everywhere, and compiled for the GPU where one is present.
 
 The interpreter must be chosen before triton is imported, and other test modules of the same
 pytest session may have imported it already, so the parent session runs one test that re-runs
-this file in a fresh process with TRITON_INTERPRET=1; the kernel checks run only there."""
+this file in a fresh process with TRITON_INTERPRET=1; the kernel checks run only there. On a
+machine with CUDA a second child runs the same checks on the GPU (DCP_TRITON_KERNEL_DEVICE=cuda,
+no interpreter): every kernel call gets CUDA copies of its tensors and its results are copied
+back, so one set of tests, written on CPU tensors, checks both."""
 import os
 import sys
 
 _CHILD = os.environ.get("DCP_TRITON_INTERPRETER_CHILD") == "1"
-if _CHILD:
+_ON_CUDA = os.environ.get("DCP_TRITON_KERNEL_DEVICE") == "cuda"
+if _CHILD and not _ON_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (the parent also sets it)
 
 import importlib
@@ -18,12 +23,10 @@ import subprocess
 import pytest
 import torch
 
-interpreted = pytest.mark.skipif(not _CHILD, reason="runs in the interpreter child process")
+interpreted = pytest.mark.skipif(not _CHILD, reason="runs in a child process")
 
 
-@pytest.mark.skipif(_CHILD, reason="this is the child")
-def test_kernels_under_the_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1", DCP_TRITON_INTERPRETER_CHILD="1")
+def _run_child(env):
     command = [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
                "--durations=5"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
@@ -31,7 +34,50 @@ def test_kernels_under_the_interpreter():
     assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]
 
 
+@pytest.mark.skipif(_CHILD, reason="this is the child")
+def test_kernels_under_the_interpreter():
+    _run_child(dict(os.environ, TRITON_INTERPRET="1", DCP_TRITON_INTERPRETER_CHILD="1"))
+
+
+@pytest.mark.skipif(_CHILD or not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_kernels_on_cuda():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    _run_child(dict(env, DCP_TRITON_INTERPRETER_CHILD="1", DCP_TRITON_KERNEL_DEVICE="cuda"))
+
+
+class _OnCuda:
+    """triton_kernels with every tensor argument copied to the GPU for the call and back after
+    it (the kernels write into the arena and into local tensors)."""
+
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        function = getattr(self._module, name)
+
+        def call(*args, **kwargs):
+            moved = {}
+
+            def to_cuda(x):
+                if not isinstance(x, torch.Tensor):
+                    return x
+                if id(x) not in moved:  # one copy of a tensor passed twice
+                    moved[id(x)] = (x, x.cuda())
+                return moved[id(x)][1]
+
+            result = function(*[to_cuda(a) for a in args],
+                              **{k: to_cuda(v) for k, v in kwargs.items()})
+            torch.cuda.synchronize()
+            for host, device in moved.values():
+                host.copy_(device.cpu())
+            return result
+
+        return call
+
+
 tk = importlib.import_module("dcp.torch.triton_kernels") if _CHILD else None
+if _CHILD and _ON_CUDA:
+    tk = _OnCuda(tk)
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 3e-2, torch.float16: 5e-3}
 
@@ -352,7 +398,14 @@ FORWARD_CASES = [  # dtype, head dim, heads, kv heads, q tokens, kv tokens, mask
     (torch.bfloat16, 128, 4, 1, (1, 19), (1, 33), ["full", "random", "causal", "random"]),
     (torch.float16, 64, 2, 2, (40,), (17, 24), ["causal", "random"]),
     (torch.float32, 40, 2, 1, (18,), (21,), ["random"]),
+    (torch.float32, 128, 2, 1, (20,), (19,), ["causal", "random"]),  # the "wide" tiles
 ]
+if _ON_CUDA:  # values of several sub-blocks of every GPU tile (too slow for the interpreter)
+    FORWARD_CASES += [
+        (torch.bfloat16, 128, 4, 2, (300, 129), (260, 70), ["random", "causal", "full", "random"]),
+        (torch.float16, 64, 2, 1, (257,), (190, 66), ["causal", "random"]),
+        (torch.float32, 128, 2, 1, (150,), (170,), ["random", "causal"]),
+    ]
 
 
 @interpreted

@@ -121,8 +121,10 @@ class TritonCall:
 
 def subtiles() -> tuple[int, int, int, int]:
     """The Triton kernels' sub-tiles at head dim 128 in bf16 (forward q x kv, backward q x kv)."""
-    c = tk._attention_constexprs(128, torch.bfloat16, False)
-    return c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_M"], c["BLOCK_N"]
+    forward, _ = tk._attention_launch("forward", 128, torch.bfloat16, False)
+    dq, _ = tk._attention_launch("dq", 128, torch.bfloat16, False)
+    dkv, _ = tk._attention_launch("dkv", 128, torch.bfloat16, False)
+    return forward["BLOCK_M"], forward["BLOCK_N"], dq["BLOCK_M"], dkv["BLOCK_N"]
 
 
 def time_calls(calls: list[dict], device: torch.device, repeats: int,

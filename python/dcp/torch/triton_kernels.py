@@ -52,8 +52,8 @@ Implementation notes (binding for callers and for kernel_variants()):
     program, so there are no atomics, the sums run in a fixed order (deterministic), and an
     overwritten output needs no zero-initialisation pass; the price is that s = q.k^T and p are
     computed twice (once per kernel).
-  * Blocks: attention sub-blocks are 64 x 64 on the GPU (32 x 32 for fp32 storage with d > 64
-    and for d > 128), 4 warps for d <= 64 else 8; the copies move BLOCK_T x BLOCK_D tiles of one
+  * Blocks: attention sub-blocks on the GPU come from _GPU_TILES per kernel and head-dim class
+    (DCP_TRITON_TILES=FILE or set_tiles() replace entries); the copies move BLOCK_T x BLOCK_D tiles of one
     head (BLOCK_D = next power of two >= d, masked, so any d works). Under the interpreter
     (INTERPRET) attention blocks are 16 x 16, 16-bit dot operands are widened to fp32 (the
     interpreter multiplies bf16 bit patterns) and fp32 -> bf16 rounds to nearest even by hand
@@ -97,31 +97,90 @@ def _copy_constexprs(head_dim: int) -> dict:
 MAX_HEAD_DIM = 256
 
 
-def _attention_constexprs(head_dim: int, dtype: torch.dtype, allow_tf32: bool) -> dict:
-    """Constexprs of the three attention kernels: 16 x 16 blocks under the interpreter (its cost is
-    per block iteration); on the GPU 64 x 64, or 32 x 32 where fp32 tiles of d > 64 (or any tile
-    of d > 128) would not fit the registers and shared memory."""
+# GPU tiles of the attention kernels: (BLOCK_M q rows, BLOCK_N keys, warps, pipeline stages) per
+# kernel and per class of head dim and storage ("d64": padded head dim <= 64; "d128": <= 128 in a
+# 16-bit dtype; "wide": fp32 beyond 64 or anything beyond 128, whose 64-wide tiles would not fit
+# the registers and shared memory).
+# The d128 entries were chosen by bench/gpu_tile_sweep.py on an H200 (docs/gpu_h200/); the
+# others are not measured yet.
+_GPU_TILES = {
+    "forward": {"d64": (64, 64, 4, 2), "d128": (64, 64, 4, 3), "wide": (32, 32, 8, 2)},
+    "dq": {"d64": (64, 64, 4, 2), "d128": (64, 64, 4, 2), "wide": (32, 32, 8, 2)},
+    "dkv": {"d64": (64, 64, 4, 2), "d128": (64, 32, 4, 2), "wide": (32, 32, 8, 2)},
+}
+ATTENTION_KERNELS = {"forward": "_attention_forward_kernel", "dq": "_attention_dq_kernel",
+                     "dkv": "_attention_dkv_kernel"}
+TILES_ENVIRONMENT = "DCP_TRITON_TILES"
+
+
+def set_tiles(tiles: dict) -> None:
+    """Replaces entries of the GPU tile table: {kernel: {class: [BLOCK_M, BLOCK_N, warps,
+    stages]}}, kernel one of forward, dq, dkv and class one of d64, d128, wide (the format
+    bench/gpu_tile_sweep.py writes). Checks everything before changing anything."""
+    checked = {}
+    for kernel, classes in tiles.items():
+        if kernel not in _GPU_TILES or not isinstance(classes, dict):
+            raise ValueError(f"tiles: kernel {kernel!r} is not one of {', '.join(_GPU_TILES)}")
+        for size, tile in classes.items():
+            if size not in _GPU_TILES[kernel]:
+                raise ValueError(f"tiles: class {size!r} of {kernel} is not one of "
+                                 f"{', '.join(_GPU_TILES[kernel])}")
+            valid = (isinstance(tile, (list, tuple)) and len(tile) == 4
+                     and all(isinstance(x, int) and not isinstance(x, bool) for x in tile))
+            if valid:
+                block_m, block_n, warps, stages = tile
+                valid = (block_m in (16, 32, 64, 128, 256) and block_n in (16, 32, 64, 128, 256)
+                         and warps in (1, 2, 4, 8, 16) and 1 <= stages <= 8)
+            if not valid:
+                raise ValueError(f"tiles: {kernel}/{size} = {tile!r} is not [BLOCK_M, BLOCK_N, "
+                                 "warps, stages] with blocks in 16..256 and warps in 1..16 "
+                                 "(powers of two) and stages in 1..8")
+            checked[(kernel, size)] = tuple(tile)
+    for (kernel, size), tile in checked.items():
+        _GPU_TILES[kernel][size] = tile
+
+
+def _tiles_from_environment() -> None:
+    path = os.environ.get(TILES_ENVIRONMENT)
+    if not path:
+        return
+    import json
+    try:
+        with open(path) as f:
+            tiles = json.load(f)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{TILES_ENVIRONMENT}={path}: cannot read a tile table: {error}") from None
+    try:
+        set_tiles(tiles)
+    except ValueError as error:
+        raise ValueError(f"{TILES_ENVIRONMENT}={path}: {error}") from None
+
+
+_tiles_from_environment()
+
+
+def _attention_launch(kernel: str, head_dim: int, dtype: torch.dtype,
+                      allow_tf32: bool) -> tuple[dict, dict]:
+    """Constexprs and launch options (warps, stages) of one attention kernel ("forward", "dq" or
+    "dkv"): 16 x 16 blocks under the interpreter (its cost is per block iteration), else the
+    kernel's entry in _GPU_TILES."""
     if dtype not in _TL_DTYPE:
         raise ValueError(f"storage dtype {dtype} is not fp32, bf16 or fp16")
     if not 1 <= head_dim <= MAX_HEAD_DIM:
         raise ValueError(f"head dim {head_dim} is outside the Triton kernels' 1..{MAX_HEAD_DIM}")
     block_d = max(16, triton.next_power_of_2(head_dim))  # tl.dot needs 16 in every dim
     if INTERPRET:
-        block = 16
-    elif block_d <= 64 or (block_d <= 128 and dtype != torch.float32):
-        block = 64
+        block_m, block_n, options = 16, 16, {}
     else:
-        block = 32
+        size = ("d64" if block_d <= 64 else
+                "d128" if block_d <= 128 and dtype != torch.float32 else "wide")
+        block_m, block_n, warps, stages = _GPU_TILES[kernel][size]
+        options = {"num_warps": warps, "num_stages": stages}
     precision = "tf32" if allow_tf32 and dtype == torch.float32 else "ieee"
-    return {"STORAGE": _TL_DTYPE[dtype], "HEAD_DIM": head_dim, "BLOCK_D": block_d,
-            "BLOCK_M": block, "BLOCK_N": block, "PRECISION": precision, "INTERPRET": INTERPRET}
-
-
-def _attention_options(head_dim: int) -> dict:
-    """Warps and pipeline stages of the attention kernels."""
-    if INTERPRET:
-        return {}
-    return {"num_warps": 4 if head_dim <= 64 else 8, "num_stages": 2}
+    constexprs = {"STORAGE": _TL_DTYPE[dtype], "HEAD_DIM": head_dim, "BLOCK_D": block_d,
+                  "BLOCK_M": block_m, "BLOCK_N": block_n, "PRECISION": precision,
+                  "INTERPRET": INTERPRET}
+    return constexprs, options
 
 
 def _check_arena(arena: torch.Tensor) -> None:
@@ -260,11 +319,11 @@ def attention_forward(arena, entries, groups, members, mask_rows, mask_intervals
     _check_heads(heads, kv_heads)
     if groups.shape[0] == 0 or max_tokens == 0:
         return
-    c = _attention_constexprs(head_dim, dtype, allow_tf32)
+    c, options = _attention_launch("forward", head_dim, dtype, allow_tf32)
     blocks = triton.cdiv(max_tokens, c["BLOCK_M"])
     jit._attention_forward_kernel[(groups.shape[0] * blocks, heads)](
         arena, entries, groups, members, mask_rows, mask_intervals, float(scale), heads,
-        kv_heads, blocks, **c, **_attention_options(head_dim))
+        kv_heads, blocks, **c, **options)
 
 
 def attention_backward(arena, entries, q_groups, kv_groups, members, mask_rows, mask_intervals, *,
@@ -277,14 +336,14 @@ def attention_backward(arena, entries, q_groups, kv_groups, members, mask_rows, 
     _check_tables(entries, q_groups, members, mask_rows, mask_intervals)
     _check_tables(entries, kv_groups, members, mask_rows, mask_intervals)
     _check_heads(heads, kv_heads)
-    c = _attention_constexprs(head_dim, dtype, allow_tf32)
-    options = _attention_options(head_dim)
     if q_groups.shape[0] and max_q_tokens:
+        c, options = _attention_launch("dq", head_dim, dtype, allow_tf32)
         blocks = triton.cdiv(max_q_tokens, c["BLOCK_M"])
         jit._attention_dq_kernel[(q_groups.shape[0] * blocks, heads)](
             arena, entries, q_groups, members, mask_rows, mask_intervals, float(scale), heads,
             kv_heads, blocks, **c, **options)
     if kv_groups.shape[0] and max_kv_tokens:
+        c, options = _attention_launch("dkv", head_dim, dtype, allow_tf32)
         blocks = triton.cdiv(max_kv_tokens, c["BLOCK_N"])
         jit._attention_dkv_kernel[(kv_groups.shape[0] * blocks, kv_heads)](
             arena, entries, kv_groups, members, mask_rows, mask_intervals, float(scale), heads,
@@ -350,10 +409,9 @@ def kernel_variants() -> list[KernelVariant]:
                             {"HAS_LSE": has_lse, **copy, "INTERPRET": INTERPRET})
             add_variant("_store_kv_kernel", dtype, {**copy, "INTERPRET": INTERPRET})
             for allow_tf32 in ((False, True) if dtype == torch.float32 else (False,)):
-                attention = _attention_constexprs(head_dim, dtype, allow_tf32)
-                for kernel in ("_attention_forward_kernel", "_attention_dq_kernel",
-                               "_attention_dkv_kernel"):
-                    add_variant(kernel, dtype, attention, _attention_options(head_dim))
+                for kind, kernel in ATTENTION_KERNELS.items():
+                    add_variant(kernel, dtype, *_attention_launch(kind, head_dim, dtype,
+                                                                  allow_tf32))
         add_variant("_merge_kernel", torch.float32, copy)
     add_variant("_add_kernel", torch.float32, {"BLOCK": _ADD_BLOCK})
     return variants

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# The GPU checks, on a machine with one CUDA GPU and PyTorch + Triton already installed (no
+# network needed): builds and installs dcp into that Python, then runs, each under its own time
+# limit and in this order, so that the most important results come first:
+#   1. the GPU tests: every Triton kernel against fp64 references compiled for this GPU, the
+#      executor on CUDA against the cpu kernels, the kernel timing of dcp.calibrate;
+#   2. bench/gpu_attention.py: dcp's kernels next to SDPA-flash and FlexAttention;
+#   3. bench/gpu_distributed.py on one rank: the executor end to end on a whole batch;
+#   4. compute-sanitizer racecheck and memcheck on the kernel tests, if the tool is there.
+# Logs and JSON records go to DIR (default gpu_results/). Exit status: 1 if any step failed.
+#
+#   bash scripts/gpu_check.sh [DIR]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-gpu_results}
+mkdir -p "$out"
+python=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+failed=()
+
+step() {  # step NAME SECONDS COMMAND...: runs COMMAND with a time limit, logs to DIR/NAME.log
+  local name=$1 seconds=$2
+  shift 2
+  local start=$SECONDS
+  echo "=== $name (limit ${seconds}s): $*"
+  timeout --kill-after=10 "$seconds" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  tail -n 40 "$out/$name.log"
+  echo "=== $name: exit $rc after $((SECONDS - start))s"
+  [ "$rc" -eq 0 ] || failed+=("$name")
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+"$python" -c 'import sys, torch, triton; print(sys.version.split()[0], "torch", torch.__version__,
+"triton", triton.__version__, torch.cuda.get_device_name(0))'
+
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+step build 300 "$python" -m pip install --no-build-isolation --no-index --no-deps \
+  --disable-pip-version-check -q .
+if [[ " ${failed[*]} " == *" build "* ]]; then
+  echo "the build failed; nothing else can run"
+  exit 1
+fi
+
+step gpu_tests 240 "$python" -m pytest -q -p no:cacheprovider -rs --durations=10 \
+  tests/python/test_triton_kernels.py::test_kernels_on_cuda \
+  tests/python/test_triton_executor.py::test_cuda_executor_matches_cpu_kernels \
+  tests/python/test_calibrate.py::test_the_triton_kernels_are_timed_and_fitted_on_cuda
+step gpu_attention 200 "$python" bench/gpu_attention.py --sizes 512,1024,2048,4096 \
+  --repeats 10 --json "$out/gpu_attention.json"
+step gpu_executor 120 "$python" -m torch.distributed.run --standalone --nproc-per-node 1 \
+  bench/gpu_distributed.py --seqlens 32768,16384,8192,4096,2048,1024,1024 \
+  --strategies dcp-pure,ring --repeats 5 --json "$out/gpu_executor.json"
+if command -v compute-sanitizer >/dev/null; then
+  for tool in racecheck memcheck; do
+    step "sanitizer_$tool" 150 env DCP_TRITON_INTERPRETER_CHILD=1 DCP_TRITON_KERNEL_DEVICE=cuda \
+      compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      "$python" -m pytest -q -p no:cacheprovider tests/python/test_triton_kernels.py \
+      -k "attention_forward or attention_backward or load_attend"
+  done
+fi
+
+echo "failed steps: ${failed[*]:-none}"
+[ ${#failed[@]} -eq 0 ]

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Smoke tests of the GPU benchmarks (bench/gpu_attention.py, bench/gpu_distributed.py,
-bench/device_dispatch_bench.py): each runs
+bench/device_dispatch_bench.py, bench/gpu_tile_sweep.py): each runs
 as a subprocess at tiny sizes on the CPU (Triton's interpreter; gloo with dcp's cpu kernels) and
 must exit 0 and print its table rows. The real-size single-tile run needs CUDA and skips
 elsewhere."""
@@ -17,6 +17,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ATTENTION_BENCH = os.path.join(ROOT, "bench", "gpu_attention.py")
 DISTRIBUTED_BENCH = os.path.join(ROOT, "bench", "gpu_distributed.py")
 DISPATCH_BENCH = os.path.join(ROOT, "bench", "device_dispatch_bench.py")
+TILE_SWEEP = os.path.join(ROOT, "bench", "gpu_tile_sweep.py")
 
 
 def _run(command: list[str], timeout: float, **environment: str) -> subprocess.CompletedProcess:
@@ -101,3 +102,17 @@ def test_dispatch_bench_runs_every_rank_of_a_plan() -> None:
     result = _run([sys.executable, DISPATCH_BENCH, "--nodes", "1", "--devices-per-node", "2",
                    "--repeats", "1"], timeout=300)
     assert "| forward |" in result.stdout and "| backward |" in result.stdout, result.stdout
+
+
+def test_tile_sweep_under_the_interpreter(tmp_path) -> None:
+    """The sweep's loop, checks, table and output file (under the interpreter the kernels ignore
+    the tile table, so the times say nothing about the tiles)."""
+    import json
+    out = tmp_path / "tiles.json"
+    result = _run([sys.executable, TILE_SWEEP, "--device", "cpu", "--cases", "16:causal",
+                   "--kernels", "dq", "--head-dim", "64", "--heads", "1", "--kv-heads", "1",
+                   "--repeats", "1", "--out", str(out)], timeout=300, TRITON_INTERPRET="1")
+    rows = _table_rows(result.stdout)
+    assert len(rows) == 9 and sum("(best)" in r[5] for r in rows) == 1, result.stdout
+    chosen = json.loads(out.read_text())
+    assert list(chosen) == ["dq"] and len(chosen["dq"]["d64"]) == 4, chosen

@@ -63,3 +63,58 @@ def test_every_variant_compiles_for_sm80_and_sm90(tmp_path):
         assert r["target"] in expected, f"{what}: PTX target {r['target']}"
         assert r["cubin_bytes"] > 0, f"{what}: empty cubin"
         assert r["shared"] <= _SHARED_LIMIT[r["arch"]], f"{what}: {r['shared']} B shared memory"
+
+
+# --- the tile table --------------------------------------------------------------------------
+
+_TILES_PROBE = r"""
+import torch
+import dcp.torch.triton_kernels as tk
+c, options = tk._attention_launch("dkv", 128, torch.bfloat16, False)
+print(c["BLOCK_M"], c["BLOCK_N"], options["num_warps"], options["num_stages"])
+"""
+
+
+def _import_with_tiles(tmp_path, text):
+    path = tmp_path / "tiles.json"
+    path.write_text(text)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(DCP_TRITON_TILES=str(path), TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    return subprocess.run([sys.executable, "-c", _TILES_PROBE], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_a_tile_table_from_the_environment_replaces_its_entries(tmp_path):
+    result = _import_with_tiles(tmp_path, '{"dkv": {"d128": [32, 64, 8, 3]}}')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["32", "64", "8", "3"]
+
+
+def test_a_malformed_tile_table_is_refused_naming_the_entry(tmp_path):
+    for text, words in [('{"dkv": {"d128": [48, 64, 8, 3]}}', "dkv/d128 = [48, 64, 8, 3]"),
+                        ('{"backward": {"d128": [64, 64, 4, 2]}}', "kernel 'backward'"),
+                        ('{"dq": {"d256": [64, 64, 4, 2]}}', "class 'd256' of dq"),
+                        ('{"dq": {"d64": [64, 64, 4]}}', "dq/d64 = [64, 64, 4]"),
+                        ("not json", "cannot read a tile table")]:
+        result = _import_with_tiles(tmp_path, text)
+        assert result.returncode != 0, text
+        assert "DCP_TRITON_TILES=" in result.stderr and words in result.stderr, result.stderr
+
+
+def test_set_tiles_changes_nothing_when_one_entry_is_bad(tmp_path):
+    probe = r"""
+import torch
+import dcp.torch.triton_kernels as tk
+before = {k: dict(v) for k, v in tk._GPU_TILES.items()}
+try:
+    tk.set_tiles({"forward": {"d64": [128, 64, 8, 3]}, "dq": {"d64": [64, 64, 3, 2]}})
+except ValueError as error:
+    print("refused:", error)
+print(tk._GPU_TILES == before)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "refused: tiles: dq/d64 = [64, 64, 3, 2]" in result.stdout, result.stdout
+    assert result.stdout.strip().endswith("True"), result.stdout

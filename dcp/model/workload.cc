@@ -163,13 +163,6 @@ std::span<const Tile> Workload::tiles_of(SeqIndex seq) const {
   return std::span<const Tile>(tiles_).subspan(begin, end - begin);
 }
 
-WorkUnit Workload::work_unit(WorkUnitId id) const {
-  const auto tile_id = static_cast<TileId>(id % tile_count());
-  const auto head_block = static_cast<HeadBlockIndex>(id / tile_count());
-  const Tile& tile = tiles_[static_cast<std::size_t>(tile_id)];
-  return {id, tile_id, tile.seq, head_block, tile.q_block, tile.kv_block, tile.kind, tile.pairs};
-}
-
 double Workload::density(SeqIndex seq) const {
   const auto length = static_cast<double>(batch_.length(seq));
   return static_cast<double>(sequence_pairs(seq)) / (length * length);

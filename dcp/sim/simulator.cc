@@ -92,9 +92,16 @@ class Simulation {
       state.converts = partial_conversions(header, programs[d]);
       state.mask_cost.assign(programs[d].masks.size(), std::nan(""));
     }
+    sends_posted_.assign(devices * devices, 0);
+    recvs_posted_.assign(devices * devices, 0);
+    waiting_sends_.resize(devices * devices);
+    waiting_recvs_.resize(devices * devices);
+    scratch_message_bytes_.assign(2 * devices, 0);
+    scratch_peer_seen_.assign(devices, 0);
     nics_ = at(shape_.nodes) * at(cluster.nics_per_node);
     const auto resources = 2 * devices + 2 * nics_;
     capacity_.resize(resources);
+    class_index_.assign(resources * resources, -1);
     for (std::size_t r = 0; r < resources; ++r) {
       capacity_[r] = cost_.bandwidth(r >= 2 * devices);
     }
@@ -115,8 +122,14 @@ class Simulation {
     }
     for (const bool send : {true, false}) {
       const auto& waiting = send ? waiting_sends_ : waiting_recvs_;
-      if (waiting.empty()) continue;
-      const auto& [key, queue] = *waiting.begin();
+      const auto first = std::find_if(waiting.begin(), waiting.end(),
+                                      [](const std::deque<Posted>& q) { return !q.empty(); });
+      if (first == waiting.end()) continue;
+      const auto pair = static_cast<std::size_t>(first - waiting.begin());
+      const std::pair<std::int32_t, std::int32_t> key{
+          static_cast<std::int32_t>(pair / devices_.size()),
+          static_cast<std::int32_t>(pair % devices_.size())};
+      const std::deque<Posted>& queue = *first;
       throw InvalidInput(std::string(to_string(result_.pass)) + " pass: " +
                          (send ? "device " + std::to_string(key.first) + "'s send #"
                                : "device " + std::to_string(key.second) + "'s receive #") +
@@ -298,18 +311,23 @@ class Simulation {
     }
     // The launch's set-up (per launch and per distinct peer) delays its transfers; what it moves
     // to or from one peer travels as one message.
-    std::vector<std::int32_t> peers;
-    std::unordered_map<std::int64_t, std::int64_t> message_bytes;  // (peer, send) -> bytes
+    // Bytes per (peer, send) and the distinct peers, in scratch tables zeroed again below.
+    std::vector<std::int64_t>& message_bytes = scratch_message_bytes_;
+    std::vector<std::uint8_t>& seen = scratch_peer_seen_;
+    std::int64_t distinct = 0;
+    const auto message_index = [](const CommOp& op) {
+      return at(op.peer) * 2 + (op.direction == CommOp::Direction::kSend ? 1 : 0);
+    };
     for (const CommOp& op : launch.ops) {
-      peers.push_back(op.peer);
-      message_bytes[std::int64_t{op.peer} * 2 +
-                    (op.direction == CommOp::Direction::kSend ? 1 : 0)] += op.bytes;
+      message_bytes[message_index(op)] += op.bytes;
+      if (seen[at(op.peer)] == 0) {
+        seen[at(op.peer)] = 1;
+        ++distinct;
+      }
     }
-    std::sort(peers.begin(), peers.end());
-    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
     const std::int64_t peer_count =
-        executor_.launches_whole_group ? shape_.devices() - 1 : std::ssize(peers);
-    const double posted = state.time + (peers.empty() ? 0.0 : cost_.launch_seconds(peer_count));
+        executor_.launches_whole_group ? shape_.devices() - 1 : distinct;
+    const double posted = state.time + (distinct == 0 ? 0.0 : cost_.launch_seconds(peer_count));
     LaunchState issued;
     issued.instruction = static_cast<std::int32_t>(instruction);
     issued.issued = posted;
@@ -325,19 +343,18 @@ class Simulation {
       }
       const std::pair<std::int32_t, std::int32_t> key =
           send ? std::pair{self, op.peer} : std::pair{op.peer, self};
-      std::int32_t& ordinal = (send ? sends_posted_ : recvs_posted_)[key];
+      const std::size_t pair = pair_index(key.first, key.second);
+      std::int32_t& ordinal = (send ? sends_posted_ : recvs_posted_)[pair];
       const Posted mine{launch.id, static_cast<std::int32_t>(instruction),
-                        op.bytes,  message_bytes.at(std::int64_t{op.peer} * 2 + (send ? 1 : 0)),
+                        op.bytes,  message_bytes[message_index(op)],
                         posted,    ordinal++};
-      auto& others = send ? waiting_recvs_ : waiting_sends_;
-      const auto found = others.find(key);
-      if (found == others.end()) {
-        (send ? waiting_sends_ : waiting_recvs_)[key].push_back(mine);
+      std::deque<Posted>& others = (send ? waiting_recvs_ : waiting_sends_)[pair];
+      if (others.empty()) {
+        (send ? waiting_sends_ : waiting_recvs_)[pair].push_back(mine);
         continue;
       }
-      const Posted other = found->second.front();
-      found->second.pop_front();
-      if (found->second.empty()) others.erase(found);
+      const Posted other = others.front();
+      others.pop_front();
       const Posted& s = send ? mine : other;
       const Posted& r = send ? other : mine;
       if (s.bytes != r.bytes) {
@@ -349,7 +366,15 @@ class Simulation {
       }
       add_transfer(key.first, key.second, s, r);
     }
+    for (const CommOp& op : launch.ops) {
+      message_bytes[message_index(op)] = 0;
+      seen[at(op.peer)] = 0;
+    }
     if (launch.ops.empty()) complete_launches(d);
+  }
+
+  std::size_t pair_index(std::int32_t src, std::int32_t dst) const {
+    return at(src) * devices_.size() + at(dst);
   }
 
   void add_transfer(std::int32_t src, std::int32_t dst, const Posted& s, const Posted& r) {
@@ -423,7 +448,27 @@ class Simulation {
     double cap = 0;   // the most one message reaches (the stream bandwidth)
     // Transfers in flight per message (a launch's transfers from one device to another): the
     // stream bandwidth caps a message, however many values it carries.
-    std::unordered_map<std::int64_t, std::int32_t> messages;
+    // (message, transfers): few at a time, so a list.
+    std::vector<std::pair<std::int64_t, std::int32_t>> messages;
+    void add_message(std::int64_t message) {
+      for (auto& [key, count] : messages) {
+        if (key == message) {
+          ++count;
+          return;
+        }
+      }
+      messages.emplace_back(message, 1);
+    }
+    void remove_message(std::int64_t message) {
+      for (std::size_t i = 0; i < messages.size(); ++i) {
+        if (messages[i].first != message) continue;
+        if (--messages[i].second == 0) {
+          messages[i] = messages.back();
+          messages.pop_back();
+        }
+        return;
+      }
+    }
     std::priority_queue<std::pair<double, std::int32_t>,
                         std::vector<std::pair<double, std::int32_t>>, std::greater<>>
         ends;  // (served level at which it ends, transfer)
@@ -446,15 +491,16 @@ class Simulation {
       a = at(transfer.src);
       b = devices + at(transfer.dst);
     }
-    const auto [it, inserted] = class_index_.try_emplace(a * capacity_.size() + b, classes_.size());
-    if (inserted) {
+    std::int32_t& index = class_index_[a * capacity_.size() + b];
+    if (index < 0) {
+      index = static_cast<std::int32_t>(classes_.size());
       LinkClass link;
       link.first = a;
       link.second = b;
       link.cap = cost_.spec().stream_bandwidth(transfer.inter_node);
       classes_.push_back(std::move(link));
     }
-    return it->second;
+    return static_cast<std::size_t>(index);
   }
 
   // Max-min fair rates by progressive filling over the classes with transfers in flight, each
@@ -533,15 +579,14 @@ class Simulation {
       }
       now = next;
       // Transfers that end now: the class that set `next`, and any within rounding of it.
-      std::vector<std::int32_t> ended;
+      std::vector<std::int32_t>& ended = scratch_ended_;
+      ended.clear();
       for (const std::size_t c : active_) {
         LinkClass& link = classes_[c];
         while (!link.ends.empty() && (c == ending || link.ends.top().first - link.served <=
                                                          1e-9 * link.ends.top().first + 1e-6)) {
           ended.push_back(link.ends.top().second);
-          const auto message =
-              link.messages.find(message_of(result_.transfers[at(link.ends.top().second)]));
-          if (--message->second == 0) link.messages.erase(message);
+          link.remove_message(message_of(result_.transfers[at(link.ends.top().second)]));
           link.ends.pop();
           if (c == ending) ending = classes_.size();  // only its first is forced
         }
@@ -559,7 +604,7 @@ class Simulation {
         LinkClass& link = classes_[c];
         if (link.ends.empty())
           active_.insert(std::lower_bound(active_.begin(), active_.end(), c), c);
-        ++link.messages[message_of(transfer)];
+        link.add_message(message_of(transfer));
         link.ends.push({link.served + cost_.spec().link_bytes(transfer.bytes, transfer.inter_node,
                                                               transfer.message_bytes),
                         id});
@@ -682,10 +727,11 @@ class Simulation {
   ClusterShape shape_;
   std::vector<DeviceState> devices_;
   PassSimulation result_;
-  std::map<std::pair<std::int32_t, std::int32_t>, std::int32_t> sends_posted_, recvs_posted_;
+  std::vector<std::int32_t> sends_posted_, recvs_posted_;  // per (src, dst): pair_index
   // Posted sides whose other side has not posted yet, by (src, dst).
-  std::map<std::pair<std::int32_t, std::int32_t>, std::deque<Posted>> waiting_sends_,
-      waiting_recvs_;
+  std::vector<std::deque<Posted>> waiting_sends_, waiting_recvs_;       // per pair_index
+  std::vector<std::int64_t> scratch_message_bytes_;                     // post(): per (peer, send)
+  std::vector<std::uint8_t> scratch_peer_seen_;                         // post(): per peer
   std::vector<std::pair<std::int32_t, std::int32_t>> transfer_launch_;  // (src, dst) launch
   std::priority_queue<std::pair<double, std::int32_t>, std::vector<std::pair<double, std::int32_t>>,
                       std::greater<>>
@@ -702,7 +748,8 @@ class Simulation {
   };
   std::vector<OpenClass> scratch_open_;
   std::vector<std::size_t> scratch_used_;
-  std::map<std::size_t, std::size_t> class_index_;
+  std::vector<std::int32_t> scratch_ended_;  // run_network: transfers ending at one event
+  std::vector<std::int32_t> class_index_;    // per (resource, resource); -1: none yet
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "dcp/core/error.h"
+#include "dcp/core/rng.h"
 
 #include "dcp/model/mask_spec.h"
 
@@ -22,6 +23,30 @@
 
 namespace dcp {
 namespace {
+
+// The counting sort of transfers gives std::sort's order, whether the buckets are few (many
+// transfers per (launch, src)) or more than the transfers (its fallback), and on duplicates.
+TEST(SortTransfers, GivesTheOrderOfOneSort) {
+  Rng rng(7);
+  for (const auto& [count, launches, devices] :
+       {std::tuple{5000, 6, 8}, std::tuple{40, 30, 64}, std::tuple{1, 1, 1}, std::tuple{0, 1, 1}}) {
+    std::vector<Transfer> transfers;
+    for (int i = 0; i < count; ++i) {
+      const auto pick = [&](std::int64_t n) {
+        return static_cast<std::int32_t>(rng.uniform_int(0, n - 1));
+      };
+      transfers.push_back({{static_cast<SlotKind>(pick(6)), pick(50), pick(4)},
+                           pick(devices),
+                           pick(devices),
+                           pick(launches)});
+      if (i % 97 == 0) transfers.push_back(transfers.back());  // a duplicate
+    }
+    std::vector<Transfer> expected = transfers;
+    std::sort(expected.begin(), expected.end(), transfer_order);
+    sort_transfers(transfers.begin(), transfers.end());
+    EXPECT_EQ(transfers, expected) << count << " transfers";
+  }
+}
 
 Workload make(std::vector<TokenCount> lengths, MaskKind kind = MaskKind::kCausal,
               std::int32_t q_heads = 8, std::int32_t kv_heads = 2) {

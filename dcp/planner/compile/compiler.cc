@@ -103,9 +103,13 @@ struct PassContext {
       device_transfers[static_cast<std::size_t>(t.src)].push_back(&t);
       device_transfers[static_cast<std::size_t>(t.dst)].push_back(&t);
     }
-    for (auto& list : device_transfers) {
-      std::stable_sort(list.begin(), list.end(),
-                       [](const Transfer* a, const Transfer* b) { return a->launch < b->launch; });
+    const auto by_launch = [](const Transfer* a, const Transfer* b) {
+      return a->launch < b->launch;
+    };
+    for (auto& list : device_transfers) {  // in launch order already when s.transfers is sorted
+      if (!std::is_sorted(list.begin(), list.end(), by_launch)) {
+        std::stable_sort(list.begin(), list.end(), by_launch);
+      }
     }
     tile_masks.resize(static_cast<std::size_t>(w.tile_count()));
     const auto blocks = static_cast<std::size_t>(w.blocks().block_count());
@@ -136,13 +140,86 @@ struct PassContext {
 
 using VReg = std::int32_t;
 
-struct ValueKeyHash {
-  std::size_t operator()(const ValueKey& key) const {
-    std::uint64_t h = static_cast<std::uint64_t>(static_cast<std::uint32_t>(key.block));
-    h = h * 0x9E3779B97F4A7C15ULL ^ static_cast<std::uint32_t>(key.head_block);
-    h = h * 0x9E3779B97F4A7C15ULL ^ static_cast<std::uint64_t>(key.kind);
-    return static_cast<std::size_t>(h ^ (h >> 29));
+// ValueKey -> VReg: an open-addressing table with linear probing (the compiler looks values up
+// for every work unit, and a node per entry made allocation the larger cost).
+class ValueMap {
+ public:
+  const VReg* find(const ValueKey& key) const {
+    if (slots_.empty()) return nullptr;
+    const std::uint64_t packed = pack(key);
+    for (std::size_t i = home(packed);; i = (i + 1) & mask_) {
+      if (slots_[i].key == kEmpty) return nullptr;
+      if (slots_[i].key == packed) return &slots_[i].value;
+    }
   }
+  void set(const ValueKey& key, VReg value) {
+    if ((size_ + 1) * 4 > slots_.size() * 3) grow();
+    const std::uint64_t packed = pack(key);
+    std::size_t i = home(packed);
+    while (slots_[i].key != kEmpty && slots_[i].key != packed) i = (i + 1) & mask_;
+    if (slots_[i].key == kEmpty) ++size_;
+    slots_[i] = {packed, value};
+  }
+  // Removes `key` (present), shifting back the entries its slot displaced.
+  void erase(const ValueKey& key) {
+    const std::uint64_t packed = pack(key);
+    std::size_t i = home(packed);
+    while (slots_[i].key != packed) i = (i + 1) & mask_;
+    for (std::size_t j = (i + 1) & mask_; slots_[j].key != kEmpty; j = (j + 1) & mask_) {
+      const std::size_t h = home(slots_[j].key);
+      // Move j into the hole at i unless j's home lies cyclically in (i, j].
+      if (((j - h) & mask_) >= ((j - i) & mask_)) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i].key = kEmpty;
+    --size_;
+  }
+  bool empty() const { return size_ == 0; }
+  ValueKey min_key() const {
+    std::uint64_t least = kEmpty;
+    for (const Slot& slot : slots_) least = std::min(least, slot.key);
+    return unpack(least);
+  }
+
+ private:
+  struct Slot {
+    std::uint64_t key;
+    VReg value;
+  };
+  static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
+  // kind (8 bits), block (32 bits), head block (24 bits): ordered as ValueKey is.
+  static std::uint64_t pack(const ValueKey& key) {
+    return static_cast<std::uint64_t>(static_cast<std::uint8_t>(key.kind)) << 56 |
+           static_cast<std::uint64_t>(static_cast<std::uint32_t>(key.block)) << 24 |
+           (static_cast<std::uint64_t>(static_cast<std::uint32_t>(key.head_block)) & 0xFFFFFF);
+  }
+  static ValueKey unpack(std::uint64_t packed) {
+    return {static_cast<SlotKind>(packed >> 56), static_cast<BlockId>((packed >> 24) & 0xFFFFFFFF),
+            static_cast<std::int32_t>(packed & 0xFFFFFF)};
+  }
+  std::size_t home(std::uint64_t packed) const {
+    std::uint64_t h = packed * 0x9E3779B97F4A7C15ULL;
+    return static_cast<std::size_t>(h ^ (h >> 32)) & mask_;
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.empty() ? 64 : old.size() * 2, Slot{kEmpty, 0});
+    mask_ = slots_.size() - 1;
+    size_ = 0;
+    for (const Slot& slot : old) {
+      if (slot.key == kEmpty) continue;
+      std::size_t i = home(slot.key);
+      while (slots_[i].key != kEmpty) i = (i + 1) & mask_;
+      slots_[i] = slot;
+      ++size_;
+    }
+  }
+
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
+  std::size_t size_ = 0;
 };
 
 class DeviceCompiler {
@@ -200,8 +277,7 @@ class DeviceCompiler {
                   " has transfers beyond the last launch");
     }
     if (!accumulator_.empty()) {
-      ValueKey key = accumulator_.begin()->first;
-      for (const auto& [other, v] : accumulator_) key = std::min(key, other);
+      const ValueKey key = accumulator_.min_key();
       throw Error("compile: device " + std::to_string(device_) + " keeps a partial " +
                   std::string(to_string(key.kind)) + " of block " + std::to_string(key.block) +
                   " that is never sent to its owner");
@@ -274,7 +350,7 @@ class DeviceCompiler {
     needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
     for (const ValueKey& key : needed) {
       const VReg v = new_vreg(key.kind, key.block);
-      inputs_[key] = v;
+      inputs_.set(key, v);
       push(Load{use(v), key.block, key.head_block});
     }
     if (pass == Pass::kBackward) {
@@ -299,7 +375,7 @@ class DeviceCompiler {
     for (const auto& [key, first] : restore_stage_) {
       if (first != stage) continue;
       const VReg v = new_vreg(key.kind, key.block);
-      inputs_[key] = v;
+      inputs_.set(key, v);
       push(Restore{use(v), key.block, key.head_block});
     }
   }
@@ -321,14 +397,14 @@ class DeviceCompiler {
       if (t->src == device_) {
         VReg v;
         if (is_output(t->value.kind)) {
-          const auto it = accumulator_.find(t->value);
-          if (it == accumulator_.end()) throw Error("compile: partial sent before it exists");
-          v = it->second;
-          accumulator_.erase(it);
+          const VReg* found = accumulator_.find(t->value);
+          if (found == nullptr) throw Error("compile: partial sent before it exists");
+          v = *found;
+          accumulator_.erase(t->value);
         } else {
-          const auto it = inputs_.find(t->value);
-          if (it == inputs_.end()) throw Error("compile: input sent before it arrives");
-          v = it->second;
+          const VReg* found = inputs_.find(t->value);
+          if (found == nullptr) throw Error("compile: input sent before it arrives");
+          v = *found;
         }
         in_flight_[static_cast<std::size_t>(launch)].push_back(v);
         instruction.ops.push_back({CommOp::Direction::kSend, t->dst, use(v), bytes});
@@ -342,7 +418,7 @@ class DeviceCompiler {
         if (is_output(t->value.kind)) {
           arrived_[static_cast<std::size_t>(launch)].push_back({t->value, v});
         } else {
-          inputs_[t->value] = v;
+          inputs_.set(t->value, v);
           if (c_.schedule.pass == Pass::kForward && is_kept(t->value)) {
             kept_arrivals_[launch].push_back({t->value, v});
           }
@@ -367,21 +443,20 @@ class DeviceCompiler {
   }
 
   VReg input(const ValueKey& key) {
-    const auto it = inputs_.find(key);
-    if (it == inputs_.end()) {
+    const VReg* found = inputs_.find(key);
+    if (found == nullptr) {
       throw Error("compile: device " + std::to_string(device_) + " computes with " +
                   std::string(to_string(key.kind)) + " of block " + std::to_string(key.block) +
                   " before it arrives");
     }
-    return use(it->second);
+    return use(*found);
   }
 
   // The device's accumulator for `key`: (slot, accumulate) — a new one if there is none yet.
   std::pair<VReg, bool> accumulator(const ValueKey& key) {
-    const auto it = accumulator_.find(key);
-    if (it != accumulator_.end()) return {use(it->second), true};
+    if (const VReg* found = accumulator_.find(key)) return {use(*found), true};
     const VReg v = new_vreg(key.kind, key.block);
-    accumulator_[key] = v;
+    accumulator_.set(key, v);
     return {use(v), false};
   }
 
@@ -422,15 +497,16 @@ class DeviceCompiler {
 
   void emit_merges(std::int32_t launch) {
     for (const auto& [key, v] : arrived_[static_cast<std::size_t>(launch)]) {
-      const auto it = accumulator_.find(key);
-      if (it == accumulator_.end()) {
-        accumulator_[key] = v;
+      const VReg* found = accumulator_.find(key);
+      if (found == nullptr) {
+        accumulator_.set(key, v);
         continue;
       }
+      const VReg held = *found;
       if (key.kind == SlotKind::kOut) {
-        push(Merge{use(it->second), use(v)});
+        push(Merge{use(held), use(v)});
       } else {
-        push(Sum{use(it->second), use(v)});
+        push(Sum{use(held), use(v)});
       }
     }
   }
@@ -438,11 +514,10 @@ class DeviceCompiler {
   void emit_stores() {
     for (const ExpectedOutput& out : program_.outputs) {
       const ValueKey key{out.kind, out.block, out.head_block};
-      const auto it = accumulator_.find(key);
       SlotId slot = kNoSlot;
-      if (it != accumulator_.end()) {
-        slot = use(it->second);
-        accumulator_.erase(it);
+      if (const VReg* found = accumulator_.find(key)) {
+        slot = use(*found);
+        accumulator_.erase(key);
       }
       push(Store{slot, out.kind, out.block, out.head_block});
     }
@@ -472,10 +547,8 @@ class DeviceCompiler {
                                         static_cast<std::size_t>(last) + 1);
       frees[static_cast<std::size_t>(end - stage_ends_.begin())].push_back(static_cast<VReg>(v));
     }
-    std::vector<std::vector<VReg>> defined_at(code_.size() + 1);
-    for (std::size_t v = 0; v < vregs_.size(); ++v) {
-      defined_at[static_cast<std::size_t>(vregs_[v].def)].push_back(static_cast<VReg>(v));
-    }
+    // vregs_ are made in code order (def never decreases): one cursor finds those defined at i.
+    std::size_t next_def = 0;
     std::vector<SlotId> slot_of(vregs_.size(), kNoSlot);
     std::multimap<std::pair<SlotKind, std::int32_t>, SlotId> free_slots;
     const auto allocate = [&](VReg v) {
@@ -512,7 +585,10 @@ class DeviceCompiler {
     };
     for (std::size_t i = 0; i < code_.size(); ++i) {
       flush_frees(i);
-      for (const VReg v : defined_at[i]) allocate(v);
+      for (; next_def < vregs_.size() && static_cast<std::size_t>(vregs_[next_def].def) <= i;
+           ++next_def) {
+        allocate(static_cast<VReg>(next_def));
+      }
       code.push_back(remap(std::move(code_[i]), slot_of));
       code_stage.push_back(code_stage_[i]);
     }
@@ -576,8 +652,8 @@ class DeviceCompiler {
   std::vector<Instruction> code_;
   std::vector<std::int32_t> code_stage_;
   std::vector<std::size_t> stage_ends_;  // code_ positions where a stage's frees go
-  std::unordered_map<ValueKey, VReg, ValueKeyHash> inputs_;
-  std::unordered_map<ValueKey, VReg, ValueKeyHash> accumulator_;
+  ValueMap inputs_;
+  ValueMap accumulator_;
   std::vector<LaunchId> launch_ids_;  // per launch number; -1 when this device had no ops
   LaunchId next_launch_id_ = 0;
   std::size_t transfer_cursor_ = 0;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <limits>
 #include <tuple>
-#include <unordered_map>
 
 #include "dcp/model/tensor.h"
 
@@ -22,12 +21,13 @@ ValueKey key_value(const Workload& workload, const WorkUnit& unit) {
           workload.heads().kv_block_of(unit.head_block)};
 }
 
-std::vector<ValueKey> output_values(const Workload& workload, Pass pass, const WorkUnit& unit) {
+OutputValues output_values(const Workload& workload, Pass pass, const WorkUnit& unit) {
   const BlockId q = workload.blocks().block_id(unit.seq, unit.q_block);
-  if (pass == Pass::kForward) return {{SlotKind::kOut, q, unit.head_block}};
-  return {{SlotKind::kDQ, q, unit.head_block},
-          {SlotKind::kDKV, workload.blocks().block_id(unit.seq, unit.kv_block),
-           workload.heads().kv_block_of(unit.head_block)}};
+  if (pass == Pass::kForward) return {{{{SlotKind::kOut, q, unit.head_block}, {}}}, 1};
+  return {{{{SlotKind::kDQ, q, unit.head_block},
+            {SlotKind::kDKV, workload.blocks().block_id(unit.seq, unit.kv_block),
+             workload.heads().kv_block_of(unit.head_block)}}},
+          2};
 }
 
 void add_partial_transfers(const Workload& workload, const Placement& placement,
@@ -48,7 +48,17 @@ void add_partial_transfers(const Workload& workload, const Placement& placement,
     for (const ValueKey& value : output_values(workload, schedule.pass, workload.work_unit(w))) {
       if (owner(value) == device) continue;
       if (!kv_gradients && value.kind == SlotKind::kDKV) continue;
-      contributions.push_back({value, device, stage});
+      // Units of one output are often consecutive: merge them here, keeping the last stage
+      // (what the sort and merge below would keep), so that far fewer entries are sorted.
+      const std::size_t n = contributions.size();
+      if (n > 0 && contributions[n - 1].device == device && contributions[n - 1].value == value) {
+        contributions[n - 1].stage = std::max(contributions[n - 1].stage, stage);
+      } else if (n > 1 && contributions[n - 2].device == device &&
+                 contributions[n - 2].value == value) {  // backward: dq and dkv alternate
+        contributions[n - 2].stage = std::max(contributions[n - 2].stage, stage);
+      } else {
+        contributions.push_back({value, device, stage});
+      }
     }
   }
   std::sort(contributions.begin(), contributions.end(), [](const auto& a, const auto& b) {
@@ -70,6 +80,7 @@ void add_partial_transfers(const Workload& workload, const Placement& placement,
   // sends their merge to the owner once it has all of them: a partial that arrives in launch l is
   // merged before launch l + 1 is issued. The reducer is the device that can send first.
   const ClusterShape& shape = placement.cluster;
+  const std::size_t earlier = schedule.transfers.size();  // the transfers already scheduled
   const auto send = [&](const ValueKey& value, DeviceId src, DeviceId dst, std::int32_t launch) {
     schedule.transfers.push_back({value, src, dst, launch});
   };
@@ -119,11 +130,56 @@ void add_partial_transfers(const Workload& workload, const Placement& placement,
     send(value, r, home, reducer_launch);
     i = end;
   }
-  std::sort(schedule.transfers.begin(), schedule.transfers.end(),
-            [](const Transfer& a, const Transfer& b) {
-              return std::tie(a.launch, a.src, a.dst, a.value) <
-                     std::tie(b.launch, b.src, b.dst, b.value);
-            });
+  // The earlier transfers are sorted already, unless a caller left them otherwise.
+  const auto middle = schedule.transfers.begin() + static_cast<std::ptrdiff_t>(earlier);
+  if (std::is_sorted(schedule.transfers.begin(), middle, transfer_order)) {
+    sort_transfers(middle, schedule.transfers.end());
+    std::inplace_merge(schedule.transfers.begin(), middle, schedule.transfers.end(),
+                       transfer_order);
+  } else {
+    sort_transfers(schedule.transfers.begin(), schedule.transfers.end());
+  }
+}
+
+bool transfer_order(const Transfer& a, const Transfer& b) {
+  return std::tie(a.launch, a.src, a.dst, a.value) < std::tie(b.launch, b.src, b.dst, b.value);
+}
+
+void sort_transfers(std::vector<Transfer>::iterator begin, std::vector<Transfer>::iterator end) {
+  // A counting sort on (launch, src), then each bucket sorted on its own: static layouts have
+  // millions of transfers over a few dozen launches and devices. Every field is in the key, so
+  // the order is the one a single sort gives.
+  const auto n = static_cast<std::size_t>(end - begin);
+  if (n < 2) return;
+  std::int32_t launches = 0, devices = 0;
+  for (auto it = begin; it != end; ++it) {
+    launches = std::max(launches, it->launch + 1);
+    devices = std::max(devices, it->src + 1);
+  }
+  const auto buckets = static_cast<std::size_t>(launches) * static_cast<std::size_t>(devices);
+  if (buckets > n) {
+    std::sort(begin, end, transfer_order);
+    return;
+  }
+  const auto bucket = [&](const Transfer& t) {
+    return static_cast<std::size_t>(t.launch) * static_cast<std::size_t>(devices) +
+           static_cast<std::size_t>(t.src);
+  };
+  std::vector<std::size_t> start(buckets + 1, 0);
+  for (auto it = begin; it != end; ++it) ++start[bucket(*it) + 1];
+  for (std::size_t b = 0; b < buckets; ++b) start[b + 1] += start[b];
+  std::vector<Transfer> sorted(n);
+  std::vector<std::size_t> next(start.begin(), start.end() - 1);
+  for (auto it = begin; it != end; ++it) sorted[next[bucket(*it)]++] = *it;
+  const auto by_destination = [](const Transfer& a, const Transfer& b) {
+    return std::tie(a.dst, a.value) < std::tie(b.dst, b.value);
+  };
+  for (std::size_t b = 0; b < buckets; ++b) {
+    const auto first = sorted.begin() + static_cast<std::ptrdiff_t>(start[b]);
+    const auto last = sorted.begin() + static_cast<std::ptrdiff_t>(start[b + 1]);
+    if (!std::is_sorted(first, last, by_destination)) std::sort(first, last, by_destination);
+  }
+  std::copy(sorted.begin(), sorted.end(), begin);
 }
 
 std::int32_t launch_count(const PassSchedule& schedule) {
@@ -186,15 +242,22 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
   const auto bytes_of = [&](const Transfer& t) {
     return value_bytes(header, t.value.kind, workload.blocks().block(t.value.block).tokens);
   };
-  // What a launch moves between two devices travels as one message.
-  std::unordered_map<std::int64_t, std::int64_t> message_bytes;  // (launch, src, dst) -> bytes
+  // What a launch moves between two devices travels as one message: bytes per (launch, src,
+  // dst), and whether the pair exchanges anything at all (a message may carry 0 bytes).
+  std::vector<std::int64_t> message_bytes(launches * devices * devices, 0);
+  std::vector<std::uint8_t> message_sent(launches * devices * devices, 0);
   const auto message_key = [&](const Transfer& t) {
-    return (std::int64_t{t.launch} * shape.devices() + t.src) * shape.devices() + t.dst;
+    return (static_cast<std::size_t>(t.launch) * devices + static_cast<std::size_t>(t.src)) *
+               devices +
+           static_cast<std::size_t>(t.dst);
   };
-  for (const Transfer& t : schedule.transfers) message_bytes[message_key(t)] += bytes_of(t);
+  for (const Transfer& t : schedule.transfers) {
+    message_bytes[message_key(t)] += bytes_of(t);
+    message_sent[message_key(t)] = 1;
+  }
   for (const Transfer& t : schedule.transfers) {
     const std::int64_t bytes = bytes_of(t);
-    const std::int64_t message = message_bytes.at(message_key(t));
+    const std::int64_t message = message_bytes[message_key(t)];
     const auto l = static_cast<std::size_t>(t.launch);
     if (shape.node_of(t.src) == shape.node_of(t.dst)) {
       const double link = spec.link_bytes(bytes, false, message);
@@ -211,7 +274,7 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
   // The stream bandwidth bounds it too: its message moves at most that fast.
   const auto link_seconds = [&](std::size_t l, const Transfer& t) {
     const bool inter = shape.node_of(t.src) != shape.node_of(t.dst);
-    const std::int64_t message = message_bytes.at(message_key(t));
+    const std::int64_t message = message_bytes[message_key(t)];
     const double own = spec.link_bytes(message, inter, message) / spec.stream_bandwidth(inter);
     if (!inter) {
       return spec.intra_node_latency +
@@ -223,21 +286,19 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
                                                             nic_recv[l * nics + nic(t.dst)]) /
                                                        spec.nic_bandwidth());
   };
-  // Each device's launch set-up: per launch and per distinct peer.
-  std::vector<std::vector<std::int32_t>> launch_peers(launches * devices);
-  for (const Transfer& t : schedule.transfers) {
-    const auto l = static_cast<std::size_t>(t.launch);
-    launch_peers[l * devices + static_cast<std::size_t>(t.src)].push_back(t.dst);
-    launch_peers[l * devices + static_cast<std::size_t>(t.dst)].push_back(t.src);
-  }
+  // Each device's launch set-up: per launch and per distinct peer (sent to or received from).
   std::vector<double> launch_setup(launches * devices, 0.0);
-  for (std::size_t i = 0; i < launch_peers.size(); ++i) {
-    std::vector<std::int32_t>& peers = launch_peers[i];
-    if (peers.empty()) continue;
-    std::sort(peers.begin(), peers.end());
-    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-    launch_setup[i] =
-        cluster.launch_overhead + cluster.launch_peer_overhead * static_cast<double>(peers.size());
+  for (std::size_t l = 0; l < launches; ++l) {
+    const std::uint8_t* sent = message_sent.data() + l * devices * devices;
+    for (std::size_t a = 0; a < devices; ++a) {
+      std::int64_t peers = 0;
+      for (std::size_t b = 0; b < devices; ++b) {
+        peers += (sent[a * devices + b] | sent[b * devices + a]) != 0 ? 1 : 0;
+      }
+      if (peers == 0) continue;
+      launch_setup[l * devices + a] =
+          cluster.launch_overhead + cluster.launch_peer_overhead * static_cast<double>(peers);
+    }
   }
   result.launch_comm.assign(launches, 0.0);
   std::vector<std::vector<const Transfer*>> by_launch(launches);

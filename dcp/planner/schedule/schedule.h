@@ -2,7 +2,9 @@
 // A pass schedule: the compute stage of every work unit and every transfer, by launch.
 #pragma once
 
+#include <array>
 #include <compare>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -49,8 +51,22 @@ struct PassSchedule {
 SlotKind query_kind(Pass pass);
 ValueKey query_value(const Workload& workload, Pass pass, const WorkUnit& unit);
 ValueKey key_value(const Workload& workload, const WorkUnit& unit);
-// The partial outputs a work unit contributes to: kOut forward; kDQ and kDKV backward.
-std::vector<ValueKey> output_values(const Workload& workload, Pass pass, const WorkUnit& unit);
+// The order of PassSchedule::transfers: by (launch, src, dst, value).
+bool transfer_order(const Transfer& a, const Transfer& b);
+// Sorts [begin, end) into transfer_order.
+void sort_transfers(std::vector<Transfer>::iterator begin, std::vector<Transfer>::iterator end);
+
+// The partial outputs a work unit contributes to: kOut forward; kDQ and kDKV backward (a small
+// range, not a vector: it is asked for every work unit of every pass).
+struct OutputValues {
+  std::array<ValueKey, 2> values;
+  std::size_t count = 0;
+  const ValueKey* begin() const { return values.data(); }
+  const ValueKey* end() const { return values.data() + count; }
+  const ValueKey& front() const { return values[0]; }
+  const ValueKey& back() const { return values[count - 1]; }
+};
+OutputValues output_values(const Workload& workload, Pass pass, const WorkUnit& unit);
 
 // How partial outputs reach their owner.
 //   kReduceInNode: dcp's. Partials of one value made on devices of the owner's node go to the

@@ -8,6 +8,8 @@
 
 #include "dcp/model/tensor.h"
 
+#include "dcp/planner/schedule/value_map.h"
+
 namespace dcp {
 
 SlotKind query_kind(Pass pass) { return pass == Pass::kForward ? SlotKind::kQ : SlotKind::kQGrad; }
@@ -41,39 +43,28 @@ void add_partial_transfers(const Workload& workload, const Placement& placement,
   const auto owner = [&](const ValueKey& value) {
     return placement.token_block_device[static_cast<std::size_t>(value.block)];
   };
+  // One entry per (value, device), with its last stage: found through a table per device.
   std::vector<Contribution> contributions;
+  std::vector<ValueMap> entry_of(static_cast<std::size_t>(placement.cluster.devices()));
   for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
     const DeviceId device = placement.work_unit_device[static_cast<std::size_t>(w)];
     const std::int32_t stage = schedule.unit_stage[static_cast<std::size_t>(w)];
     for (const ValueKey& value : output_values(workload, schedule.pass, workload.work_unit(w))) {
       if (owner(value) == device) continue;
       if (!kv_gradients && value.kind == SlotKind::kDKV) continue;
-      // Units of one output are often consecutive: merge them here, keeping the last stage
-      // (what the sort and merge below would keep), so that far fewer entries are sorted.
-      const std::size_t n = contributions.size();
-      if (n > 0 && contributions[n - 1].device == device && contributions[n - 1].value == value) {
-        contributions[n - 1].stage = std::max(contributions[n - 1].stage, stage);
-      } else if (n > 1 && contributions[n - 2].device == device &&
-                 contributions[n - 2].value == value) {  // backward: dq and dkv alternate
-        contributions[n - 2].stage = std::max(contributions[n - 2].stage, stage);
+      ValueMap& entries = entry_of[static_cast<std::size_t>(device)];
+      if (const std::int32_t* found = entries.find(value)) {
+        std::int32_t& last = contributions[static_cast<std::size_t>(*found)].stage;
+        last = std::max(last, stage);
       } else {
+        entries.set(value, static_cast<std::int32_t>(contributions.size()));
         contributions.push_back({value, device, stage});
       }
     }
   }
   std::sort(contributions.begin(), contributions.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.value, a.device, a.stage) < std::tie(b.value, b.device, b.stage);
+    return std::tie(a.value, a.device) < std::tie(b.value, b.device);
   });
-  std::size_t kept = 0;  // one entry per (value, device), with its last stage
-  for (const Contribution& c : contributions) {
-    Contribution* last = kept > 0 ? &contributions[kept - 1] : nullptr;
-    if (last != nullptr && last->value == c.value && last->device == c.device) {
-      last->stage = c.stage;
-    } else {
-      contributions[kept++] = c;
-    }
-  }
-  contributions.resize(kept);
 
   // Per value, the contributing devices of one node other than the owner's are a run (devices
   // are numbered node by node). A node's partials meet on one of its devices, the reducer, which

@@ -31,7 +31,12 @@ step() {  # step NAME SECONDS COMMAND...: runs COMMAND with a time limit, logs t
   [ "$rc" -eq 0 ] || failed+=("$name")
 }
 
+unset TRITON_INTERPRET  # the GPU runs compiled kernels, never the interpreter
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+if ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  echo "error: $python's torch sees no CUDA device; the GPU tests would only skip" >&2
+  exit 1
+fi
 "$python" -c 'import sys, torch, triton; print(sys.version.split()[0], "torch", torch.__version__,
 "triton", triton.__version__, torch.cuda.get_device_name(0))'
 
@@ -54,7 +59,7 @@ step gpu_executor 120 "$python" -m torch.distributed.run --standalone --nproc-pe
   --strategies dcp-pure,ring --repeats 5 --json "$out/gpu_executor.json"
 if command -v compute-sanitizer >/dev/null; then
   for tool in racecheck memcheck; do
-    step "sanitizer_$tool" 150 env DCP_TRITON_INTERPRETER_CHILD=1 DCP_TRITON_KERNEL_DEVICE=cuda \
+    step "sanitizer_$tool" 300 env DCP_TRITON_INTERPRETER_CHILD=1 DCP_TRITON_KERNEL_DEVICE=cuda \
       compute-sanitizer --tool "$tool" --error-exitcode 3 \
       "$python" -m pytest -q -p no:cacheprovider tests/python/test_triton_kernels.py \
       -k "attention_forward or attention_backward or load_attend"

@@ -95,7 +95,9 @@ def test_a_malformed_tile_table_is_refused_naming_the_entry(tmp_path):
                         ('{"backward": {"d128": [64, 64, 4, 2]}}', "kernel 'backward'"),
                         ('{"dq": {"d256": [64, 64, 4, 2]}}', "class 'd256' of dq"),
                         ('{"dq": {"d64": [64, 64, 4]}}', "dq/d64 = [64, 64, 4]"),
-                        ("not json", "cannot read a tile table")]:
+                        ("not json", "cannot read a tile table"),
+                        ("[]", "got list"),
+                        ('{"forward": [64, 64, 4, 2]}', "forward maps classes to tiles")]:
         result = _import_with_tiles(tmp_path, text)
         assert result.returncode != 0, text
         assert "DCP_TRITON_TILES=" in result.stderr and words in result.stderr, result.stderr

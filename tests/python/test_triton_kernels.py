@@ -54,6 +54,8 @@ class _OnCuda:
 
     def __getattr__(self, name):
         function = getattr(self._module, name)
+        if not callable(function):
+            return function
 
         def call(*args, **kwargs):
             moved = {}

@@ -72,7 +72,8 @@ class ValueMap {
             static_cast<std::int32_t>(packed & 0xFFFFFF)};
   }
   std::size_t home(std::uint64_t packed) const {
-    std::uint64_t h = packed * 0x9E3779B97F4A7C15ULL;
+    // Folded before the multiply, so that the kind's top bits reach the slot too.
+    std::uint64_t h = (packed ^ (packed >> 31)) * 0x9E3779B97F4A7C15ULL;
     return static_cast<std::size_t>(h ^ (h >> 32)) & mask_;
   }
   void grow() {

@@ -120,7 +120,9 @@ class TritonCall:
 
 
 def subtiles() -> tuple[int, int, int, int]:
-    """The Triton kernels' sub-tiles at head dim 128 in bf16 (forward q x kv, backward q x kv)."""
+    """The Triton kernels' sub-tiles at head dim 128 in bf16: forward q x kv, then backward q
+    (the dq kernel's rows) x kv (the dk/dv kernel's keys). The two backward kernels may tile
+    differently (_GPU_TILES); one (q, kv) pair is what the cost model takes."""
     forward, _ = tk._attention_launch("forward", 128, torch.bfloat16, False)
     dq, _ = tk._attention_launch("dq", 128, torch.bfloat16, False)
     dkv, _ = tk._attention_launch("dkv", 128, torch.bfloat16, False)

@@ -117,10 +117,15 @@ def set_tiles(tiles: dict) -> None:
     """Replaces entries of the GPU tile table: {kernel: {class: [BLOCK_M, BLOCK_N, warps,
     stages]}}, kernel one of forward, dq, dkv and class one of d64, d128, wide (the format
     bench/gpu_tile_sweep.py writes). Checks everything before changing anything."""
+    if not isinstance(tiles, dict):
+        raise ValueError(f"tiles: a table is {{kernel: {{class: [BLOCK_M, BLOCK_N, warps, "
+                         f"stages]}}}}; got {type(tiles).__name__}")
     checked = {}
     for kernel, classes in tiles.items():
-        if kernel not in _GPU_TILES or not isinstance(classes, dict):
+        if kernel not in _GPU_TILES:
             raise ValueError(f"tiles: kernel {kernel!r} is not one of {', '.join(_GPU_TILES)}")
+        if not isinstance(classes, dict):
+            raise ValueError(f"tiles: {kernel} maps classes to tiles; got {classes!r}")
         for size, tile in classes.items():
             if size not in _GPU_TILES[kernel]:
                 raise ValueError(f"tiles: class {size!r} of {kernel} is not one of "

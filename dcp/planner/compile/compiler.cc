@@ -81,21 +81,37 @@ struct PassContext {
       device_units[static_cast<std::size_t>(p.work_unit_device[static_cast<std::size_t>(u)])]
           .push_back(u);
     }
-    // Each device's units by (stage, q value, kv value), then id: the keys once per unit.
+    // Each device's units by (stage, q value, kv value), then id: the keys once per unit, packed
+    // into two words (a pass's q values share one kind, and so do its kv values): stage 16 bits,
+    // q block 32, q head block 16; kv block 32, kv head block 32.
     struct UnitOrder {
-      std::int32_t stage;
-      ValueKey q, kv;
+      std::uint64_t high, low;
       WorkUnitId unit;
       auto operator<=>(const UnitOrder&) const = default;
     };
+    for (const std::int32_t stage : s.unit_stage) {
+      if (stage < 0 || stage > 0xFFFF) {
+        throw Error("compile: stage " + std::to_string(stage) + " is outside 0..65535");
+      }
+    }
+    if (w.heads().count() > 0xFFFF) {
+      throw Error("compile: " + std::to_string(w.heads().count()) + " head blocks (at most 65535)");
+    }
     std::vector<UnitOrder> order;
     for (auto& units : device_units) {
       order.clear();
       order.reserve(units.size());
       for (const WorkUnitId u : units) {
         const WorkUnit unit = w.work_unit(u);
-        order.push_back({s.unit_stage[static_cast<std::size_t>(u)], query_value(w, s.pass, unit),
-                         key_value(w, unit), u});
+        const ValueKey q = query_value(w, s.pass, unit);
+        const ValueKey kv = key_value(w, unit);
+        const auto word = [](auto x) { return static_cast<std::uint64_t>(x); };
+        order.push_back({word(s.unit_stage[static_cast<std::size_t>(u)]) << 48 |
+                             word(static_cast<std::uint32_t>(q.block)) << 16 |
+                             word(q.head_block),
+                         word(static_cast<std::uint32_t>(kv.block)) << 32 |
+                             word(static_cast<std::uint32_t>(kv.head_block)),
+                         u});
       }
       std::sort(order.begin(), order.end());
       for (std::size_t i = 0; i < units.size(); ++i) units[i] = order[i].unit;

@@ -175,8 +175,11 @@ std::int32_t ClusterSpec::nic_of(DeviceId device) const {
 double ClusterSpec::link_bytes(std::int64_t bytes, bool inter_node,
                                std::int64_t message_bytes) const {
   return static_cast<double>(bytes) /
-         size_efficiency(inter_node ? inter_node_efficiency : intra_node_efficiency,
-                         message_bytes > 0 ? message_bytes : bytes);
+         link_efficiency(inter_node, message_bytes > 0 ? message_bytes : bytes);
+}
+
+double ClusterSpec::link_efficiency(bool inter_node, std::int64_t message_bytes) const {
+  return size_efficiency(inter_node ? inter_node_efficiency : intra_node_efficiency, message_bytes);
 }
 
 double ClusterSpec::stream_bandwidth(bool inter_node) const {

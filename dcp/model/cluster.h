@@ -119,6 +119,8 @@ struct ClusterSpec {
   // `message_bytes`, the size of the message it travels in (the bytes a launch moves between its
   // two devices, which transports send as one; 0: the transfer's own bytes).
   double link_bytes(std::int64_t bytes, bool inter_node, std::int64_t message_bytes = 0) const;
+  // The efficiency link_bytes divides by: the transport's at a message of `message_bytes`.
+  double link_efficiency(bool inter_node, std::int64_t message_bytes) const;
   // The cap on one transfer's rate (the stream bandwidth; infinity where there is none).
   double stream_bandwidth(bool inter_node) const;
   // Seconds to move `bytes` between two devices (same node or not), alone on its link sides: the

@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
+
+#include "dcp/planner/schedule/value_map.h"
 
 namespace dcp {
 
@@ -38,15 +39,18 @@ namespace {
 class PathGradients {
  public:
   PathGradients(const Workload& w, const Placement& p, const PassSchedule& schedule)
-      : w_(w), p_(p), devices_(p.cluster.devices()) {
+      : p_(p), last_stage_(static_cast<std::size_t>(p.cluster.devices())) {
     for (WorkUnitId u = 0; u < w.work_unit_count(); ++u) {
       const WorkUnit unit = w.work_unit(u);
       const ValueKey dkv = output_values(w, Pass::kBackward, unit).back();
-      const std::int64_t key = index(dkv, p.work_unit_device[static_cast<std::size_t>(u)]);
-      auto [it, inserted] =
-          last_stage_.try_emplace(key, schedule.unit_stage[static_cast<std::size_t>(u)]);
-      if (!inserted)
-        it->second = std::max(it->second, schedule.unit_stage[static_cast<std::size_t>(u)]);
+      ValueMap& last =
+          last_stage_[static_cast<std::size_t>(p.work_unit_device[static_cast<std::size_t>(u)])];
+      const std::int32_t stage = schedule.unit_stage[static_cast<std::size_t>(u)];
+      if (const std::int32_t* found = last.find(dkv)) {
+        if (stage > *found) last.set(dkv, stage);
+      } else {
+        last.set(dkv, stage);
+      }
     }
   }
 
@@ -57,24 +61,18 @@ class PathGradients {
     bool started = false;
     for (std::size_t k = 0; k < path.size(); ++k) {
       const DeviceId device = path[k];
-      const auto it = last_stage_.find(index(dkv, device));
-      if (it == last_stage_.end() && !started) continue;
+      const std::int32_t* last = last_stage_[static_cast<std::size_t>(device)].find(dkv);
+      if (last == nullptr && !started) continue;
       started = true;
       const DeviceId next = k + 1 < path.size() ? path[k + 1] : owner;
-      launch = std::max(launch + 1, it == last_stage_.end() ? 0 : it->second + 1);
+      launch = std::max(launch + 1, last == nullptr ? 0 : *last + 1);
       if (next != device) transfers.push_back({dkv, device, next, launch});
     }
   }
 
  private:
-  std::int64_t index(const ValueKey& dkv, DeviceId device) const {
-    return (std::int64_t{dkv.block} * w_.heads().kv_count() + dkv.head_block) * devices_ + device;
-  }
-
-  const Workload& w_;
   const Placement& p_;
-  std::int64_t devices_;
-  std::unordered_map<std::int64_t, std::int32_t> last_stage_;
+  std::vector<ValueMap> last_stage_;  // per device: each dkv value's last contributing stage
 };
 
 }  // namespace

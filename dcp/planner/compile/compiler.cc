@@ -107,8 +107,7 @@ struct PassContext {
         const ValueKey kv = key_value(w, unit);
         const auto word = [](auto x) { return static_cast<std::uint64_t>(x); };
         order.push_back({word(s.unit_stage[static_cast<std::size_t>(u)]) << 48 |
-                             word(static_cast<std::uint32_t>(q.block)) << 16 |
-                             word(q.head_block),
+                             word(static_cast<std::uint32_t>(q.block)) << 16 | word(q.head_block),
                          word(static_cast<std::uint32_t>(kv.block)) << 32 |
                              word(static_cast<std::uint32_t>(kv.head_block)),
                          u});
@@ -268,13 +267,16 @@ class DeviceCompiler {
   }
 
   void emit_loads() {
-    std::vector<ValueKey> needed;
+    std::vector<ValueKey> needed;  // each once: `seen` drops the repeats of the units' inputs
+    ValueMap seen;
     const Pass pass = c_.schedule.pass;
     for (const WorkUnitId w : c_.device_units[static_cast<std::size_t>(device_)]) {
       const WorkUnit unit = c_.workload.work_unit(w);
       for (const ValueKey& key :
            {query_value(c_.workload, pass, unit), key_value(c_.workload, unit)}) {
-        if (owner(key.block) == device_) needed.push_back(key);
+        if (owner(key.block) != device_ || seen.find(key) != nullptr) continue;
+        seen.set(key, 0);
+        needed.push_back(key);
       }
     }
     for (const Transfer* t : c_.device_transfers[static_cast<std::size_t>(device_)]) {

@@ -246,16 +246,30 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
     message_bytes[message_key(t)] += bytes_of(t);
     message_sent[message_key(t)] = 1;
   }
+  // link_bytes, with the efficiency of the last message kept: a message's transfers are
+  // consecutive, and the efficiency (two logarithms) is the same for all of them.
+  std::int64_t last_message = -1;
+  bool last_inter = false;
+  double last_efficiency = 1;
+  const auto link_bytes = [&](std::int64_t bytes, bool inter, std::int64_t message) {
+    if (message <= 0) return spec.link_bytes(bytes, inter, message);
+    if (message != last_message || inter != last_inter) {
+      last_message = message;
+      last_inter = inter;
+      last_efficiency = spec.link_efficiency(inter, message);
+    }
+    return static_cast<double>(bytes) / last_efficiency;
+  };
   for (const Transfer& t : schedule.transfers) {
     const std::int64_t bytes = bytes_of(t);
     const std::int64_t message = message_bytes[message_key(t)];
     const auto l = static_cast<std::size_t>(t.launch);
     if (shape.node_of(t.src) == shape.node_of(t.dst)) {
-      const double link = spec.link_bytes(bytes, false, message);
+      const double link = link_bytes(bytes, false, message);
       intra_send[l * devices + static_cast<std::size_t>(t.src)] += link;
       intra_recv[l * devices + static_cast<std::size_t>(t.dst)] += link;
     } else {
-      const double link = spec.link_bytes(bytes, true, message);
+      const double link = link_bytes(bytes, true, message);
       nic_send[l * nics + nic(t.src)] += link;
       nic_recv[l * nics + nic(t.dst)] += link;
     }
@@ -266,7 +280,7 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
   const auto link_seconds = [&](std::size_t l, const Transfer& t) {
     const bool inter = shape.node_of(t.src) != shape.node_of(t.dst);
     const std::int64_t message = message_bytes[message_key(t)];
-    const double own = spec.link_bytes(message, inter, message) / spec.stream_bandwidth(inter);
+    const double own = link_bytes(message, inter, message) / spec.stream_bandwidth(inter);
     if (!inter) {
       return spec.intra_node_latency +
              std::max(own, std::max(intra_send[l * devices + static_cast<std::size_t>(t.src)],

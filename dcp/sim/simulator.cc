@@ -587,15 +587,15 @@ class Simulation {
         }
       }
       if (next == kInf) break;
-      for (const std::size_t c : active_) {
-        classes_[c].served += classes_[c].rate * (next - now);
-      }
+      const double elapsed = next - now;
       now = next;
-      // Transfers that end now: the class that set `next`, and any within rounding of it.
+      // Transfers that end now: the class that set `next`, and any within rounding of it (each
+      // class brought to `now` first).
       std::vector<std::int32_t>& ended = scratch_ended_;
       ended.clear();
       for (const std::size_t c : active_) {
         LinkClass& link = classes_[c];
+        link.served += link.rate * elapsed;
         while (!link.ends.empty() && (c == ending || link.ends.top().first - link.served <=
                                                          1e-9 * link.ends.top().first + 1e-6)) {
           ended.push_back(link.ends.top().second);

@@ -175,11 +175,20 @@ std::int32_t ClusterSpec::nic_of(DeviceId device) const {
 double ClusterSpec::link_bytes(std::int64_t bytes, bool inter_node,
                                std::int64_t message_bytes) const {
   return static_cast<double>(bytes) /
-         link_efficiency(inter_node, message_bytes > 0 ? message_bytes : bytes);
+         size_efficiency(inter_node ? inter_node_efficiency : intra_node_efficiency,
+                         message_bytes > 0 ? message_bytes : bytes);
 }
 
-double ClusterSpec::link_efficiency(bool inter_node, std::int64_t message_bytes) const {
-  return size_efficiency(inter_node ? inter_node_efficiency : intra_node_efficiency, message_bytes);
+double MessageLinkBytes::operator()(std::int64_t bytes, bool inter_node,
+                                    std::int64_t message_bytes) {
+  if (message_bytes <= 0) return spec_.link_bytes(bytes, inter_node, message_bytes);
+  if (message_bytes != message_ || inter_node != inter_node_) {
+    message_ = message_bytes;
+    inter_node_ = inter_node;
+    efficiency_ = size_efficiency(
+        inter_node ? spec_.inter_node_efficiency : spec_.intra_node_efficiency, message_bytes);
+  }
+  return static_cast<double>(bytes) / efficiency_;
 }
 
 double ClusterSpec::stream_bandwidth(bool inter_node) const {

@@ -119,14 +119,27 @@ struct ClusterSpec {
   // `message_bytes`, the size of the message it travels in (the bytes a launch moves between its
   // two devices, which transports send as one; 0: the transfer's own bytes).
   double link_bytes(std::int64_t bytes, bool inter_node, std::int64_t message_bytes = 0) const;
-  // The efficiency link_bytes divides by: the transport's at a message of `message_bytes`.
-  double link_efficiency(bool inter_node, std::int64_t message_bytes) const;
   // The cap on one transfer's rate (the stream bandwidth; infinity where there is none).
   double stream_bandwidth(bool inter_node) const;
   // Seconds to move `bytes` between two devices (same node or not), alone on its link sides: the
   // latency plus its link bytes over the device's (intra) or the interface's (inter) bandwidth,
   // or over the stream bandwidth where that is lower.
   double transfer_seconds(std::int64_t bytes, bool inter_node) const;
+};
+
+// ClusterSpec::link_bytes for a stream of transfers in which a message's transfers come one after
+// another (a schedule's, a simulation's): the efficiency at the message's size (two logarithms)
+// is computed once per message. Same results as link_bytes.
+class MessageLinkBytes {
+ public:
+  explicit MessageLinkBytes(const ClusterSpec& spec) : spec_(spec) {}
+  double operator()(std::int64_t bytes, bool inter_node, std::int64_t message_bytes);
+
+ private:
+  const ClusterSpec& spec_;
+  std::int64_t message_ = -1;
+  bool inter_node_ = false;
+  double efficiency_ = 1;
 };
 
 // Throws InvalidInput naming the field unless the shape is valid and every rate is positive and

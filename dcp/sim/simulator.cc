@@ -80,7 +80,11 @@ class Simulation {
  public:
   Simulation(const PlanHeader& header, const std::vector<Program>& programs,
              const ClusterSpec& cluster, const ExecutorModel& executor)
-      : header_(header), cost_(cluster, header), executor_(executor), shape_(cluster.shape) {
+      : header_(header),
+        cost_(cluster, header),
+        executor_(executor),
+        shape_(cluster.shape),
+        link_bytes_(cost_.spec()) {
     const auto devices = at(shape_.devices());
     devices_.resize(devices);
     result_.devices.resize(devices);
@@ -474,19 +478,6 @@ class Simulation {
         ends;  // (served level at which it ends, transfer)
   };
 
-  // ClusterSpec::link_bytes of a transfer, with the last message's efficiency kept (the
-  // transfers of one message join the network together, and it costs two logarithms).
-  double link_bytes(const TransferEvent& transfer) {
-    const std::int64_t message = transfer.message_bytes;
-    if (message <= 0) return cost_.spec().link_bytes(transfer.bytes, transfer.inter_node, message);
-    if (message != last_message_ || transfer.inter_node != last_inter_) {
-      last_message_ = message;
-      last_inter_ = transfer.inter_node;
-      last_efficiency_ = cost_.spec().link_efficiency(transfer.inter_node, message);
-    }
-    return static_cast<double>(transfer.bytes) / last_efficiency_;
-  }
-
   // The message a transfer travels in: its sender's launch instruction and its two devices.
   std::int64_t message_of(const TransferEvent& transfer) const {
     const auto devices = static_cast<std::int64_t>(devices_.size());
@@ -618,7 +609,9 @@ class Simulation {
         if (link.ends.empty())
           active_.insert(std::lower_bound(active_.begin(), active_.end(), c), c);
         link.add_message(message_of(transfer));
-        link.ends.push({link.served + link_bytes(transfer), id});
+        link.ends.push(
+            {link.served + link_bytes_(transfer.bytes, transfer.inter_node, transfer.message_bytes),
+             id});
       }
       allocate();
       std::sort(ended.begin(), ended.end());
@@ -760,10 +753,8 @@ class Simulation {
   std::vector<OpenClass> scratch_open_;
   std::vector<std::size_t> scratch_used_;
   std::vector<std::int32_t> scratch_ended_;  // run_network: transfers ending at one event
-  std::int64_t last_message_ = -1;           // link_bytes(): the last message's efficiency
-  bool last_inter_ = false;
-  double last_efficiency_ = 1;
-  std::vector<std::int32_t> class_index_;  // per (resource, resource); -1: none yet
+  MessageLinkBytes link_bytes_;              // a message's transfers join the network together
+  std::vector<std::int32_t> class_index_;    // per (resource, resource); -1: none yet
 };
 
 }  // namespace

@@ -246,20 +246,7 @@ ScheduleEstimate estimate(const Workload& workload, const Placement& placement,
     message_bytes[message_key(t)] += bytes_of(t);
     message_sent[message_key(t)] = 1;
   }
-  // link_bytes, with the efficiency of the last message kept: a message's transfers are
-  // consecutive, and the efficiency (two logarithms) is the same for all of them.
-  std::int64_t last_message = -1;
-  bool last_inter = false;
-  double last_efficiency = 1;
-  const auto link_bytes = [&](std::int64_t bytes, bool inter, std::int64_t message) {
-    if (message <= 0) return spec.link_bytes(bytes, inter, message);
-    if (message != last_message || inter != last_inter) {
-      last_message = message;
-      last_inter = inter;
-      last_efficiency = spec.link_efficiency(inter, message);
-    }
-    return static_cast<double>(bytes) / last_efficiency;
-  };
+  MessageLinkBytes link_bytes(spec);  // a message's transfers are consecutive
   for (const Transfer& t : schedule.transfers) {
     const std::int64_t bytes = bytes_of(t);
     const std::int64_t message = message_bytes[message_key(t)];

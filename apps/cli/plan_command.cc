@@ -156,11 +156,16 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     out << "own plans  dcp's partition at each block size, and any layouts it ran its way "
            "(simulated forward + backward ms):";
     for (const OwnCandidate& c : built.own_candidates) {
+      std::string dtype;
+      if (c.partial_dtype != built.own_candidates.front().partial_dtype) {
+        dtype.append(" (").append(to_string(c.partial_dtype)).append(" partials)");
+      }
       if (c.layout == "partition") {
-        std::snprintf(line, sizeof(line), " %lld %.3f", static_cast<long long>(c.block_size),
-                      c.seconds() * 1e3);
+        std::snprintf(line, sizeof(line), " %lld%s %.3f", static_cast<long long>(c.block_size),
+                      dtype.c_str(), c.seconds() * 1e3);
       } else {
-        std::snprintf(line, sizeof(line), " %s layout %.3f", c.layout.c_str(), c.seconds() * 1e3);
+        std::snprintf(line, sizeof(line), " %s layout%s %.3f", c.layout.c_str(), dtype.c_str(),
+                      c.seconds() * 1e3);
       }
       out << line << (&c != &built.own_candidates.back() ? "," : "");
     }

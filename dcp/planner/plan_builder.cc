@@ -51,12 +51,33 @@ StaticOptions static_options_of(const PlanOptions& options) {
   return static_options;
 }
 
+// dcp's own plan on built's workload and placement, its partials travelling in `partial_dtype`:
+// the header, the kv kept, both passes' schedules and Programs (timed).
+void schedule_and_compile(BuiltPlan& built, const PlanOptions& options, DType partial_dtype) {
+  built.plan.header =
+      plan_header(built.workload, options.cluster.shape, std::string(to_string(options.strategy)),
+                  options.seed, partial_dtype);
+  built.kept =
+      choose_kept_kv(built.workload, built.placement, built.plan.header, options.kept_kv_budget);
+  ScheduledPass passes[2];
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const auto begin = Clock::now();
+    passes[pass == Pass::kForward ? 0 : 1] =
+        schedule_pass(built.workload, built.placement, options.cluster, built.plan.header, pass,
+                      options.schedule, &built.kept);
+    (pass == Pass::kForward ? built.timings.schedule_forward_ms
+                            : built.timings.schedule_backward_ms) = ms_since(begin);
+  }
+  compile_passes(built, passes[0].schedule, passes[1].schedule, &built.kept);
+  built.forward = summarize(passes[0]);
+  built.backward = summarize(passes[1]);
+}
+
 BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
   const auto start = Clock::now();
-  const ClusterShape& shape = options.cluster.shape;
   if (is_dcp(options.strategy)) {
     PlacementOptions placement_options = options.placement;
-    placement_options.cluster = shape;
+    placement_options.cluster = options.cluster.shape;
     placement_options.seed = options.seed;
     placement_options.pricing.kv_kept_for_backward = options.kept_kv_budget == kKeepAllKv;
     placement_options.pricing.partial_dtype = partial_dtype_of(options, workload.shape().dtype);
@@ -65,22 +86,7 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
         Plan{}, workload, std::move(placed.placement), placed.within_bounds, {}, {}, {}, {},
         {},     {}};
     built.timings.partition_ms = ms_since(start);
-    built.plan.header = plan_header(workload, shape, std::string(to_string(options.strategy)),
-                                    options.seed, placement_options.pricing.partial_dtype);
-    built.kept =
-        choose_kept_kv(built.workload, built.placement, built.plan.header, options.kept_kv_budget);
-    ScheduledPass passes[2];
-    for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
-      const auto begin = Clock::now();
-      passes[pass == Pass::kForward ? 0 : 1] =
-          schedule_pass(built.workload, built.placement, options.cluster, built.plan.header, pass,
-                        options.schedule, &built.kept);
-      (pass == Pass::kForward ? built.timings.schedule_forward_ms
-                              : built.timings.schedule_backward_ms) = ms_since(begin);
-    }
-    compile_passes(built, passes[0].schedule, passes[1].schedule, &built.kept);
-    built.forward = summarize(passes[0]);
-    built.backward = summarize(passes[1]);
+    schedule_and_compile(built, options, placement_options.pricing.partial_dtype);
     built.timings.total_ms = ms_since(start);
     return built;
   }
@@ -208,6 +214,25 @@ BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
 
 namespace {
 
+// Whether any Program of the plan sends a partial output (o, dq, dk, dv) to another device.
+bool sends_partials(const Plan& plan) {
+  for (const auto* programs : {&plan.forward, &plan.backward}) {
+    for (const Program& program : *programs) {
+      for (const Instruction& instruction : program.instructions) {
+        const auto* launch = std::get_if<Launch>(&instruction);
+        if (launch == nullptr) continue;
+        for (const CommOp& op : launch->ops) {
+          if (op.direction == CommOp::Direction::kSend &&
+              is_output(program.slots[static_cast<std::size_t>(op.slot)].kind)) {
+            return true;
+          }
+        }
+      }
+    }
+  }
+  return false;
+}
+
 // dcp's own plan: on the workload's blocks, or the fastest under the simulator of those at
 // options.block_sizes (`own` then holds its simulated times).
 BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
@@ -223,16 +248,31 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
   }
   const bool structured = options.structured_layouts && options.kept_kv_budget == kKeepAllKv &&
                           dominated_by_one_sequence(workload.batch());
+  const DType storage = workload.shape().dtype;
   std::optional<BuiltPlan> best;
   std::vector<OwnCandidate> tried;
+  std::size_t kept_index = 0;
+  // Whether fp32 partials may make the kept plan faster (see below), from its simulation.
+  bool fp32_may_gain = false;
   const auto consider = [&](BuiltPlan built, OwnCandidate candidate) {
-    const PlanCandidate timed = simulated(built, "dcp", options.cluster);
-    candidate.forward_seconds = timed.forward_seconds;
-    candidate.backward_seconds = timed.backward_seconds;
+    const sim::PlanSimulation simulation = sim::simulate(built.plan, options.cluster);
+    candidate.forward_seconds = simulation.forward.seconds;
+    candidate.backward_seconds = simulation.backward.seconds;
     tried.push_back(candidate);
-    if (!best || timed.seconds() < own->seconds()) {
+    if (!best || candidate.seconds() < own->seconds()) {
       best = std::move(built);
-      own = timed;
+      own = PlanCandidate{
+          "dcp", true, "", true, 0, candidate.forward_seconds, candidate.backward_seconds};
+      kept_index = tried.size() - 1;
+      fp32_may_gain = false;
+      for (const sim::PassSimulation* pass : {&simulation.forward, &simulation.backward}) {
+        double convert = 0;
+        for (const sim::DeviceTimeline& device : pass->devices) {
+          convert = std::max(convert, device.convert_seconds);
+        }
+        fp32_may_gain |= convert >= kFp32PartialsMinGain * candidate.seconds() &&
+                         convert > pass->critical_transfer_seconds;
+      }
     }
   };
   for (const TokenCount size : sizes) {
@@ -245,7 +285,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       if (size == sizes.back() && !best) throw;
       continue;
     }
-    consider(build_one(*cut, options), {"partition", size, 0, 0});
+    consider(build_one(*cut, options), {"partition", size, storage, 0, 0});
   }
   if (structured) {
     for (const Strategy layout : kStructuredLayouts) {
@@ -255,7 +295,37 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       } catch (const InvalidInput&) {
         continue;  // the layout cannot run on the cluster (e.g. hybrid with too few heads)
       }
-      consider(std::move(*built), {std::string(to_string(layout)), 0, 0, 0});
+      consider(std::move(*built), {std::string(to_string(layout)), 0, storage, 0, 0});
+    }
+  }
+  // Narrow partials halve their bytes but cost a conversion kernel on each side of every launch
+  // that moves them; where a pass is compute-bound that costs more than the bytes save. So the
+  // fastest plan is also tried with partials in fp32 (its placement kept), unless the dtype was
+  // asked for, or in no pass its busiest device's conversions take both kFp32PartialsMinGain of
+  // its time and longer than the transfers on the pass's critical path (which fp32 lengthens).
+  if (!options.partial_dtype && storage != DType::kFp32 && fp32_may_gain &&
+      sends_partials(best->plan)) {
+    OwnCandidate fp32 = tried[kept_index];
+    fp32.partial_dtype = DType::kFp32;
+    if (fp32.layout == "partition") {
+      BuiltPlan built{Plan{},
+                      best->workload,
+                      best->placement,
+                      best->placement_within_bounds,
+                      {},
+                      {},
+                      {},
+                      {},
+                      {},
+                      {}};
+      const auto start = Clock::now();
+      schedule_and_compile(built, options, DType::kFp32);
+      built.timings.total_ms = ms_since(start);
+      consider(std::move(built), fp32);
+    } else {
+      PlanOptions fp32_options = options;
+      fp32_options.partial_dtype = DType::kFp32;
+      consider(build_structured(parse_strategy(fp32.layout), workload, fp32_options), fp32);
     }
   }
   best->own_candidates = std::move(tried);

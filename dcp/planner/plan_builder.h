@@ -95,12 +95,17 @@ inline constexpr TokenCount kBlockSizeSweep[] = {1024, 2048, 4096};
 // and partials in dcp's dtype. Ring layouts are what a batch dominated by one sequence needs:
 // every step's kv comes from one neighbour, in one large message that the step's compute hides.
 struct OwnCandidate {
-  std::string layout = "partition";  // "partition", or the static strategy whose layout it runs
-  TokenCount block_size = 0;         // partition: its block size
+  std::string layout = "partition";    // "partition", or the static strategy whose layout it runs
+  TokenCount block_size = 0;           // partition: its block size
+  DType partial_dtype = DType::kBf16;  // what its partials travel in
   double forward_seconds = 0;
   double backward_seconds = 0;
   double seconds() const { return forward_seconds + backward_seconds; }
 };
+// dcp's fastest plan is also tried with partials in fp32 (PlanOptions::partial_dtype unset) where,
+// in a pass, its busiest device's conversions of partials take at least this share of its
+// simulated time, and longer than the transfers on that pass's critical path.
+inline constexpr double kFp32PartialsMinGain = 0.01;
 inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::kLoongTrain};
 // One sequence holds at least half of the batch's tokens, and there are at most
 // kStructuredMaxSequences: a ring layout cuts every sequence into two chunks per device, so with

@@ -266,6 +266,7 @@ class Simulation {
                               pack_seconds(*launch, CommOp::Direction::kSend);
         state.time += narrow;
         timeline.compute_seconds += narrow;
+        timeline.convert_seconds += narrow;
         post(d, i, *launch);
       } else if (const auto* wait = std::get_if<Wait>(&instruction)) {
         compute = false;
@@ -285,6 +286,7 @@ class Simulation {
                                             CommOp::Direction::kRecv);
           state.time += widen;
           timeline.compute_seconds += widen;
+          timeline.convert_seconds += widen;
         }
         timeline.events.push_back(
             {static_cast<std::int32_t>(i), program.instruction_stage[i], start, state.time});

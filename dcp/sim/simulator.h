@@ -50,7 +50,10 @@ struct DeviceTimeline {
   std::vector<ComputeEvent> events;  // in instruction order
   double end = 0;                    // its last instruction and its last transfer done
   double compute_seconds = 0;        // attention, merge, sum, load, store
-  double wait_seconds = 0;           // held in Wait
+  // Of compute_seconds: partials narrowed to their travel dtype before sends, widened after
+  // receives, and messages packed and unpacked (ExecutorModel::packs_messages).
+  double convert_seconds = 0;
+  double wait_seconds = 0;  // held in Wait
 };
 
 // Per stage (instruction_stage; the last is the epilogue): when its first instruction on any

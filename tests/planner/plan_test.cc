@@ -183,6 +183,46 @@ TEST(PlanBuilder, StructuredCandidatesWhereOneSequenceDominates) {
   EXPECT_EQ(build_plan(workload, options).own_candidates.size(), 2u);
 }
 
+// Where converting partials costs more than their bytes (slow kernels to launch, fast links), dcp
+// also tries its fastest plan with partials in fp32 and keeps that if it is faster; a dtype asked
+// for is kept as asked, and fast conversions are not worth a retry.
+TEST(PlanBuilder, TriesFp32PartialsWhereConversionsCostMoreThanBytes) {
+  const Workload workload = make(SequenceBatch({900, 120, 40}), MaskKind::kCausal, 8, 2);
+  PlanOptions options = options_for(Strategy::kDcpPure, {2, 4});
+  options.block_sizes = {256};
+  options.cluster.kernel_overhead = 200e-6;  // each conversion kernel: 0.2 ms
+  options.cluster.intra_node_bandwidth *= 100;
+  options.cluster.inter_node_bandwidth *= 100;
+  options.cluster.intra_node_stream_bandwidth = 0;
+  options.cluster.inter_node_stream_bandwidth = 0;
+  const BuiltPlan built = build_plan(workload, options);
+  ASSERT_GE(built.own_candidates.size(), 2u);
+  const OwnCandidate& retried = built.own_candidates.back();
+  EXPECT_EQ(retried.partial_dtype, DType::kFp32);
+  const auto bf16 = std::find_if(
+      built.own_candidates.begin(), built.own_candidates.end(), [&](const OwnCandidate& c) {
+        return c.partial_dtype == DType::kBf16 && c.layout == retried.layout &&
+               c.block_size == retried.block_size;
+      });
+  ASSERT_NE(bf16, built.own_candidates.end());
+  EXPECT_LT(retried.seconds(), bf16->seconds());
+  EXPECT_EQ(built.plan.header.partial_dtype, DType::kFp32);
+  EXPECT_DOUBLE_EQ(sim::simulate(built.plan, options.cluster).seconds(), retried.seconds());
+  EXPECT_TRUE(verify(built.plan).ok);
+
+  PlanOptions asked = options;
+  asked.partial_dtype = DType::kBf16;
+  const BuiltPlan as_asked = build_plan(workload, asked);
+  EXPECT_EQ(as_asked.plan.header.partial_dtype, DType::kBf16);
+  for (const OwnCandidate& c : as_asked.own_candidates) EXPECT_EQ(c.partial_dtype, DType::kBf16);
+
+  PlanOptions cheap = options_for(Strategy::kDcpPure, {2, 4});  // a100-p4de: 1 us per kernel
+  cheap.block_sizes = {256};
+  for (const OwnCandidate& c : build_plan(workload, cheap).own_candidates) {
+    EXPECT_EQ(c.partial_dtype, DType::kBf16);
+  }
+}
+
 TEST(PlanBuilder, BinaryRoundTripKeepsEveryField) {
   const Workload workload = make(random_batch(4), MaskKind::kSharedQuestion, 8, 2);
   const BuiltPlan built = build_plan(workload, options_for(Strategy::kDcpPure, {2, 2}));

@@ -399,6 +399,8 @@ TEST(Simulator, PartialsInBf16ChargeTheirConversionsOnBothEnds) {
                                                    slot_bytes(narrow.header, SlotKind::kDKV, 4));
   for (const std::size_t d : {0u, 1u}) {
     EXPECT_NEAR(b.devices[d].compute_seconds - a.devices[d].compute_seconds, convert, 1e-15) << d;
+    EXPECT_NEAR(b.devices[d].convert_seconds, convert, 1e-15) << d;
+    EXPECT_EQ(a.devices[d].convert_seconds, 0) << d;
   }
   EXPECT_EQ(2 * value_bytes(narrow.header, SlotKind::kDKV, 4),
             value_bytes(wide.header, SlotKind::kDKV, 4));

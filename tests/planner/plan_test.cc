@@ -269,6 +269,84 @@ TEST(StageScheduler, StageZeroUsesOnlyLocalInputsAndInputsCrossToANodeOnce) {
   }
 }
 
+// Every budgeted launch fits its budget on each network interface (a100-p4de-like nodes with one
+// interface per device here), not only on each node's interfaces together: the budget is the
+// launch's stage compute or the pass's least communication time over S launches, whichever is
+// longer, and an interface carries its transfers at its own share of the node's bandwidth.
+TEST(StageScheduler, EveryBudgetedLaunchFitsEachNetworkInterface) {
+  for (const std::uint64_t seed : {3u, 4u, 5u}) {
+    const Workload workload = make(random_batch(seed), MaskKind::kCausal, 8, 2);
+    PlanOptions options = options_for(Strategy::kDcp, {2, 4});
+    options.cluster.nics_per_node = 4;
+    ClusterSpec spec = options.cluster;
+    PlacementOptions placement_options = options.placement;
+    placement_options.cluster = spec.shape;
+    const Placement placement = place(workload, placement_options).placement;
+    const PlanHeader header = plan_header(workload, spec.shape, "dcp", 0);
+    const auto devices = static_cast<std::size_t>(spec.shape.devices());
+    const auto nics = static_cast<std::size_t>(spec.shape.nodes * spec.nics_per_node);
+    const auto seconds = [&](const ValueKey& v, bool inter) {
+      const double bytes =
+          static_cast<double>(value_bytes(header, v.kind, workload.blocks().block(v.block).tokens));
+      return bytes / (inter ? spec.nic_bandwidth() : spec.intra_node_bandwidth);
+    };
+    for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+      // The least communication time, as the scheduler's budget defines it.
+      std::vector<double> least(2 * devices + nics + 2, 0.0);
+      std::set<std::pair<std::int64_t, ValueKey>> seen;
+      for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+        const WorkUnit unit = workload.work_unit(w);
+        const DeviceId d = placement.work_unit_device[static_cast<std::size_t>(w)];
+        for (const ValueKey& v : {query_value(workload, pass, unit), key_value(workload, unit)}) {
+          const DeviceId owner = placement.token_block_device[static_cast<std::size_t>(v.block)];
+          if (owner == d) continue;
+          const std::int32_t node = spec.shape.node_of(d);
+          if (node == spec.shape.node_of(owner)) {
+            if (!seen.insert({d, v}).second) continue;
+            least[static_cast<std::size_t>(d)] += seconds(v, false);
+            least[devices + static_cast<std::size_t>(owner)] += seconds(v, false);
+          } else {
+            if (!seen.insert({-1 - node, v}).second) continue;
+            least[2 * devices + static_cast<std::size_t>(spec.nic_of(owner))] += seconds(v, true);
+            least[2 * devices + nics + static_cast<std::size_t>(node)] +=
+                seconds(v, true) / spec.nics_per_node;
+          }
+        }
+      }
+      const double lower_bound = *std::max_element(least.begin(), least.end());
+      ScheduleOptions schedule_options;
+      schedule_options.fetch_launches = 4;
+      const PassSchedule schedule =
+          schedule_pass(workload, placement, spec, header, pass, schedule_options).schedule;
+      for (std::int32_t launch = 0; launch < schedule_options.fetch_launches - 1; ++launch) {
+        double stage_compute = 0;
+        std::vector<double> compute(devices, 0.0);
+        for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+          if (schedule.unit_stage[static_cast<std::size_t>(w)] != launch) continue;
+          double& c = compute[static_cast<std::size_t>(
+              placement.work_unit_device[static_cast<std::size_t>(w)])];
+          c += unit_seconds(workload, spec, pass, workload.work_unit(w));
+          stage_compute = std::max(stage_compute, c);
+        }
+        const double budget = std::max(stage_compute, lower_bound / 4);
+        std::vector<double> nic_send(nics, 0.0), nic_recv(nics, 0.0);
+        for (const Transfer& t : schedule.transfers) {
+          if (t.launch != launch || is_output(t.value.kind) ||
+              spec.shape.node_of(t.src) == spec.shape.node_of(t.dst)) {
+            continue;
+          }
+          nic_send[static_cast<std::size_t>(spec.nic_of(t.src))] += seconds(t.value, true);
+          nic_recv[static_cast<std::size_t>(spec.nic_of(t.dst))] += seconds(t.value, true);
+        }
+        for (std::size_t n = 0; n < nics; ++n) {
+          EXPECT_LE(nic_send[n], budget * (1 + 1e-9)) << "seed " << seed << " launch " << launch;
+          EXPECT_LE(nic_recv[n], budget * (1 + 1e-9)) << "seed " << seed << " launch " << launch;
+        }
+      }
+    }
+  }
+}
+
 TEST(PlanBuilder, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
   const Workload workload = make(SequenceBatch({700, 300, 90, 5}), MaskKind::kCausal, 8, 2);
   PlanOptions options = options_for(Strategy::kDcpPure, {2, 2});

@@ -52,7 +52,8 @@ struct Problem {
   std::vector<ValueKey> value_key;            // per dense value
   std::vector<DeviceId> value_owner;          // per dense value
   std::vector<double> value_intra_seconds;    // bytes over the intra-node bandwidth
-  std::vector<double> value_inter_seconds;    // bytes over the node's network bandwidth
+  std::vector<double> value_inter_seconds;    // bytes over one network interface's bandwidth
+  std::vector<std::int32_t> device_nic;       // the network interface each device uses
   std::vector<std::int32_t> unit_q, unit_kv;  // dense values per work unit
   std::vector<double> unit_cost;
   std::vector<std::vector<WorkUnitId>> device_units;  // heaviest first
@@ -91,7 +92,7 @@ Problem make_problem(const Workload& workload, const Placement& placement,
       p.value_key[v] = key;
       p.value_owner[v] = placement.token_block_device[static_cast<std::size_t>(b)];
       p.value_intra_seconds[v] = bytes / cluster.intra_node_bandwidth;
-      p.value_inter_seconds[v] = bytes / cluster.inter_node_bandwidth;
+      p.value_inter_seconds[v] = bytes / cluster.nic_bandwidth();
     };
     for (std::int32_t h = 0; h < p.index.head_blocks; ++h) add({query_kind(pass), b, h});
     for (std::int32_t g = 0; g < p.index.kv_head_blocks; ++g) add({SlotKind::kKV, b, g});
@@ -123,13 +124,21 @@ Problem make_problem(const Workload& workload, const Placement& placement,
       std::sort(p.kept[d].begin(), p.kept[d].end());
     }
   }
-  // The least time communication can take: every remote input reaching its device once, and
-  // every node's network interface carrying each value once per node that needs it.
+  // The least time communication can take: every remote input reaching its device once, the
+  // owner's network interface sending each value once per node that needs it, and each node's
+  // interfaces together receiving it once.
   const ClusterShape& shape = placement.cluster;
+  ClusterSpec spec = cluster;
+  spec.shape = shape;
+  p.device_nic.resize(static_cast<std::size_t>(shape.devices()));
+  for (DeviceId d = 0; d < shape.devices(); ++d) {
+    p.device_nic[static_cast<std::size_t>(d)] = spec.nic_of(d);
+  }
   std::vector<double> recv(static_cast<std::size_t>(shape.devices()), 0.0);
   std::vector<double> send(recv.size(), 0.0);
   std::vector<double> nic_recv(static_cast<std::size_t>(shape.nodes), 0.0);
-  std::vector<double> nic_send(nic_recv.size(), 0.0);
+  std::vector<double> nic_send(
+      static_cast<std::size_t>(shape.nodes) * static_cast<std::size_t>(cluster.nics_per_node), 0.0);
   std::unordered_set<std::int64_t> seen;
   for (DeviceId d = 0; d < shape.devices(); ++d) {
     for (const WorkUnitId w : p.device_units[static_cast<std::size_t>(d)]) {
@@ -148,8 +157,10 @@ Problem make_problem(const Workload& workload, const Placement& placement,
         } else {
           const std::int64_t key = -1 - (std::int64_t{shape.node_of(d)} * values + v);
           if (!seen.insert(key).second) continue;
-          nic_recv[static_cast<std::size_t>(shape.node_of(d))] += p.value_inter_seconds[vi];
-          nic_send[static_cast<std::size_t>(shape.node_of(owner))] += p.value_inter_seconds[vi];
+          nic_recv[static_cast<std::size_t>(shape.node_of(d))] +=
+              p.value_inter_seconds[vi] / cluster.nics_per_node;
+          nic_send[static_cast<std::size_t>(p.device_nic[static_cast<std::size_t>(owner)])] +=
+              p.value_inter_seconds[vi];
         }
       }
     }
@@ -164,7 +175,10 @@ Problem make_problem(const Workload& workload, const Placement& placement,
 class Greedy {
  public:
   Greedy(const Problem& problem, std::int32_t fetch_launches)
-      : p_(problem), shape_(problem.placement->cluster), s_(fetch_launches) {
+      : p_(problem),
+        shape_(problem.placement->cluster),
+        s_(fetch_launches),
+        nics_(shape_.nodes * problem.cluster->nics_per_node) {
     const auto devices = static_cast<std::size_t>(shape_.devices());
     stage_.assign(problem.unit_cost.size(), kPending);
     usable_.resize(devices);
@@ -225,6 +239,7 @@ class Greedy {
   }
 
   std::size_t shape_devices() const { return static_cast<std::size_t>(shape_.devices()); }
+  std::int32_t nic(DeviceId d) const { return p_.device_nic[static_cast<std::size_t>(d)]; }
   double compute(std::int32_t stage, DeviceId d) const {
     const std::size_t i =
         static_cast<std::size_t>(stage) * shape_devices() + static_cast<std::size_t>(d);
@@ -264,7 +279,7 @@ class Greedy {
   }
 
   // Whether the fetches fit the launch's budget on every link side they use: the sender's and
-  // the receiver's intra-node link, or the two nodes' network interfaces.
+  // the receiver's intra-node link, or the network interfaces the two devices use.
   bool fits(const std::vector<Fetch>& fetches, DeviceId d, double budget) const {
     struct Use {
       const std::vector<double>* load;
@@ -286,8 +301,8 @@ class Greedy {
     for (const Fetch& f : fetches) {
       const auto v = static_cast<std::size_t>(f.value);
       if (f.inter_node) {
-        add(nic_send_, shape_.node_of(f.src), p_.value_inter_seconds[v]);
-        add(nic_recv_, shape_.node_of(d), p_.value_inter_seconds[v]);
+        add(nic_send_, nic(f.src), p_.value_inter_seconds[v]);
+        add(nic_recv_, nic(d), p_.value_inter_seconds[v]);
       } else {
         add(intra_send_, f.src, p_.value_intra_seconds[v]);
         add(intra_recv_, d, p_.value_intra_seconds[v]);
@@ -303,8 +318,8 @@ class Greedy {
     for (const Fetch& f : fetches) {
       const auto v = static_cast<std::size_t>(f.value);
       if (f.inter_node) {
-        nic_send_[static_cast<std::size_t>(shape_.node_of(f.src))] += p_.value_inter_seconds[v];
-        nic_recv_[static_cast<std::size_t>(shape_.node_of(d))] += p_.value_inter_seconds[v];
+        nic_send_[static_cast<std::size_t>(nic(f.src))] += p_.value_inter_seconds[v];
+        nic_recv_[static_cast<std::size_t>(nic(d))] += p_.value_inter_seconds[v];
         node_holder_[static_cast<std::size_t>(shape_.node_of(d))].emplace(f.value,
                                                                           std::pair{d, launch + 1});
       } else {
@@ -320,8 +335,8 @@ class Greedy {
     const std::size_t devices = shape_devices();
     intra_send_.assign(devices, 0.0);
     intra_recv_.assign(devices, 0.0);
-    nic_send_.assign(static_cast<std::size_t>(shape_.nodes), 0.0);
-    nic_recv_.assign(static_cast<std::size_t>(shape_.nodes), 0.0);
+    nic_send_.assign(static_cast<std::size_t>(nics_), 0.0);
+    nic_recv_.assign(nic_send_.size(), 0.0);
     double budget = std::numeric_limits<double>::infinity();
     if (budgeted) {
       double stage_compute = 0;
@@ -373,6 +388,7 @@ class Greedy {
   const Problem& p_;
   ClusterShape shape_;
   std::int32_t s_;
+  std::int32_t nics_;  // network interfaces, all nodes'
   std::vector<std::int32_t> stage_;
   std::vector<std::unordered_map<std::int32_t, std::int32_t>> usable_;
   // Per node: value -> (the device that received it from another node, stage usable from).

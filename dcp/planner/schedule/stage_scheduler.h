@@ -30,7 +30,8 @@ struct ScheduledPass {
 // Stage 0 runs every work unit whose inputs are on its device. Then, for each launch l, devices
 // take turns (least compute in stage l + 1 first) pulling their heaviest pending work unit into
 // stage l + 1 if the transfers its missing inputs need fit every link's budget for launch l: the
-// sender's and receiver's intra-node link, or both nodes' network interfaces. The budget is the
+// sender's and receiver's intra-node link, or the network interfaces the two devices use (each at
+// its share of the node's bandwidth, ClusterSpec::nic_of). The budget is the
 // time of stage l's compute, or the pass's unavoidable communication time spread over S launches
 // if that is longer; launch S - 1 and any later one are unbudgeted, so every unit is placed. An
 // input from another node crosses the network once per node: to the first device of that node

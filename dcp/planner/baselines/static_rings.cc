@@ -46,11 +46,8 @@ class PathGradients {
       ValueMap& last =
           last_stage_[static_cast<std::size_t>(p.work_unit_device[static_cast<std::size_t>(u)])];
       const std::int32_t stage = schedule.unit_stage[static_cast<std::size_t>(u)];
-      if (const std::int32_t* found = last.find(dkv)) {
-        if (stage > *found) last.set(dkv, stage);
-      } else {
-        last.set(dkv, stage);
-      }
+      const std::int32_t* found = last.find(dkv);
+      last.set(dkv, found == nullptr ? stage : std::max(*found, stage));
     }
   }
 

@@ -8,7 +8,9 @@ q, k, v in the plan's local layout (one global batch, drawn once from a fixed se
 taking its tokens at plan.local_token_positions(rank), so every strategy sees the same data), and
 each pass is timed on its own: barrier, synchronize, CUDA events around the pass (perf_counter on
 the CPU), synchronize. A repeat's time is the slowest rank's (all_reduce MAX); the table shows the
-median over `--repeats` after `--warmup`, each strategy's ratio to the best static strategy
+median over `--repeats` after `--warmup`, the plan's simulated times on --cluster beside the measured
+ones (a cluster file from `python -m dcp.calibrate` makes that a check of the cost model), each
+strategy's ratio to the best static strategy
 (ring, zigzag, ulysses, hybrid, te, loongtrain: the lowest time among those run), and TFLOP/s per GPU (forward
 FLOPs = 4 * d * heads * unmasked pairs of the batch, backward 2.5 x). It also gathers o, dq, dk
 and dv of every strategy into the global token order and reports their largest difference from
@@ -202,7 +204,10 @@ def run_strategy(strategy: str, executor, inputs, args, device, rank: int, world
     max_tokens, min_tokens = local_tokens.clone(), local_tokens.clone()
     dist.all_reduce(max_tokens, op=dist.ReduceOp.MAX)
     dist.all_reduce(min_tokens, op=dist.ReduceOp.MIN)
+    simulated = plan.simulate(args.cluster)  # the planner's model of these same passes
     record = {"strategy": strategy, "plan_ms": plan.plan_ms,
+              "simulated_forward_s": simulated["forward"]["seconds"],
+              "simulated_backward_s": simulated["backward"]["seconds"],
               "local_tokens_max": int(max_tokens.item()),
               "local_tokens_min": int(min_tokens.item()),
               "forward_s": statistics.median(slowest[:, 0].tolist()),
@@ -229,11 +234,12 @@ def fmt(value, spec: str) -> str:
 def print_table(records: list[dict], reference: str | None) -> None:
     print(f"| strategy | forward ms | backward ms | fwd+bwd ms | forward / best static | "
           f"backward / best static | fwd+bwd / best static | fwd TFLOP/s/GPU | bwd TFLOP/s/GPU | "
-          f"local tokens min-max | max diff vs {reference or '-'} |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          f"local tokens min-max | max diff vs {reference or '-'} | simulated fwd / bwd ms | "
+          f"simulated / measured fwd, bwd |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in records:
         if "error" in r:
-            print(f"| {r['strategy']} | not planned: {r['error']} | | | | | | | | | |")
+            print(f"| {r['strategy']} | not planned: {r['error']} | | | | | | | | | | | |")
             continue
         print(f"| {r['strategy']} | {r['forward_s'] * 1e3:.3f} | {r['backward_s'] * 1e3:.3f} | "
               f"{r['total_s'] * 1e3:.3f} | {fmt(r.get('forward_vs_static'), '.2f')} | "
@@ -242,7 +248,10 @@ def print_table(records: list[dict], reference: str | None) -> None:
               f"{fmt(r.get('forward_tflops_per_gpu'), '.4g')} | "
               f"{fmt(r.get('backward_tflops_per_gpu'), '.4g')} | "
               f"{r['local_tokens_min']}-{r['local_tokens_max']} | "
-              f"{fmt(r.get('max_difference'), '.2e')} |")
+              f"{fmt(r.get('max_difference'), '.2e')} | "
+              f"{r['simulated_forward_s'] * 1e3:.3f} / {r['simulated_backward_s'] * 1e3:.3f} | "
+              f"{r['simulated_forward_s'] / r['forward_s']:.2f}, "
+              f"{r['simulated_backward_s'] / r['backward_s']:.2f} |")
 
 
 def main(argv=None) -> int:

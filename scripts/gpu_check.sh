@@ -7,13 +7,28 @@
 #      executor on CUDA against the cpu kernels, the kernel timing of dcp.calibrate;
 #   2. bench/gpu_attention.py: dcp's kernels next to SDPA-flash and FlexAttention;
 #   3. bench/gpu_distributed.py on one rank: the executor end to end on a whole batch;
-#   4. compute-sanitizer racecheck and memcheck on the kernel tests, if the tool is there.
+#   4. the cost model against the GPU: `python -m dcp.calibrate --device-only` times this GPU's
+#      kernels into a cluster file (DIR/gpu.cluster), then bench/gpu_distributed.py plans and
+#      simulates batches on that file beside their measured times;
+#   5. compute-sanitizer racecheck and memcheck on the kernel tests, if the tool is there.
 # Logs and JSON records go to DIR (default gpu_results/). Exit status: 1 if any step failed.
+# STEPS (default all) picks some of gpu_tests, gpu_attention, gpu_executor, cost_model,
+# sanitizer; the build always runs.
 #
-#   bash scripts/gpu_check.sh [DIR]
+#   bash scripts/gpu_check.sh [DIR [STEP...]]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu_results}
+shift || true
+steps=" ${*:-gpu_tests gpu_attention gpu_executor cost_model sanitizer} "
+for wanted in $steps; do
+  case $wanted in
+    gpu_tests | gpu_attention | gpu_executor | cost_model | sanitizer) ;;
+    *) echo "error: step '$wanted' is not one of gpu_tests gpu_attention gpu_executor" \
+         "cost_model sanitizer" >&2; exit 2 ;;
+  esac
+done
+wants() { [[ $steps == *" $1 "* ]]; }
 mkdir -p "$out"
 python=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -48,16 +63,33 @@ if [[ " ${failed[*]} " == *" build "* ]]; then
   exit 1
 fi
 
-step gpu_tests 240 "$python" -m pytest -q -p no:cacheprovider -rs --durations=10 \
-  tests/python/test_triton_kernels.py::test_kernels_on_cuda \
+wants gpu_tests && step gpu_tests 240 "$python" -m pytest -q -p no:cacheprovider -rs \
+  --durations=10 tests/python/test_triton_kernels.py::test_kernels_on_cuda \
   tests/python/test_triton_executor.py::test_cuda_executor_matches_cpu_kernels \
   tests/python/test_calibrate.py::test_the_triton_kernels_are_timed_and_fitted_on_cuda
-step gpu_attention 200 "$python" bench/gpu_attention.py --sizes 512,1024,2048,4096 \
-  --repeats 10 --json "$out/gpu_attention.json"
-step gpu_executor 120 "$python" -m torch.distributed.run --standalone --nproc-per-node 1 \
-  bench/gpu_distributed.py --seqlens 32768,16384,8192,4096,2048,1024,1024 \
+wants gpu_attention && step gpu_attention 200 "$python" bench/gpu_attention.py \
+  --sizes 512,1024,2048,4096 --repeats 10 --json "$out/gpu_attention.json"
+wants gpu_executor && step gpu_executor 120 "$python" -m torch.distributed.run --standalone \
+  --nproc-per-node 1 bench/gpu_distributed.py --seqlens 32768,16384,8192,4096,2048,1024,1024 \
   --strategies dcp-pure,ring --repeats 5 --json "$out/gpu_executor.json"
-if command -v compute-sanitizer >/dev/null; then
+if wants cost_model; then
+  step calibrate_device 120 "$python" -m dcp.calibrate --device-only --base h100-dgx \
+    --name gpu-calibrated --out "$out/gpu.cluster"
+  if [ -f "$out/gpu.cluster" ]; then
+    # batches of one long sequence, a mix, and many short ones; causal and a sparse mask
+    batch=0
+    for case in "65536:causal" "32768,16384,8192,4096,2048,1024,1024:causal" \
+        "32768,16384,8192,4096,2048,1024,1024:lambda:sink=64,window=4096" \
+        "$(printf '2048,%.0s' {1..31})2048:causal"; do
+      batch=$((batch + 1))
+      step "cost_model_$batch" 120 "$python" -m torch.distributed.run --standalone \
+        --nproc-per-node 1 bench/gpu_distributed.py --seqlens "${case%%:*}" \
+        --mask "${case#*:}" --cluster "$out/gpu.cluster" --strategies dcp-pure,ring \
+        --repeats 3 --json "$out/cost_model_$batch.json"
+    done
+  fi
+fi
+if wants sanitizer && command -v compute-sanitizer >/dev/null; then
   for tool in racecheck memcheck; do
     step "sanitizer_$tool" 300 env DCP_TRITON_INTERPRETER_CHILD=1 DCP_TRITON_KERNEL_DEVICE=cuda \
       compute-sanitizer --tool "$tool" --error-exitcode 3 \

@@ -450,6 +450,8 @@ void fit_device(std::span<const std::vector<std::vector<double>>> timings,
   spec.forward_subtile_kv = subtiles.forward_kv;
   spec.backward_subtile_q = subtiles.backward_q;
   spec.backward_subtile_kv = subtiles.backward_kv;
+  spec.tile_setup_tokens = 0;  // the model of a call the solver inverts has neither
+  spec.whole_subtiles = false;
 
   const std::pair<const char*, double> derived[kCallCount] = {
       {"kernel_overhead_us", spec.kernel_overhead * 1e6},

@@ -82,7 +82,8 @@ struct KernelSubtiles {
 
 // Fits the device constants (kernel_overhead, subtile_overhead, forward and backward rates,
 // softmax_share, partial_subtile_extra, fp32_kernel_factor, memory_bandwidth and the sub-tile
-// shapes) from every rank's timings of device_calls(options) ([rank][call][repeat], seconds per
+// shapes; tile_setup_tokens 0 and whole_subtiles false, as the solver's model of a call assumes)
+// from every rank's timings of device_calls(options) ([rank][call][repeat], seconds per
 // call): each repeat's figure is the mean over ranks, each repeat is solved on its own and each
 // constant is the median over repeats, rounded to 4 significant digits (docs/cost_model.md).
 // Writes them into `spec` and appends one row per timing to `rows`. Throws InvalidInput naming the

@@ -363,6 +363,24 @@ CalibrationReport fit_cluster(const LinkMeasurements& links,
   return report;
 }
 
+CalibrationReport fit_device_onto(const ClusterSpec& base,
+                                  std::span<const std::vector<std::vector<double>>> device_timings,
+                                  const DeviceCalibrationOptions& device,
+                                  const KernelSubtiles& subtiles, const std::string& name) {
+  if (name.empty()) throw InvalidInput("the cluster's name is empty");
+  CalibrationReport report;
+  report.spec = base;
+  report.spec.name = name;
+  fit_device(device_timings, device, subtiles, report.spec, report.measurements);
+  report.notes.push_back(
+      "only the device was measured: the shape, links and network interfaces "
+      "are those of " +
+      base.name);
+  validate(report.spec);
+  settle_file_form(report.spec);
+  return report;
+}
+
 std::vector<std::int64_t> sweep_sizes(const LinkCalibrationOptions& options) {
   const std::int64_t limit = std::int64_t{4} << 30;
   if (options.min_bytes < 8 || options.min_bytes > limit) {

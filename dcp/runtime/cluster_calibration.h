@@ -82,6 +82,15 @@ CalibrationReport fit_cluster(const LinkMeasurements& links,
                               const DeviceCalibrationOptions& device,
                               const KernelSubtiles& subtiles, const std::string& name);
 
+// The device alone, on the links of another cluster: `base` (a preset or a cluster file) with its
+// device constants replaced by fit_device's from `device_timings`, named `name`, with one note
+// saying which constants were not measured. For one GPU, or wherever the links cannot be timed
+// (a single rank) but the kernels can. Throws InvalidInput for an empty name or bad timings.
+CalibrationReport fit_device_onto(const ClusterSpec& base,
+                                  std::span<const std::vector<std::vector<double>>> device_timings,
+                                  const DeviceCalibrationOptions& device,
+                                  const KernelSubtiles& subtiles, const std::string& name);
+
 struct LinkCalibrationOptions {
   std::int32_t repeats = 5;  // median over repeats, [1, 1000]
   // The size sweep: min_bytes, 4 x min_bytes, ... up to max_bytes, [8, 4 GiB], min <= max.

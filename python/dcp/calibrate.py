@@ -5,6 +5,7 @@ torch.distributed group and writes the cluster file that dcp.plan(cluster=FILE) 
 
     torchrun --nnodes 2 --nproc-per-node 8 ... -m dcp.calibrate --out my.cluster
     text = dcp.calibrate.calibrate()   # in a job that has initialized torch.distributed
+    python -m dcp.calibrate --device-only --base h100-dgx --out my-gpu.cluster   # one GPU, no links
 
 Links are timed through the torch executor's own transport (dcp/torch/_transport.py: gloo on the
 CPU, NCCL on CUDA); kernels are the ones the executor runs (the C++ cpu kernels, or the Triton
@@ -28,7 +29,7 @@ from dcp import _core
 from dcp.torch._group import resolve_group
 from dcp.torch._transport import TorchTransport
 
-__all__ = ["calibrate", "main"]
+__all__ = ["calibrate", "calibrate_device", "main"]
 
 
 class _Sync:
@@ -97,6 +98,72 @@ def _write_atomically(path: str, text: str) -> None:
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
+
+
+def _time_device(calls: list[dict], device: torch.device, sync, rank: int, repeats: int,
+                 tile_tokens: int, copy_bytes: int, timing_seconds: float):
+    """This rank's seconds per call of `calls` ([call][repeat]) and the kernels' sub-tiles: the
+    Triton kernels on CUDA, the C++ cpu kernels (one thread, all ranks of `sync` at once) else."""
+    if device.type == "cuda":
+        from dcp.torch import _kernel_timing  # imports triton only on CUDA
+        return (_kernel_timing.time_calls(calls, device, repeats, timing_seconds),
+                _kernel_timing.subtiles())
+    return (_core.time_cpu_device(sync, rank, repeats, tile_tokens, copy_bytes, timing_seconds),
+            _core.cpu_subtiles())
+
+
+class _Alone:
+    """The rank sync of a process timing its device alone."""
+
+    def barrier(self) -> None:
+        pass
+
+    def max_over_ranks(self, value: float) -> float:
+        return value
+
+
+def _device_report(base: str = "h100-dgx", *, repeats: int = 5, tile_tokens: int = 512,
+                   copy_bytes: int = 64 << 20, timing_seconds: float = 0.05,
+                   name: str = "calibrated", device: torch.device | str | None = None,
+                   out: str | None = None,
+                   progress: Callable[[str], None] | None = None) -> dict:
+    """calibrate_device()'s work: the fit's dict (text, measurements, notes)."""
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+            else torch.device("cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"device {device}: dcp's kernels run on cuda or cpu")
+    _core.cluster_text(base)  # raises naming a base that is neither a preset nor a file
+    calls = _core.device_calls(int(repeats), int(tile_tokens), int(copy_bytes),
+                               float(timing_seconds))  # checks them
+    if out is not None:
+        parent = os.path.dirname(os.path.abspath(out))
+        if os.path.isdir(out) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            raise ValueError(f"out {out!r}: cannot write it (not a file in an existing, "
+                             "writable directory)")
+    if progress is not None:
+        progress(f"timing {len(calls) - 1} attention calls and a memcpy on {device}")
+    timings, subtiles = _time_device(calls, device, _Alone(), 0, repeats, tile_tokens,
+                                     copy_bytes, timing_seconds)
+    report = _core.fit_device_onto(base, [timings], repeats, tile_tokens, copy_bytes,
+                                   timing_seconds, subtiles, name)
+    if out is not None:
+        _write_atomically(out, report["text"])
+    return report
+
+
+def calibrate_device(base: str = "h100-dgx", **options) -> str:
+    """Times this process's device alone (the Triton kernels on CUDA, the cpu kernels on the CPU)
+    and returns the cluster file of `base` (a preset name or a cluster file) with the fitted
+    device constants; nothing else is measured, so the shape, links and network interfaces stay
+    `base`'s. Needs no torch.distributed: for one GPU, or a cluster whose links a preset already
+    describes. Options: repeats=5, tile_tokens=512, copy_bytes=64 MiB, timing_seconds=0.05,
+    name='calibrated', device (default: the current CUDA device, else the CPU), out (written
+    atomically), progress. Raises ValueError naming a bad base, option or out."""
+    return _device_report(base, **options)["text"]
 
 
 def _link_operations(transport: TorchTransport, rank: int, nodes: int, per_node: int,
@@ -208,14 +275,8 @@ def _report(group=None, *, devices_per_node: int | None = None, repeats: int = 5
     where = f" on {size} ranks ({nodes} x {per_node})"
 
     say(f"timing {len(calls) - 1} attention calls and a memcpy{where} at once")
-    if device.type == "cuda":
-        from dcp.torch import _kernel_timing  # imports triton only on CUDA
-        device_timings = _kernel_timing.time_calls(calls, device, repeats, timing_seconds)
-        subtiles = _kernel_timing.subtiles()
-    else:
-        device_timings = _core.time_cpu_device(sync, rank, repeats, tile_tokens, copy_bytes,
-                                               timing_seconds)
-        subtiles = _core.cpu_subtiles()
+    device_timings, subtiles = _time_device(calls, device, sync, rank, repeats, tile_tokens,
+                                            copy_bytes, timing_seconds)
 
     say(f"timing messages of {_core.SMALL_MESSAGE_BYTES} B and {sizes[0]} .. {sizes[-1]} B and "
         f"groups of transfers{where}")
@@ -307,9 +368,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copy-bytes", type=int, default=64 << 20,
                         help="bytes each rank copies for the memory bandwidth [67108864]")
     parser.add_argument("--name", default="calibrated", help="the cluster's name [calibrated]")
+    parser.add_argument("--device-only", action="store_true",
+                        help="time this process's device alone, without torchrun, and keep the "
+                             "shape and links of --base")
+    parser.add_argument("--base", default="h100-dgx",
+                        help="--device-only: the preset or cluster file whose links the file "
+                             "keeps [h100-dgx]")
     parser.add_argument("--timeout", type=float, default=120,
                         help="seconds a rank waits for the others [120]")
     args = parser.parse_args(argv)
+    if args.device_only:
+        try:
+            report = _device_report(args.base, repeats=args.repeats, tile_tokens=args.tile_tokens,
+                                    copy_bytes=args.copy_bytes,
+                                    timing_seconds=args.timing_seconds, name=args.name,
+                                    out=args.out, progress=lambda line: print(
+                                        f"dcp.calibrate: {line}", file=sys.stderr))
+        except (ValueError, OSError) as error:
+            print(f"dcp.calibrate: error: {error}", file=sys.stderr)
+            return 2
+        sys.stdout.write(_table(report, args.out))
+        return 0
     if not dist.is_initialized() and "RANK" not in os.environ:
         print("dcp.calibrate: error: run it under torchrun (RANK, WORLD_SIZE and the rendezvous "
               "are not set), e.g. torchrun --nproc-per-node 8 -m dcp.calibrate", file=sys.stderr)

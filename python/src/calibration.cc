@@ -63,6 +63,20 @@ std::vector<runtime::MessageTime> messages(
   return out;
 }
 
+// A fit's report as Python sees it: the cluster file's text, the table's rows (name, seconds,
+// key, value, unit) and the notes.
+nb::dict report_dict(const runtime::CalibrationReport& report) {
+  nb::list rows;
+  for (const runtime::CalibrationMeasurement& r : report.measurements) {
+    rows.append(nb::make_tuple(r.name, r.seconds, r.derives, r.value, r.unit));
+  }
+  nb::dict d;
+  d["text"] = to_cluster_text(report.spec);
+  d["measurements"] = rows;
+  d["notes"] = report.notes;
+  return d;
+}
+
 }  // namespace
 
 void bind_calibration(nb::module_& m) {
@@ -176,18 +190,9 @@ void bind_calibration(nb::module_& m) {
         }
         links.aggregate = {aggregate.first, aggregate.second};
         const auto [fq, fkv, bq, bkv] = subtiles;
-        const runtime::CalibrationReport report = runtime::fit_cluster(
+        return report_dict(runtime::fit_cluster(
             links, device_timings, device_options(repeats, tile_tokens, copy_bytes, min_seconds),
-            {fq, fkv, bq, bkv}, name);
-        nb::list rows;
-        for (const runtime::CalibrationMeasurement& r : report.measurements) {
-          rows.append(nb::make_tuple(r.name, r.seconds, r.derives, r.value, r.unit));
-        }
-        nb::dict d;
-        d["text"] = to_cluster_text(report.spec);
-        d["measurements"] = rows;
-        d["notes"] = report.notes;
-        return d;
+            {fq, fkv, bq, bkv}, name));
       },
       nb::arg("nodes"), nb::arg("devices_per_node"), nb::arg("intra_node"), nb::arg("inter_node"),
       nb::arg("groups"), nb::arg("aggregate"), nb::arg("device_timings"), nb::arg("repeats"),
@@ -195,6 +200,29 @@ void bind_calibration(nb::module_& m) {
       nb::arg("name"),
       "The cluster file of the measurements (dcp::runtime::fit_cluster): a dict of its text, the "
       "table's rows (name, seconds, key, value, unit) and notes.");
+  m.def(
+      "cluster_text",
+      [](const std::string& cluster) { return to_cluster_text(resolve_cluster(cluster)); },
+      nb::arg("cluster"),
+      "The cluster file text of a preset or a cluster file (raises ValueError naming a name that "
+      "is neither).");
+  m.def(
+      "fit_device_onto",
+      [](const std::string& base, const std::vector<std::vector<std::vector<double>>>& timings,
+         std::int32_t repeats, std::int32_t tile_tokens, std::int64_t copy_bytes,
+         double min_seconds,
+         std::tuple<std::int32_t, std::int32_t, std::int32_t, std::int32_t> subtiles,
+         const std::string& name) {
+        const auto [fq, fkv, bq, bkv] = subtiles;
+        return report_dict(
+            runtime::fit_device_onto(resolve_cluster(base), timings,
+                                     device_options(repeats, tile_tokens, copy_bytes, min_seconds),
+                                     {fq, fkv, bq, bkv}, name));
+      },
+      nb::arg("base"), nb::arg("device_timings"), nb::arg("repeats"), nb::arg("tile_tokens"),
+      nb::arg("copy_bytes"), nb::arg("min_seconds"), nb::arg("subtiles"), nb::arg("name"),
+      "The cluster file of a device timed alone (dcp::runtime::fit_device_onto): the base preset "
+      "or file with the fitted device constants; a dict as fit_cluster's.");
 }
 
 }  // namespace dcp::python

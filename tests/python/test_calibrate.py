@@ -114,6 +114,41 @@ def test_python_m_dcp_calibrate_under_torchrun(tmp_path) -> None:
     assert alone.returncode == 2 and "run it under torchrun" in alone.stderr, alone.stderr
 
 
+def test_device_only_times_the_cpu_kernels_and_keeps_the_base_links(tmp_path) -> None:
+    out = tmp_path / "device.cluster"
+    small = ["--repeats", "1", "--timing-seconds", "0.002", "--tile-tokens", "64",
+             "--copy-bytes", "1048576"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    done = subprocess.run([sys.executable, "-m", "dcp.calibrate", "--device-only", "--base",
+                           "a100-p4de", "--name", "my-device", "--out", str(out), *small],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert done.stdout.endswith(text)
+    assert "note: only the device was measured" in done.stdout and "a100-p4de" in done.stdout
+    values, base = cluster_values(text), cluster_values(dcp._core.cluster_text("a100-p4de"))
+    assert values["name"] == "my-device"
+    for key in ("nodes", "devices_per_node", "inter_node_gbps", "nics_per_node",
+                "inter_node_efficiency", "launch_overhead_us"):
+        assert values[key] == base[key], key
+    # the cpu kernels, one thread: far below an A100's rate
+    assert 0 < float(values["forward_tflops"]) < float(base["forward_tflops"]) / 10
+    plan = dcp.plan([96, 32], "causal", heads=2, kv_heads=1, head_dim=16, cluster=str(out),
+                    nodes=1, devices_per_node=2, strategy="dcp-pure")
+    assert plan.simulate(str(out))["seconds"] > 0
+    for args, words in ((["--base", "nope"], "'nope' is neither a preset"),
+                        (["--out", str(tmp_path / "missing" / "f")], "cannot write it"),
+                        (["--repeats", "0"], "repeats")):
+        bad = subprocess.run([sys.executable, "-m", "dcp.calibrate", "--device-only", *small,
+                              *args], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                             env=env)
+        assert bad.returncode == 2 and words in bad.stderr, (args, bad.stderr)
+    assert not (tmp_path / "missing").exists()
+    assert dcp.calibrate.calibrate_device("cpu-local", repeats=1, timing_seconds=0.002,
+                                          tile_tokens=64, copy_bytes=1 << 20).startswith(
+        "name = calibrated")
+
+
 def test_triton_kernel_calls_compute_attention_under_the_interpreter() -> None:
     """The synthetic calls the GPU calibration times are real attention: o of a forward call and
     dq of a backward call match torch (Triton's interpreter on the CPU, small tiles)."""
@@ -169,3 +204,7 @@ def test_the_triton_kernels_are_timed_and_fitted_on_cuda() -> None:
                                1 << 20, 0.002, _kernel_timing.subtiles(), "gpu")
     values = cluster_values(report["text"])
     assert float(values["forward_tflops"]) > 0 and float(values["backward_tflops"]) > 0
+    alone = cluster_values(dcp.calibrate.calibrate_device("h100-dgx", repeats=2,
+                                                          timing_seconds=0.002, tile_tokens=128,
+                                                          copy_bytes=1 << 20))
+    assert float(alone["forward_tflops"]) > 0 and alone["nodes"] == "4"

@@ -311,6 +311,42 @@ TEST(FitCluster, GivesAValidSpecWhoseFileReadsBackAsItself) {
   EXPECT_THROW(fit_cluster(synthetic(known), timings, options, {}, ""), InvalidInput);
 }
 
+TEST(FitDeviceOnto, MeasuresTheDeviceAndKeepsTheBaseClustersLinks) {
+  DeviceCalibrationOptions options;
+  options.repeats = 1;
+  options.tile_tokens = 128;
+  ClusterSpec known = known_spec();
+  known.forward_flops = 2e11;
+  known.backward_flops = 9e10;
+  known.kernel_overhead = 3e-6;
+  known.forward_subtile_q = known.backward_subtile_q = 128;
+  known.forward_subtile_kv = known.backward_subtile_kv = 128;
+  std::vector<std::vector<std::vector<double>>> timings(1);
+  for (const double t : predicted_calls(known, options)) timings[0].push_back({t});
+  const ClusterSpec base = cluster_preset("h100-dgx");
+  const CalibrationReport report =
+      fit_device_onto(base, timings, options, {128, 128, 128, 128}, "my-gpu");
+  EXPECT_NO_THROW(validate(report.spec));
+  EXPECT_EQ(report.spec.name, "my-gpu");
+  EXPECT_EQ(report.spec.shape, base.shape);
+  EXPECT_EQ(report.spec.nics_per_node, base.nics_per_node);
+  EXPECT_DOUBLE_EQ(report.spec.inter_node_bandwidth, base.inter_node_bandwidth);
+  EXPECT_DOUBLE_EQ(report.spec.intra_node_bandwidth, base.intra_node_bandwidth);
+  EXPECT_DOUBLE_EQ(report.spec.launch_overhead, base.launch_overhead);
+  EXPECT_EQ(report.spec.inter_node_efficiency.size(), base.inter_node_efficiency.size());
+  EXPECT_NEAR(report.spec.forward_flops, known.forward_flops, 0.01 * known.forward_flops);
+  EXPECT_NEAR(report.spec.backward_flops, known.backward_flops, 0.01 * known.backward_flops);
+  EXPECT_NE(report.spec.forward_flops, base.forward_flops);
+  EXPECT_EQ(report.spec.tile_setup_tokens, 0);  // the base's (FA2's) would skew the fitted rates
+  EXPECT_FALSE(report.spec.whole_subtiles);
+  ASSERT_EQ(report.notes.size(), 1U);
+  EXPECT_NE(report.notes[0].find("h100-dgx"), std::string::npos) << report.notes[0];
+  const std::string text = to_cluster_text(report.spec);
+  EXPECT_EQ(to_cluster_text(parse_cluster_text(text, "calibrated")), text);
+  EXPECT_THROW(fit_device_onto(base, timings, options, {}, ""), InvalidInput);
+  EXPECT_THROW(fit_device_onto(base, {}, options, {}, "my-gpu"), InvalidInput);
+}
+
 TEST(ShapeFromPlacements, ReadsNodesFromTheLaunchersLocalSizes) {
   const std::vector<LauncherPlacement> two_by_two = {{2, 0}, {2, 1}, {2, 0}, {2, 1}};
   EXPECT_EQ(shape_from_placements(two_by_two, "LOCAL_WORLD_SIZE"), (ClusterShape{2, 2}));

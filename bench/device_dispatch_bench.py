@@ -4,7 +4,8 @@ executor and the Python device seam, with kernels and transfers that do nothing.
 
     python3 bench/device_dispatch_bench.py [--nodes 4] [--devices-per-node 8] [--mask causal]
 
-On CUDA every Program instruction becomes one Python call of the Triton device (a kernel launch)
+On CUDA every run of copies and every other Program instruction becomes one Python call of the
+Triton device (a kernel launch)
 and every Launch and Wait one call of the transport. This measures what that costs the host when
 the calls themselves are free: the floor of a pass's host time, which the GPU must hide behind its
 kernels (or a CUDA graph would remove). Every rank's Programs of one 131072-token batch are run in
@@ -62,7 +63,7 @@ class NullDevice:
     def _count(self, *args):
         self.calls += 1
 
-    load = store = attention = merge = add = copy_kept = convert_partial = _count
+    load = store = copy_run = attention = merge = add = copy_kept = convert_partial = _count
 
 
 def main() -> None:

@@ -58,6 +58,7 @@ void check_options(const DeviceCalibrationOptions& o) {
   check_range(o.repeats, 1, 1000, "repeats");
   check_range(o.tile_tokens, 64, 16384, "tile_tokens");
   check_range(o.copy_bytes, std::int64_t{4} << 10, std::int64_t{4} << 30, "copy_bytes");
+  check_range(o.heads, 1, 256, "heads");
   if (!(o.min_seconds >= 1e-4 && o.min_seconds <= 10)) {
     throw InvalidInput("calibration option min_seconds must be in [0.0001, 10], got " +
                        std::to_string(o.min_seconds));
@@ -293,8 +294,13 @@ KernelConstants solve(const KernelTimes& t, const TileGeometry& g) {
 }
 
 std::string describe_attention(const DeviceCall& c) {
-  char text[128];
-  const char* type = c.fp32 ? "fp32" : "bf16";
+  char text[160];
+  char type[32];
+  if (c.heads == 1) {
+    std::snprintf(type, sizeof type, "%s", c.fp32 ? "fp32" : "bf16");
+  } else {
+    std::snprintf(type, sizeof type, "%s x%d heads", c.fp32 ? "fp32" : "bf16", c.heads);
+  }
   if (c.kind == DeviceCall::Kind::kBackward) {
     std::snprintf(text, sizeof text, "backward %dx%d d%d %s", c.q_tokens, c.kv_tokens, c.head_dim,
                   type);
@@ -346,6 +352,9 @@ std::vector<DeviceCall> device_calls(const DeviceCalibrationOptions& options) {
   calls[kBackward].kind = DeviceCall::Kind::kBackward;
   calls[kCopy].kind = DeviceCall::Kind::kCopy;
   calls[kCopy].copy_bytes = options.copy_bytes;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    if (i != kLaunch && calls[i].kind != DeviceCall::Kind::kCopy) calls[i].heads = options.heads;
+  }
   for (DeviceCall& c : calls) {
     c.name = c.kind == DeviceCall::Kind::kCopy ? "memcpy " + std::to_string(c.copy_bytes) + " B"
                                                : describe_attention(c);
@@ -355,6 +364,12 @@ std::vector<DeviceCall> device_calls(const DeviceCalibrationOptions& options) {
 
 std::vector<std::vector<double>> time_cpu_device(RankSync& sync, std::int32_t rank,
                                                  const DeviceCalibrationOptions& options) {
+  if (options.heads != 1) {
+    throw InvalidInput(
+        "calibration option heads must be 1 on the cpu kernels (one thread runs "
+        "heads one after another), got " +
+        std::to_string(options.heads));
+  }
   std::vector<TimedOperation> operations;
   for (const DeviceCall& c : device_calls(options)) {
     switch (c.kind) {
@@ -409,6 +424,14 @@ void fit_device(std::span<const std::vector<std::vector<double>>> timings,
       }
     }
   }
+  // One head's share: a call of H heads costs one launch and H heads' work.
+  std::vector<std::vector<double>> one_head = t;
+  for (std::size_t c = 0; c < calls.size(); ++c) {
+    if (calls[c].heads == 1) continue;
+    for (std::size_t i = 0; i < repeats; ++i) {
+      one_head[c][i] = t[kLaunch][i] + (t[c][i] - t[kLaunch][i]) / calls[c].heads;
+    }
+  }
   const std::int32_t tokens = options.tile_tokens;
   const std::int32_t fq = subtiles.forward_q, fkv = subtiles.forward_kv;
   TileGeometry geometry{};
@@ -428,8 +451,9 @@ void fit_device(std::span<const std::vector<std::vector<double>>> timings,
   // Each repeat solved on its own, then the median of each constant.
   std::vector<KernelConstants> solved;
   for (std::size_t i = 0; i < repeats; ++i) {
-    solved.push_back(solve({t[kLaunch][i], t[kBig][i], t[kTiny][i], t[kHalfDim][i], t[kSquare][i],
-                            t[kCausal][i], t[kFp32][i], t[kBackward][i]},
+    const auto& h = one_head;
+    solved.push_back(solve({h[kLaunch][i], h[kBig][i], h[kTiny][i], h[kHalfDim][i], h[kSquare][i],
+                            h[kCausal][i], h[kFp32][i], h[kBackward][i]},
                            geometry));
   }
   const auto constant = [&](double KernelConstants::*field) {

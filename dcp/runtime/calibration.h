@@ -42,17 +42,24 @@ struct DeviceCalibrationOptions {
   std::int32_t tile_tokens = 512;
   std::int64_t copy_bytes = std::int64_t{64} << 20;  // memcpy per rank, [4 KiB, 4 GiB]
   double min_seconds = 0.05;  // each timing loops at least this long per repeat, [1e-4, 10]
+  // Heads every attention call but the launch call computes at once, each q head with its own kv
+  // head, [1, 256]. A GPU runs them in parallel and needs enough of them to fill its
+  // multiprocessors, as the executor's launches do; fit_device takes the work of a call to be its
+  // heads x that of one head. The cpu timing (one thread) takes 1 only.
+  std::int32_t heads = 1;
 };
 
 // One call the device calibration times. Attention: `rows` rows of q_tokens queries, each
 // against the same `tiles` kv tiles of kv_tokens keys (full, or causal: row r attends keys
-// [0, r + 1), for q_tokens == kv_tokens), 1 q head and 1 kv head, random inputs in [-1, 1];
+// [0, r + 1), for q_tokens == kv_tokens), `heads` q heads each with its own kv head, random
+// inputs in [-1, 1];
 // backward: one row and one full tile, dq, dk, dv in fp32, lse and delta from a forward run.
 // Memory: a copy of copy_bytes (attention fields unused).
 struct DeviceCall {
   enum class Kind : std::uint8_t { kForward, kBackward, kCopy };
   Kind kind = Kind::kForward;
-  std::string name;  // "forward 512x1024 d128 bf16"
+  std::string name;        // "forward 512x1024 d128 bf16"
+  std::int32_t heads = 1;  // q heads, each with its own kv head
   std::int32_t rows = 1;
   std::int32_t q_tokens = 1;
   std::int32_t tiles = 1;

@@ -50,6 +50,20 @@ class Device {
                      float softmax_scale) = 0;
   virtual void load(const LoadCall& call) = 0;
   virtual void store(const StoreCall& call) = 0;
+  // A run of copies (LoweredPass::copy_runs): its rows of copy_rows (slot offset, first local
+  // token, tokens, head block each). By default one load or store per row; a GPU device runs a
+  // run as one launch.
+  virtual void copy_run(const CopyRun& run, std::span<const std::int64_t> rows) {
+    for (std::size_t i = 0; i + CopyRun::kFields <= rows.size(); i += CopyRun::kFields) {
+      const auto tokens = static_cast<std::int32_t>(rows[i + 2]);
+      const auto head_block = static_cast<std::int32_t>(rows[i + 3]);
+      if (run.store) {
+        store(StoreCall{run.kind, rows[i], rows[i + 1], tokens, head_block});
+      } else {
+        load(LoadCall{run.kind, rows[i], rows[i + 1], tokens, head_block});
+      }
+    }
+  }
   virtual void attention(const AttentionCall& call) = 0;  // of the pass begun
   virtual void merge(const MergeCall& call) = 0;
   virtual void sum(const SumCall& call) = 0;

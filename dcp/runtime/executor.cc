@@ -221,11 +221,25 @@ void Executor::run(PassState& state, const PassTensors& tensors, float softmax_s
   const Program& program = state.program;
   device_.begin(program.pass, state.arena, tensors, softmax_scale);
   const PassEnd end{device_};
-  for (std::size_t i = 0; i < program.instructions.size(); ++i) {
+  const std::span<const LoweredCall> calls = state.lowered.calls;
+  for (std::size_t i = 0, next = 1; i < program.instructions.size(); i = next, next = i + 1) {
     const auto start = Clock::now();
-    const LoweredCall& lowered = state.lowered.calls[i];
+    const LoweredCall& lowered = calls[i];
+    const std::int32_t span = state.lowered.span_starting[i];
     try {
-      call(state, lowered);
+      if (span >= 0) {  // Loads and Stores: one call per run of one kind
+        const CopySpan& copies = state.lowered.copy_spans[to_size(span)];
+        next = to_size(copies.end);
+        for (std::int32_t r = copies.run_begin; r < copies.run_end; ++r) {
+          const CopyRun& run = state.lowered.copy_runs[to_size(r)];
+          device_.copy_run(run,
+                           std::span<const std::int64_t>(state.lowered.copy_rows)
+                               .subspan(to_size(run.row_begin) * CopyRun::kFields,
+                                        to_size(run.row_end - run.row_begin) * CopyRun::kFields));
+        }
+      } else {
+        call(state, lowered);
+      }
     } catch (const comm::CommError&) {
       throw;
     } catch (const Error& error) {

@@ -59,6 +59,7 @@ class Lowerer {
                     "): " + error.what());
       }
     }
+    group_copies();
     return std::move(out_);
   }
 
@@ -378,6 +379,77 @@ class Lowerer {
     tokens_[to_size(restore.slot)] = t;
     return KeptCall{false, offset(restore.slot), kept_offset(restore.block, restore.head_block),
                     value_bytes(header_, SlotKind::kKV, t)};
+  }
+
+  // The copy spans (CopySpan) and their runs: a span continues over Frees and no-op Stores while
+  // the next copy is of its stage and, for a Store, writes an output, block and head block the
+  // span has not written yet.
+  void group_copies() {
+    out_.span_starting.assign(out_.calls.size(), -1);
+    struct Copy {
+      bool store;
+      SlotKind kind;
+      std::int64_t slot_offset, token;
+      std::int32_t tokens, head_block;
+    };
+    std::vector<Copy> copies;  // of the open span
+    std::int32_t begin = -1, end = -1;
+    const auto close = [&] {
+      if (copies.empty()) return;
+      CopySpan span{begin, end, static_cast<std::int32_t>(out_.copy_runs.size()), 0};
+      for (const Copy& first : copies) {
+        const auto same = [&](const Copy& c) {
+          return c.store == first.store && c.kind == first.kind;
+        };
+        const bool seen = std::any_of(
+            out_.copy_runs.begin() + span.run_begin, out_.copy_runs.end(),
+            [&](const CopyRun& r) { return r.store == first.store && r.kind == first.kind; });
+        if (seen) continue;
+        CopyRun run;
+        run.store = first.store;
+        run.kind = first.kind;
+        run.row_begin = static_cast<std::int32_t>(out_.copy_rows.size() / CopyRun::kFields);
+        for (const Copy& c : copies) {
+          if (!same(c)) continue;
+          out_.copy_rows.insert(out_.copy_rows.end(),
+                                {c.slot_offset, c.token, c.tokens, c.head_block});
+          run.max_tokens = std::max(run.max_tokens, c.tokens);
+        }
+        run.row_end = static_cast<std::int32_t>(out_.copy_rows.size() / CopyRun::kFields);
+        out_.copy_runs.push_back(run);
+      }
+      span.run_end = static_cast<std::int32_t>(out_.copy_runs.size());
+      out_.span_starting[to_size(begin)] = static_cast<std::int32_t>(out_.copy_spans.size());
+      out_.copy_spans.push_back(span);
+      copies.clear();
+    };
+    for (std::size_t i = 0; i < out_.calls.size(); ++i) {
+      const LoweredCall& call = out_.calls[i];
+      const auto* load = std::get_if<LoadCall>(&call);
+      const auto* store = std::get_if<StoreCall>(&call);
+      if (load == nullptr && store == nullptr) {
+        if (!std::holds_alternative<NoCall>(call)) close();
+        continue;
+      }
+      const Copy copy = load ? Copy{false,       load->kind,   load->slot_offset,
+                                    load->token, load->tokens, load->head_block}
+                             : Copy{true,         store->kind,   store->slot_offset,
+                                    store->token, store->tokens, store->head_block};
+      const bool joins =
+          !copies.empty() &&
+          program_.instruction_stage[to_size(begin)] == program_.instruction_stage[i] &&
+          (!copy.store || std::none_of(copies.begin(), copies.end(), [&](const Copy& c) {
+            return c.store && c.kind == copy.kind && c.token == copy.token &&
+                   c.head_block == copy.head_block;
+          }));
+      if (!joins) {
+        close();
+        begin = static_cast<std::int32_t>(i);
+      }
+      copies.push_back(copy);
+      end = static_cast<std::int32_t>(i + 1);
+    }
+    close();
   }
 
   LoweredCall lower(const Free& free) {

@@ -154,6 +154,27 @@ enum GroupField : int {
   kGroupInput
 };
 
+// A span of consecutive Loads and Stores of one stage (Frees and Stores of no contribution may
+// lie between them). Its copies are independent of each other, so a device may run them in any
+// order: a Load writes its own slot from the local inputs, a Store its own rows and heads of a
+// local output from an output slot, and no slot a Load writes is one a Store reads. The span's
+// copies form one CopyRun per direction and slot kind (in order of first appearance), which a
+// GPU device runs as one launch each. Every Load and Store of a pass is in exactly one span.
+struct CopyRun {
+  static constexpr int kFields = 4;  // per row of LoweredPass::copy_rows
+  bool store = false;
+  SlotKind kind = SlotKind::kQ;
+  // Rows [row_begin, row_end) of copy_rows: slot offset, first local token, tokens, head block,
+  // one per copy, in instruction order.
+  std::int32_t row_begin = 0, row_end = 0;
+  std::int32_t max_tokens = 0;  // the largest copy's tokens (a launch's grid)
+};
+
+struct CopySpan {
+  std::int32_t begin = 0, end = 0;          // instructions [begin, end)
+  std::int32_t run_begin = 0, run_end = 0;  // its runs in LoweredPass::copy_runs
+};
+
 struct LoweredPass {
   Pass pass = Pass::kForward;
   // The slots (slot_bytes each), then the wire buffers of the partials that travel narrower.
@@ -164,6 +185,10 @@ struct LoweredPass {
   std::vector<std::int64_t> slot_offsets;
   std::vector<LoweredCall> calls;  // one per instruction
   AttentionTables tables;
+  std::vector<CopySpan> copy_spans;
+  std::vector<CopyRun> copy_runs;
+  std::vector<std::int64_t> copy_rows;
+  std::vector<std::int32_t> span_starting;  // per instruction: the copy span it begins, or -1
 };
 
 // Slot offsets are multiples of this from the arena's start.

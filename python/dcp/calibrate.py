@@ -100,15 +100,29 @@ def _write_atomically(path: str, text: str) -> None:
         raise
 
 
+# The device calls' defaults by device: a GPU needs many heads per call to fill its
+# multiprocessors (the executor's launches do), and a larger tile; the cpu kernels run one head.
+_DEVICE_DEFAULTS = {"cuda": {"tile_tokens": 1024, "heads": 32},
+                    "cpu": {"tile_tokens": 512, "heads": 1}}
+
+
+def _device_options(device: torch.device, tile_tokens: int | None,
+                    heads: int | None) -> tuple[int, int]:
+    defaults = _DEVICE_DEFAULTS[device.type]
+    return (int(defaults["tile_tokens"] if tile_tokens is None else tile_tokens),
+            int(defaults["heads"] if heads is None else heads))
+
+
 def _time_device(calls: list[dict], device: torch.device, sync, rank: int, repeats: int,
-                 tile_tokens: int, copy_bytes: int, timing_seconds: float):
+                 tile_tokens: int, copy_bytes: int, timing_seconds: float, heads: int):
     """This rank's seconds per call of `calls` ([call][repeat]) and the kernels' sub-tiles: the
     Triton kernels on CUDA, the C++ cpu kernels (one thread, all ranks of `sync` at once) else."""
     if device.type == "cuda":
         from dcp.torch import _kernel_timing  # imports triton only on CUDA
         return (_kernel_timing.time_calls(calls, device, repeats, timing_seconds),
                 _kernel_timing.subtiles())
-    return (_core.time_cpu_device(sync, rank, repeats, tile_tokens, copy_bytes, timing_seconds),
+    return (_core.time_cpu_device(sync, rank, repeats, tile_tokens, copy_bytes, timing_seconds,
+                                  heads),
             _core.cpu_subtiles())
 
 
@@ -122,7 +136,8 @@ class _Alone:
         return value
 
 
-def _device_report(base: str = "h100-dgx", *, repeats: int = 5, tile_tokens: int = 512,
+def _device_report(base: str = "h100-dgx", *, repeats: int = 5, tile_tokens: int | None = None,
+                   heads: int | None = None,
                    copy_bytes: int = 64 << 20, timing_seconds: float = 0.05,
                    name: str = "calibrated", device: torch.device | str | None = None,
                    out: str | None = None,
@@ -137,8 +152,9 @@ def _device_report(base: str = "h100-dgx", *, repeats: int = 5, tile_tokens: int
     if device.type not in ("cuda", "cpu"):
         raise ValueError(f"device {device}: dcp's kernels run on cuda or cpu")
     _core.cluster_text(base)  # raises naming a base that is neither a preset nor a file
-    calls = _core.device_calls(int(repeats), int(tile_tokens), int(copy_bytes),
-                               float(timing_seconds))  # checks them
+    tile_tokens, heads = _device_options(device, tile_tokens, heads)
+    calls = _core.device_calls(int(repeats), tile_tokens, int(copy_bytes), float(timing_seconds),
+                               heads)  # checks them
     if out is not None:
         parent = os.path.dirname(os.path.abspath(out))
         if os.path.isdir(out) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
@@ -147,9 +163,9 @@ def _device_report(base: str = "h100-dgx", *, repeats: int = 5, tile_tokens: int
     if progress is not None:
         progress(f"timing {len(calls) - 1} attention calls and a memcpy on {device}")
     timings, subtiles = _time_device(calls, device, _Alone(), 0, repeats, tile_tokens,
-                                     copy_bytes, timing_seconds)
+                                     copy_bytes, timing_seconds, heads)
     report = _core.fit_device_onto(base, [timings], repeats, tile_tokens, copy_bytes,
-                                   timing_seconds, subtiles, name)
+                                   timing_seconds, subtiles, name, heads)
     if out is not None:
         _write_atomically(out, report["text"])
     return report
@@ -160,7 +176,8 @@ def calibrate_device(base: str = "h100-dgx", **options) -> str:
     and returns the cluster file of `base` (a preset name or a cluster file) with the fitted
     device constants; nothing else is measured, so the shape, links and network interfaces stay
     `base`'s. Needs no torch.distributed: for one GPU, or a cluster whose links a preset already
-    describes. Options: repeats=5, tile_tokens=512, copy_bytes=64 MiB, timing_seconds=0.05,
+    describes. Options: repeats=5, tile_tokens and heads (of the timed tiles; on CUDA 1024 and
+    32, on the CPU 512 and 1), copy_bytes=64 MiB, timing_seconds=0.05,
     name='calibrated', device (default: the current CUDA device, else the CPU), out (written
     atomically), progress. Raises ValueError naming a bad base, option or out."""
     return _device_report(base, **options)["text"]
@@ -249,7 +266,8 @@ def _link_measurements(all_ranks: list, nodes: int, per_node: int, sizes: list[i
 
 def _report(group=None, *, devices_per_node: int | None = None, repeats: int = 5,
             min_bytes: int = 4096, max_bytes: int = 64 << 20, group_peers: int = 8,
-            tile_tokens: int = 512, copy_bytes: int = 64 << 20, timing_seconds: float = 0.05,
+            tile_tokens: int | None = None, heads: int | None = None,
+            copy_bytes: int = 64 << 20, timing_seconds: float = 0.05,
             name: str = "calibrated", device: torch.device | str | None = None,
             out: str | None = None, progress: Callable[[str], None] | None = None) -> dict:
     """calibrate()'s work: the fit's dict (text, measurements, notes) on every rank."""
@@ -265,8 +283,9 @@ def _report(group=None, *, devices_per_node: int | None = None, repeats: int = 5
         device = torch.device("cuda", torch.cuda.current_device())
     nodes, per_node = _shape(group, rank, size, devices_per_node)
     sizes = _core.sweep_sizes(int(min_bytes), int(max_bytes))
-    calls = _core.device_calls(int(repeats), int(tile_tokens), int(copy_bytes),
-                               float(timing_seconds))  # checks them
+    tile_tokens, heads = _device_options(device, tile_tokens, heads)
+    calls = _core.device_calls(int(repeats), tile_tokens, int(copy_bytes), float(timing_seconds),
+                               heads)  # checks them
     if not 1 <= group_peers <= 1024:
         raise ValueError(f"group_peers {group_peers} is not in [1, 1024]")
     _check_out(out, group, rank, device)
@@ -276,7 +295,7 @@ def _report(group=None, *, devices_per_node: int | None = None, repeats: int = 5
 
     say(f"timing {len(calls) - 1} attention calls and a memcpy{where} at once")
     device_timings, subtiles = _time_device(calls, device, sync, rank, repeats, tile_tokens,
-                                            copy_bytes, timing_seconds)
+                                            copy_bytes, timing_seconds, heads)
 
     say(f"timing messages of {_core.SMALL_MESSAGE_BYTES} B and {sizes[0]} .. {sizes[-1]} B and "
         f"groups of transfers{where}")
@@ -303,7 +322,7 @@ def _report(group=None, *, devices_per_node: int | None = None, repeats: int = 5
             report = _core.fit_cluster(
                 nodes, per_node, measured["intra_node"], measured["inter_node"],
                 measured["groups"], measured["aggregate"], [e[1] for e in everything], repeats,
-                tile_tokens, copy_bytes, timing_seconds, subtiles, name)
+                tile_tokens, copy_bytes, timing_seconds, subtiles, name, heads)
             if out is not None:
                 _write_atomically(out, report["text"])
             outcome = [("ok", report)]
@@ -322,7 +341,8 @@ def calibrate(group=None, **options) -> str:
     its cluster file's text on every rank; rank 0 writes it to `out` if given (atomically).
     Every rank must call it. Options (defaults as `dcp calibrate --comm mpi`):
     devices_per_node (default: from torchrun's LOCAL_WORLD_SIZE), repeats=5, min_bytes=4096,
-    max_bytes=64 MiB (the size sweep, x4 steps), group_peers=8, tile_tokens=512,
+    max_bytes=64 MiB (the size sweep, x4 steps), group_peers=8, tile_tokens and heads (on CUDA
+    1024 and 32, on the CPU 512 and 1),
     copy_bytes=64 MiB, timing_seconds=0.05 (each timing's loop per repeat), name='calibrated',
     device (default: CUDA with NCCL, else the CPU), out, progress (called on rank 0 with a line
     before each measurement). Raises ValueError naming the value, on every rank alike, for a
@@ -363,8 +383,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="largest message of the size sweep (x4 steps) [67108864]")
     parser.add_argument("--group-peers", type=int, default=8,
                         help="groups of 1..K peers for the launch set-up [8]")
-    parser.add_argument("--tile-tokens", type=int, default=512,
-                        help="q tokens of the big attention tiles [512]")
+    parser.add_argument("--tile-tokens", type=int,
+                        help="q tokens of the big attention tiles [1024 on CUDA, 512 on the CPU]")
+    parser.add_argument("--heads", type=int,
+                        help="heads every timed attention call computes at once, enough to fill "
+                             "a GPU [32 on CUDA, 1 on the CPU, which takes only 1]")
     parser.add_argument("--copy-bytes", type=int, default=64 << 20,
                         help="bytes each rank copies for the memory bandwidth [67108864]")
     parser.add_argument("--name", default="calibrated", help="the cluster's name [calibrated]")
@@ -380,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device_only:
         try:
             report = _device_report(args.base, repeats=args.repeats, tile_tokens=args.tile_tokens,
+                                    heads=args.heads,
                                     copy_bytes=args.copy_bytes,
                                     timing_seconds=args.timing_seconds, name=args.name,
                                     out=args.out, progress=lambda line: print(
@@ -404,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         report = _report(devices_per_node=args.devices_per_node, repeats=args.repeats,
                          min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                          group_peers=args.group_peers, tile_tokens=args.tile_tokens,
+                         heads=args.heads,
                          copy_bytes=args.copy_bytes, timing_seconds=args.timing_seconds,
                          name=args.name, out=args.out,
                          progress=lambda line: print(f"dcp.calibrate: {line}", file=sys.stderr))

@@ -46,8 +46,10 @@ class PythonRankSync final : public runtime::RankSync {
 };
 
 DeviceCalibrationOptions device_options(std::int32_t repeats, std::int32_t tile_tokens,
-                                        std::int64_t copy_bytes, double min_seconds) {
+                                        std::int64_t copy_bytes, double min_seconds,
+                                        std::int32_t heads) {
   DeviceCalibrationOptions options;
+  options.heads = heads;
   options.repeats = repeats;
   options.tile_tokens = tile_tokens;
   options.copy_bytes = copy_bytes;
@@ -106,15 +108,16 @@ void bind_calibration(nb::module_& m) {
   m.def(
       "device_calls",
       [](std::int32_t repeats, std::int32_t tile_tokens, std::int64_t copy_bytes,
-         double min_seconds) {
+         double min_seconds, std::int32_t heads) {
         nb::list calls;
-        for (const runtime::DeviceCall& c :
-             runtime::device_calls(device_options(repeats, tile_tokens, copy_bytes, min_seconds))) {
+        for (const runtime::DeviceCall& c : runtime::device_calls(
+                 device_options(repeats, tile_tokens, copy_bytes, min_seconds, heads))) {
           nb::dict d;
           d["kind"] = c.kind == runtime::DeviceCall::Kind::kForward    ? "forward"
                       : c.kind == runtime::DeviceCall::Kind::kBackward ? "backward"
                                                                        : "copy";
           d["name"] = c.name;
+          d["heads"] = c.heads;
           d["rows"] = c.rows;
           d["q_tokens"] = c.q_tokens;
           d["tiles"] = c.tiles;
@@ -127,19 +130,20 @@ void bind_calibration(nb::module_& m) {
         }
         return calls;
       },
-      nb::arg("repeats"), nb::arg("tile_tokens"), nb::arg("copy_bytes"), nb::arg("min_seconds"));
+      nb::arg("repeats"), nb::arg("tile_tokens"), nb::arg("copy_bytes"), nb::arg("min_seconds"),
+      nb::arg("heads") = 1);
   m.def(
       "time_cpu_device",
       [](nb::object sync, std::int32_t rank, std::int32_t repeats, std::int32_t tile_tokens,
-         std::int64_t copy_bytes, double min_seconds) {
+         std::int64_t copy_bytes, double min_seconds, std::int32_t heads) {
         const DeviceCalibrationOptions options =
-            device_options(repeats, tile_tokens, copy_bytes, min_seconds);
+            device_options(repeats, tile_tokens, copy_bytes, min_seconds, heads);
         PythonRankSync rank_sync(std::move(sync));
         nb::gil_scoped_release release;
         return runtime::time_cpu_device(rank_sync, rank, options);
       },
       nb::arg("sync"), nb::arg("rank"), nb::arg("repeats"), nb::arg("tile_tokens"),
-      nb::arg("copy_bytes"), nb::arg("min_seconds"));
+      nb::arg("copy_bytes"), nb::arg("min_seconds"), nb::arg("heads") = 1);
   m.def("cpu_subtiles", [] {
     const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
     const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
@@ -180,7 +184,7 @@ void bind_calibration(nb::module_& m) {
          const std::vector<std::vector<std::vector<double>>>& device_timings, std::int32_t repeats,
          std::int32_t tile_tokens, std::int64_t copy_bytes, double min_seconds,
          std::tuple<std::int32_t, std::int32_t, std::int32_t, std::int32_t> subtiles,
-         const std::string& name) {
+         const std::string& name, std::int32_t heads) {
         runtime::LinkMeasurements links;
         links.shape = {nodes, devices_per_node};
         links.intra_node = messages(intra_node);
@@ -191,13 +195,14 @@ void bind_calibration(nb::module_& m) {
         links.aggregate = {aggregate.first, aggregate.second};
         const auto [fq, fkv, bq, bkv] = subtiles;
         return report_dict(runtime::fit_cluster(
-            links, device_timings, device_options(repeats, tile_tokens, copy_bytes, min_seconds),
+            links, device_timings,
+            device_options(repeats, tile_tokens, copy_bytes, min_seconds, heads),
             {fq, fkv, bq, bkv}, name));
       },
       nb::arg("nodes"), nb::arg("devices_per_node"), nb::arg("intra_node"), nb::arg("inter_node"),
       nb::arg("groups"), nb::arg("aggregate"), nb::arg("device_timings"), nb::arg("repeats"),
       nb::arg("tile_tokens"), nb::arg("copy_bytes"), nb::arg("min_seconds"), nb::arg("subtiles"),
-      nb::arg("name"),
+      nb::arg("name"), nb::arg("heads") = 1,
       "The cluster file of the measurements (dcp::runtime::fit_cluster): a dict of its text, the "
       "table's rows (name, seconds, key, value, unit) and notes.");
   m.def(
@@ -212,15 +217,16 @@ void bind_calibration(nb::module_& m) {
          std::int32_t repeats, std::int32_t tile_tokens, std::int64_t copy_bytes,
          double min_seconds,
          std::tuple<std::int32_t, std::int32_t, std::int32_t, std::int32_t> subtiles,
-         const std::string& name) {
+         const std::string& name, std::int32_t heads) {
         const auto [fq, fkv, bq, bkv] = subtiles;
-        return report_dict(
-            runtime::fit_device_onto(resolve_cluster(base), timings,
-                                     device_options(repeats, tile_tokens, copy_bytes, min_seconds),
-                                     {fq, fkv, bq, bkv}, name));
+        return report_dict(runtime::fit_device_onto(
+            resolve_cluster(base), timings,
+            device_options(repeats, tile_tokens, copy_bytes, min_seconds, heads),
+            {fq, fkv, bq, bkv}, name));
       },
       nb::arg("base"), nb::arg("device_timings"), nb::arg("repeats"), nb::arg("tile_tokens"),
       nb::arg("copy_bytes"), nb::arg("min_seconds"), nb::arg("subtiles"), nb::arg("name"),
+      nb::arg("heads") = 1,
       "The cluster file of a device timed alone (dcp::runtime::fit_device_onto): the base preset "
       "or file with the fitted device constants; a dict as fit_cluster's.");
 }

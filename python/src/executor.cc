@@ -114,9 +114,11 @@ nb::ndarray<nb::numpy, T> numpy_copy(const std::vector<T>& values, std::size_t c
   return nb::ndarray<nb::numpy, T>(copy->data(), {rows, columns}, owner);
 }
 
-nb::dict tables_dict(const runtime::AttentionTables& t) {
+nb::dict tables_dict(const runtime::LoweredPass& pass) {
   using T = runtime::AttentionTables;
+  const T& t = pass.tables;
   nb::dict d;
+  d["copy_rows"] = numpy_copy(pass.copy_rows, runtime::CopyRun::kFields);
   d["entries"] = numpy_copy(t.entries, T::kEntryFields);
   d["q_groups"] = numpy_copy(t.q_groups, T::kGroupFields);
   d["kv_groups"] = numpy_copy(t.kv_groups, T::kGroupFields);
@@ -127,22 +129,22 @@ nb::dict tables_dict(const runtime::AttentionTables& t) {
 }
 
 // A Device whose calls a Python object makes (python/dcp/torch/_device.py): prepare(forward
-// tables, backward tables), begin(pass, scale), load/store(kind, slot offset, token, tokens,
-// head block), attention(q group begin, end, kv group begin, end, max q tokens, max kv tokens),
-// merge(dst, src, tokens), add(dst, src, elements), copy_kept(keep, slot, kept offset, bytes),
-// convert_partial(narrow, slot, wire, elements, tail bytes), end(). The Python object holds the
-// tensors.
+// tables, backward tables: the attention tables and copy_rows), begin(pass, scale),
+// load/store(kind, slot offset, token, tokens, head block), copy_run(store, kind, row begin, row
+// end, max tokens) if the object has it (else a load or store per copy), attention(q group begin,
+// end, kv group begin, end, max q tokens, max kv tokens), merge(dst, src, tokens), add(dst, src,
+// elements), copy_kept(keep, slot, kept offset, bytes), convert_partial(narrow, slot, wire,
+// elements, tail bytes), end(). The Python object holds the tensors.
 class PythonDevice final : public runtime::Device {
  public:
-  explicit PythonDevice(nb::object device) : device_(std::move(device)) {}
+  explicit PythonDevice(nb::object device)
+      : device_(std::move(device)), runs_copies_(nb::hasattr(device_, "copy_run")) {}
 
   std::string_view name() const override { return "python"; }
 
   void prepare(const PlanHeader&, const runtime::LocalLayout&, const runtime::LoweredPass& forward,
                const runtime::LoweredPass& backward) override {
-    call("prepare", [&] {
-      return std::make_tuple(tables_dict(forward.tables), tables_dict(backward.tables));
-    });
+    call("prepare", [&] { return std::make_tuple(tables_dict(forward), tables_dict(backward)); });
   }
   void begin(Pass pass, std::span<std::byte>, const runtime::PassTensors&,
              float softmax_scale) override {
@@ -158,6 +160,16 @@ class PythonDevice final : public runtime::Device {
     call("store", [&] {
       return std::make_tuple(static_cast<int>(c.kind), c.slot_offset, c.token, c.tokens,
                              c.head_block);
+    });
+  }
+  void copy_run(const runtime::CopyRun& run, std::span<const std::int64_t> rows) override {
+    if (!runs_copies_) {
+      Device::copy_run(run, rows);
+      return;
+    }
+    call("copy_run", [&] {
+      return std::make_tuple(run.store, static_cast<int>(run.kind), run.row_begin, run.row_end,
+                             run.max_tokens);
     });
   }
   void attention(const runtime::AttentionCall& c) override {
@@ -202,6 +214,7 @@ class PythonDevice final : public runtime::Device {
   }
 
   nb::object device_;
+  bool runs_copies_;
 };
 
 std::string dtype_name(const nb::dlpack::dtype& dtype) {

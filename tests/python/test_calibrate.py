@@ -138,7 +138,8 @@ def test_device_only_times_the_cpu_kernels_and_keeps_the_base_links(tmp_path) ->
     assert plan.simulate(str(out))["seconds"] > 0
     for args, words in ((["--base", "nope"], "'nope' is neither a preset"),
                         (["--out", str(tmp_path / "missing" / "f")], "cannot write it"),
-                        (["--repeats", "0"], "repeats")):
+                        (["--repeats", "0"], "repeats"),
+                        (["--heads", "2"], "heads must be 1 on the cpu kernels")):
         bad = subprocess.run([sys.executable, "-m", "dcp.calibrate", "--device-only", *small,
                               *args], capture_output=True, text=True, timeout=60, cwd=tmp_path,
                              env=env)
@@ -155,34 +156,37 @@ def test_triton_kernel_calls_compute_attention_under_the_interpreter() -> None:
     script = r"""
 import torch
 from dcp.torch import _kernel_timing as kt
-for causal in (False, True):
-    call = dict(kind="forward", rows=2, q_tokens=16, tiles=2, kv_tokens=16, causal=causal,
-                head_dim=16, dtype="fp32", copy_bytes=0)
+for causal, h in ((False, 1), (True, 1), (True, 3)):
+    call = dict(kind="forward", heads=h, rows=2, q_tokens=16, tiles=2, kv_tokens=16,
+                causal=causal, head_dim=16, dtype="fp32", copy_bytes=0)
     c = kt.TritonCall(call, torch.device("cpu"), seed=3)
     c()
     a = c.arena
     def values(offset, count):
         return a[offset:offset + 4 * count].view(torch.float32)
-    q = values(0, 16 * 16).reshape(16, 16)
-    kv0 = c.entries[0, 1].item()
+    n = 16 * h * 16  # tokens x heads x head dim
     for row in range(2):
-        q = values(c.entries[2 * row, 0].item(), 256).reshape(16, 16)
-        ks = [values(c.entries[t, 1].item(), 256).reshape(16, 16) for t in range(2)]
-        vs = [values(c.entries[t, 1].item() + 1024, 256).reshape(16, 16) for t in range(2)]
+        q = values(c.entries[2 * row, 0].item(), n).reshape(16, h, 16)
+        ks = [values(c.entries[t, 1].item(), n).reshape(16, h, 16) for t in range(2)]
+        vs = [values(c.entries[t, 1].item() + 4 * n, n).reshape(16, h, 16) for t in range(2)]
         k, v = torch.cat(ks), torch.cat(vs)
-        s = q.double() @ k.double().T / 4
-        if causal:
-            keep = torch.arange(16)[None, :] <= torch.arange(16)[:, None]
-            s = s.masked_fill(~torch.cat((keep, keep), 1), float("-inf"))
-        o = torch.softmax(s, 1) @ v.double()
-        got = values(c.out[row], 256).reshape(16, 16).double()
-        assert torch.allclose(got, o, atol=1e-4), (causal, row, (got - o).abs().max())
-back = dict(kind="backward", rows=1, q_tokens=16, tiles=1, kv_tokens=32, causal=False,
-            head_dim=16, dtype="fp32", copy_bytes=0)
+        got = values(c.out[row], n).reshape(16, h, 16).double()
+        for head in range(h):
+            s = q[:, head].double() @ k[:, head].double().T / 4
+            if causal:
+                keep = torch.arange(16)[None, :] <= torch.arange(16)[:, None]
+                s = s.masked_fill(~torch.cat((keep, keep), 1), float("-inf"))
+            o = torch.softmax(s, 1) @ v[:, head].double()
+            assert torch.allclose(got[:, head], o, atol=1e-4), (causal, h, row, head,
+                                                               (got[:, head] - o).abs().max())
+back = dict(kind="backward", heads=2, rows=1, q_tokens=16, tiles=1, kv_tokens=32,
+            causal=False, head_dim=16, dtype="fp32", copy_bytes=0)
 b = kt.TritonCall(back, torch.device("cpu"), seed=4)
 b()
-dq = b.arena[b.out[0]:b.out[0] + 4 * 256].view(torch.float32)
-assert torch.isfinite(dq).all() and dq.abs().sum() > 0
+dq = b.arena[b.out[0]:b.out[0] + 4 * 2 * 256].view(torch.float32).reshape(16, 2, 16)
+dkv = b.arena[b.out[1]:b.out[1] + 4 * 2 * 2 * 512].view(torch.float32)
+assert torch.isfinite(dq).all() and torch.isfinite(dkv).all()
+assert all(dq[:, head].abs().sum() > 0 for head in range(2))
 print("ok")
 """
     env = dict(os.environ, TRITON_INTERPRET="1")
@@ -205,6 +209,8 @@ def test_the_triton_kernels_are_timed_and_fitted_on_cuda() -> None:
     values = cluster_values(report["text"])
     assert float(values["forward_tflops"]) > 0 and float(values["backward_tflops"]) > 0
     alone = cluster_values(dcp.calibrate.calibrate_device("h100-dgx", repeats=2,
-                                                          timing_seconds=0.002, tile_tokens=128,
+                                                          timing_seconds=0.002,
                                                           copy_bytes=1 << 20))
     assert float(alone["forward_tflops"]) > 0 and alone["nodes"] == "4"
+    # 32 heads at once fill the GPU: the rate is far above one head's on the same tile
+    assert float(alone["forward_tflops"]) > 2 * float(values["forward_tflops"]), (alone, values)

@@ -311,6 +311,53 @@ def test_stores(dtype, head_dim):
 
 
 @interpreted
+@pytest.mark.parametrize("dtype,head_dim", [(torch.bfloat16, 64), (torch.float32, 40)])
+def test_copy_tables_run_many_copies_in_one_launch(dtype, head_dim):
+    """A run's rows in one launch: copies of different token counts and head blocks (head index
+    x head_scale), each into its own slot, or from its own slot into its own window."""
+    g = torch.Generator().manual_seed(5)
+    T, H, h = 40, 4, 2  # local tokens, all heads, heads per block (head_scale)
+    q, o_local, do = (randn(g, T, H, head_dim, dtype=dtype) for _ in range(3))
+    lse_local = randn(g, H, T)
+    copies = [(0, 5, 0), (5, 17, 1), (30, 9, 0)]  # token, tokens, head block
+    layout = Arena()
+    size = torch.tensor([], dtype=dtype).element_size()
+    q_offs = [layout.reserve(n * h * head_dim * size) for _, n, _ in copies]
+    grad_offs = [layout.reserve(2 * n * h * head_dim * size + 8 * n * h) for _, n, _ in copies]
+    values = [(randn(g, n, h, head_dim) * 10, randn(g, h, n)) for _, n, _ in copies]
+    out_offs = [layout.place(o, lse) for o, lse in values]
+    arena = layout.build()
+
+    def table(offsets):
+        return torch.tensor([[off, t, n, b] for off, (t, n, b) in zip(offsets, copies)],
+                            dtype=torch.int64)
+
+    most = max(n for _, n, _ in copies)
+    tk.load_q_copies(arena, table(q_offs), q, h, most, head_scale=h)
+    tk.load_qgrad_copies(arena, table(grad_offs), q, do, o_local, lse_local, h, most,
+                         head_scale=h)
+    out = torch.full((T, H, head_dim), 7.0, dtype=dtype)
+    lse = torch.full((H, T), 7.0)
+    tk.store_q_copies(arena, table(out_offs), out, h, most, head_scale=h, lse=lse)
+    expected, expected_lse = torch.full_like(out, 7.0), torch.full_like(lse, 7.0)
+    for (t, n, b), q_off, grad_off, (o, o_lse) in zip(copies, q_offs, grad_offs, values):
+        window = (slice(t, t + n), slice(b * h, b * h + h))
+        assert torch.equal(read(arena, q_off, dtype, n, h, head_dim), q[window])
+        assert torch.equal(read(arena, grad_off, dtype, 2, n, h, head_dim),
+                           torch.stack([q[window], do[window]]))
+        stats = read(arena, grad_off + 2 * n * h * head_dim * size, torch.float32, 2, h, n)
+        assert torch.equal(stats[0], lse_local[b * h:b * h + h, t:t + n])
+        expected[window] = o.to(dtype)
+        expected_lse[b * h:b * h + h, t:t + n] = o_lse
+    assert torch.equal(out, expected)
+    assert torch.equal(lse, expected_lse)
+    for bad, words in ((torch.zeros(2, 3, dtype=torch.int64), "int64 [n, 4]"),
+                       (torch.zeros(2, 4, dtype=torch.int32), "int64 [n, 4]")):
+        with pytest.raises(ValueError, match=words.replace("[", r"\[")):
+            tk.load_q_copies(arena, bad, q, h, most)
+
+
+@interpreted
 def test_merge_and_add():
     g = torch.Generator().manual_seed(3)
     tokens, heads, head_dim = 19, 3, 40

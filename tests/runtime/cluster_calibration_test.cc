@@ -256,6 +256,43 @@ TEST(FitDevice, RecoversTheKernelConstantsOfTheSpecThatMadeTheTimings) {
   EXPECT_EQ(rows.size(), calls.size());
 }
 
+TEST(FitDevice, TakesACallOfManyHeadsAsOneLaunchAndThatManyHeadsOfWork) {
+  ClusterSpec known = cluster_preset("cpu-local");
+  known.tile_setup_tokens = 0;
+  known.whole_subtiles = false;
+  known.softmax_share = 0.2;
+  known.partial_subtile_extra = 0.5;
+  DeviceCalibrationOptions one;
+  one.repeats = 1;
+  one.tile_tokens = 256;
+  one.copy_bytes = 1 << 20;
+  DeviceCalibrationOptions many = one;
+  many.heads = 8;
+  const std::vector<DeviceCall> calls = device_calls(many);
+  const std::vector<double> single = predicted_calls(known, one);
+  std::vector<std::vector<std::vector<double>>> timings(1);
+  for (std::size_t c = 0; c < calls.size(); ++c) {
+    const double work =
+        single[c] - (calls[c].kind == DeviceCall::Kind::kCopy ? 0 : known.kernel_overhead);
+    EXPECT_EQ(calls[c].heads, c == 0 || calls[c].kind == DeviceCall::Kind::kCopy ? 1 : 8)
+        << calls[c].name;
+    timings[0].push_back({single[c] + (calls[c].heads - 1) * work});
+  }
+  EXPECT_NE(calls[1].name.find("x8 heads"), std::string::npos) << calls[1].name;
+  ClusterSpec fitted;
+  std::vector<CalibrationMeasurement> rows;
+  const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
+  const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
+  fit_device(timings, many, {fwd.q, fwd.kv, bwd.q, bwd.kv}, fitted, rows);
+  EXPECT_NEAR(fitted.forward_flops, known.forward_flops, 0.01 * known.forward_flops);
+  EXPECT_NEAR(fitted.backward_flops, known.backward_flops, 0.01 * known.backward_flops);
+  EXPECT_NEAR(fitted.kernel_overhead, known.kernel_overhead, 0.02 * known.kernel_overhead);
+  EXPECT_NEAR(fitted.softmax_share, known.softmax_share, 0.01);
+  // The cpu timing runs one head per call only, and says so.
+  many.heads = 300;
+  EXPECT_THROW(device_calls(many), InvalidInput);
+}
+
 TEST(FitDevice, RefusesTimingsOfTheWrongShapeOrNotPositive) {
   DeviceCalibrationOptions options;
   options.repeats = 2;

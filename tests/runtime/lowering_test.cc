@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -13,6 +14,7 @@
 
 #include "dcp/core/error.h"
 
+#include "tests/runtime/run_fixtures.h"
 #include "tests/testing/sample_plan.h"
 
 namespace dcp {
@@ -200,6 +202,150 @@ void expect_refused(Plan plan, Pass pass, std::int32_t device, const std::string
     FAIL() << "lowered a Program that should be refused: " << what;
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find(what), std::string::npos) << error.what();
+  }
+}
+
+// Every Load and Store is in exactly one copy span; a span's runs hold one direction and kind
+// each, their rows the span's copies of it in instruction order; a span is of one stage and writes
+// each output's block and head block once.
+void expect_copy_spans_cover_the_copies(const Program& program, const runtime::LoweredPass& pass) {
+  using runtime::CopyRun;
+  ASSERT_EQ(pass.span_starting.size(), pass.calls.size());
+  std::vector<int> covered(pass.calls.size(), 0);
+  std::int32_t runs = 0;
+  std::size_t rows = 0;
+  for (std::size_t s = 0; s < pass.copy_spans.size(); ++s) {
+    const runtime::CopySpan& span = pass.copy_spans[s];
+    ASSERT_LT(span.begin, span.end);
+    EXPECT_EQ(span.run_begin, runs);
+    ASSERT_LT(span.run_begin, span.run_end);
+    runs = span.run_end;
+    // The span's copies by (direction, kind), in instruction order.
+    std::vector<std::pair<std::pair<bool, SlotKind>, std::vector<std::int64_t>>> want;
+    std::vector<std::tuple<SlotKind, std::int64_t, std::int64_t>> written;
+    for (std::int32_t i = span.begin; i < span.end; ++i) {
+      const auto u = static_cast<std::size_t>(i);
+      ++covered[u];
+      EXPECT_EQ(pass.span_starting[u], i == span.begin ? static_cast<int>(s) : -1);
+      EXPECT_EQ(program.instruction_stage[u],
+                program.instruction_stage[static_cast<std::size_t>(span.begin)]);
+      const runtime::LoweredCall& call = pass.calls[u];
+      const auto* load = std::get_if<runtime::LoadCall>(&call);
+      const auto* store = std::get_if<runtime::StoreCall>(&call);
+      if (load == nullptr && store == nullptr) {
+        EXPECT_TRUE(std::holds_alternative<runtime::NoCall>(call)) << "instruction " << i;
+        continue;
+      }
+      const std::pair<bool, SlotKind> key{store != nullptr, load ? load->kind : store->kind};
+      const std::vector<std::int64_t> row =
+          load ? std::vector<std::int64_t>{load->slot_offset, load->token, load->tokens,
+                                           load->head_block}
+               : std::vector<std::int64_t>{store->slot_offset, store->token, store->tokens,
+                                           store->head_block};
+      auto it =
+          std::find_if(want.begin(), want.end(), [&](const auto& w) { return w.first == key; });
+      if (it == want.end()) it = want.insert(want.end(), {key, {}});
+      it->second.insert(it->second.end(), row.begin(), row.end());
+      if (store != nullptr) {
+        const std::tuple<SlotKind, std::int64_t, std::int64_t> at{store->kind, store->token,
+                                                                  store->head_block};
+        EXPECT_EQ(std::count(written.begin(), written.end(), at), 0) << "instruction " << i;
+        written.push_back(at);
+      }
+    }
+    ASSERT_EQ(static_cast<std::size_t>(span.run_end - span.run_begin), want.size());
+    for (std::size_t r = 0; r < want.size(); ++r) {
+      const CopyRun& run = pass.copy_runs[static_cast<std::size_t>(span.run_begin) + r];
+      EXPECT_EQ(std::pair(run.store, run.kind), want[r].first);
+      EXPECT_EQ(static_cast<std::size_t>(run.row_begin), rows);
+      const std::vector<std::int64_t> got(
+          pass.copy_rows.begin() + static_cast<std::ptrdiff_t>(run.row_begin) * CopyRun::kFields,
+          pass.copy_rows.begin() + static_cast<std::ptrdiff_t>(run.row_end) * CopyRun::kFields);
+      EXPECT_EQ(got, want[r].second);
+      std::int64_t max_tokens = 0;
+      for (std::size_t k = 2; k < got.size(); k += CopyRun::kFields) {
+        max_tokens = std::max(max_tokens, got[k]);
+      }
+      EXPECT_EQ(run.max_tokens, max_tokens);
+      rows = static_cast<std::size_t>(run.row_end);
+    }
+  }
+  EXPECT_EQ(static_cast<std::size_t>(runs), pass.copy_runs.size());
+  EXPECT_EQ(rows * CopyRun::kFields, pass.copy_rows.size());
+  for (std::size_t i = 0; i < pass.calls.size(); ++i) {
+    const bool copy = std::holds_alternative<runtime::LoadCall>(pass.calls[i]) ||
+                      std::holds_alternative<runtime::StoreCall>(pass.calls[i]);
+    EXPECT_EQ(covered[i], copy ? 1 : covered[i]) << "instruction " << i;
+    EXPECT_LE(covered[i], 1) << "instruction " << i;
+  }
+}
+
+TEST(Lowering, ConsecutiveCopiesOfOneStageFormASpanWithOneRunPerKind) {
+  const Plan plan = testing::sample_plan();
+  // Device 0 forward: Load kv | Launch | Load q, Load q | attention | Store o, Store o, two
+  // Stores of no contribution, Free | Wait | Free.
+  const runtime::LoweredPass pass = lower(plan, Pass::kForward, 0);
+  ASSERT_EQ(pass.copy_spans.size(), 3u);
+  ASSERT_EQ(pass.copy_runs.size(), 3u);
+  EXPECT_EQ(pass.span_starting,
+            (std::vector<std::int32_t>{0, -1, 1, -1, -1, 2, -1, -1, -1, -1, -1, -1}));
+  EXPECT_EQ(pass.copy_spans[1].begin, 2);
+  EXPECT_EQ(pass.copy_spans[1].end, 4);
+  const runtime::CopyRun& q = pass.copy_runs[1];
+  EXPECT_FALSE(q.store);
+  EXPECT_EQ(q.kind, SlotKind::kQ);
+  EXPECT_EQ(q.row_end - q.row_begin, 2);
+  EXPECT_EQ(q.max_tokens, 4);
+  EXPECT_EQ(pass.copy_spans[2].begin, 5);
+  EXPECT_EQ(pass.copy_spans[2].end, 7);  // the Stores of no contribution after it copy nothing
+  EXPECT_TRUE(pass.copy_runs[2].store);
+  EXPECT_EQ(pass.copy_runs[2].kind, SlotKind::kOut);
+  // Device 1 forward: Launch | Load q, Load q, Load kv: one span, a run of q and a run of kv.
+  const runtime::LoweredPass other = lower(plan, Pass::kForward, 1);
+  EXPECT_EQ(other.copy_spans[0].begin, 1);
+  EXPECT_EQ(other.copy_spans[0].end, 4);
+  EXPECT_EQ(other.copy_spans[0].run_end - other.copy_spans[0].run_begin, 2);
+  for (const Pass p : {Pass::kForward, Pass::kBackward}) {
+    for (std::int32_t device = 0; device < 2; ++device) {
+      SCOPED_TRACE(std::string(to_string(p)) + " device " + std::to_string(device));
+      expect_copy_spans_cover_the_copies(plan.programs(p)[static_cast<std::size_t>(device)],
+                                         lower(plan, p, device));
+    }
+  }
+}
+
+TEST(Lowering, APlannedBatchOfManySequencesNeedsFewCopyRuns) {
+  std::vector<TokenCount> lengths(24, 96);
+  const SequenceBatch batch(lengths);
+  MaskSpec causal;
+  causal.kind = MaskKind::kCausal;
+  const Workload workload(testing::runtime_shape(DType::kBf16), batch,
+                          build_batch_mask(causal, batch), 32, 1);
+  for (const Strategy strategy : {Strategy::kDcpPure, Strategy::kRing}) {
+    const BuiltPlan built =
+        build_plan(workload, testing::runtime_plan_options(strategy, ClusterShape{1, 2}));
+    for (const Pass p : {Pass::kForward, Pass::kBackward}) {
+      for (std::int32_t device = 0; device < 2; ++device) {
+        SCOPED_TRACE(std::string(to_string(strategy)) + " " + std::string(to_string(p)) +
+                     " device " + std::to_string(device));
+        const Program& program = built.plan.programs(p)[static_cast<std::size_t>(device)];
+        const runtime::LoweredPass pass = lower(built.plan, p, device);
+        expect_copy_spans_cover_the_copies(program, pass);
+        const auto copies = static_cast<std::size_t>(
+            std::count_if(pass.calls.begin(), pass.calls.end(), [](const runtime::LoweredCall& c) {
+              return std::holds_alternative<runtime::LoadCall>(c) ||
+                     std::holds_alternative<runtime::StoreCall>(c);
+            }));
+        EXPECT_GE(copies, 24u);
+        // dcp's Programs load before and store after their compute stages: dozens of copies
+        // (token blocks x head blocks), a handful of runs. The ring's backward stores each dk/dv
+        // after the step that finished it: runs of one or two.
+        if (strategy == Strategy::kDcpPure) {
+          EXPECT_LE(pass.copy_runs.size() * 4, copies);
+        }
+        EXPECT_LT(pass.copy_runs.size(), copies);
+      }
+    }
   }
 }
 

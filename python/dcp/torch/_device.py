@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """The Triton device: the C++ executor's calls that touch tensors, as Triton kernel launches.
 
-The C++ executor interprets the Program and calls this object once per instruction (with the GIL):
-load, store, attention, merge, add, copy_kept, convert_partial; prepare() once per plan with both passes' attention tables,
-begin() and end() around a pass. Every call is one kernel launch on the current stream (an
-attention backward: two, the dq and the dk/dv kernels). Runs on CUDA, or on the CPU under
+The C++ executor interprets the Program and calls this object (with the GIL) once per run of
+copies (copy_run: consecutive Loads of one kind, or Stores) and once per other instruction:
+attention, merge, add, copy_kept, convert_partial; prepare() once per plan with both passes'
+attention and copy tables, begin() and end() around a pass. Every call is one kernel launch on
+the current stream (an attention backward: two, the dq and the dk/dv kernels). Runs on CUDA, or on the CPU under
 TRITON_INTERPRET=1 (how the tests check it without a GPU)."""
 from __future__ import annotations
 
@@ -71,33 +72,29 @@ class TritonDevice:
     def end(self) -> None:
         self._tensors = {}
 
-    def load(self, kind: int, offset: int, token: int, tokens: int, head_block: int) -> None:
+    def copy_run(self, store: bool, kind: int, row_begin: int, row_end: int,
+                 max_tokens: int) -> None:
+        """A run of Loads of one slot kind or of Stores (rows [row_begin, row_end) of the pass's
+        copy_rows: slot offset, local token, tokens, head block): one launch."""
         t = self._tensors
         arena = self.arenas[self._pass]
-        if kind == _Q:
-            tk.load_q(arena, offset, t["q"], token, tokens, head_block * self.heads, self.heads)
-        elif kind == _KV:
-            tk.load_kv(arena, offset, t["k"], t["v"], token, tokens, head_block * self.kv_heads,
-                       self.kv_heads)
-        elif kind == _QGRAD:
-            tk.load_qgrad(arena, offset, t["q"], t["do"], t["o"], t["lse"], token, tokens,
-                          head_block * self.heads, self.heads)
+        rows = self._tables[self._pass]["copy_rows"][row_begin:row_end]
+        h, hk = self.heads, self.kv_heads
+        if not store and kind == _Q:
+            tk.load_q_copies(arena, rows, t["q"], h, max_tokens, head_scale=h)
+        elif not store and kind == _KV:
+            tk.load_kv_copies(arena, rows, t["k"], t["v"], hk, max_tokens, head_scale=hk)
+        elif not store and kind == _QGRAD:
+            tk.load_qgrad_copies(arena, rows, t["q"], t["do"], t["o"], t["lse"], h, max_tokens,
+                                 head_scale=h)
+        elif store and kind == _OUT:
+            tk.store_q_copies(arena, rows, t["o"], h, max_tokens, head_scale=h, lse=t["lse"])
+        elif store and kind == _DQ:
+            tk.store_q_copies(arena, rows, t["dq"], h, max_tokens, head_scale=h)
+        elif store and kind == _DKV:
+            tk.store_kv_copies(arena, rows, t["dk"], t["dv"], hk, max_tokens, head_scale=hk)
         else:
-            raise ValueError(f"cannot load slot kind {kind}")
-
-    def store(self, kind: int, offset: int, token: int, tokens: int, head_block: int) -> None:
-        t = self._tensors
-        arena = self.arenas[self._pass]
-        if kind == _OUT:
-            tk.store_q(arena, offset, t["o"], token, tokens, head_block * self.heads, self.heads,
-                       lse=t["lse"])
-        elif kind == _DQ:
-            tk.store_q(arena, offset, t["dq"], token, tokens, head_block * self.heads, self.heads)
-        elif kind == _DKV:
-            tk.store_kv(arena, offset, t["dk"], t["dv"], token, tokens,
-                        head_block * self.kv_heads, self.kv_heads)
-        else:
-            raise ValueError(f"cannot store slot kind {kind}")
+            raise ValueError(f"cannot {'store' if store else 'load'} slot kind {kind}")
 
     def attention(self, q_begin: int, q_end: int, kv_begin: int, kv_end: int, max_q_tokens: int,
                   max_kv_tokens: int) -> None:

@@ -35,7 +35,7 @@ def _causal(tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 class TritonCall:
     """One device call (a dict of dcp._core.device_calls) on `device`: random inputs in [-1, 1],
-    1 q head and 1 kv head; calling it launches the kernels once. `arena`, `out` (forward: each
+    `heads` q heads, each with its own kv head; calling it launches the kernels once. `arena`, `out` (forward: each
     row's kOut slot offset; backward: the kDQ and kDKV offsets) let a test read the results."""
 
     def __init__(self, call: dict, device: torch.device, seed: int = 0):
@@ -48,18 +48,18 @@ class TritonCall:
             return
         dtype = _DTYPES[call["dtype"]]
         d, tq, tkv = call["head_dim"], call["q_tokens"], call["kv_tokens"]
-        rows, tiles = call["rows"], call["tiles"]
+        rows, tiles, h = call["rows"], call["tiles"], call["heads"]
         width = dtype.itemsize
         arena = _Arena()
         backward = self.kind == "backward"
         # Inputs: q (forward) or q, do, lse, delta (backward) per row; k then v per tile.
-        q_bytes = tq * d * width + (tq * d * width + 8 * tq if backward else 0)
+        q_bytes = tq * h * d * width + (tq * h * d * width + 8 * tq * h if backward else 0)
         q_off = [arena.slot(q_bytes) for _ in range(rows)]
-        kv_off = [arena.slot(2 * tkv * d * width) for _ in range(tiles)]
+        kv_off = [arena.slot(2 * tkv * h * d * width) for _ in range(tiles)]
         if backward:
-            self.out = (arena.slot(tq * d * 4), arena.slot(2 * tkv * d * 4))  # dq; dk, dv
+            self.out = (arena.slot(tq * h * d * 4), arena.slot(2 * tkv * h * d * 4))  # dq; dk, dv
         else:
-            self.out = [arena.slot(tq * d * 4 + tq * 4) for _ in range(rows)]  # o, lse
+            self.out = [arena.slot(tq * h * d * 4 + tq * h * 4) for _ in range(rows)]  # o, lse
         values = torch.zeros(arena.size, dtype=torch.uint8)
 
         def fill(offset: int, count: int, kind=dtype, low=-1.0, high=1.0):
@@ -67,15 +67,16 @@ class TritonCall:
             values[offset:offset + count * kind.itemsize] = x.to(kind).view(torch.uint8)
 
         for offset in q_off:
-            fill(offset, tq * d)
+            fill(offset, tq * h * d)
             if backward:
-                fill(offset + tq * d * width, tq * d)  # do
+                fill(offset + tq * h * d * width, tq * h * d)  # do
                 # lse of rows whose scores are in [-d/sqrt(d), d/sqrt(d)]: positive, moderate;
                 # delta near 0. Timing does not depend on the values beyond their being finite.
-                fill(offset + 2 * tq * d * width, tq, torch.float32, 2.0, 4.0)
-                fill(offset + 2 * tq * d * width + 4 * tq, tq, torch.float32, -0.1, 0.1)
+                fill(offset + 2 * tq * h * d * width, tq * h, torch.float32, 2.0, 4.0)
+                fill(offset + 2 * tq * h * d * width + 4 * tq * h, tq * h, torch.float32, -0.1,
+                     0.1)
         for offset in kv_off:
-            fill(offset, 2 * tkv * d)
+            fill(offset, 2 * tkv * h * d)
         mask = -1
         mask_rows = torch.zeros(1, dtype=torch.int32)
         mask_intervals = torch.zeros(2, dtype=torch.int32)
@@ -102,7 +103,7 @@ class TritonCall:
         self.members = torch.arange(len(entries), dtype=torch.int64, device=device)
         self.mask_rows = mask_rows.to(device)
         self.mask_intervals = mask_intervals.to(device)
-        self.shape = dict(heads=1, kv_heads=1, head_dim=d, dtype=dtype, scale=d ** -0.5)
+        self.shape = dict(heads=h, kv_heads=h, head_dim=d, dtype=dtype, scale=d ** -0.5)
         self.q_tokens, self.kv_tokens = tq, tkv
 
     def __call__(self) -> None:

@@ -174,16 +174,26 @@ def _scores(q, k_slot, v_slot, n0, kind, kv_head, kv_heads, kv_tokens, dims, dim
 
 # Counts that may be 1 are not specialized (triton would compile a variant per count equal to 1):
 # every launch then uses one of kernel_variants().
-_COPY_COUNTS = ["token", "tokens", "head", "heads"]
+_COPY_COUNTS = ["head_scale", "heads"]
 _ATTENTION_COUNTS = ["heads", "kv_heads", "blocks_per_group"]
 
 
-@triton.jit(do_not_specialize=_COPY_COUNTS)
-def _load_q_kernel(arena, slot_off, src, src_token_stride, src_head_stride, token, tokens, head,
-                   heads, HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    """slot [tokens][heads][d] = src[token + t, head + h, :] (storage dtype, no conversion)."""
-    h = tl.program_id(1)
+@triton.jit
+def _copy_row(copies, head_scale, BLOCK_T: tl.constexpr):
+    """This program's copy (program_id(2): a row of `copies`, int64 slot offset, first local
+    token, tokens, head index; the first head is head index x head_scale), its tokens t of the
+    copy (program_id(0)) and its head h among the copy's (program_id(1))."""
+    row = copies + tl.program_id(2) * 4
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    return (_slot_offset(row), tl.load(row + 1), tl.load(row + 2).to(tl.int32),
+            tl.load(row + 3) * head_scale, tl.program_id(1), t)
+
+
+@triton.jit(do_not_specialize=_COPY_COUNTS)
+def _load_q_kernel(arena, copies, src, src_token_stride, src_head_stride, head_scale, heads,
+                   HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+    """kQ slot [tokens][heads][d] = src[token + t, head + h, :] (storage dtype, no conversion)."""
+    slot_off, token, tokens, head, h, t = _copy_row(copies, head_scale, BLOCK_T)
     c = tl.arange(0, BLOCK_D)
     inside = (t < tokens)[:, None] & (c < HEAD_DIM)[None, :]
     rows = (token + t).to(tl.int64)
@@ -194,11 +204,10 @@ def _load_q_kernel(arena, slot_off, src, src_token_stride, src_head_stride, toke
 
 
 @triton.jit(do_not_specialize=_COPY_COUNTS)
-def _load_kv_kernel(arena, slot_off, k, v, token_stride, head_stride, token, tokens, head, heads,
+def _load_kv_kernel(arena, copies, k, v, token_stride, head_stride, head_scale, heads,
                     HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
     """kKV slot: k then v [tokens][heads][d] from k, v[token + t, head + h, :]."""
-    h = tl.program_id(1)
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    slot_off, token, tokens, head, h, t = _copy_row(copies, head_scale, BLOCK_T)
     c = tl.arange(0, BLOCK_D)
     inside = (t < tokens)[:, None] & (c < HEAD_DIM)[None, :]
     src = (token + t).to(tl.int64)[:, None] * token_stride + (head + h) * head_stride + c[None, :]
@@ -209,12 +218,11 @@ def _load_kv_kernel(arena, slot_off, k, v, token_stride, head_stride, token, tok
 
 
 @triton.jit(do_not_specialize=_COPY_COUNTS + ["lse_stride"])
-def _load_qgrad_kernel(arena, slot_off, q, do, o, lse, token_stride, head_stride, lse_stride, token,
-                       tokens, head, heads, HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr,
+def _load_qgrad_kernel(arena, copies, q, do, o, lse, token_stride, head_stride, lse_stride,
+                       head_scale, heads, HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr,
                        BLOCK_D: tl.constexpr):
     """kQGrad slot: q, do copied; lse gathered; delta[h][t] = sum_d o * do in fp32."""
-    h = tl.program_id(1)
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    slot_off, token, tokens, head, h, t = _copy_row(copies, head_scale, BLOCK_T)
     c = tl.arange(0, BLOCK_D)
     valid = t < tokens
     inside = valid[:, None] & (c < HEAD_DIM)[None, :]
@@ -236,13 +244,12 @@ def _load_qgrad_kernel(arena, slot_off, q, do, o, lse, token_stride, head_stride
 
 
 @triton.jit(do_not_specialize=_COPY_COUNTS + ["lse_stride"])
-def _store_q_kernel(arena, slot_off, out, lse, token_stride, head_stride, lse_stride, token, tokens,
-                    head, heads, HAS_LSE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                    BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, INTERPRET: tl.constexpr):
+def _store_q_kernel(arena, copies, out, lse, token_stride, head_stride, lse_stride, head_scale,
+                    heads, HAS_LSE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr,
+                    BLOCK_D: tl.constexpr, INTERPRET: tl.constexpr):
     """out[token + t, head + h, :] = slot fp32 [t][h][d] rounded to out's dtype; with HAS_LSE
     also lse[head + h, token + t] = the kOut slot's lse."""
-    h = tl.program_id(1)
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    slot_off, token, tokens, head, h, t = _copy_row(copies, head_scale, BLOCK_T)
     c = tl.arange(0, BLOCK_D)
     valid = t < tokens
     inside = valid[:, None] & (c < HEAD_DIM)[None, :]
@@ -257,12 +264,11 @@ def _store_q_kernel(arena, slot_off, out, lse, token_stride, head_stride, lse_st
 
 
 @triton.jit(do_not_specialize=_COPY_COUNTS)
-def _store_kv_kernel(arena, slot_off, dk, dv, token_stride, head_stride, token, tokens, head, heads,
+def _store_kv_kernel(arena, copies, dk, dv, token_stride, head_stride, head_scale, heads,
                      HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
                      INTERPRET: tl.constexpr):
     """dk, dv[token + t, head + h, :] = the kDKV slot's fp32 dk, dv rounded to storage."""
-    h = tl.program_id(1)
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    slot_off, token, tokens, head, h, t = _copy_row(copies, head_scale, BLOCK_T)
     c = tl.arange(0, BLOCK_D)
     inside = (t < tokens)[:, None] & (c < HEAD_DIM)[None, :]
     src = _typed(arena, slot_off, tl.float32) + (t[:, None] * heads + h) * HEAD_DIM + c[None, :]

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Triton kernels of the GPU path: one launch per Program instruction.
+"""Triton kernels of the GPU path: one launch per Program instruction, or per run of copies.
 
 Every function works on one pass's buffer table (the *arena*: a 1-D uint8 tensor) and on the
 local tensors of the pass, all on one device (CUDA, or CPU under TRITON_INTERPRET=1). Slot
@@ -16,6 +16,11 @@ E = bytes per storage element; "storage" is the plan's dtype: fp32, bf16 or fp16
   kDKV    dk [t][hk][d] fp32, then dv [t][hk][d] fp32 at byte t*hk*d*4
 Local tensors: q, o, do, dq [T][H][d] and k, v, dk, dv [T][HK][d] in storage dtype (H, HK all
 heads), lse [H][T] fp32.
+
+Copy tables (int64 [n, 4], the C++ lowering's copy_rows): slot offset, first local token,
+tokens, head index per copy; a copy moves heads [head index x head_scale, + heads). One launch
+runs a table's rows (a run of Loads of one kind, or of Stores), each row its own slot or its own
+rows and heads of a local tensor.
 
 Attention tables (int64 tensors, built by the C++ lowering, dcp/runtime/lowering.h):
   entries [E, 8]  q_off, kv_off, q_tokens, kv_tokens, mask, q_group, kv_group, 0
@@ -78,6 +83,8 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 _ENTRY_COLUMNS = 8
 _GROUP_COLUMNS = 6
+_COPY_COLUMNS = 4
+_MAX_COPIES = 65535  # a launch grid's third dimension
 _STORAGE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _TL_DTYPE = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 _SIGNATURE_DTYPE = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -101,12 +108,13 @@ MAX_HEAD_DIM = 256
 # kernel and per class of head dim and storage ("d64": padded head dim <= 64; "d128": <= 128 in a
 # 16-bit dtype; "wide": fp32 beyond 64 or anything beyond 128, whose 64-wide tiles would not fit
 # the registers and shared memory).
-# The d128 entries were chosen by bench/gpu_tile_sweep.py on an H200 (docs/gpu_h200/); the
-# others are not measured yet.
+# The d128 and d64 entries were chosen by bench/gpu_tile_sweep.py on an H200 (docs/gpu_h200/;
+# d64's dk/dv tile passed the kernel tests on the GPU before it became the default); the "wide"
+# ones are not measured yet.
 _GPU_TILES = {
     "forward": {"d64": (64, 64, 4, 2), "d128": (64, 64, 4, 3), "wide": (32, 32, 8, 2)},
     "dq": {"d64": (64, 64, 4, 2), "d128": (64, 64, 4, 2), "wide": (32, 32, 8, 2)},
-    "dkv": {"d64": (64, 64, 4, 2), "d128": (64, 32, 4, 2), "wide": (32, 32, 8, 2)},
+    "dkv": {"d64": (64, 32, 4, 2), "d128": (64, 32, 4, 2), "wide": (32, 32, 8, 2)},
 }
 ATTENTION_KERNELS = {"forward": "_attention_forward_kernel", "dq": "_attention_dq_kernel",
                      "dkv": "_attention_dkv_kernel"}
@@ -221,74 +229,132 @@ def _check_tables(entries, groups, members, mask_rows, mask_intervals) -> None:
 
 # --- launches ---------------------------------------------------------------------------------
 
-def load_q(arena, slot_off, q, token, tokens, head, heads):
-    """kQ slot at slot_off = q[token:token+tokens, head:head+heads, :] as dense [t][h][d]."""
+def _check_copies(copies: torch.Tensor, max_tokens: int) -> int:
+    """The number of copies (rows) of a copy table: int64 [n, 4] rows of slot offset, first local
+    token, tokens, head index, contiguous, on the arena's device; max_tokens bounds the rows'
+    tokens (the launch's grid)."""
+    if copies.dtype != torch.int64 or copies.dim() != 2 or copies.shape[1] != _COPY_COLUMNS \
+            or not copies.is_contiguous():
+        raise ValueError(f"copies must be a contiguous int64 [n, {_COPY_COLUMNS}] tensor; got "
+                         f"{tuple(copies.shape)} {copies.dtype}")
+    if copies.shape[0] > _MAX_COPIES:
+        raise ValueError(f"{copies.shape[0]} copies in one launch; at most {_MAX_COPIES}")
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens {max_tokens} is negative")
+    return copies.shape[0]
+
+
+def _one_copy(arena: torch.Tensor, slot_off: int, token: int, tokens: int,
+              head: int) -> torch.Tensor:
+    return torch.tensor([[slot_off, token, tokens, head]], dtype=torch.int64,
+                        device=arena.device)
+
+
+def load_q_copies(arena, copies, q, heads, max_tokens, head_scale=1):
+    """Each copy (row slot_off, token, tokens, head index of `copies`; first head = head index x
+    head_scale): kQ slot at slot_off = q[token:token+tokens, head:head+heads, :] as dense
+    [t][h][d]. One launch for all rows; rows write distinct slots."""
     _check_arena(arena)
     _check_local(q)
-    if tokens == 0 or heads == 0:
+    n = _check_copies(copies, max_tokens)
+    if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(q.shape[2])
-    jit._load_q_kernel[(triton.cdiv(tokens, c["BLOCK_T"]), heads)](
-        arena, slot_off, q, q.stride(0), q.stride(1), token, tokens, head, heads, **c)
+    jit._load_q_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
+        arena, copies, q, q.stride(0), q.stride(1), head_scale, heads, **c)
 
 
-def load_kv(arena, slot_off, k, v, token, tokens, head, heads):
-    """kKV slot at slot_off = k then v [token:token+tokens, head:head+heads, :]."""
+def load_kv_copies(arena, copies, k, v, heads, max_tokens, head_scale=1):
+    """Each copy: kKV slot at slot_off = k then v [token:token+tokens, head:head+heads, :]."""
     _check_arena(arena)
     _check_local(k, v)
     if k.stride() != v.stride() or k.dtype != v.dtype:
         raise ValueError("k and v must have the same dtype and strides")
-    if tokens == 0 or heads == 0:
+    n = _check_copies(copies, max_tokens)
+    if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(k.shape[2])
-    jit._load_kv_kernel[(triton.cdiv(tokens, c["BLOCK_T"]), heads)](
-        arena, slot_off, k, v, k.stride(0), k.stride(1), token, tokens, head, heads, **c)
+    jit._load_kv_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
+        arena, copies, k, v, k.stride(0), k.stride(1), head_scale, heads, **c)
 
 
-def load_qgrad(arena, slot_off, q, do, o, lse, token, tokens, head, heads):
-    """kQGrad slot at slot_off: q, do, lse[head:head+heads, token:token+tokens] and
+def load_qgrad_copies(arena, copies, q, do, o, lse, heads, max_tokens, head_scale=1):
+    """Each copy: kQGrad slot at slot_off: q, do, lse[head:head+heads, token:token+tokens] and
     delta = sum over d of o * do (fp32)."""
     _check_arena(arena)
     _check_local(q, do, o)
     _check_lse(lse)
     if not q.stride() == do.stride() == o.stride() or not q.dtype == do.dtype == o.dtype:
         raise ValueError("q, do and o must have the same dtype and strides")
-    if tokens == 0 or heads == 0:
+    n = _check_copies(copies, max_tokens)
+    if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(q.shape[2])
-    jit._load_qgrad_kernel[(triton.cdiv(tokens, c["BLOCK_T"]), heads)](
-        arena, slot_off, q, do, o, lse, q.stride(0), q.stride(1), lse.stride(0), token, tokens,
-        head, heads, **c)
+    jit._load_qgrad_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
+        arena, copies, q, do, o, lse, q.stride(0), q.stride(1), lse.stride(0), head_scale,
+        heads, **c)
+
+
+def store_q_copies(arena, copies, out, heads, max_tokens, head_scale=1, lse=None):
+    """Each copy: out[token:token+tokens, head:head+heads, :] = the slot's fp32 [t][h][d] in
+    out's dtype; with lse (kOut) also lse[head:head+heads, token:token+tokens] = the slot's lse.
+    Rows write distinct tokens or heads."""
+    _check_arena(arena)
+    _check_local(out)
+    if lse is not None:
+        _check_lse(lse)
+    n = _check_copies(copies, max_tokens)
+    if n == 0 or max_tokens == 0 or heads == 0:
+        return
+    c = _copy_constexprs(out.shape[2])
+    jit._store_q_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
+        arena, copies, out, out if lse is None else lse, out.stride(0), out.stride(1),
+        0 if lse is None else lse.stride(0), head_scale, heads, HAS_LSE=lse is not None,
+        INTERPRET=INTERPRET, **c)
+
+
+def store_kv_copies(arena, copies, dk, dv, heads, max_tokens, head_scale=1):
+    """Each copy: dk, dv[token:token+tokens, head:head+heads, :] = the kDKV slot's fp32 dk, dv."""
+    _check_arena(arena)
+    _check_local(dk, dv)
+    if dk.stride() != dv.stride() or dk.dtype != dv.dtype:
+        raise ValueError("dk and dv must have the same dtype and strides")
+    n = _check_copies(copies, max_tokens)
+    if n == 0 or max_tokens == 0 or heads == 0:
+        return
+    c = _copy_constexprs(dk.shape[2])
+    jit._store_kv_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
+        arena, copies, dk, dv, dk.stride(0), dk.stride(1), head_scale, heads,
+        INTERPRET=INTERPRET, **c)
+
+
+def load_q(arena, slot_off, q, token, tokens, head, heads):
+    """kQ slot at slot_off = q[token:token+tokens, head:head+heads, :] as dense [t][h][d]."""
+    load_q_copies(arena, _one_copy(arena, slot_off, token, tokens, head), q, heads, tokens)
+
+
+def load_kv(arena, slot_off, k, v, token, tokens, head, heads):
+    """kKV slot at slot_off = k then v [token:token+tokens, head:head+heads, :]."""
+    load_kv_copies(arena, _one_copy(arena, slot_off, token, tokens, head), k, v, heads, tokens)
+
+
+def load_qgrad(arena, slot_off, q, do, o, lse, token, tokens, head, heads):
+    """kQGrad slot at slot_off: q, do, lse[head:head+heads, token:token+tokens] and
+    delta = sum over d of o * do (fp32)."""
+    load_qgrad_copies(arena, _one_copy(arena, slot_off, token, tokens, head), q, do, o, lse,
+                      heads, tokens)
 
 
 def store_q(arena, slot_off, out, token, tokens, head, heads, lse=None):
     """out[token:token+tokens, head:head+heads, :] = the slot's fp32 [t][h][d] in out's dtype;
     with lse (kOut) also lse[head:head+heads, token:token+tokens] = the slot's lse."""
-    _check_arena(arena)
-    _check_local(out)
-    if lse is not None:
-        _check_lse(lse)
-    if tokens == 0 or heads == 0:
-        return
-    c = _copy_constexprs(out.shape[2])
-    jit._store_q_kernel[(triton.cdiv(tokens, c["BLOCK_T"]), heads)](
-        arena, slot_off, out, out if lse is None else lse, out.stride(0), out.stride(1),
-        0 if lse is None else lse.stride(0), token, tokens, head, heads, HAS_LSE=lse is not None,
-        INTERPRET=INTERPRET, **c)
+    store_q_copies(arena, _one_copy(arena, slot_off, token, tokens, head), out, heads, tokens,
+                   lse=lse)
 
 
 def store_kv(arena, slot_off, dk, dv, token, tokens, head, heads):
     """dk, dv[token:token+tokens, head:head+heads, :] = the kDKV slot's fp32 dk, dv."""
-    _check_arena(arena)
-    _check_local(dk, dv)
-    if dk.stride() != dv.stride() or dk.dtype != dv.dtype:
-        raise ValueError("dk and dv must have the same dtype and strides")
-    if tokens == 0 or heads == 0:
-        return
-    c = _copy_constexprs(dk.shape[2])
-    jit._store_kv_kernel[(triton.cdiv(tokens, c["BLOCK_T"]), heads)](
-        arena, slot_off, dk, dv, dk.stride(0), dk.stride(1), token, tokens, head, heads,
-        INTERPRET=INTERPRET, **c)
+    store_kv_copies(arena, _one_copy(arena, slot_off, token, tokens, head), dk, dv, heads, tokens)
 
 
 def merge(arena, dst_off, src_off, tokens, heads, head_dim):
@@ -361,11 +427,11 @@ def attention_backward(arena, entries, q_groups, kv_groups, members, mask_rows, 
 # the storage dtype where store_q passes `out` in place of an absent lse). Integers are i32: the
 # launcher specializes any integer below 2**31 that way.
 _RUNTIME_TYPES = {
-    "_load_q_kernel": "*u8 i32 *{s} i32 i32 i32 i32 i32 i32",
-    "_load_kv_kernel": "*u8 i32 *{s} *{s} i32 i32 i32 i32 i32 i32",
-    "_load_qgrad_kernel": "*u8 i32 *{s} *{s} *{s} *fp32 i32 i32 i32 i32 i32 i32 i32",
-    "_store_q_kernel": "*u8 i32 *{s} *{lse} i32 i32 i32 i32 i32 i32 i32",
-    "_store_kv_kernel": "*u8 i32 *{s} *{s} i32 i32 i32 i32 i32 i32",
+    "_load_q_kernel": "*u8 *i64 *{s} i32 i32 i32 i32",
+    "_load_kv_kernel": "*u8 *i64 *{s} *{s} i32 i32 i32 i32",
+    "_load_qgrad_kernel": "*u8 *i64 *{s} *{s} *{s} *fp32 i32 i32 i32 i32 i32",
+    "_store_q_kernel": "*u8 *i64 *{s} *{lse} i32 i32 i32 i32 i32",
+    "_store_kv_kernel": "*u8 *i64 *{s} *{s} i32 i32 i32 i32",
     "_merge_kernel": "*u8 i32 i32 i32 i32",
     "_add_kernel": "*u8 i32 i32 i32",
     "_attention_forward_kernel": "*u8 *i64 *i64 *i64 *i32 *i32 fp32 i32 i32 i32",

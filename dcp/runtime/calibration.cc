@@ -247,10 +247,13 @@ struct KernelConstants {
 };
 
 // Sub-tile counts and areas of the timed tiles.
+// Areas are the pairs a kernel computes: with whole sub-tiles, every sub-tile's full area.
 struct TileGeometry {
-  double big_area, big_subtiles, tiny_area, tiny_subtiles, square_area, square_subtiles;
-  double backward_subtiles;
+  double launch_area, big_area, big_subtiles, tiny_area, tiny_subtiles, square_area,
+      square_subtiles;
+  double backward_area, backward_subtiles;
   sim::SubtileWork causal;
+  bool whole;
 };
 
 // Time left for the pairs of a call, per pair; never below a tenth of the call, so that noise
@@ -264,12 +267,16 @@ KernelConstants solve(const KernelTimes& t, const TileGeometry& g) {
   // Kernel overhead, sub-tile overhead and the pair time solve each other: the 1 x 1 call is one
   // launch, one sub-tile and one pair; the big tile is mostly pairs; the tiny tiles mostly
   // sub-tiles. A few rounds of substitution converge (each coupling is small).
+  // With whole sub-tiles every call is a sum of whole sub-tiles, so a sub-tile's own cost and its
+  // pairs' cannot be told apart: the sub-tile overhead is 0 and its cost is in the pair time.
   c.overhead = t.launch;
   c.subtile = 0;
   for (int round = 0; round < 4; ++round) {
     c.pair = pair_time(t.big, c.overhead, g.big_subtiles, c.subtile, g.big_area);
-    c.subtile = std::max(0.0, (t.tiny - c.overhead - g.tiny_area * c.pair) / g.tiny_subtiles);
-    c.overhead = std::max(0.0, t.launch - c.subtile - c.pair);
+    if (!g.whole) {
+      c.subtile = std::max(0.0, (t.tiny - c.overhead - g.tiny_area * c.pair) / g.tiny_subtiles);
+    }
+    c.overhead = std::max(0.0, t.launch - c.subtile - g.launch_area * c.pair);
   }
   // Head dim 64 over 128: r = (1 - s) / 2 + s.
   const double pair_half = pair_time(t.half_dim, c.overhead, g.big_subtiles, c.subtile, g.big_area);
@@ -289,7 +296,8 @@ KernelConstants solve(const KernelTimes& t, const TileGeometry& g) {
                                      1,
                                  0.0, 99.0);
   }
-  c.pair_backward = pair_time(t.backward, c.overhead, g.backward_subtiles, c.subtile, g.big_area);
+  c.pair_backward =
+      pair_time(t.backward, c.overhead, g.backward_subtiles, c.subtile, g.backward_area);
   return c;
 }
 
@@ -434,20 +442,28 @@ void fit_device(std::span<const std::vector<std::vector<double>>> timings,
   }
   const std::int32_t tokens = options.tile_tokens;
   const std::int32_t fq = subtiles.forward_q, fkv = subtiles.forward_kv;
+  const bool whole = subtiles.whole;
+  const auto full = [&](std::int32_t q, std::int32_t kv, std::int32_t sub_q, std::int32_t sub_kv) {
+    return sim::subtile_work(nullptr, q, kv, sub_q, sub_kv, whole);
+  };
   TileGeometry geometry{};
-  geometry.big_area = static_cast<double>(tokens) * 2 * tokens;
-  geometry.big_subtiles =
-      static_cast<double>(sim::subtile_work(nullptr, tokens, 2 * tokens, fq, fkv).subtiles);
-  geometry.tiny_subtiles = double{kTinyRows} * kTinyTiles;
-  geometry.tiny_area = geometry.tiny_subtiles * kTinyTokens * kTinyTokens;
-  geometry.square_area = static_cast<double>(tokens) * tokens;
-  geometry.square_subtiles =
-      static_cast<double>(sim::subtile_work(nullptr, tokens, tokens, fq, fkv).subtiles);
-  geometry.backward_subtiles = static_cast<double>(
-      sim::subtile_work(nullptr, tokens, 2 * tokens, subtiles.backward_q, subtiles.backward_kv)
-          .subtiles);
+  geometry.launch_area = static_cast<double>(full(1, 1, fq, fkv).full_area);
+  const sim::SubtileWork big = full(tokens, 2 * tokens, fq, fkv);
+  geometry.big_area = static_cast<double>(big.full_area);
+  geometry.big_subtiles = static_cast<double>(big.subtiles);
+  const sim::SubtileWork tiny = full(kTinyTokens, kTinyTokens, fq, fkv);
+  geometry.tiny_subtiles = double{kTinyRows} * kTinyTiles * static_cast<double>(tiny.subtiles);
+  geometry.tiny_area = double{kTinyRows} * kTinyTiles * static_cast<double>(tiny.full_area);
+  const sim::SubtileWork square = full(tokens, tokens, fq, fkv);
+  geometry.square_area = static_cast<double>(square.full_area);
+  geometry.square_subtiles = static_cast<double>(square.subtiles);
+  const sim::SubtileWork backward =
+      full(tokens, 2 * tokens, subtiles.backward_q, subtiles.backward_kv);
+  geometry.backward_area = static_cast<double>(backward.full_area);
+  geometry.backward_subtiles = static_cast<double>(backward.subtiles);
   const TileMask mask = causal_mask(tokens);
-  geometry.causal = sim::subtile_work(&mask, tokens, tokens, fq, fkv);
+  geometry.causal = sim::subtile_work(&mask, tokens, tokens, fq, fkv, whole);
+  geometry.whole = whole;
   // Each repeat solved on its own, then the median of each constant.
   std::vector<KernelConstants> solved;
   for (std::size_t i = 0; i < repeats; ++i) {
@@ -474,8 +490,8 @@ void fit_device(std::span<const std::vector<std::vector<double>>> timings,
   spec.forward_subtile_kv = subtiles.forward_kv;
   spec.backward_subtile_q = subtiles.backward_q;
   spec.backward_subtile_kv = subtiles.backward_kv;
-  spec.tile_setup_tokens = 0;  // the model of a call the solver inverts has neither
-  spec.whole_subtiles = false;
+  spec.tile_setup_tokens = 0;  // the model of a call the solver inverts has none
+  spec.whole_subtiles = whole;
 
   const std::pair<const char*, double> derived[kCallCount] = {
       {"kernel_overhead_us", spec.kernel_overhead * 1e6},
@@ -525,7 +541,7 @@ CalibrationReport calibrate_cpu_local(const CalibrationOptions& options) {
   CalibrationReport report;
   const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
   const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
-  fit_device(timings, device, {fwd.q, fwd.kv, bwd.q, bwd.kv}, spec, report.measurements);
+  fit_device(timings, device, {fwd.q, fwd.kv, bwd.q, bwd.kv, false}, spec, report.measurements);
 
   // Links: pairs of local ranks exchanging both ways at once.
   const std::int32_t link_ranks = std::max(ranks, 2);

@@ -85,11 +85,14 @@ std::vector<std::vector<double>> time_cpu_device(RankSync& sync, std::int32_t ra
 // The kernel's sub-tiles (q rows x keys), forward and backward.
 struct KernelSubtiles {
   std::int32_t forward_q = 128, forward_kv = 128, backward_q = 128, backward_kv = 128;
+  // The kernel computes every sub-tile whole, masking rows and keys past a tile's end (a GPU
+  // kernel's blocks), rather than only the pairs inside it (the cpu kernels).
+  bool whole = false;
 };
 
 // Fits the device constants (kernel_overhead, subtile_overhead, forward and backward rates,
 // softmax_share, partial_subtile_extra, fp32_kernel_factor, memory_bandwidth and the sub-tile
-// shapes; tile_setup_tokens 0 and whole_subtiles false, as the solver's model of a call assumes)
+// shapes and whole_subtiles; tile_setup_tokens 0, as the solver's model of a call assumes)
 // from every rank's timings of device_calls(options) ([rank][call][repeat], seconds per
 // call): each repeat's figure is the mean over ranks, each repeat is solved on its own and each
 // constant is the median over repeats, rounded to 4 significant digits (docs/cost_model.md).

@@ -577,7 +577,8 @@ CalibrationReport calibrate_cluster(comm::Communicator& communicator, const Clus
   if (!root) return {};
   const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
   const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
-  return fit_cluster(links, device, options.device, {fwd.q, fwd.kv, bwd.q, bwd.kv}, options.name);
+  return fit_cluster(links, device, options.device, {fwd.q, fwd.kv, bwd.q, bwd.kv, false},
+                     options.name);
 }
 
 }  // namespace dcp::runtime

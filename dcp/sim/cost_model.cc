@@ -104,6 +104,8 @@ CostModel::CostModel(const ClusterSpec& spec, const PlanHeader& header) : spec_(
   pair_seconds_[0] = 4 * kReferenceHeadDim / spec_.forward_flops * dim_scale * dtype_factor * heads;
   pair_seconds_[1] =
       10 * kReferenceHeadDim / spec_.backward_flops * dim_scale * dtype_factor * heads;
+  // A kernel runs each head's sub-tiles (the cpu kernels' tasks, a GPU kernel's programs).
+  subtile_seconds_ = spec_.subtile_overhead * heads;
 }
 
 double CostModel::pair_seconds(Pass pass) const {
@@ -121,7 +123,7 @@ double CostModel::tile_seconds(Pass pass, const TileMask* mask, std::int32_t q_t
   const double pairs = static_cast<double>(work.full_area) +
                        static_cast<double>(work.partial_area) * (1 + spec_.partial_subtile_extra) +
                        setup;
-  return pairs * pair_seconds(pass) + static_cast<double>(work.subtiles) * spec_.subtile_overhead;
+  return pairs * pair_seconds(pass) + static_cast<double>(work.subtiles) * subtile_seconds_;
 }
 
 double CostModel::memory_seconds(std::int64_t bytes) const {

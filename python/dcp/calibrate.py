@@ -102,7 +102,7 @@ def _write_atomically(path: str, text: str) -> None:
 
 # The device calls' defaults by device: a GPU needs many heads per call to fill its
 # multiprocessors (the executor's launches do), and a larger tile; the cpu kernels run one head.
-_DEVICE_DEFAULTS = {"cuda": {"tile_tokens": 1024, "heads": 32},
+_DEVICE_DEFAULTS = {"cuda": {"tile_tokens": 1024, "heads": 128},
                     "cpu": {"tile_tokens": 512, "heads": 1}}
 
 
@@ -177,7 +177,7 @@ def calibrate_device(base: str = "h100-dgx", **options) -> str:
     device constants; nothing else is measured, so the shape, links and network interfaces stay
     `base`'s. Needs no torch.distributed: for one GPU, or a cluster whose links a preset already
     describes. Options: repeats=5, tile_tokens and heads (of the timed tiles; on CUDA 1024 and
-    32, on the CPU 512 and 1), copy_bytes=64 MiB, timing_seconds=0.05,
+    128, on the CPU 512 and 1), copy_bytes=64 MiB, timing_seconds=0.05,
     name='calibrated', device (default: the current CUDA device, else the CPU), out (written
     atomically), progress. Raises ValueError naming a bad base, option or out."""
     return _device_report(base, **options)["text"]
@@ -342,7 +342,7 @@ def calibrate(group=None, **options) -> str:
     Every rank must call it. Options (defaults as `dcp calibrate --comm mpi`):
     devices_per_node (default: from torchrun's LOCAL_WORLD_SIZE), repeats=5, min_bytes=4096,
     max_bytes=64 MiB (the size sweep, x4 steps), group_peers=8, tile_tokens and heads (on CUDA
-    1024 and 32, on the CPU 512 and 1),
+    1024 and 128, on the CPU 512 and 1),
     copy_bytes=64 MiB, timing_seconds=0.05 (each timing's loop per repeat), name='calibrated',
     device (default: CUDA with NCCL, else the CPU), out, progress (called on rank 0 with a line
     before each measurement). Raises ValueError naming the value, on every rank alike, for a
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="q tokens of the big attention tiles [1024 on CUDA, 512 on the CPU]")
     parser.add_argument("--heads", type=int,
                         help="heads every timed attention call computes at once, enough to fill "
-                             "a GPU [32 on CUDA, 1 on the CPU, which takes only 1]")
+                             "a GPU [128 on CUDA, 1 on the CPU, which takes only 1]")
     parser.add_argument("--copy-bytes", type=int, default=64 << 20,
                         help="bytes each rank copies for the memory bandwidth [67108864]")
     parser.add_argument("--name", default="calibrated", help="the cluster's name [calibrated]")

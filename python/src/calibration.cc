@@ -147,7 +147,7 @@ void bind_calibration(nb::module_& m) {
   m.def("cpu_subtiles", [] {
     const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
     const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
-    return std::make_tuple(fwd.q, fwd.kv, bwd.q, bwd.kv);
+    return std::make_tuple(fwd.q, fwd.kv, bwd.q, bwd.kv, false);  // the pairs inside a tile only
   });
   m.def(
       "sweep_sizes",
@@ -183,7 +183,7 @@ void bind_calibration(nb::module_& m) {
          std::pair<std::int64_t, double> aggregate,
          const std::vector<std::vector<std::vector<double>>>& device_timings, std::int32_t repeats,
          std::int32_t tile_tokens, std::int64_t copy_bytes, double min_seconds,
-         std::tuple<std::int32_t, std::int32_t, std::int32_t, std::int32_t> subtiles,
+         std::tuple<std::int32_t, std::int32_t, std::int32_t, std::int32_t, bool> subtiles,
          const std::string& name, std::int32_t heads) {
         runtime::LinkMeasurements links;
         links.shape = {nodes, devices_per_node};
@@ -193,11 +193,11 @@ void bind_calibration(nb::module_& m) {
           links.groups.push_back({peers, issue, seconds});
         }
         links.aggregate = {aggregate.first, aggregate.second};
-        const auto [fq, fkv, bq, bkv] = subtiles;
+        const auto [fq, fkv, bq, bkv, whole] = subtiles;
         return report_dict(runtime::fit_cluster(
             links, device_timings,
             device_options(repeats, tile_tokens, copy_bytes, min_seconds, heads),
-            {fq, fkv, bq, bkv}, name));
+            {fq, fkv, bq, bkv, whole}, name));
       },
       nb::arg("nodes"), nb::arg("devices_per_node"), nb::arg("intra_node"), nb::arg("inter_node"),
       nb::arg("groups"), nb::arg("aggregate"), nb::arg("device_timings"), nb::arg("repeats"),
@@ -216,13 +216,13 @@ void bind_calibration(nb::module_& m) {
       [](const std::string& base, const std::vector<std::vector<std::vector<double>>>& timings,
          std::int32_t repeats, std::int32_t tile_tokens, std::int64_t copy_bytes,
          double min_seconds,
-         std::tuple<std::int32_t, std::int32_t, std::int32_t, std::int32_t> subtiles,
+         std::tuple<std::int32_t, std::int32_t, std::int32_t, std::int32_t, bool> subtiles,
          const std::string& name, std::int32_t heads) {
-        const auto [fq, fkv, bq, bkv] = subtiles;
+        const auto [fq, fkv, bq, bkv, whole] = subtiles;
         return report_dict(runtime::fit_device_onto(
             resolve_cluster(base), timings,
             device_options(repeats, tile_tokens, copy_bytes, min_seconds, heads),
-            {fq, fkv, bq, bkv}, name));
+            {fq, fkv, bq, bkv, whole}, name));
       },
       nb::arg("base"), nb::arg("device_timings"), nb::arg("repeats"), nb::arg("tile_tokens"),
       nb::arg("copy_bytes"), nb::arg("min_seconds"), nb::arg("subtiles"), nb::arg("name"),

@@ -243,7 +243,7 @@ TEST(FitDevice, RecoversTheKernelConstantsOfTheSpecThatMadeTheTimings) {
   std::vector<CalibrationMeasurement> rows;
   const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
   const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
-  fit_device(timings, options, {fwd.q, fwd.kv, bwd.q, bwd.kv}, fitted, rows);
+  fit_device(timings, options, {fwd.q, fwd.kv, bwd.q, bwd.kv, false}, fitted, rows);
   EXPECT_NEAR(fitted.forward_flops, known.forward_flops, 0.01 * known.forward_flops);
   EXPECT_NEAR(fitted.backward_flops, known.backward_flops, 0.01 * known.backward_flops);
   EXPECT_NEAR(fitted.kernel_overhead, known.kernel_overhead, 0.02 * known.kernel_overhead);
@@ -254,6 +254,34 @@ TEST(FitDevice, RecoversTheKernelConstantsOfTheSpecThatMadeTheTimings) {
   EXPECT_NEAR(fitted.partial_subtile_extra, known.partial_subtile_extra, 0.02);
   EXPECT_EQ(fitted.forward_subtile_kv, fwd.kv);
   EXPECT_EQ(rows.size(), calls.size());
+}
+
+TEST(FitDevice, RecoversTheConstantsOfAKernelThatComputesWholeSubtiles) {
+  ClusterSpec known = cluster_preset("cpu-local");
+  known.tile_setup_tokens = 0;
+  known.whole_subtiles = true;  // a GPU kernel's blocks: the tiny tiles cost whole sub-tiles
+  known.forward_subtile_q = known.forward_subtile_kv = 64;
+  known.backward_subtile_q = 64;
+  known.backward_subtile_kv = 32;
+  known.subtile_overhead = 0;  // inseparable from the pairs of whole sub-tiles
+  known.softmax_share = 0.3;
+  known.partial_subtile_extra = 0.2;
+  DeviceCalibrationOptions options;
+  options.repeats = 1;
+  options.tile_tokens = 256;
+  options.copy_bytes = 1 << 20;
+  std::vector<std::vector<std::vector<double>>> timings(1);
+  for (const double t : predicted_calls(known, options)) timings[0].push_back({t});
+  ClusterSpec fitted;
+  std::vector<CalibrationMeasurement> rows;
+  fit_device(timings, options, {64, 64, 64, 32, true}, fitted, rows);
+  EXPECT_TRUE(fitted.whole_subtiles);
+  EXPECT_NEAR(fitted.forward_flops, known.forward_flops, 0.01 * known.forward_flops);
+  EXPECT_NEAR(fitted.backward_flops, known.backward_flops, 0.01 * known.backward_flops);
+  EXPECT_NEAR(fitted.kernel_overhead, known.kernel_overhead, 0.02 * known.kernel_overhead);
+  EXPECT_EQ(fitted.subtile_overhead, 0);
+  EXPECT_NEAR(fitted.softmax_share, known.softmax_share, 0.01);
+  EXPECT_NEAR(fitted.partial_subtile_extra, known.partial_subtile_extra, 0.02);
 }
 
 TEST(FitDevice, TakesACallOfManyHeadsAsOneLaunchAndThatManyHeadsOfWork) {
@@ -283,7 +311,7 @@ TEST(FitDevice, TakesACallOfManyHeadsAsOneLaunchAndThatManyHeadsOfWork) {
   std::vector<CalibrationMeasurement> rows;
   const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
   const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
-  fit_device(timings, many, {fwd.q, fwd.kv, bwd.q, bwd.kv}, fitted, rows);
+  fit_device(timings, many, {fwd.q, fwd.kv, bwd.q, bwd.kv, false}, fitted, rows);
   EXPECT_NEAR(fitted.forward_flops, known.forward_flops, 0.01 * known.forward_flops);
   EXPECT_NEAR(fitted.backward_flops, known.backward_flops, 0.01 * known.backward_flops);
   EXPECT_NEAR(fitted.kernel_overhead, known.kernel_overhead, 0.02 * known.kernel_overhead);
@@ -339,7 +367,7 @@ TEST(FitCluster, GivesAValidSpecWhoseFileReadsBackAsItself) {
   std::vector<std::vector<std::vector<double>>> timings(1);
   for (const double t : predicted_calls(known, options)) timings[0].push_back({t});
   const CalibrationReport report =
-      fit_cluster(synthetic(known), timings, options, {128, 256, 128, 128}, "my-cluster");
+      fit_cluster(synthetic(known), timings, options, {128, 256, 128, 128, false}, "my-cluster");
   EXPECT_NO_THROW(validate(report.spec));
   EXPECT_EQ(report.spec.name, "my-cluster");
   EXPECT_EQ(report.spec.shape, known.shape);
@@ -362,7 +390,7 @@ TEST(FitDeviceOnto, MeasuresTheDeviceAndKeepsTheBaseClustersLinks) {
   for (const double t : predicted_calls(known, options)) timings[0].push_back({t});
   const ClusterSpec base = cluster_preset("h100-dgx");
   const CalibrationReport report =
-      fit_device_onto(base, timings, options, {128, 128, 128, 128}, "my-gpu");
+      fit_device_onto(base, timings, options, {128, 128, 128, 128, false}, "my-gpu");
   EXPECT_NO_THROW(validate(report.spec));
   EXPECT_EQ(report.spec.name, "my-gpu");
   EXPECT_EQ(report.spec.shape, base.shape);

@@ -120,14 +120,15 @@ class TritonCall:
                                   **self.shape)
 
 
-def subtiles() -> tuple[int, int, int, int]:
+def subtiles() -> tuple[int, int, int, int, bool]:
     """The Triton kernels' sub-tiles at head dim 128 in bf16: forward q x kv, then backward q
-    (the dq kernel's rows) x kv (the dk/dv kernel's keys). The two backward kernels may tile
+    (the dq kernel's rows) x kv (the dk/dv kernel's keys), and True: a program computes its
+    blocks whole, masking what lies past a tile's end. The two backward kernels may tile
     differently (_GPU_TILES); one (q, kv) pair is what the cost model takes."""
     forward, _ = tk._attention_launch("forward", 128, torch.bfloat16, False)
     dq, _ = tk._attention_launch("dq", 128, torch.bfloat16, False)
     dkv, _ = tk._attention_launch("dkv", 128, torch.bfloat16, False)
-    return forward["BLOCK_M"], forward["BLOCK_N"], dq["BLOCK_M"], dkv["BLOCK_N"]
+    return forward["BLOCK_M"], forward["BLOCK_N"], dq["BLOCK_M"], dkv["BLOCK_N"], True
 
 
 def time_calls(calls: list[dict], device: torch.device, repeats: int,

@@ -243,15 +243,17 @@ struct KernelTimes {
   double launch, big, tiny, half_dim, square, causal, fp32, backward;
 };
 struct KernelConstants {
-  double overhead, subtile, pair, softmax_share, fp32_factor, partial_extra, pair_backward;
+  double overhead, subtile, pair, softmax_share, fp32_factor, partial_extra, pair_backward, setup;
 };
 
-// Sub-tile counts and areas of the timed tiles.
-// Areas are the pairs a kernel computes: with whole sub-tiles, every sub-tile's full area.
+// Sub-tile counts and areas of the timed tiles, and the q rows (backward: keys) their kernels
+// loop over per tile, which pay tile_setup_tokens each. Areas are the pairs a kernel computes:
+// with whole sub-tiles, every sub-tile's full area.
 struct TileGeometry {
   double launch_area, big_area, big_subtiles, tiny_area, tiny_subtiles, square_area,
       square_subtiles;
   double backward_area, backward_subtiles;
+  double launch_loop, big_loop, tiny_loop, square_loop, backward_loop;
   sim::SubtileWork causal;
   bool whole;
 };
@@ -268,36 +270,51 @@ KernelConstants solve(const KernelTimes& t, const TileGeometry& g) {
   // launch, one sub-tile and one pair; the big tile is mostly pairs; the tiny tiles mostly
   // sub-tiles. A few rounds of substitution converge (each coupling is small).
   // With whole sub-tiles every call is a sum of whole sub-tiles, so a sub-tile's own cost and its
-  // pairs' cannot be told apart: the sub-tile overhead is 0 and its cost is in the pair time.
+  // pairs' cannot be told apart: the sub-tile overhead is 0. What the tiny tiles cost beyond
+  // their whole sub-tiles' pairs is then a tile's set-up (its q rows loaded, its loop begun),
+  // priced as tile_setup_tokens more keys per q row: tiny and big tiles differ in their share of
+  // it, which solves it.
   c.overhead = t.launch;
   c.subtile = 0;
-  for (int round = 0; round < 4; ++round) {
-    c.pair = pair_time(t.big, c.overhead, g.big_subtiles, c.subtile, g.big_area);
+  c.setup = 0;
+  for (int round = 0; round < 8; ++round) {
+    if (g.whole) {
+      const double ratio = (t.tiny - c.overhead) / std::max(t.big - c.overhead, 1e-30);
+      const double denominator = g.tiny_loop - ratio * g.big_loop;
+      c.setup = denominator > 0
+                    ? std::clamp((ratio * g.big_area - g.tiny_area) / denominator, 0.0, 1e6)
+                    : 0.0;
+    }
+    c.pair =
+        pair_time(t.big, c.overhead, g.big_subtiles, c.subtile, g.big_area + c.setup * g.big_loop);
     if (!g.whole) {
       c.subtile = std::max(0.0, (t.tiny - c.overhead - g.tiny_area * c.pair) / g.tiny_subtiles);
     }
-    c.overhead = std::max(0.0, t.launch - c.subtile - g.launch_area * c.pair);
+    c.overhead =
+        std::max(0.0, t.launch - c.subtile - (g.launch_area + c.setup * g.launch_loop) * c.pair);
   }
+  const double big_pairs = g.big_area + c.setup * g.big_loop;
   // Head dim 64 over 128: r = (1 - s) / 2 + s.
-  const double pair_half = pair_time(t.half_dim, c.overhead, g.big_subtiles, c.subtile, g.big_area);
+  const double pair_half = pair_time(t.half_dim, c.overhead, g.big_subtiles, c.subtile, big_pairs);
   c.softmax_share = std::clamp(2 * pair_half / c.pair - 1, 0.0, 0.95);
-  const double pair_fp32 = pair_time(t.fp32, c.overhead, g.big_subtiles, c.subtile, g.big_area);
+  const double pair_fp32 = pair_time(t.fp32, c.overhead, g.big_subtiles, c.subtile, big_pairs);
   c.fp32_factor = std::clamp(pair_fp32 / c.pair, 0.25, 4.0);
   // The causal tile against the full tile of the same size: a T x T tile's pairs need not run at
   // the rate tile's speed (each q chunk streams half the keys), and that is no masking cost.
-  const double pair_square =
-      pair_time(t.square, c.overhead, g.square_subtiles, c.subtile, g.square_area);
+  const double pair_square = pair_time(t.square, c.overhead, g.square_subtiles, c.subtile,
+                                       g.square_area + c.setup * g.square_loop);
   c.partial_extra = 0;
   if (g.causal.partial_area > 0) {
     const double used =
-        (t.causal - c.overhead - static_cast<double>(g.causal.subtiles) * c.subtile) / pair_square;
+        (t.causal - c.overhead - static_cast<double>(g.causal.subtiles) * c.subtile) / pair_square -
+        c.setup * static_cast<double>(g.causal.loop_rows);
     c.partial_extra = std::clamp((used - static_cast<double>(g.causal.full_area)) /
                                          static_cast<double>(g.causal.partial_area) -
                                      1,
                                  0.0, 99.0);
   }
-  c.pair_backward =
-      pair_time(t.backward, c.overhead, g.backward_subtiles, c.subtile, g.backward_area);
+  c.pair_backward = pair_time(t.backward, c.overhead, g.backward_subtiles, c.subtile,
+                              g.backward_area + c.setup * g.backward_loop);
   return c;
 }
 
@@ -447,20 +464,27 @@ void fit_device(std::span<const std::vector<std::vector<double>>> timings,
     return sim::subtile_work(nullptr, q, kv, sub_q, sub_kv, whole);
   };
   TileGeometry geometry{};
-  geometry.launch_area = static_cast<double>(full(1, 1, fq, fkv).full_area);
+  const sim::SubtileWork launch = full(1, 1, fq, fkv);
+  geometry.launch_area = static_cast<double>(launch.full_area);
+  geometry.launch_loop = static_cast<double>(launch.loop_rows);
   const sim::SubtileWork big = full(tokens, 2 * tokens, fq, fkv);
   geometry.big_area = static_cast<double>(big.full_area);
   geometry.big_subtiles = static_cast<double>(big.subtiles);
+  geometry.big_loop = static_cast<double>(big.loop_rows);
   const sim::SubtileWork tiny = full(kTinyTokens, kTinyTokens, fq, fkv);
-  geometry.tiny_subtiles = double{kTinyRows} * kTinyTiles * static_cast<double>(tiny.subtiles);
-  geometry.tiny_area = double{kTinyRows} * kTinyTiles * static_cast<double>(tiny.full_area);
+  const double tiny_tiles = double{kTinyRows} * kTinyTiles;
+  geometry.tiny_subtiles = tiny_tiles * static_cast<double>(tiny.subtiles);
+  geometry.tiny_area = tiny_tiles * static_cast<double>(tiny.full_area);
+  geometry.tiny_loop = tiny_tiles * static_cast<double>(tiny.loop_rows);
   const sim::SubtileWork square = full(tokens, tokens, fq, fkv);
   geometry.square_area = static_cast<double>(square.full_area);
   geometry.square_subtiles = static_cast<double>(square.subtiles);
+  geometry.square_loop = static_cast<double>(square.loop_rows);
   const sim::SubtileWork backward =
       full(tokens, 2 * tokens, subtiles.backward_q, subtiles.backward_kv);
   geometry.backward_area = static_cast<double>(backward.full_area);
   geometry.backward_subtiles = static_cast<double>(backward.subtiles);
+  geometry.backward_loop = static_cast<double>(backward.loop_keys);
   const TileMask mask = causal_mask(tokens);
   geometry.causal = sim::subtile_work(&mask, tokens, tokens, fq, fkv, whole);
   geometry.whole = whole;
@@ -490,20 +514,25 @@ void fit_device(std::span<const std::vector<std::vector<double>>> timings,
   spec.forward_subtile_kv = subtiles.forward_kv;
   spec.backward_subtile_q = subtiles.backward_q;
   spec.backward_subtile_kv = subtiles.backward_kv;
-  spec.tile_setup_tokens = 0;  // the model of a call the solver inverts has none
+  spec.tile_setup_tokens = round4(constant(&KernelConstants::setup), 1);  // 0 unless whole
   spec.whole_subtiles = whole;
 
+  // The tiny tiles give the sub-tile overhead, or with whole sub-tiles a tile's set-up.
+  const std::pair<const char*, double> tiny_constant =
+      whole ? std::pair<const char*, double>{"tile_setup_tokens", spec.tile_setup_tokens}
+            : std::pair<const char*, double>{"subtile_overhead_us", spec.subtile_overhead * 1e6};
   const std::pair<const char*, double> derived[kCallCount] = {
       {"kernel_overhead_us", spec.kernel_overhead * 1e6},
       {"forward_tflops", spec.forward_flops * 1e-12},
-      {"subtile_overhead_us", spec.subtile_overhead * 1e6},
+      tiny_constant,
       {"softmax_share", spec.softmax_share},
       {"partial_subtile_extra", spec.partial_subtile_extra},
       {"partial_subtile_extra", spec.partial_subtile_extra},
       {"fp32_kernel_factor", spec.fp32_kernel_factor},
       {"backward_tflops", spec.backward_flops * 1e-12},
       {"memory_gbps", spec.memory_bandwidth * 1e-9}};
-  const char* units[kCallCount] = {"us", "TFLOP/s", "us", "", "", "", "", "TFLOP/s", "GB/s"};
+  const char* units[kCallCount] = {"us", "TFLOP/s", whole ? "" : "us", "",    "",
+                                   "",   "",        "TFLOP/s",         "GB/s"};
   for (std::size_t c = 0; c < calls.size(); ++c) {
     rows.push_back({calls[c].name, median(t[c]), derived[c].first, derived[c].second, units[c]});
   }

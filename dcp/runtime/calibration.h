@@ -92,7 +92,8 @@ struct KernelSubtiles {
 
 // Fits the device constants (kernel_overhead, subtile_overhead, forward and backward rates,
 // softmax_share, partial_subtile_extra, fp32_kernel_factor, memory_bandwidth and the sub-tile
-// shapes and whole_subtiles; tile_setup_tokens 0, as the solver's model of a call assumes)
+// shapes and whole_subtiles; tile_setup_tokens from the tiny tiles where sub-tiles are whole,
+// else 0)
 // from every rank's timings of device_calls(options) ([rank][call][repeat], seconds per
 // call): each repeat's figure is the mean over ranks, each repeat is solved on its own and each
 // constant is the median over repeats, rounded to 4 significant digits (docs/cost_model.md).

@@ -258,8 +258,8 @@ TEST(FitDevice, RecoversTheKernelConstantsOfTheSpecThatMadeTheTimings) {
 
 TEST(FitDevice, RecoversTheConstantsOfAKernelThatComputesWholeSubtiles) {
   ClusterSpec known = cluster_preset("cpu-local");
-  known.tile_setup_tokens = 0;
-  known.whole_subtiles = true;  // a GPU kernel's blocks: the tiny tiles cost whole sub-tiles
+  known.tile_setup_tokens = 40;  // what a tiny tile costs beyond its whole sub-tile's pairs
+  known.whole_subtiles = true;   // a GPU kernel's blocks: the tiny tiles cost whole sub-tiles
   known.forward_subtile_q = known.forward_subtile_kv = 64;
   known.backward_subtile_q = 64;
   known.backward_subtile_kv = 32;
@@ -280,6 +280,7 @@ TEST(FitDevice, RecoversTheConstantsOfAKernelThatComputesWholeSubtiles) {
   EXPECT_NEAR(fitted.backward_flops, known.backward_flops, 0.01 * known.backward_flops);
   EXPECT_NEAR(fitted.kernel_overhead, known.kernel_overhead, 0.02 * known.kernel_overhead);
   EXPECT_EQ(fitted.subtile_overhead, 0);
+  EXPECT_NEAR(fitted.tile_setup_tokens, known.tile_setup_tokens, 0.5);
   EXPECT_NEAR(fitted.softmax_share, known.softmax_share, 0.01);
   EXPECT_NEAR(fitted.partial_subtile_extra, known.partial_subtile_extra, 0.02);
 }

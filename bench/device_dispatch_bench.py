@@ -63,7 +63,7 @@ class NullDevice:
     def _count(self, *args):
         self.calls += 1
 
-    load = store = copy_run = attention = merge = add = copy_kept = convert_partial = _count
+    load = store = copy_run = attention = merge = add = copy_kept = convert_partials = _count
 
 
 def main() -> None:

@@ -71,6 +71,13 @@ class Device {
   virtual void copy_kept(const KeptCall& call) = 0;
   // A partial between its fp32 slot and its wire buffer in the partial dtype (the plan header's).
   virtual void convert_partial(const WireCall& call) = 0;
+  // A launch's narrow or widen calls, which are rows [first_row, first_row + calls.size()) of
+  // LoweredPass::wire_rows. By default one convert_partial each; a GPU device runs them as one
+  // launch.
+  virtual void convert_partials(std::span<const WireCall> calls, std::int32_t first_row) {
+    (void)first_row;
+    for (const WireCall& call : calls) convert_partial(call);
+  }
   // The pass's calls are all made (the executor calls it however the pass ends).
   virtual void end() {}
 };

@@ -293,7 +293,7 @@ void Executor::call(PassState& state, const LoweredCall& lowered) {
 }
 
 void Executor::launch(PassState& state, const LaunchCall& launch) {
-  for (const WireCall& narrow : launch.narrow) device_.convert_partial(narrow);
+  if (!launch.narrow.empty()) device_.convert_partials(launch.narrow, launch.narrow_row);
   std::vector<comm::TransferOp> ops;
   ops.reserve(launch.transfers.size());
   for (const TransferCall& transfer : launch.transfers) {
@@ -315,7 +315,7 @@ void Executor::wait_through(PassState& state, std::size_t end) {
       communicator_.wait(state.launch_group[state.waited]);
     }
     if (const LaunchCall* launch = state.launch_calls[state.waited]) {
-      for (const WireCall& widen : launch->widen) device_.convert_partial(widen);
+      if (!launch->widen.empty()) device_.convert_partials(launch->widen, launch->widen_row);
     }
   }
 }

@@ -60,6 +60,7 @@ class Lowerer {
       }
     }
     group_copies();
+    table_conversions();
     return std::move(out_);
   }
 
@@ -450,6 +451,24 @@ class Lowerer {
       end = static_cast<std::int32_t>(i + 1);
     }
     close();
+  }
+
+  // wire_rows: each launch's conversions, so that a device can run them as one launch.
+  void table_conversions() {
+    const auto rows = [&] {
+      return static_cast<std::int32_t>(out_.wire_rows.size() / LoweredPass::kWireFields);
+    };
+    for (LoweredCall& call : out_.calls) {
+      auto* launch = std::get_if<LaunchCall>(&call);
+      if (launch == nullptr) continue;
+      for (std::vector<WireCall>* list : {&launch->narrow, &launch->widen}) {
+        (list == &launch->narrow ? launch->narrow_row : launch->widen_row) = rows();
+        for (const WireCall& w : *list) {
+          out_.wire_rows.insert(out_.wire_rows.end(),
+                                {w.slot_offset, w.wire_offset, w.elements, w.tail_bytes});
+        }
+      }
+    }
   }
 
   LoweredCall lower(const Free& free) {

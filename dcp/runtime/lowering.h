@@ -64,6 +64,9 @@ struct LaunchCall {
   std::vector<WireCall> narrow;         // run before the transfers start (a partial received
                                         // or sent before, unchanged since, is not converted again)
   std::vector<WireCall> widen;          // run when the launch has completed
+  // The first rows of `narrow` and `widen` in LoweredPass::wire_rows (a device may convert a
+  // launch's partials in one call from there).
+  std::int32_t narrow_row = 0, widen_row = 0;
 };
 
 struct WaitCall {
@@ -185,6 +188,10 @@ struct LoweredPass {
   std::vector<std::int64_t> slot_offsets;
   std::vector<LoweredCall> calls;  // one per instruction
   AttentionTables tables;
+  // Every launch's narrow then widen calls, kWireFields per row: slot offset, wire offset,
+  // elements, tail bytes.
+  static constexpr int kWireFields = 4;
+  std::vector<std::int64_t> wire_rows;
   std::vector<CopySpan> copy_spans;
   std::vector<CopyRun> copy_runs;
   std::vector<std::int64_t> copy_rows;

@@ -119,6 +119,7 @@ nb::dict tables_dict(const runtime::LoweredPass& pass) {
   const T& t = pass.tables;
   nb::dict d;
   d["copy_rows"] = numpy_copy(pass.copy_rows, runtime::CopyRun::kFields);
+  d["wire_rows"] = numpy_copy(pass.wire_rows, runtime::LoweredPass::kWireFields);
   d["entries"] = numpy_copy(t.entries, T::kEntryFields);
   d["q_groups"] = numpy_copy(t.q_groups, T::kGroupFields);
   d["kv_groups"] = numpy_copy(t.kv_groups, T::kGroupFields);
@@ -131,14 +132,18 @@ nb::dict tables_dict(const runtime::LoweredPass& pass) {
 // A Device whose calls a Python object makes (python/dcp/torch/_device.py): prepare(forward
 // tables, backward tables: the attention tables and copy_rows), begin(pass, scale),
 // load/store(kind, slot offset, token, tokens, head block), copy_run(store, kind, row begin, row
-// end, max tokens) if the object has it (else a load or store per copy), attention(q group begin,
+// end, max tokens) if the object has it (else a load or store per copy),
+// convert_partials(narrow, row begin, row end, max values) if it has it (else convert_partial
+// per partial), attention(q group begin,
 // end, kv group begin, end, max q tokens, max kv tokens), merge(dst, src, tokens), add(dst, src,
 // elements), copy_kept(keep, slot, kept offset, bytes), convert_partial(narrow, slot, wire,
 // elements, tail bytes), end(). The Python object holds the tensors.
 class PythonDevice final : public runtime::Device {
  public:
   explicit PythonDevice(nb::object device)
-      : device_(std::move(device)), runs_copies_(nb::hasattr(device_, "copy_run")) {}
+      : device_(std::move(device)),
+        runs_copies_(nb::hasattr(device_, "copy_run")),
+        converts_runs_(nb::hasattr(device_, "convert_partials")) {}
 
   std::string_view name() const override { return "python"; }
 
@@ -193,6 +198,18 @@ class PythonDevice final : public runtime::Device {
       return std::make_tuple(c.narrow, c.slot_offset, c.wire_offset, c.elements, c.tail_bytes);
     });
   }
+  void convert_partials(std::span<const runtime::WireCall> calls, std::int32_t first_row) override {
+    if (!converts_runs_) {
+      Device::convert_partials(calls, first_row);
+      return;
+    }
+    std::int64_t most = 0;  // fp32 values of the largest row: elements and the tail's
+    for (const runtime::WireCall& c : calls) most = std::max(most, c.elements + c.tail_bytes / 4);
+    call("convert_partials", [&] {
+      return std::make_tuple(calls.front().narrow, first_row,
+                             first_row + static_cast<std::int32_t>(calls.size()), most);
+    });
+  }
   void end() override {
     try {
       call("end", [] { return std::make_tuple(); });
@@ -215,6 +232,7 @@ class PythonDevice final : public runtime::Device {
 
   nb::object device_;
   bool runs_copies_;
+  bool converts_runs_;
 };
 
 std::string dtype_name(const nb::dlpack::dtype& dtype) {

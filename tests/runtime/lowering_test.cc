@@ -155,6 +155,12 @@ TEST(Lowering, PartialsInANarrowerDtypeTravelThroughWireBuffers) {
               pass.slot_offsets.back() + slot_bytes(plan.header, program.slots.back().kind, 4));
     EXPECT_EQ(convert.wire_offset % runtime::kSlotAlignment, 0);
     EXPECT_GE(pass.arena_bytes, convert.wire_offset + wire_bytes);
+    // The launch's conversions as rows of the pass's wire table.
+    ASSERT_EQ(pass.wire_rows.size(), static_cast<std::size_t>(runtime::LoweredPass::kWireFields));
+    EXPECT_EQ(sends ? launch->narrow_row : launch->widen_row, 0);
+    EXPECT_EQ(row(pass.wire_rows, 0, runtime::LoweredPass::kWireFields),
+              (std::vector<std::int64_t>{convert.slot_offset, convert.wire_offset, convert.elements,
+                                         convert.tail_bytes}));
   }
   const runtime::LoweredPass receiver = lower(plan, Pass::kBackward, 0);
   const auto& sum = std::get<runtime::SumCall>(receiver.calls[12]);

@@ -2,8 +2,9 @@
 """The Triton device: the C++ executor's calls that touch tensors, as Triton kernel launches.
 
 The C++ executor interprets the Program and calls this object (with the GIL) once per run of
-copies (copy_run: consecutive Loads of one kind, or Stores) and once per other instruction:
-attention, merge, add, copy_kept, convert_partial; prepare() once per plan with both passes'
+copies (copy_run: consecutive Loads of one kind, or Stores), once per launch's partials to
+convert (convert_partials) and once per other instruction: attention, merge, add, copy_kept;
+prepare() once per plan with both passes'
 attention and copy tables, begin() and end() around a pass. Every call is one kernel launch on
 the current stream (an attention backward: two, the dq and the dk/dv kernels). Runs on CUDA, or on the CPU under
 TRITON_INTERPRET=1 (how the tests check it without a GPU)."""
@@ -126,17 +127,9 @@ class TritonDevice:
         else:
             arena.copy_(kept)
 
-    def convert_partial(self, narrow: bool, slot: int, wire: int, elements: int,
-                        tail: int) -> None:
-        arena = self.arenas[self._pass]
-        width = self.partial_dtype.itemsize
-        values = arena[slot:slot + 4 * elements].view(torch.float32)
-        narrowed = arena[wire:wire + width * elements].view(self.partial_dtype)
-        slot_tail = arena[slot + 4 * elements:slot + 4 * elements + tail]
-        wire_tail = arena[wire + width * elements:wire + width * elements + tail]
-        if narrow:
-            narrowed.copy_(values)
-            wire_tail.copy_(slot_tail)
-        else:
-            values.copy_(narrowed)
-            slot_tail.copy_(wire_tail)
+    def convert_partials(self, narrow: bool, row_begin: int, row_end: int,
+                         max_values: int) -> None:
+        """A launch's partials to narrow (before its sends) or widen (once it completed): rows
+        [row_begin, row_end) of the pass's wire_rows, one launch."""
+        rows = self._tables[self._pass]["wire_rows"][row_begin:row_end]
+        tk.convert_partials(self.arenas[self._pass], rows, narrow, self.partial_dtype, max_values)

@@ -308,6 +308,31 @@ def _add_kernel(arena, dst_off, src_off, elements, BLOCK: tl.constexpr):
     tl.store(dst + i, tl.load(dst + i, mask=inside) + tl.load(src + i, mask=inside), mask=inside)
 
 
+@triton.jit
+def _convert_kernel(arena, rows, NARROW: tl.constexpr, WIRE: tl.constexpr, WIDTH: tl.constexpr,
+                    BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+    """One row of a wire table per program_id(1): slot offset, wire offset, elements, tail bytes.
+    NARROW: the slot's first `elements` fp32 values rounded to WIRE (WIDTH bytes) into the wire
+    buffer, then the tail's fp32 values (an o partial's lse) copied after them; else the other
+    way, widening. program_id(0): BLOCK values of the row."""
+    row = rows + tl.program_id(1) * 4
+    slot = _typed(arena, _slot_offset(row), tl.float32)
+    wire_off = _slot_offset(row + 1)
+    elements = tl.load(row + 2)
+    tail = tl.load(row + 3) // 4
+    wire = _typed(arena, wire_off, WIRE)
+    wire_tail = _typed(arena, wire_off + elements * WIDTH, tl.float32)
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    values = i < elements
+    extra = (i >= elements) & (i < elements + tail)
+    if NARROW:
+        tl.store(wire + i, _round(tl.load(slot + i, mask=values), WIRE, INTERPRET), mask=values)
+        tl.store(wire_tail + (i - elements), tl.load(slot + i, mask=extra), mask=extra)
+    else:
+        tl.store(slot + i, tl.load(wire + i, mask=values).to(tl.float32), mask=values)
+        tl.store(slot + i, tl.load(wire_tail + (i - elements), mask=extra), mask=extra)
+
+
 # --- attention --------------------------------------------------------------------------------
 
 @triton.jit(do_not_specialize=_ATTENTION_COUNTS)

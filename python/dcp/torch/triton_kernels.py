@@ -17,6 +17,10 @@ E = bytes per storage element; "storage" is the plan's dtype: fp32, bf16 or fp16
 Local tensors: q, o, do, dq [T][H][d] and k, v, dk, dv [T][HK][d] in storage dtype (H, HK all
 heads), lse [H][T] fp32.
 
+Wire tables (int64 [n, 4], the C++ lowering's wire_rows): slot offset, wire offset, elements,
+tail bytes per partial that a launch narrows before sending or widens after receiving; one
+launch converts a launch's partials.
+
 Copy tables (int64 [n, 4], the C++ lowering's copy_rows): slot offset, first local token,
 tokens, head index per copy; a copy moves heads [head index x head_scale, + heads). One launch
 runs a table's rows (a run of Loads of one kind, or of Stores), each row its own slot or its own
@@ -83,8 +87,8 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 _ENTRY_COLUMNS = 8
 _GROUP_COLUMNS = 6
-_COPY_COLUMNS = 4
-_MAX_COPIES = 65535  # a launch grid's third dimension
+_ROW_COLUMNS = 4  # copy tables and wire tables
+_MAX_ROWS = 65535  # a launch grid's second and third dimension
 _STORAGE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _TL_DTYPE = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 _SIGNATURE_DTYPE = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -229,19 +233,40 @@ def _check_tables(entries, groups, members, mask_rows, mask_intervals) -> None:
 
 # --- launches ---------------------------------------------------------------------------------
 
+def _check_rows(table: torch.Tensor, name: str, most: int) -> int:
+    """The number of rows of a copy or wire table (contiguous int64 [n, 4], on the arena's
+    device); `most` bounds what a row holds (a launch's grid) and must not be negative."""
+    if table.dtype != torch.int64 or table.dim() != 2 or table.shape[1] != _ROW_COLUMNS \
+            or not table.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous int64 [n, {_ROW_COLUMNS}] tensor; got "
+                         f"{tuple(table.shape)} {table.dtype}")
+    if table.shape[0] > _MAX_ROWS:
+        raise ValueError(f"{table.shape[0]} {name} in one launch; at most {_MAX_ROWS}")
+    if most < 0:
+        raise ValueError(f"{name}: the largest row's size {most} is negative")
+    return table.shape[0]
+
+
 def _check_copies(copies: torch.Tensor, max_tokens: int) -> int:
-    """The number of copies (rows) of a copy table: int64 [n, 4] rows of slot offset, first local
-    token, tokens, head index, contiguous, on the arena's device; max_tokens bounds the rows'
-    tokens (the launch's grid)."""
-    if copies.dtype != torch.int64 or copies.dim() != 2 or copies.shape[1] != _COPY_COLUMNS \
-            or not copies.is_contiguous():
-        raise ValueError(f"copies must be a contiguous int64 [n, {_COPY_COLUMNS}] tensor; got "
-                         f"{tuple(copies.shape)} {copies.dtype}")
-    if copies.shape[0] > _MAX_COPIES:
-        raise ValueError(f"{copies.shape[0]} copies in one launch; at most {_MAX_COPIES}")
-    if max_tokens < 0:
-        raise ValueError(f"max_tokens {max_tokens} is negative")
-    return copies.shape[0]
+    """The number of copies of a copy table: rows of slot offset, first local token, tokens, head
+    index; max_tokens bounds the rows' tokens."""
+    return _check_rows(copies, "copies", max_tokens)
+
+
+def convert_partials(arena, rows, narrow, wire_dtype, max_values):
+    """Each row of a wire table (slot offset, wire offset, elements, tail bytes), one launch:
+    narrow: the slot's first `elements` fp32 values to wire_dtype (bf16 or fp16, nearest even)
+    at the wire offset, then the tail's fp32 values (an o partial's lse) copied after them; else
+    the other way, widening. max_values bounds a row's elements + tail bytes / 4."""
+    _check_arena(arena)
+    n = _check_rows(rows, "wire rows", max_values)
+    if wire_dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"partials travel in bf16 or fp16, not {wire_dtype}")
+    if n == 0 or max_values == 0:
+        return
+    jit._convert_kernel[(triton.cdiv(max_values, _ADD_BLOCK), n)](
+        arena, rows, NARROW=bool(narrow), WIRE=_TL_DTYPE[wire_dtype], WIDTH=wire_dtype.itemsize,
+        BLOCK=_ADD_BLOCK, INTERPRET=INTERPRET)
 
 
 def _one_copy(arena: torch.Tensor, slot_off: int, token: int, tokens: int,
@@ -434,6 +459,7 @@ _RUNTIME_TYPES = {
     "_store_kv_kernel": "*u8 *i64 *{s} *{s} i32 i32 i32 i32",
     "_merge_kernel": "*u8 i32 i32 i32 i32",
     "_add_kernel": "*u8 i32 i32 i32",
+    "_convert_kernel": "*u8 *i64",
     "_attention_forward_kernel": "*u8 *i64 *i64 *i64 *i32 *i32 fp32 i32 i32 i32",
     "_attention_dq_kernel": "*u8 *i64 *i64 *i64 *i32 *i32 fp32 i32 i32 i32",
     "_attention_dkv_kernel": "*u8 *i64 *i64 *i64 *i32 *i32 fp32 i32 i32 i32",
@@ -485,6 +511,11 @@ def kernel_variants() -> list[KernelVariant]:
                                                                   allow_tf32))
         add_variant("_merge_kernel", torch.float32, copy)
     add_variant("_add_kernel", torch.float32, {"BLOCK": _ADD_BLOCK})
+    for wire in (torch.bfloat16, torch.float16):
+        for narrow in (True, False):
+            add_variant("_convert_kernel", wire,
+                        {"NARROW": narrow, "WIRE": _TL_DTYPE[wire], "WIDTH": wire.itemsize,
+                         "BLOCK": _ADD_BLOCK, "INTERPRET": INTERPRET})
     return variants
 
 

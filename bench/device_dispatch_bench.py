@@ -63,7 +63,8 @@ class NullDevice:
     def _count(self, *args):
         self.calls += 1
 
-    load = store = copy_run = attention = merge = add = copy_kept = convert_partials = _count
+    load = store = copy_run = attention = merge = add = copy_kept = memory_run = _count
+    convert_partials = _count
 
 
 def main() -> None:

@@ -69,6 +69,21 @@ class Device {
   virtual void sum(const SumCall& call) = 0;
   // A Keep (forward: slot to kept tensor) or Restore (backward: kept tensor to slot).
   virtual void copy_kept(const KeptCall& call) = 0;
+  // A run of Merges, Sums, Keeps or Restores (LoweredPass::memory_runs); `calls` are its
+  // instructions' lowered calls, Frees among them. By default one merge, sum or copy_kept each;
+  // a GPU device runs the run's rows of memory_rows as one launch.
+  virtual void memory_run(const MemoryRun& run, std::span<const LoweredCall> calls) {
+    (void)run;
+    for (const LoweredCall& call : calls) {
+      if (const auto* merge_call = std::get_if<MergeCall>(&call)) {
+        merge(*merge_call);
+      } else if (const auto* sum_call = std::get_if<SumCall>(&call)) {
+        sum(*sum_call);
+      } else if (const auto* kept = std::get_if<KeptCall>(&call)) {
+        copy_kept(*kept);
+      }
+    }
+  }
   // A partial between its fp32 slot and its wire buffer in the partial dtype (the plan header's).
   virtual void convert_partial(const WireCall& call) = 0;
   // A launch's narrow or widen calls, which are rows [first_row, first_row + calls.size()) of

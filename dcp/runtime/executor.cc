@@ -226,8 +226,13 @@ void Executor::run(PassState& state, const PassTensors& tensors, float softmax_s
     const auto start = Clock::now();
     const LoweredCall& lowered = calls[i];
     const std::int32_t span = state.lowered.span_starting[i];
+    const std::int32_t memory = state.lowered.memory_run_starting[i];
     try {
-      if (span >= 0) {  // Loads and Stores: one call per run of one kind
+      if (memory >= 0) {  // Merges, Sums, Keeps or Restores: one call for the run
+        const MemoryRun& run = state.lowered.memory_runs[to_size(memory)];
+        next = to_size(run.end);
+        device_.memory_run(run, calls.subspan(i, next - i));
+      } else if (span >= 0) {  // Loads and Stores: one call per run of one kind
         const CopySpan& copies = state.lowered.copy_spans[to_size(span)];
         next = to_size(copies.end);
         for (std::int32_t r = copies.run_begin; r < copies.run_end; ++r) {

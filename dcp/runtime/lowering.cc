@@ -3,6 +3,7 @@
 #include "dcp/runtime/lowering.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <utility>
 
@@ -60,6 +61,7 @@ class Lowerer {
       }
     }
     group_copies();
+    group_memory_work();
     table_conversions();
     return std::move(out_);
   }
@@ -451,6 +453,70 @@ class Lowerer {
       end = static_cast<std::int32_t>(i + 1);
     }
     close();
+  }
+
+  // The memory runs (MemoryRun): a run continues over Frees while the next instruction is of its
+  // opcode and stage and independent of the run's (it neither reads nor writes what the run
+  // writes, nor writes what the run reads).
+  void group_memory_work() {
+    out_.memory_run_starting.assign(out_.calls.size(), -1);
+    MemoryRun* run = nullptr;
+    std::vector<std::int64_t> written, read;  // by the open run
+    for (std::size_t i = 0; i < out_.calls.size(); ++i) {
+      const LoweredCall& call = out_.calls[i];
+      MemoryRun::Kind kind{};
+      std::int64_t dst = 0, src = 0, count = 0;
+      std::array<std::int64_t, MemoryRun::kFields> row{};
+      if (const auto* merge = std::get_if<MergeCall>(&call)) {
+        kind = MemoryRun::Kind::kMerge;
+        dst = merge->dst, src = merge->src, count = merge->tokens;
+        row = {dst, src, count};
+      } else if (const auto* sum = std::get_if<SumCall>(&call)) {
+        kind = MemoryRun::Kind::kSum;
+        dst = sum->dst, src = sum->src, count = sum->elements;
+        row = {dst, src, count};
+      } else if (const auto* kept = std::get_if<KeptCall>(&call)) {
+        if (kept->bytes % 4 != 0 || kept->slot_offset % 4 != 0 || kept->kept_offset % 4 != 0) {
+          throw Error("a kept value of " + std::to_string(kept->bytes) +
+                      " bytes is not whole 4-byte words");
+        }
+        kind = kept->keep ? MemoryRun::Kind::kKeep : MemoryRun::Kind::kRestore;
+        // A Keep writes the kept tensor and a Restore the slot; offsets into the kept tensor are
+        // kept apart from slot offsets by their sign here.
+        dst = kept->keep ? -1 - kept->kept_offset : kept->slot_offset;
+        src = kept->keep ? kept->slot_offset : -1 - kept->kept_offset;
+        count = kept->bytes;
+        row = {kept->slot_offset, kept->kept_offset, count};
+      } else {
+        if (!std::holds_alternative<NoCall>(call)) run = nullptr;
+        continue;
+      }
+      const auto holds = [](const std::vector<std::int64_t>& v, std::int64_t x) {
+        return std::find(v.begin(), v.end(), x) != v.end();
+      };
+      const bool joins =
+          run != nullptr && run->kind == kind &&
+          program_.instruction_stage[to_size(run->begin)] == program_.instruction_stage[i] &&
+          !holds(written, dst) && !holds(read, dst) && !holds(written, src);
+      if (!joins) {
+        out_.memory_run_starting[i] = static_cast<std::int32_t>(out_.memory_runs.size());
+        MemoryRun next;
+        next.kind = kind;
+        next.begin = static_cast<std::int32_t>(i);
+        next.row_begin = next.row_end =
+            static_cast<std::int32_t>(out_.memory_rows.size() / MemoryRun::kFields);
+        out_.memory_runs.push_back(next);
+        run = &out_.memory_runs.back();
+        written.clear();
+        read.clear();
+      }
+      out_.memory_rows.insert(out_.memory_rows.end(), row.begin(), row.end());
+      written.push_back(dst);
+      read.push_back(src);
+      run->end = static_cast<std::int32_t>(i + 1);
+      ++run->row_end;
+      run->max_count = std::max(run->max_count, count);
+    }
   }
 
   // wire_rows: each launch's conversions, so that a device can run them as one launch.

@@ -178,6 +178,22 @@ struct CopySpan {
   std::int32_t run_begin = 0, run_end = 0;  // its runs in LoweredPass::copy_runs
 };
 
+// Consecutive Merges, Sums, Keeps or Restores of one opcode and stage (Frees may lie between
+// them) that are independent: none reads or writes a slot (or, a Keep, a place of the kept tensor)
+// another of the run writes. A device may run a run as one launch; the simulator prices it so
+// (one kernel overhead per run of one opcode). Every such instruction is in exactly one run.
+struct MemoryRun {
+  static constexpr int kFields = 3;  // per row of LoweredPass::memory_rows
+  enum class Kind : std::uint8_t { kMerge, kSum, kKeep, kRestore };
+  Kind kind = Kind::kMerge;
+  std::int32_t begin = 0, end = 0;  // instructions [begin, end)
+  // Rows [row_begin, row_end) of memory_rows, one per instruction in order. Merge: dst and src
+  // slot offsets, tokens; Sum: dst, src, fp32 elements; Keep and Restore: slot offset, kept
+  // offset, bytes (a multiple of 4).
+  std::int32_t row_begin = 0, row_end = 0;
+  std::int64_t max_count = 0;  // the largest row's third field (a launch's grid)
+};
+
 struct LoweredPass {
   Pass pass = Pass::kForward;
   // The slots (slot_bytes each), then the wire buffers of the partials that travel narrower.
@@ -196,6 +212,9 @@ struct LoweredPass {
   std::vector<CopyRun> copy_runs;
   std::vector<std::int64_t> copy_rows;
   std::vector<std::int32_t> span_starting;  // per instruction: the copy span it begins, or -1
+  std::vector<MemoryRun> memory_runs;
+  std::vector<std::int64_t> memory_rows;
+  std::vector<std::int32_t> memory_run_starting;  // per instruction: the run it begins, or -1
 };
 
 // Slot offsets are multiples of this from the arena's start.

@@ -120,6 +120,7 @@ nb::dict tables_dict(const runtime::LoweredPass& pass) {
   nb::dict d;
   d["copy_rows"] = numpy_copy(pass.copy_rows, runtime::CopyRun::kFields);
   d["wire_rows"] = numpy_copy(pass.wire_rows, runtime::LoweredPass::kWireFields);
+  d["memory_rows"] = numpy_copy(pass.memory_rows, runtime::MemoryRun::kFields);
   d["entries"] = numpy_copy(t.entries, T::kEntryFields);
   d["q_groups"] = numpy_copy(t.q_groups, T::kGroupFields);
   d["kv_groups"] = numpy_copy(t.kv_groups, T::kGroupFields);
@@ -134,7 +135,8 @@ nb::dict tables_dict(const runtime::LoweredPass& pass) {
 // load/store(kind, slot offset, token, tokens, head block), copy_run(store, kind, row begin, row
 // end, max tokens) if the object has it (else a load or store per copy),
 // convert_partials(narrow, row begin, row end, max values) if it has it (else convert_partial
-// per partial), attention(q group begin,
+// per partial), memory_run(kind 0 merge | 1 sum | 2 keep | 3 restore, row begin, row end, max
+// count) if it has it (else merge, add or copy_kept per instruction), attention(q group begin,
 // end, kv group begin, end, max q tokens, max kv tokens), merge(dst, src, tokens), add(dst, src,
 // elements), copy_kept(keep, slot, kept offset, bytes), convert_partial(narrow, slot, wire,
 // elements, tail bytes), end(). The Python object holds the tensors.
@@ -143,7 +145,8 @@ class PythonDevice final : public runtime::Device {
   explicit PythonDevice(nb::object device)
       : device_(std::move(device)),
         runs_copies_(nb::hasattr(device_, "copy_run")),
-        converts_runs_(nb::hasattr(device_, "convert_partials")) {}
+        converts_runs_(nb::hasattr(device_, "convert_partials")),
+        runs_memory_(nb::hasattr(device_, "memory_run")) {}
 
   std::string_view name() const override { return "python"; }
 
@@ -175,6 +178,16 @@ class PythonDevice final : public runtime::Device {
     call("copy_run", [&] {
       return std::make_tuple(run.store, static_cast<int>(run.kind), run.row_begin, run.row_end,
                              run.max_tokens);
+    });
+  }
+  void memory_run(const runtime::MemoryRun& run,
+                  std::span<const runtime::LoweredCall> calls) override {
+    if (!runs_memory_) {
+      Device::memory_run(run, calls);
+      return;
+    }
+    call("memory_run", [&] {
+      return std::make_tuple(static_cast<int>(run.kind), run.row_begin, run.row_end, run.max_count);
     });
   }
   void attention(const runtime::AttentionCall& c) override {
@@ -233,6 +246,7 @@ class PythonDevice final : public runtime::Device {
   nb::object device_;
   bool runs_copies_;
   bool converts_runs_;
+  bool runs_memory_;
 };
 
 std::string dtype_name(const nb::dlpack::dtype& dtype) {

@@ -421,6 +421,55 @@ def test_merge_and_add():
     assert torch.equal(read(arena, sum_dst, torch.float32, 1000), x + y)
 
 
+@interpreted
+def test_memory_tables_run_many_merges_sums_keeps_and_restores_in_one_launch():
+    """Rows of a memory table, one launch per kind: two merges of different token counts, two
+    sums, and kv values kept into and restored from the kept tensor."""
+    g = torch.Generator().manual_seed(4)
+    heads, head_dim = 2, 24
+    layout = Arena()
+    merges = []
+    for tokens in (5, 11):
+        parts = [(randn(g, tokens, heads, head_dim), randn(g, heads, tokens)) for _ in range(2)]
+        merges.append((tokens, parts, [layout.place(o, lse) for o, lse in parts]))
+    sums = [(randn(g, n), randn(g, n)) for n in (300, 77)]
+    sum_offs = [(layout.place(x), layout.place(y)) for x, y in sums]
+    values = [randn(g, n).to(torch.bfloat16) for n in (64, 20)]  # bytes: multiples of 4
+    value_offs = [layout.place(v) for v in values]
+    restored = [layout.reserve(v.numel() * 2) for v in values]
+    arena = layout.build()
+
+    def table(rows):
+        return torch.tensor(rows, dtype=torch.int64)
+
+    tk.merge_rows(arena, table([[offs[0], offs[1], t] for t, _, offs in merges]), heads, head_dim,
+                  11)
+    tk.add_rows(arena, table([[d, s_, x.numel()] for (d, s_), (x, _) in zip(sum_offs, sums)]),
+                300)
+    kept = torch.zeros(2 * sum(v.numel() for v in values), dtype=torch.uint8)
+    places = [0, 2 * values[0].numel()]
+    sizes = [2 * v.numel() for v in values]
+    tk.kept_rows(arena, kept, table([[o, p, b] for o, p, b in zip(value_offs, places, sizes)]),
+                 True, max(sizes))
+    tk.kept_rows(arena, kept, table([[o, p, b] for o, p, b in zip(restored, places, sizes)]),
+                 False, max(sizes))
+    for tokens, ((o_a, lse_a), (o_b, lse_b)), offs in merges:
+        lse = torch.logaddexp(lse_a.double(), lse_b.double())
+        w_a = torch.exp(lse_a.double() - lse).T[..., None]
+        w_b = torch.exp(lse_b.double() - lse).T[..., None]
+        assert_close(read(arena, offs[0], torch.float32, tokens, heads, head_dim),
+                     w_a * o_a + w_b * o_b, torch.float32, f"o of {tokens} tokens")
+        assert_close(read(arena, offs[0] + o_a.numel() * 4, torch.float32, heads, tokens), lse,
+                     torch.float32, f"lse of {tokens} tokens")
+    for (d, _), (x, y) in zip(sum_offs, sums):
+        assert torch.equal(read(arena, d, torch.float32, x.numel()), x + y)
+    for v, p, r in zip(values, places, restored):
+        assert torch.equal(kept[p:p + 2 * v.numel()].view(torch.bfloat16), v)
+        assert torch.equal(read(arena, r, torch.bfloat16, v.numel()), v)
+    with pytest.raises(ValueError, match=r"int64 \[n, 3\]"):
+        tk.add_rows(arena, torch.zeros(1, 4, dtype=torch.int64), 1)
+
+
 # --- attention --------------------------------------------------------------------------------
 
 class Problem:

@@ -355,6 +355,106 @@ TEST(Lowering, APlannedBatchOfManySequencesNeedsFewCopyRuns) {
   }
 }
 
+// Every Merge, Sum, Keep and Restore is in exactly one memory run of its opcode and stage, whose
+// rows are its instructions' in order, and no instruction of a run touches what another writes.
+void expect_memory_runs_cover_the_memory_work(const Program& program,
+                                              const runtime::LoweredPass& pass) {
+  using runtime::MemoryRun;
+  ASSERT_EQ(pass.memory_run_starting.size(), pass.calls.size());
+  std::vector<int> covered(pass.calls.size(), 0);
+  std::int32_t rows = 0;
+  for (std::size_t r = 0; r < pass.memory_runs.size(); ++r) {
+    const MemoryRun& run = pass.memory_runs[r];
+    ASSERT_LT(run.begin, run.end);
+    EXPECT_EQ(run.row_begin, rows);
+    std::vector<std::int64_t> written, read;
+    std::int64_t max_count = 0;
+    for (std::int32_t i = run.begin; i < run.end; ++i) {
+      const auto u = static_cast<std::size_t>(i);
+      ++covered[u];
+      EXPECT_EQ(pass.memory_run_starting[u], i == run.begin ? static_cast<int>(r) : -1);
+      EXPECT_EQ(program.instruction_stage[u],
+                program.instruction_stage[static_cast<std::size_t>(run.begin)]);
+      const runtime::LoweredCall& call = pass.calls[u];
+      std::vector<std::int64_t> want;
+      std::int64_t dst = 0, src = 0;
+      if (const auto* m = std::get_if<runtime::MergeCall>(&call)) {
+        EXPECT_EQ(run.kind, MemoryRun::Kind::kMerge);
+        want = {m->dst, m->src, m->tokens};
+        dst = m->dst, src = m->src;
+      } else if (const auto* sum = std::get_if<runtime::SumCall>(&call)) {
+        EXPECT_EQ(run.kind, MemoryRun::Kind::kSum);
+        want = {sum->dst, sum->src, sum->elements};
+        dst = sum->dst, src = sum->src;
+      } else if (const auto* k = std::get_if<runtime::KeptCall>(&call)) {
+        EXPECT_EQ(run.kind, k->keep ? MemoryRun::Kind::kKeep : MemoryRun::Kind::kRestore);
+        want = {k->slot_offset, k->kept_offset, k->bytes};
+        dst = k->keep ? -1 - k->kept_offset : k->slot_offset;
+        src = k->keep ? k->slot_offset : -1 - k->kept_offset;
+      } else {
+        EXPECT_TRUE(std::holds_alternative<runtime::NoCall>(call)) << "instruction " << i;
+        continue;
+      }
+      EXPECT_EQ(row(pass.memory_rows, static_cast<std::size_t>(rows), MemoryRun::kFields), want);
+      EXPECT_EQ(std::count(written.begin(), written.end(), dst), 0) << "instruction " << i;
+      EXPECT_EQ(std::count(read.begin(), read.end(), dst), 0) << "instruction " << i;
+      EXPECT_EQ(std::count(written.begin(), written.end(), src), 0) << "instruction " << i;
+      written.push_back(dst);
+      read.push_back(src);
+      max_count = std::max(max_count, want[2]);
+      ++rows;
+    }
+    EXPECT_EQ(run.row_end, rows);
+    EXPECT_EQ(run.max_count, max_count);
+  }
+  EXPECT_EQ(static_cast<std::size_t>(rows) * MemoryRun::kFields, pass.memory_rows.size());
+  for (std::size_t i = 0; i < pass.calls.size(); ++i) {
+    const runtime::LoweredCall& c = pass.calls[i];
+    const bool memory = std::holds_alternative<runtime::MergeCall>(c) ||
+                        std::holds_alternative<runtime::SumCall>(c) ||
+                        std::holds_alternative<runtime::KeptCall>(c);
+    EXPECT_EQ(covered[i], memory ? 1 : covered[i]) << "instruction " << i;
+    EXPECT_LE(covered[i], 1) << "instruction " << i;
+  }
+}
+
+TEST(Lowering, IndependentMergesSumsKeepsAndRestoresFormOneRunPerOpcode) {
+  const Plan sample = testing::sample_plan();
+  // Device 1 forward: ... attention | Merge{4, 6} | Store, Store | Free.
+  const runtime::LoweredPass pass = lower(sample, Pass::kForward, 1);
+  ASSERT_EQ(pass.memory_runs.size(), 1u);
+  EXPECT_EQ(pass.memory_runs[0].kind, runtime::MemoryRun::Kind::kMerge);
+  EXPECT_EQ(pass.memory_runs[0].begin, 7);
+  EXPECT_EQ(pass.memory_runs[0].end, 8);
+  for (const Pass p : {Pass::kForward, Pass::kBackward}) {
+    for (std::int32_t device = 0; device < 2; ++device) {
+      expect_memory_runs_cover_the_memory_work(sample.programs(p)[static_cast<std::size_t>(device)],
+                                               lower(sample, p, device));
+    }
+  }
+  // A planned batch on 2 x 2 devices: partials merged and summed, kv kept and restored.
+  std::vector<TokenCount> lengths = {200, 96, 64, 40};
+  const SequenceBatch batch(lengths);
+  MaskSpec causal;
+  causal.kind = MaskKind::kCausal;
+  const Workload workload(testing::runtime_shape(DType::kBf16), batch,
+                          build_batch_mask(causal, batch), 32, 1);
+  const BuiltPlan built =
+      build_plan(workload, testing::runtime_plan_options(Strategy::kDcpPure, ClusterShape{2, 2}));
+  std::size_t memory_work = 0, runs = 0;
+  for (const Pass p : {Pass::kForward, Pass::kBackward}) {
+    for (std::int32_t device = 0; device < 4; ++device) {
+      SCOPED_TRACE(std::string(to_string(p)) + " device " + std::to_string(device));
+      const runtime::LoweredPass lowered = lower(built.plan, p, device);
+      expect_memory_runs_cover_the_memory_work(
+          built.plan.programs(p)[static_cast<std::size_t>(device)], lowered);
+      memory_work += lowered.memory_rows.size() / runtime::MemoryRun::kFields;
+      runs += lowered.memory_runs.size();
+    }
+  }
+  EXPECT_GT(memory_work, runs);  // some runs hold several instructions
+}
+
 TEST(Lowering, RefusesInconsistentProgramsNamingTheInstruction) {
   {
     Plan plan = testing::sample_plan();

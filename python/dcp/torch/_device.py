@@ -2,9 +2,9 @@
 """The Triton device: the C++ executor's calls that touch tensors, as Triton kernel launches.
 
 The C++ executor interprets the Program and calls this object (with the GIL) once per run of
-copies (copy_run: consecutive Loads of one kind, or Stores), once per launch's partials to
-convert (convert_partials) and once per other instruction: attention, merge, add, copy_kept;
-prepare() once per plan with both passes'
+copies (copy_run: consecutive Loads of one kind, or Stores), once per run of Merges, Sums, Keeps
+or Restores (memory_run), once per launch's partials to convert (convert_partials) and once per
+attention instruction; prepare() once per plan with both passes'
 attention and copy tables, begin() and end() around a pass. Every call is one kernel launch on
 the current stream (an attention backward: two, the dq and the dk/dv kernels). Runs on CUDA, or on the CPU under
 TRITON_INTERPRET=1 (how the tests check it without a GPU)."""
@@ -113,19 +113,19 @@ class TritonDevice:
                                   max_q_tokens=max_q_tokens, max_kv_tokens=max_kv_tokens,
                                   **shape)
 
-    def merge(self, dst: int, src: int, tokens: int) -> None:
-        tk.merge(self.arenas[self._pass], dst, src, tokens, self.heads, self.head_dim)
-
-    def add(self, dst: int, src: int, elements: int) -> None:
-        tk.add(self.arenas[self._pass], dst, src, elements)
-
-    def copy_kept(self, keep: bool, slot: int, offset: int, nbytes: int) -> None:
-        arena = self.arenas[self._pass][slot:slot + nbytes]
-        kept = self._tensors["kept"][offset:offset + nbytes]
-        if keep:
-            kept.copy_(arena)
+    def memory_run(self, kind: int, row_begin: int, row_end: int, max_count: int) -> None:
+        """A run of Merges (kind 0), Sums (1), Keeps (2) or Restores (3): rows [row_begin,
+        row_end) of the pass's memory_rows, one launch."""
+        arena = self.arenas[self._pass]
+        rows = self._tables[self._pass]["memory_rows"][row_begin:row_end]
+        if kind == 0:
+            tk.merge_rows(arena, rows, self.heads, self.head_dim, max_count)
+        elif kind == 1:
+            tk.add_rows(arena, rows, max_count)
+        elif kind in (2, 3):
+            tk.kept_rows(arena, self._tensors["kept"], rows, kind == 2, max_count)
         else:
-            arena.copy_(kept)
+            raise ValueError(f"memory run kind {kind} is not 0..3")
 
     def convert_partials(self, narrow: bool, row_begin: int, row_end: int,
                          max_values: int) -> None:

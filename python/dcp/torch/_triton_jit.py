@@ -279,10 +279,15 @@ def _store_kv_kernel(arena, copies, dk, dv, token_stride, head_stride, head_scal
     tl.store(dv + dst, _round(tl.load(dv_src, mask=inside), dtype, INTERPRET), mask=inside)
 
 
-@triton.jit(do_not_specialize=["tokens", "heads"])
-def _merge_kernel(arena, dst_off, src_off, tokens, heads, HEAD_DIM: tl.constexpr,
-                  BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    """kOut dst = log-sum-exp merge of kOut dst and kOut src, in place."""
+@triton.jit(do_not_specialize=["heads"])
+def _merge_kernel(arena, rows, heads, HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr,
+                  BLOCK_D: tl.constexpr):
+    """Per row (program_id(2)) of a memory table: dst, src, tokens. kOut dst = log-sum-exp merge
+    of kOut dst and kOut src, in place; program_id(0): BLOCK_T tokens, program_id(1): a head."""
+    row = rows + tl.program_id(2) * 3
+    dst = _typed(arena, _slot_offset(row), tl.float32)
+    src = _typed(arena, _slot_offset(row + 1), tl.float32)
+    tokens = tl.load(row + 2).to(tl.int32)
     h = tl.program_id(1)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     c = tl.arange(0, BLOCK_D)
@@ -290,22 +295,38 @@ def _merge_kernel(arena, dst_off, src_off, tokens, heads, HEAD_DIM: tl.constexpr
     inside = valid[:, None] & (c < HEAD_DIM)[None, :]
     o_at = (t[:, None] * heads + h) * HEAD_DIM + c[None, :]
     lse_at = tokens * heads * HEAD_DIM + h * tokens + t
-    dst = _typed(arena, dst_off, tl.float32)
-    src = _typed(arena, src_off, tl.float32)
     o, lse = _merge_partials(tl.load(dst + o_at, mask=inside), tl.load(dst + lse_at, mask=valid),
                              tl.load(src + o_at, mask=inside), tl.load(src + lse_at, mask=valid))
     tl.store(dst + o_at, o, mask=inside)
     tl.store(dst + lse_at, lse, mask=valid)
 
 
-@triton.jit(do_not_specialize=["elements"])
-def _add_kernel(arena, dst_off, src_off, elements, BLOCK: tl.constexpr):
-    """fp32 dst[i] += src[i]."""
+@triton.jit
+def _add_kernel(arena, rows, BLOCK: tl.constexpr):
+    """Per row (program_id(1)) of a memory table: dst, src, elements. fp32 dst[i] += src[i]."""
+    row = rows + tl.program_id(1) * 3
+    dst = _typed(arena, _slot_offset(row), tl.float32)
+    src = _typed(arena, _slot_offset(row + 1), tl.float32)
+    elements = tl.load(row + 2)
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = i < elements
-    dst = _typed(arena, dst_off, tl.float32)
-    src = _typed(arena, src_off, tl.float32)
     tl.store(dst + i, tl.load(dst + i, mask=inside) + tl.load(src + i, mask=inside), mask=inside)
+
+
+@triton.jit
+def _kept_kernel(arena, kept, rows, KEEP: tl.constexpr, BLOCK: tl.constexpr):
+    """Per row (program_id(1)) of a memory table: slot offset, kept offset, bytes (4-byte words).
+    KEEP: the slot's bytes into the kept tensor; else the kept bytes into the slot."""
+    row = rows + tl.program_id(1) * 3
+    slot = _typed(arena, _slot_offset(row), tl.int32)
+    place = (kept + tl.load(row + 1)).to(tl.pointer_type(tl.int32))
+    words = tl.load(row + 2) // 4
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = i < words
+    if KEEP:
+        tl.store(place + i, tl.load(slot + i, mask=inside), mask=inside)
+    else:
+        tl.store(slot + i, tl.load(place + i, mask=inside), mask=inside)
 
 
 @triton.jit

@@ -21,6 +21,10 @@ Wire tables (int64 [n, 4], the C++ lowering's wire_rows): slot offset, wire offs
 tail bytes per partial that a launch narrows before sending or widens after receiving; one
 launch converts a launch's partials.
 
+Memory tables (int64 [n, 3], the C++ lowering's memory_rows): a run of Merges (dst, src,
+tokens), Sums (dst, src, fp32 elements), Keeps or Restores (slot offset, kept offset, bytes), one
+launch per run; no row reads or writes what another row of its run writes.
+
 Copy tables (int64 [n, 4], the C++ lowering's copy_rows): slot offset, first local token,
 tokens, head index per copy; a copy moves heads [head index x head_scale, + heads). One launch
 runs a table's rows (a run of Loads of one kind, or of Stores), each row its own slot or its own
@@ -87,7 +91,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 _ENTRY_COLUMNS = 8
 _GROUP_COLUMNS = 6
-_ROW_COLUMNS = 4  # copy tables and wire tables
+_MEMORY_COLUMNS = 3  # memory tables
 _MAX_ROWS = 65535  # a launch grid's second and third dimension
 _STORAGE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _TL_DTYPE = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -233,12 +237,12 @@ def _check_tables(entries, groups, members, mask_rows, mask_intervals) -> None:
 
 # --- launches ---------------------------------------------------------------------------------
 
-def _check_rows(table: torch.Tensor, name: str, most: int) -> int:
-    """The number of rows of a copy or wire table (contiguous int64 [n, 4], on the arena's
-    device); `most` bounds what a row holds (a launch's grid) and must not be negative."""
-    if table.dtype != torch.int64 or table.dim() != 2 or table.shape[1] != _ROW_COLUMNS \
+def _check_rows(table: torch.Tensor, name: str, most: int, columns: int = 4) -> int:
+    """The number of rows of a copy, wire or memory table (contiguous int64 [n, columns], on the
+    arena's device); `most` bounds what a row holds (a launch's grid) and must not be negative."""
+    if table.dtype != torch.int64 or table.dim() != 2 or table.shape[1] != columns \
             or not table.is_contiguous():
-        raise ValueError(f"{name} must be a contiguous int64 [n, {_ROW_COLUMNS}] tensor; got "
+        raise ValueError(f"{name} must be a contiguous int64 [n, {columns}] tensor; got "
                          f"{tuple(table.shape)} {table.dtype}")
     if table.shape[0] > _MAX_ROWS:
         raise ValueError(f"{table.shape[0]} {name} in one launch; at most {_MAX_ROWS}")
@@ -382,23 +386,50 @@ def store_kv(arena, slot_off, dk, dv, token, tokens, head, heads):
     store_kv_copies(arena, _one_copy(arena, slot_off, token, tokens, head), dk, dv, heads, tokens)
 
 
-def merge(arena, dst_off, src_off, tokens, heads, head_dim):
-    """kOut at dst_off = log-sum-exp merge of the kOut values at dst_off and src_off."""
+def merge_rows(arena, rows, heads, head_dim, max_tokens):
+    """Each row (dst, src, tokens) of a memory table, one launch: kOut at dst = log-sum-exp merge
+    of the kOut values at dst and src. Rows are independent (no row reads what another writes)."""
     _check_arena(arena)
-    if tokens == 0 or heads == 0:
+    n = _check_rows(rows, "memory rows", max_tokens, _MEMORY_COLUMNS)
+    if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(head_dim)
-    jit._merge_kernel[(triton.cdiv(tokens, c["BLOCK_T"]), heads)](
-        arena, dst_off, src_off, tokens, heads, **c)
+    jit._merge_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](arena, rows, heads, **c)
+
+
+def add_rows(arena, rows, max_elements):
+    """Each row (dst, src, elements) of a memory table, one launch: fp32 dst[i] += src[i]."""
+    _check_arena(arena)
+    n = _check_rows(rows, "memory rows", max_elements, _MEMORY_COLUMNS)
+    if n == 0 or max_elements == 0:
+        return
+    jit._add_kernel[(triton.cdiv(max_elements, _ADD_BLOCK), n)](arena, rows, BLOCK=_ADD_BLOCK)
+
+
+def kept_rows(arena, kept, rows, keep, max_bytes):
+    """Each row (slot offset, kept offset, bytes: 4-byte words) of a memory table, one launch:
+    keep: the slot's bytes into the kept tensor (1-D uint8); else back into the slot."""
+    _check_arena(arena)
+    _check_arena(kept)
+    n = _check_rows(rows, "memory rows", max_bytes, _MEMORY_COLUMNS)
+    if n == 0 or max_bytes == 0:
+        return
+    jit._kept_kernel[(triton.cdiv(max_bytes // 4, _ADD_BLOCK), n)](
+        arena, kept, rows, KEEP=bool(keep), BLOCK=_ADD_BLOCK)
+
+
+def _one_row(arena: torch.Tensor, *fields: int) -> torch.Tensor:
+    return torch.tensor([list(fields)], dtype=torch.int64, device=arena.device)
+
+
+def merge(arena, dst_off, src_off, tokens, heads, head_dim):
+    """kOut at dst_off = log-sum-exp merge of the kOut values at dst_off and src_off."""
+    merge_rows(arena, _one_row(arena, dst_off, src_off, tokens), heads, head_dim, tokens)
 
 
 def add(arena, dst_off, src_off, elements):
     """fp32 arena values: dst[i] += src[i] for i < elements."""
-    _check_arena(arena)
-    if elements == 0:
-        return
-    jit._add_kernel[(triton.cdiv(elements, _ADD_BLOCK),)](arena, dst_off, src_off, elements,
-                                                       BLOCK=_ADD_BLOCK)
+    add_rows(arena, _one_row(arena, dst_off, src_off, elements), elements)
 
 
 def _check_heads(heads: int, kv_heads: int) -> None:
@@ -457,8 +488,9 @@ _RUNTIME_TYPES = {
     "_load_qgrad_kernel": "*u8 *i64 *{s} *{s} *{s} *fp32 i32 i32 i32 i32 i32",
     "_store_q_kernel": "*u8 *i64 *{s} *{lse} i32 i32 i32 i32 i32",
     "_store_kv_kernel": "*u8 *i64 *{s} *{s} i32 i32 i32 i32",
-    "_merge_kernel": "*u8 i32 i32 i32 i32",
-    "_add_kernel": "*u8 i32 i32 i32",
+    "_merge_kernel": "*u8 *i64 i32",
+    "_add_kernel": "*u8 *i64",
+    "_kept_kernel": "*u8 *u8 *i64",
     "_convert_kernel": "*u8 *i64",
     "_attention_forward_kernel": "*u8 *i64 *i64 *i64 *i32 *i32 fp32 i32 i32 i32",
     "_attention_dq_kernel": "*u8 *i64 *i64 *i64 *i32 *i32 fp32 i32 i32 i32",
@@ -511,6 +543,8 @@ def kernel_variants() -> list[KernelVariant]:
                                                                   allow_tf32))
         add_variant("_merge_kernel", torch.float32, copy)
     add_variant("_add_kernel", torch.float32, {"BLOCK": _ADD_BLOCK})
+    for keep in (True, False):
+        add_variant("_kept_kernel", torch.float32, {"KEEP": keep, "BLOCK": _ADD_BLOCK})
     for wire in (torch.bfloat16, torch.float16):
         for narrow in (True, False):
             add_variant("_convert_kernel", wire,

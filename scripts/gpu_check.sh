@@ -73,6 +73,7 @@ wants gpu_executor && step gpu_executor 120 "$python" -m torch.distributed.run -
   --nproc-per-node 1 bench/gpu_distributed.py --seqlens 32768,16384,8192,4096,2048,1024,1024 \
   --strategies dcp-pure,ring --repeats 5 --json "$out/gpu_executor.json"
 if wants cost_model; then
+  rm -f "$out/gpu.cluster"  # the steps below use this run's calibration only
   step calibrate_device 120 "$python" -m dcp.calibrate --device-only --base h100-dgx \
     --name gpu-calibrated --out "$out/gpu.cluster"
   if [ -f "$out/gpu.cluster" ]; then

@@ -358,6 +358,18 @@ class Lowerer {
     return kept_offsets_[to_size(it - program_.kept.begin())];
   }
 
+  // A Keep's or Restore's copy, which devices may run in 4-byte words (memory runs).
+  KeptCall kept_call(bool keep, SlotId slot, BlockId block, std::int32_t head_block,
+                     std::int32_t tokens) const {
+    const KeptCall call{keep, offset(slot), kept_offset(block, head_block),
+                        value_bytes(header_, SlotKind::kKV, tokens)};
+    if (call.bytes % 4 != 0 || call.kept_offset % 4 != 0) {
+      throw Error("a kept value of " + std::to_string(call.bytes) + " bytes at " +
+                  std::to_string(call.kept_offset) + " is not whole 4-byte words");
+    }
+    return call;
+  }
+
   LoweredCall lower(const Keep& keep) {
     if (program_.pass != Pass::kForward) throw Error("a keep in the backward pass");
     expect_kind(keep.slot, SlotKind::kKV);
@@ -367,8 +379,7 @@ class Lowerer {
                   std::to_string(tokens(keep.slot)) + " tokens, block " +
                   std::to_string(keep.block) + " has " + std::to_string(t));
     }
-    return KeptCall{true, offset(keep.slot), kept_offset(keep.block, keep.head_block),
-                    value_bytes(header_, SlotKind::kKV, t)};
+    return kept_call(true, keep.slot, keep.block, keep.head_block, t);
   }
 
   LoweredCall lower(const Restore& restore) {
@@ -380,13 +391,13 @@ class Lowerer {
                   std::to_string(t) + " tokens");
     }
     tokens_[to_size(restore.slot)] = t;
-    return KeptCall{false, offset(restore.slot), kept_offset(restore.block, restore.head_block),
-                    value_bytes(header_, SlotKind::kKV, t)};
+    return kept_call(false, restore.slot, restore.block, restore.head_block, t);
   }
 
   // The copy spans (CopySpan) and their runs: a span continues over Frees and no-op Stores while
-  // the next copy is of its stage and, for a Store, writes an output, block and head block the
-  // span has not written yet.
+  // the next copy is of its stage and writes what the span has not written yet: a Load another
+  // slot (a slot freed and loaded again within a stage would be written twice), a Store another
+  // output, block and head block.
   void group_copies() {
     out_.span_starting.assign(out_.calls.size(), -1);
     struct Copy {
@@ -441,10 +452,11 @@ class Lowerer {
       const bool joins =
           !copies.empty() &&
           program_.instruction_stage[to_size(begin)] == program_.instruction_stage[i] &&
-          (!copy.store || std::none_of(copies.begin(), copies.end(), [&](const Copy& c) {
-            return c.store && c.kind == copy.kind && c.token == copy.token &&
-                   c.head_block == copy.head_block;
-          }));
+          std::none_of(copies.begin(), copies.end(), [&](const Copy& c) {
+            return copy.store ? c.store && c.kind == copy.kind && c.token == copy.token &&
+                                    c.head_block == copy.head_block
+                              : !c.store && c.slot_offset == copy.slot_offset;
+          });
       if (!joins) {
         close();
         begin = static_cast<std::int32_t>(i);
@@ -476,10 +488,6 @@ class Lowerer {
         dst = sum->dst, src = sum->src, count = sum->elements;
         row = {dst, src, count};
       } else if (const auto* kept = std::get_if<KeptCall>(&call)) {
-        if (kept->bytes % 4 != 0 || kept->slot_offset % 4 != 0 || kept->kept_offset % 4 != 0) {
-          throw Error("a kept value of " + std::to_string(kept->bytes) +
-                      " bytes is not whole 4-byte words");
-        }
         kind = kept->keep ? MemoryRun::Kind::kKeep : MemoryRun::Kind::kRestore;
         // A Keep writes the kept tensor and a Restore the slot; offsets into the kept tensor are
         // kept apart from slot offsets by their sign here.

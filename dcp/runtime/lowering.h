@@ -159,8 +159,9 @@ enum GroupField : int {
 
 // A span of consecutive Loads and Stores of one stage (Frees and Stores of no contribution may
 // lie between them). Its copies are independent of each other, so a device may run them in any
-// order: a Load writes its own slot from the local inputs, a Store its own rows and heads of a
-// local output from an output slot, and no slot a Load writes is one a Store reads. The span's
+// order: a Load writes its own slot from the local inputs (a span never loads one slot twice), a
+// Store its own rows and heads of a local output from an output slot, and no slot a Load writes
+// is one a Store reads. The span's
 // copies form one CopyRun per direction and slot kind (in order of first appearance), which a
 // GPU device runs as one launch each. Every Load and Store of a pass is in exactly one span.
 struct CopyRun {
@@ -180,8 +181,9 @@ struct CopySpan {
 
 // Consecutive Merges, Sums, Keeps or Restores of one opcode and stage (Frees may lie between
 // them) that are independent: none reads or writes a slot (or, a Keep, a place of the kept tensor)
-// another of the run writes. A device may run a run as one launch; the simulator prices it so
-// (one kernel overhead per run of one opcode). Every such instruction is in exactly one run.
+// another of the run writes. A device may run a run as one launch. (The simulator charges one
+// kernel overhead per run of consecutive instructions of one opcode, dependent or not: its runs
+// can be longer than these.) Every such instruction is in exactly one run.
 struct MemoryRun {
   static constexpr int kFields = 3;  // per row of LoweredPass::memory_rows
   enum class Kind : std::uint8_t { kMerge, kSum, kKeep, kRestore };

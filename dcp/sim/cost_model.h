@@ -85,8 +85,8 @@ class CostModel {
 
  private:
   ClusterSpec spec_;
-  double pair_seconds_[2] = {0, 0};
-  double subtile_seconds_ = 0;  // a sub-tile of every head of a head block  // forward, backward
+  double pair_seconds_[2] = {0, 0};  // forward, backward
+  double subtile_seconds_ = 0;       // a sub-tile of every head of a head block
 };
 
 }  // namespace dcp::sim

@@ -108,6 +108,8 @@ _DEVICE_DEFAULTS = {"cuda": {"tile_tokens": 1024, "heads": 128},
 
 def _device_options(device: torch.device, tile_tokens: int | None,
                     heads: int | None) -> tuple[int, int]:
+    if device.type not in _DEVICE_DEFAULTS:
+        raise ValueError(f"device {device}: dcp's kernels run on cuda or cpu")
     defaults = _DEVICE_DEFAULTS[device.type]
     return (int(defaults["tile_tokens"] if tile_tokens is None else tile_tokens),
             int(defaults["heads"] if heads is None else heads))

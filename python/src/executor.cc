@@ -216,8 +216,8 @@ class PythonDevice final : public runtime::Device {
       Device::convert_partials(calls, first_row);
       return;
     }
-    std::int64_t most = 0;  // fp32 values of the largest row: elements and the tail's
-    for (const runtime::WireCall& c : calls) most = std::max(most, c.elements + c.tail_bytes / 4);
+    std::int64_t most = 0;  // items of the largest row: its elements, its tail's 2-byte halves
+    for (const runtime::WireCall& c : calls) most = std::max(most, c.elements + c.tail_bytes / 2);
     call("convert_partials", [&] {
       return std::make_tuple(calls.front().narrow, first_row,
                              first_row + static_cast<std::int32_t>(calls.size()), most);

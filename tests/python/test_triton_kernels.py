@@ -360,10 +360,12 @@ def test_copy_tables_run_many_copies_in_one_launch(dtype, head_dim):
 @interpreted
 @pytest.mark.parametrize("wire_dtype", [torch.bfloat16, torch.float16])
 def test_wire_tables_narrow_and_widen_a_launchs_partials_in_one_launch(wire_dtype):
-    """Rows of a wire table: a dk/dv-like partial (no tail) and an o-like one (its lse, the
-    tail, travels as fp32), narrowed to the wire dtype (nearest even) and widened back."""
+    """Rows of a wire table: a dk/dv-like partial (no tail) and o-like ones (the lse, the tail,
+    travels as fp32; after an odd number of 2-byte values it is not 4-byte aligned), narrowed to
+    the wire dtype (nearest even) and widened back."""
     g = torch.Generator().manual_seed(6)
-    parts = [(randn(g, 96) * 10, None), (randn(g, 40) * 10, randn(g, 5))]
+    parts = [(randn(g, 96) * 10, None), (randn(g, 40) * 10, randn(g, 5)),
+             (randn(g, 41) * 10, randn(g, 3))]
     parts[0][0][:4] = torch.tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), 65504.0])  # ties
     layout = Arena()
     width = torch.tensor([], dtype=wire_dtype).element_size()
@@ -378,7 +380,7 @@ def test_wire_tables_narrow_and_widen_a_launchs_partials_in_one_launch(wire_dtyp
                              for src, dst, (v, t) in zip(sources, targets, parts)],
                             dtype=torch.int64)
 
-    most = max(v.numel() + (0 if t is None else t.numel()) for v, t in parts)
+    most = max(v.numel() + (0 if t is None else 2 * t.numel()) for v, t in parts)  # 2-byte halves
     tk.convert_partials(arena, table(slots, wires), True, wire_dtype, most)
     # widen into fresh slots: each row's slot is the target, its wire the source
     tk.convert_partials(arena, table(back, wires), False, wire_dtype, most)
@@ -388,7 +390,8 @@ def test_wire_tables_narrow_and_widen_a_launchs_partials_in_one_launch(wire_dtyp
         widened = read(arena, target, torch.float32, v.numel())
         assert torch.equal(widened, v.to(wire_dtype).float()), "widened values"
         if t is not None:
-            assert torch.equal(read(arena, wire + v.numel() * width, torch.float32, t.numel()), t)
+            at = wire + v.numel() * width  # maybe not 4-byte aligned: copy before viewing
+            assert torch.equal(arena[at:at + 4 * t.numel()].clone().view(torch.float32), t)
             assert torch.equal(read(arena, target + 4 * v.numel(), torch.float32, t.numel()), t)
     with pytest.raises(ValueError, match="bf16 or fp16"):
         tk.convert_partials(arena, table(slots, wires), True, torch.float32, most)

@@ -252,6 +252,12 @@ void expect_copy_spans_cover_the_copies(const Program& program, const runtime::L
           std::find_if(want.begin(), want.end(), [&](const auto& w) { return w.first == key; });
       if (it == want.end()) it = want.insert(want.end(), {key, {}});
       it->second.insert(it->second.end(), row.begin(), row.end());
+      if (load != nullptr) {  // a span loads each slot once
+        const std::tuple<SlotKind, std::int64_t, std::int64_t> at{SlotKind::kQ, -1,
+                                                                  load->slot_offset};
+        EXPECT_EQ(std::count(written.begin(), written.end(), at), 0) << "instruction " << i;
+        written.push_back(at);
+      }
       if (store != nullptr) {
         const std::tuple<SlotKind, std::int64_t, std::int64_t> at{store->kind, store->token,
                                                                   store->head_block};
@@ -416,6 +422,22 @@ void expect_memory_runs_cover_the_memory_work(const Program& program,
     EXPECT_EQ(covered[i], memory ? 1 : covered[i]) << "instruction " << i;
     EXPECT_LE(covered[i], 1) << "instruction " << i;
   }
+}
+
+TEST(Lowering, ASpanNeverLoadsOneSlotTwice) {
+  Plan plan = testing::sample_plan();
+  // Device 0 forward: Load kv | Launch | Load q 0, Free 0, Load q 0 again, Load q 1 | ...: the
+  // second load into slot 0 starts a new span (one launch would write the slot twice at once).
+  Program& p = plan.forward[0];
+  p.instructions.insert(p.instructions.begin() + 3, {Free{{0}}, Load{0, 0, 0}});
+  p.instruction_stage.insert(p.instruction_stage.begin() + 3, {0, 0});
+  const runtime::LoweredPass pass = lower(plan, Pass::kForward, 0);
+  ASSERT_GE(pass.copy_spans.size(), 3u);
+  EXPECT_EQ(pass.copy_spans[1].begin, 2);
+  EXPECT_EQ(pass.copy_spans[1].end, 3);
+  EXPECT_EQ(pass.copy_spans[2].begin, 4);
+  EXPECT_EQ(pass.copy_spans[2].end, 6);
+  expect_copy_spans_cover_the_copies(p, pass);
 }
 
 TEST(Lowering, IndependentMergesSumsKeepsAndRestoresFormOneRunPerOpcode) {

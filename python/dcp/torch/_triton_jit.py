@@ -334,24 +334,29 @@ def _convert_kernel(arena, rows, NARROW: tl.constexpr, WIRE: tl.constexpr, WIDTH
                     BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
     """One row of a wire table per program_id(1): slot offset, wire offset, elements, tail bytes.
     NARROW: the slot's first `elements` fp32 values rounded to WIRE (WIDTH bytes) into the wire
-    buffer, then the tail's fp32 values (an o partial's lse) copied after them; else the other
-    way, widening. program_id(0): BLOCK values of the row."""
+    buffer, then the tail's bytes (an o partial's lse, fp32) copied after them; else the other
+    way, widening. The tail moves as 2-byte halves: after an odd number of 2-byte values it is
+    not 4-byte aligned. program_id(0): BLOCK of the row's elements + tail bytes / 2 items."""
     row = rows + tl.program_id(1) * 4
-    slot = _typed(arena, _slot_offset(row), tl.float32)
+    slot_off = _slot_offset(row)
     wire_off = _slot_offset(row + 1)
     elements = tl.load(row + 2)
-    tail = tl.load(row + 3) // 4
+    halves = tl.load(row + 3) // 2
+    slot = _typed(arena, slot_off, tl.float32)
     wire = _typed(arena, wire_off, WIRE)
-    wire_tail = _typed(arena, wire_off + elements * WIDTH, tl.float32)
+    slot_tail = _typed(arena, slot_off + elements * 4, tl.int16)
+    wire_tail = _typed(arena, wire_off + elements * WIDTH, tl.int16)
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     values = i < elements
-    extra = (i >= elements) & (i < elements + tail)
+    extra = (i >= elements) & (i < elements + halves)
     if NARROW:
         tl.store(wire + i, _round(tl.load(slot + i, mask=values), WIRE, INTERPRET), mask=values)
-        tl.store(wire_tail + (i - elements), tl.load(slot + i, mask=extra), mask=extra)
+        tl.store(wire_tail + (i - elements), tl.load(slot_tail + (i - elements), mask=extra),
+                 mask=extra)
     else:
         tl.store(slot + i, tl.load(wire + i, mask=values).to(tl.float32), mask=values)
-        tl.store(slot + i, tl.load(wire_tail + (i - elements), mask=extra), mask=extra)
+        tl.store(slot_tail + (i - elements), tl.load(wire_tail + (i - elements), mask=extra),
+                 mask=extra)
 
 
 # --- attention --------------------------------------------------------------------------------

@@ -92,7 +92,14 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _ENTRY_COLUMNS = 8
 _GROUP_COLUMNS = 6
 _MEMORY_COLUMNS = 3  # memory tables
-_MAX_ROWS = 65535  # a launch grid's second and third dimension
+_MAX_ROWS = 65535  # a launch grid's second and third dimension: longer tables launch in chunks
+
+
+def _chunks(table: torch.Tensor):
+    """(rows, count) of each launch of a table: at most _MAX_ROWS rows each."""
+    for start in range(0, table.shape[0], _MAX_ROWS):
+        chunk = table[start:start + _MAX_ROWS]
+        yield chunk, chunk.shape[0]
 _STORAGE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _TL_DTYPE = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 _SIGNATURE_DTYPE = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -244,8 +251,6 @@ def _check_rows(table: torch.Tensor, name: str, most: int, columns: int = 4) -> 
             or not table.is_contiguous():
         raise ValueError(f"{name} must be a contiguous int64 [n, {columns}] tensor; got "
                          f"{tuple(table.shape)} {table.dtype}")
-    if table.shape[0] > _MAX_ROWS:
-        raise ValueError(f"{table.shape[0]} {name} in one launch; at most {_MAX_ROWS}")
     if most < 0:
         raise ValueError(f"{name}: the largest row's size {most} is negative")
     return table.shape[0]
@@ -261,16 +266,17 @@ def convert_partials(arena, rows, narrow, wire_dtype, max_values):
     """Each row of a wire table (slot offset, wire offset, elements, tail bytes), one launch:
     narrow: the slot's first `elements` fp32 values to wire_dtype (bf16 or fp16, nearest even)
     at the wire offset, then the tail's fp32 values (an o partial's lse) copied after them; else
-    the other way, widening. max_values bounds a row's elements + tail bytes / 4."""
+    the other way, widening. max_values bounds a row's elements + tail bytes / 2."""
     _check_arena(arena)
     n = _check_rows(rows, "wire rows", max_values)
     if wire_dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"partials travel in bf16 or fp16, not {wire_dtype}")
     if n == 0 or max_values == 0:
         return
-    jit._convert_kernel[(triton.cdiv(max_values, _ADD_BLOCK), n)](
-        arena, rows, NARROW=bool(narrow), WIRE=_TL_DTYPE[wire_dtype], WIDTH=wire_dtype.itemsize,
-        BLOCK=_ADD_BLOCK, INTERPRET=INTERPRET)
+    for chunk, n in _chunks(rows):
+        jit._convert_kernel[(triton.cdiv(max_values, _ADD_BLOCK), n)](
+            arena, chunk, NARROW=bool(narrow), WIRE=_TL_DTYPE[wire_dtype],
+            WIDTH=wire_dtype.itemsize, BLOCK=_ADD_BLOCK, INTERPRET=INTERPRET)
 
 
 def _one_copy(arena: torch.Tensor, slot_off: int, token: int, tokens: int,
@@ -289,8 +295,9 @@ def load_q_copies(arena, copies, q, heads, max_tokens, head_scale=1):
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(q.shape[2])
-    jit._load_q_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
-        arena, copies, q, q.stride(0), q.stride(1), head_scale, heads, **c)
+    for rows, n in _chunks(copies):
+        jit._load_q_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
+            arena, rows, q, q.stride(0), q.stride(1), head_scale, heads, **c)
 
 
 def load_kv_copies(arena, copies, k, v, heads, max_tokens, head_scale=1):
@@ -303,8 +310,9 @@ def load_kv_copies(arena, copies, k, v, heads, max_tokens, head_scale=1):
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(k.shape[2])
-    jit._load_kv_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
-        arena, copies, k, v, k.stride(0), k.stride(1), head_scale, heads, **c)
+    for rows, n in _chunks(copies):
+        jit._load_kv_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
+            arena, rows, k, v, k.stride(0), k.stride(1), head_scale, heads, **c)
 
 
 def load_qgrad_copies(arena, copies, q, do, o, lse, heads, max_tokens, head_scale=1):
@@ -319,9 +327,10 @@ def load_qgrad_copies(arena, copies, q, do, o, lse, heads, max_tokens, head_scal
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(q.shape[2])
-    jit._load_qgrad_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
-        arena, copies, q, do, o, lse, q.stride(0), q.stride(1), lse.stride(0), head_scale,
-        heads, **c)
+    for rows, n in _chunks(copies):
+        jit._load_qgrad_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
+            arena, rows, q, do, o, lse, q.stride(0), q.stride(1), lse.stride(0), head_scale,
+            heads, **c)
 
 
 def store_q_copies(arena, copies, out, heads, max_tokens, head_scale=1, lse=None):
@@ -336,10 +345,11 @@ def store_q_copies(arena, copies, out, heads, max_tokens, head_scale=1, lse=None
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(out.shape[2])
-    jit._store_q_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
-        arena, copies, out, out if lse is None else lse, out.stride(0), out.stride(1),
-        0 if lse is None else lse.stride(0), head_scale, heads, HAS_LSE=lse is not None,
-        INTERPRET=INTERPRET, **c)
+    for rows, n in _chunks(copies):
+        jit._store_q_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
+            arena, rows, out, out if lse is None else lse, out.stride(0), out.stride(1),
+            0 if lse is None else lse.stride(0), head_scale, heads, HAS_LSE=lse is not None,
+            INTERPRET=INTERPRET, **c)
 
 
 def store_kv_copies(arena, copies, dk, dv, heads, max_tokens, head_scale=1):
@@ -352,9 +362,10 @@ def store_kv_copies(arena, copies, dk, dv, heads, max_tokens, head_scale=1):
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(dk.shape[2])
-    jit._store_kv_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
-        arena, copies, dk, dv, dk.stride(0), dk.stride(1), head_scale, heads,
-        INTERPRET=INTERPRET, **c)
+    for rows, n in _chunks(copies):
+        jit._store_kv_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](
+            arena, rows, dk, dv, dk.stride(0), dk.stride(1), head_scale, heads,
+            INTERPRET=INTERPRET, **c)
 
 
 def load_q(arena, slot_off, q, token, tokens, head, heads):
@@ -394,7 +405,9 @@ def merge_rows(arena, rows, heads, head_dim, max_tokens):
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(head_dim)
-    jit._merge_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](arena, rows, heads, **c)
+    for chunk, n in _chunks(rows):
+        jit._merge_kernel[(triton.cdiv(max_tokens, c["BLOCK_T"]), heads, n)](arena, chunk, heads,
+                                                                            **c)
 
 
 def add_rows(arena, rows, max_elements):
@@ -403,7 +416,8 @@ def add_rows(arena, rows, max_elements):
     n = _check_rows(rows, "memory rows", max_elements, _MEMORY_COLUMNS)
     if n == 0 or max_elements == 0:
         return
-    jit._add_kernel[(triton.cdiv(max_elements, _ADD_BLOCK), n)](arena, rows, BLOCK=_ADD_BLOCK)
+    for chunk, n in _chunks(rows):
+        jit._add_kernel[(triton.cdiv(max_elements, _ADD_BLOCK), n)](arena, chunk, BLOCK=_ADD_BLOCK)
 
 
 def kept_rows(arena, kept, rows, keep, max_bytes):
@@ -414,8 +428,9 @@ def kept_rows(arena, kept, rows, keep, max_bytes):
     n = _check_rows(rows, "memory rows", max_bytes, _MEMORY_COLUMNS)
     if n == 0 or max_bytes == 0:
         return
-    jit._kept_kernel[(triton.cdiv(max_bytes // 4, _ADD_BLOCK), n)](
-        arena, kept, rows, KEEP=bool(keep), BLOCK=_ADD_BLOCK)
+    for chunk, n in _chunks(rows):
+        jit._kept_kernel[(triton.cdiv(max_bytes // 4, _ADD_BLOCK), n)](
+            arena, kept, chunk, KEEP=bool(keep), BLOCK=_ADD_BLOCK)
 
 
 def _one_row(arena: torch.Tensor, *fields: int) -> torch.Tensor:

@@ -3,6 +3,7 @@
 executor and the Python device seam, with kernels and transfers that do nothing.
 
     python3 bench/device_dispatch_bench.py [--nodes 4] [--devices-per-node 8] [--mask causal]
+        [--seqlens 65536,16384,...] [--cluster a100-p4de] [--strategy dcp-pure]
 
 On CUDA every run of copies and every other Program instruction becomes one Python call of the
 Triton device (a kernel launch)
@@ -74,11 +75,15 @@ def main() -> None:
     parser.add_argument("--mask", default="causal")
     parser.add_argument("--strategy", default="dcp-pure")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seqlens", default=",".join(map(str, SEQLENS)),
+                        help="sequence lengths of the batch [an ldc-like 131072-token mix]")
+    parser.add_argument("--cluster", default="a100-p4de", help="the planner's cluster model")
     args = parser.parse_args()
+    seqlens = [int(n) for n in args.seqlens.split(",") if n]
 
-    plan = dcp.plan(SEQLENS, args.mask, heads=8, kv_heads=2, head_dim=128, dtype="bf16",
-                    nodes=args.nodes, devices_per_node=args.devices_per_node,
-                    strategy=args.strategy)
+    plan = dcp.plan(seqlens, args.mask, heads=8, kv_heads=2, head_dim=128, dtype="bf16",
+                    cluster=args.cluster, nodes=args.nodes,
+                    devices_per_node=args.devices_per_node, strategy=args.strategy)
     world = plan.world_size
     rows = {0: [], 1: []}  # per pass: (seconds, device calls, transport calls) per rank
     for rank in range(world):
@@ -103,7 +108,7 @@ def main() -> None:
                 times.append(time.perf_counter() - start)
             rows[pass_index].append((statistics.median(times), device.calls, transport.calls))
 
-    print(f"{len(SEQLENS)} sequences, {sum(SEQLENS)} tokens, {args.mask}, {args.strategy}, "
+    print(f"{len(seqlens)} sequences, {sum(seqlens)} tokens, {args.mask}, {args.strategy}, "
           f"{args.nodes} x {args.devices_per_node}; median of {args.repeats} per rank\n")
     print("| pass | device calls per rank (median, max) | transport calls (median, max) "
           "| host ms per pass (median, max) | µs per call |")

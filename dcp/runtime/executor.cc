@@ -248,7 +248,16 @@ void Executor::run(PassState& state, const PassTensors& tensors, float softmax_s
     } catch (const comm::CommError&) {
       throw;
     } catch (const Error& error) {
-      throw Error(instruction_context(program, i) + ": " + error.what());
+      // A run's call names its first instruction and the run's extent.
+      std::string run;
+      if (next > i + 1) {
+        run = " (a run of instructions ";
+        run += std::to_string(i);
+        run += "..";
+        run += std::to_string(next - 1);
+        run += ")";
+      }
+      throw Error(instruction_context(program, i) + run + ": " + error.what());
     }
     const double seconds = ms_since(start) / 1000.0;
     profile.stage_seconds[to_size(program.instruction_stage[i])] += seconds;

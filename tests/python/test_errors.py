@@ -110,3 +110,54 @@ def test_a_dead_peer_makes_the_others_raise_within_the_timeout() -> None:
         kind, trace = results[rank]
         assert kind == "error", f"rank {rank} did not raise: {results[rank]}"
         assert "RuntimeError" in trace and "rank" in trace, trace
+
+
+class _Transport:
+    def start(self, ops):
+        return 0
+
+    def wait(self, group):
+        pass
+
+    def barrier(self):
+        pass
+
+    def abort(self, reason):
+        pass
+
+
+class _FailingDevice:
+    """A device whose runs of copies fail; everything else does nothing."""
+
+    def prepare(self, forward, backward):
+        pass
+
+    def begin(self, pass_index, scale):
+        pass
+
+    def end(self):
+        pass
+
+    def copy_run(self, store, kind, row_begin, row_end, max_tokens):
+        raise ValueError(f"no copies here ({row_end - row_begin} rows)")
+
+    def _nothing(self, *args):
+        pass
+
+    attention = memory_run = convert_partials = _nothing
+
+
+def test_a_device_failing_inside_a_run_names_the_runs_instructions() -> None:
+    from dcp import _core
+    plan = dcp.plan([20, 7], "causal", nodes=1, devices_per_node=1, strategy="dcp-pure",
+                    **{**SHAPE, "heads": 2, "kv_heads": 2})
+    executor = _core.Executor(_Transport(), 0, 1, 1, _FailingDevice())
+    executor.prepare(plan)
+    n = executor.local_tokens
+    q, k, v = (torch.zeros(n, 2, 8) for _ in range(3))
+    o, lse = torch.zeros(n, 2, 8), torch.zeros(2, n)
+    kept = torch.empty(executor.kept_bytes, dtype=torch.uint8)
+    words = (r"(?s)instruction 0 \(load\) \(a run of instructions 0\.\.\d+\): "
+             r"the device's copy_run failed: .*no copies here")
+    with pytest.raises(RuntimeError, match=words):
+        executor.forward(q, k, v, o, lse, kept, 0.0)

@@ -355,6 +355,12 @@ void settle_file_form(ClusterSpec& spec) {
   }
 }
 
+KernelSubtiles cpu_kernel_subtiles() {
+  const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
+  const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
+  return {fwd.q, fwd.kv, bwd.q, bwd.kv, false};
+}
+
 std::vector<DeviceCall> device_calls(const DeviceCalibrationOptions& options) {
   check_options(options);
   const std::int32_t tokens = options.tile_tokens;
@@ -568,9 +574,7 @@ CalibrationReport calibrate_cpu_local(const CalibrationOptions& options) {
   spec.name = "cpu-local";
   spec.shape = {1, ranks};
   CalibrationReport report;
-  const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
-  const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
-  fit_device(timings, device, {fwd.q, fwd.kv, bwd.q, bwd.kv, false}, spec, report.measurements);
+  fit_device(timings, device, cpu_kernel_subtiles(), spec, report.measurements);
 
   // Links: pairs of local ranks exchanging both ways at once.
   const std::int32_t link_ranks = std::max(ranks, 2);

@@ -90,6 +90,10 @@ struct KernelSubtiles {
   bool whole = false;
 };
 
+// The cpu kernels' sub-tiles (kernels::cpu_subtile_shape); they compute only the pairs inside a
+// tile, not whole sub-tiles.
+KernelSubtiles cpu_kernel_subtiles();
+
 // Fits the device constants (kernel_overhead, subtile_overhead, forward and backward rates,
 // softmax_share, partial_subtile_extra, fp32_kernel_factor, memory_bandwidth and the sub-tile
 // shapes and whole_subtiles; tile_setup_tokens from the tiny tiles where sub-tiles are whole,

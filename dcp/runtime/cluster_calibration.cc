@@ -11,8 +11,6 @@
 #include "dcp/core/error.h"
 #include "dcp/core/timing.h"
 
-#include "dcp/kernels/cpu/cpu_attention.h"
-
 namespace dcp::runtime {
 namespace {
 
@@ -575,10 +573,7 @@ CalibrationReport calibrate_cluster(comm::Communicator& communicator, const Clus
            (shape.nodes > 1 ? " and all of node 0 sending to node 1 at once" : "") + on_ranks);
   const LinkMeasurements links = measure_links(communicator, shape, options.links);
   if (!root) return {};
-  const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
-  const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
-  return fit_cluster(links, device, options.device, {fwd.q, fwd.kv, bwd.q, bwd.kv, false},
-                     options.name);
+  return fit_cluster(links, device, options.device, cpu_kernel_subtiles(), options.name);
 }
 
 }  // namespace dcp::runtime

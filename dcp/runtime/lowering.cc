@@ -62,7 +62,6 @@ class Lowerer {
     }
     group_copies();
     group_memory_work();
-    table_conversions();
     return std::move(out_);
   }
 
@@ -223,6 +222,18 @@ class Lowerer {
       }
       call.transfers.push_back(transfer);
     }
+    // The conversions as rows of the wire table, so that a device can run them as one launch.
+    const auto table = [&](const std::vector<WireCall>& converts) {
+      const auto first =
+          static_cast<std::int32_t>(out_.wire_rows.size() / LoweredPass::kWireFields);
+      for (const WireCall& w : converts) {
+        out_.wire_rows.insert(out_.wire_rows.end(),
+                              {w.slot_offset, w.wire_offset, w.elements, w.tail_bytes});
+      }
+      return first;
+    };
+    call.narrow_row = table(call.narrow);
+    call.widen_row = table(call.widen);
     return call;
   }
 
@@ -524,24 +535,6 @@ class Lowerer {
       run->end = static_cast<std::int32_t>(i + 1);
       ++run->row_end;
       run->max_count = std::max(run->max_count, count);
-    }
-  }
-
-  // wire_rows: each launch's conversions, so that a device can run them as one launch.
-  void table_conversions() {
-    const auto rows = [&] {
-      return static_cast<std::int32_t>(out_.wire_rows.size() / LoweredPass::kWireFields);
-    };
-    for (LoweredCall& call : out_.calls) {
-      auto* launch = std::get_if<LaunchCall>(&call);
-      if (launch == nullptr) continue;
-      for (std::vector<WireCall>* list : {&launch->narrow, &launch->widen}) {
-        (list == &launch->narrow ? launch->narrow_row : launch->widen_row) = rows();
-        for (const WireCall& w : *list) {
-          out_.wire_rows.insert(out_.wire_rows.end(),
-                                {w.slot_offset, w.wire_offset, w.elements, w.tail_bytes});
-        }
-      }
     }
   }
 

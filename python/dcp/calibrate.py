@@ -72,14 +72,26 @@ def _shape(group, rank: int, size: int, devices_per_node: int | None) -> tuple[i
     return nodes, devices_per_node
 
 
+def _unwritable(out: str | None) -> bool:
+    """Whether `out` is given but is not a file this process can write in an existing directory."""
+    if out is None:
+        return False
+    parent = os.path.dirname(os.path.abspath(out))
+    return os.path.isdir(out) or not os.path.isdir(parent) or not os.access(parent, os.W_OK)
+
+
+def _as_device(device: torch.device | str) -> torch.device:
+    """`device` as a torch.device, a CUDA device without an index being the current one."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def _check_out(out: str | None, group, rank: int, device: torch.device) -> None:
     """Raises ValueError on every rank if rank 0 cannot write `out` (a file in an existing
     directory), before anything is measured."""
-    bad = 0.0
-    if rank == 0 and out is not None:
-        parent = os.path.dirname(os.path.abspath(out))
-        bad = float(os.path.isdir(out) or not os.path.isdir(parent)
-                    or not os.access(parent, os.W_OK))
+    bad = float(rank == 0 and _unwritable(out))
     if _Sync(group, device).max_over_ranks(bad) > 0:
         raise ValueError(f"out {out!r}: rank 0 cannot write it (not a file in an existing, "
                          "writable directory)")
@@ -145,23 +157,15 @@ def _device_report(base: str = "h100-dgx", *, repeats: int = 5, tile_tokens: int
                    out: str | None = None,
                    progress: Callable[[str], None] | None = None) -> dict:
     """calibrate_device()'s work: the fit's dict (text, measurements, notes)."""
-    if device is None:
-        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
-            else torch.device("cpu")
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    if device.type not in ("cuda", "cpu"):
-        raise ValueError(f"device {device}: dcp's kernels run on cuda or cpu")
+    device = _as_device(device if device is not None else
+                        "cuda" if torch.cuda.is_available() else "cpu")
     _core.cluster_text(base)  # raises naming a base that is neither a preset nor a file
-    tile_tokens, heads = _device_options(device, tile_tokens, heads)
+    tile_tokens, heads = _device_options(device, tile_tokens, heads)  # refuses other devices
     calls = _core.device_calls(int(repeats), tile_tokens, int(copy_bytes), float(timing_seconds),
                                heads)  # checks them
-    if out is not None:
-        parent = os.path.dirname(os.path.abspath(out))
-        if os.path.isdir(out) or not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-            raise ValueError(f"out {out!r}: cannot write it (not a file in an existing, "
-                             "writable directory)")
+    if _unwritable(out):
+        raise ValueError(f"out {out!r}: cannot write it (not a file in an existing, "
+                         "writable directory)")
     if progress is not None:
         progress(f"timing {len(calls) - 1} attention calls and a memcpy on {device}")
     timings, subtiles = _time_device(calls, device, _Alone(), 0, repeats, tile_tokens,
@@ -277,12 +281,8 @@ def _report(group=None, *, devices_per_node: int | None = None, repeats: int = 5
     if group is None:
         raise RuntimeError("dcp.calibrate needs torch.distributed initialized (torchrun) with at "
                            "least 2 ranks")
-    if device is None:
-        device = (torch.device("cuda", torch.cuda.current_device())
-                  if dist.get_backend(group) == "nccl" else torch.device("cpu"))
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = _as_device(device if device is not None else
+                        "cuda" if dist.get_backend(group) == "nccl" else "cpu")
     nodes, per_node = _shape(group, rank, size, devices_per_node)
     sizes = _core.sweep_sizes(int(min_bytes), int(max_bytes))
     tile_tokens, heads = _device_options(device, tile_tokens, heads)

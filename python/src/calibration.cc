@@ -10,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "dcp/kernels/cpu/cpu_attention.h"
 #include "dcp/runtime/cluster_calibration.h"
 
 #include "python/src/bindings.h"
@@ -145,9 +144,8 @@ void bind_calibration(nb::module_& m) {
       nb::arg("sync"), nb::arg("rank"), nb::arg("repeats"), nb::arg("tile_tokens"),
       nb::arg("copy_bytes"), nb::arg("min_seconds"), nb::arg("heads") = 1);
   m.def("cpu_subtiles", [] {
-    const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
-    const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
-    return std::make_tuple(fwd.q, fwd.kv, bwd.q, bwd.kv, false);  // the pairs inside a tile only
+    const runtime::KernelSubtiles s = runtime::cpu_kernel_subtiles();
+    return std::make_tuple(s.forward_q, s.forward_kv, s.backward_q, s.backward_kv, s.whole);
   });
   m.def(
       "sweep_sizes",

@@ -14,7 +14,6 @@
 #include "dcp/core/error.h"
 
 #include "dcp/comm/local/local_communicator.h"
-#include "dcp/kernels/cpu/cpu_attention.h"
 #include "dcp/sim/cost_model.h"
 
 namespace dcp::runtime {
@@ -241,9 +240,7 @@ TEST(FitDevice, RecoversTheKernelConstantsOfTheSpecThatMadeTheTimings) {
   }
   ClusterSpec fitted;
   std::vector<CalibrationMeasurement> rows;
-  const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
-  const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
-  fit_device(timings, options, {fwd.q, fwd.kv, bwd.q, bwd.kv, false}, fitted, rows);
+  fit_device(timings, options, cpu_kernel_subtiles(), fitted, rows);
   EXPECT_NEAR(fitted.forward_flops, known.forward_flops, 0.01 * known.forward_flops);
   EXPECT_NEAR(fitted.backward_flops, known.backward_flops, 0.01 * known.backward_flops);
   EXPECT_NEAR(fitted.kernel_overhead, known.kernel_overhead, 0.02 * known.kernel_overhead);
@@ -252,7 +249,7 @@ TEST(FitDevice, RecoversTheKernelConstantsOfTheSpecThatMadeTheTimings) {
   EXPECT_NEAR(fitted.softmax_share, known.softmax_share, 0.01);
   EXPECT_NEAR(fitted.fp32_kernel_factor, known.fp32_kernel_factor, 0.01);
   EXPECT_NEAR(fitted.partial_subtile_extra, known.partial_subtile_extra, 0.02);
-  EXPECT_EQ(fitted.forward_subtile_kv, fwd.kv);
+  EXPECT_EQ(fitted.forward_subtile_kv, cpu_kernel_subtiles().forward_kv);
   EXPECT_EQ(rows.size(), calls.size());
 }
 
@@ -310,9 +307,7 @@ TEST(FitDevice, TakesACallOfManyHeadsAsOneLaunchAndThatManyHeadsOfWork) {
   EXPECT_NE(calls[1].name.find("x8 heads"), std::string::npos) << calls[1].name;
   ClusterSpec fitted;
   std::vector<CalibrationMeasurement> rows;
-  const kernels::SubtileShape fwd = kernels::cpu_subtile_shape(true);
-  const kernels::SubtileShape bwd = kernels::cpu_subtile_shape(false);
-  fit_device(timings, many, {fwd.q, fwd.kv, bwd.q, bwd.kv, false}, fitted, rows);
+  fit_device(timings, many, cpu_kernel_subtiles(), fitted, rows);
   EXPECT_NEAR(fitted.forward_flops, known.forward_flops, 0.01 * known.forward_flops);
   EXPECT_NEAR(fitted.backward_flops, known.backward_flops, 0.01 * known.backward_flops);
   EXPECT_NEAR(fitted.kernel_overhead, known.kernel_overhead, 0.02 * known.kernel_overhead);

@@ -256,10 +256,9 @@ def _check_rows(table: torch.Tensor, name: str, most: int, columns: int = 4) -> 
     return table.shape[0]
 
 
-def _check_copies(copies: torch.Tensor, max_tokens: int) -> int:
-    """The number of copies of a copy table: rows of slot offset, first local token, tokens, head
-    index; max_tokens bounds the rows' tokens."""
-    return _check_rows(copies, "copies", max_tokens)
+def _one_row(arena: torch.Tensor, *fields: int) -> torch.Tensor:
+    """A one-row table (copy or memory) on the arena's device, for a single call."""
+    return torch.tensor([list(fields)], dtype=torch.int64, device=arena.device)
 
 
 def convert_partials(arena, rows, narrow, wire_dtype, max_values):
@@ -279,19 +278,13 @@ def convert_partials(arena, rows, narrow, wire_dtype, max_values):
             WIDTH=wire_dtype.itemsize, BLOCK=_ADD_BLOCK, INTERPRET=INTERPRET)
 
 
-def _one_copy(arena: torch.Tensor, slot_off: int, token: int, tokens: int,
-              head: int) -> torch.Tensor:
-    return torch.tensor([[slot_off, token, tokens, head]], dtype=torch.int64,
-                        device=arena.device)
-
-
 def load_q_copies(arena, copies, q, heads, max_tokens, head_scale=1):
     """Each copy (row slot_off, token, tokens, head index of `copies`; first head = head index x
     head_scale): kQ slot at slot_off = q[token:token+tokens, head:head+heads, :] as dense
     [t][h][d]. One launch for all rows; rows write distinct slots."""
     _check_arena(arena)
     _check_local(q)
-    n = _check_copies(copies, max_tokens)
+    n = _check_rows(copies, "copies", max_tokens)
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(q.shape[2])
@@ -306,7 +299,7 @@ def load_kv_copies(arena, copies, k, v, heads, max_tokens, head_scale=1):
     _check_local(k, v)
     if k.stride() != v.stride() or k.dtype != v.dtype:
         raise ValueError("k and v must have the same dtype and strides")
-    n = _check_copies(copies, max_tokens)
+    n = _check_rows(copies, "copies", max_tokens)
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(k.shape[2])
@@ -323,7 +316,7 @@ def load_qgrad_copies(arena, copies, q, do, o, lse, heads, max_tokens, head_scal
     _check_lse(lse)
     if not q.stride() == do.stride() == o.stride() or not q.dtype == do.dtype == o.dtype:
         raise ValueError("q, do and o must have the same dtype and strides")
-    n = _check_copies(copies, max_tokens)
+    n = _check_rows(copies, "copies", max_tokens)
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(q.shape[2])
@@ -341,7 +334,7 @@ def store_q_copies(arena, copies, out, heads, max_tokens, head_scale=1, lse=None
     _check_local(out)
     if lse is not None:
         _check_lse(lse)
-    n = _check_copies(copies, max_tokens)
+    n = _check_rows(copies, "copies", max_tokens)
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(out.shape[2])
@@ -358,7 +351,7 @@ def store_kv_copies(arena, copies, dk, dv, heads, max_tokens, head_scale=1):
     _check_local(dk, dv)
     if dk.stride() != dv.stride() or dk.dtype != dv.dtype:
         raise ValueError("dk and dv must have the same dtype and strides")
-    n = _check_copies(copies, max_tokens)
+    n = _check_rows(copies, "copies", max_tokens)
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(dk.shape[2])
@@ -370,31 +363,31 @@ def store_kv_copies(arena, copies, dk, dv, heads, max_tokens, head_scale=1):
 
 def load_q(arena, slot_off, q, token, tokens, head, heads):
     """kQ slot at slot_off = q[token:token+tokens, head:head+heads, :] as dense [t][h][d]."""
-    load_q_copies(arena, _one_copy(arena, slot_off, token, tokens, head), q, heads, tokens)
+    load_q_copies(arena, _one_row(arena, slot_off, token, tokens, head), q, heads, tokens)
 
 
 def load_kv(arena, slot_off, k, v, token, tokens, head, heads):
     """kKV slot at slot_off = k then v [token:token+tokens, head:head+heads, :]."""
-    load_kv_copies(arena, _one_copy(arena, slot_off, token, tokens, head), k, v, heads, tokens)
+    load_kv_copies(arena, _one_row(arena, slot_off, token, tokens, head), k, v, heads, tokens)
 
 
 def load_qgrad(arena, slot_off, q, do, o, lse, token, tokens, head, heads):
     """kQGrad slot at slot_off: q, do, lse[head:head+heads, token:token+tokens] and
     delta = sum over d of o * do (fp32)."""
-    load_qgrad_copies(arena, _one_copy(arena, slot_off, token, tokens, head), q, do, o, lse,
+    load_qgrad_copies(arena, _one_row(arena, slot_off, token, tokens, head), q, do, o, lse,
                       heads, tokens)
 
 
 def store_q(arena, slot_off, out, token, tokens, head, heads, lse=None):
     """out[token:token+tokens, head:head+heads, :] = the slot's fp32 [t][h][d] in out's dtype;
     with lse (kOut) also lse[head:head+heads, token:token+tokens] = the slot's lse."""
-    store_q_copies(arena, _one_copy(arena, slot_off, token, tokens, head), out, heads, tokens,
+    store_q_copies(arena, _one_row(arena, slot_off, token, tokens, head), out, heads, tokens,
                    lse=lse)
 
 
 def store_kv(arena, slot_off, dk, dv, token, tokens, head, heads):
     """dk, dv[token:token+tokens, head:head+heads, :] = the kDKV slot's fp32 dk, dv."""
-    store_kv_copies(arena, _one_copy(arena, slot_off, token, tokens, head), dk, dv, heads, tokens)
+    store_kv_copies(arena, _one_row(arena, slot_off, token, tokens, head), dk, dv, heads, tokens)
 
 
 def merge_rows(arena, rows, heads, head_dim, max_tokens):
@@ -431,10 +424,6 @@ def kept_rows(arena, kept, rows, keep, max_bytes):
     for chunk, n in _chunks(rows):
         jit._kept_kernel[(triton.cdiv(max_bytes // 4, _ADD_BLOCK), n)](
             arena, kept, chunk, KEEP=bool(keep), BLOCK=_ADD_BLOCK)
-
-
-def _one_row(arena: torch.Tensor, *fields: int) -> torch.Tensor:
-    return torch.tensor([list(fields)], dtype=torch.int64, device=arena.device)
 
 
 def merge(arena, dst_off, src_off, tokens, heads, head_dim):

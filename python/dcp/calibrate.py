@@ -425,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     initialized_here = not dist.is_initialized()
     if initialized_here:
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
+        # Every rank connected before any may refuse its input and exit: gloo's connect can return
+        # on one rank while a peer still handshakes with it.
+        dist.barrier()
     rank = dist.get_rank()
     try:
         report = _report(devices_per_node=args.devices_per_node, repeats=args.repeats,

@@ -49,6 +49,10 @@ def _worker(fn, rank, size, init_file, results, timeout_s, args):
     try:
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                                 world_size=size, timeout=datetime.timedelta(seconds=timeout_s))
+        # gloo's full-mesh connect can return on one rank while a peer is still handshaking; a
+        # rank that then raised and exited at once closed the socket under that peer's connect
+        # ("Connection closed by peer"). The barrier holds every rank until all have connected.
+        dist.barrier()
         value = fn(rank, size, *args)
         results.put((rank, True, _by_value(value)))
     except BaseException:  # noqa: BLE001 - reported to the parent

@@ -19,7 +19,8 @@ namespace dcp {
 namespace {
 
 ScheduleSummary summarize(const ScheduledPass& scheduled) {
-  return {scheduled.schedule.stages, scheduled.fetch_launches, scheduled.estimate};
+  return {scheduled.schedule.stages, scheduled.fetch_launches, scheduled.balanced,
+          scheduled.estimate};
 }
 
 // Both passes' Programs from their schedules, on built's workload, placement and header (timed).
@@ -107,8 +108,8 @@ BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::t
       plan_header(built.workload, shape, std::string(to_string(options.strategy)), options.seed,
                   partial_dtype_of(options, built.workload.shape().dtype));
   compile_passes(built, layout.forward, layout.backward, nullptr);
-  built.forward = {layout.forward.stages, 0, estimates.forward};
-  built.backward = {layout.backward.stages, 0, estimates.backward};
+  built.forward = {layout.forward.stages, 0, false, estimates.forward};
+  built.backward = {layout.backward.stages, 0, false, estimates.backward};
   built.timings.total_ms = ms_since(start);
   return built;
 }
@@ -206,8 +207,8 @@ BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
   compile_passes(built, layout.forward, layout.backward, &built.kept);
   const PassEstimates estimates =
       estimate_passes(built, options.cluster, layout.forward, layout.backward);
-  built.forward = {layout.forward.stages, 0, estimates.forward};
-  built.backward = {layout.backward.stages, 0, estimates.backward};
+  built.forward = {layout.forward.stages, 0, false, estimates.forward};
+  built.backward = {layout.backward.stages, 0, false, estimates.backward};
   built.timings.total_ms = ms_since(start);
   return built;
 }

@@ -66,6 +66,7 @@ struct PlanTimings {
 struct ScheduleSummary {
   std::int32_t stages = 0;
   std::int32_t fetch_launches = 0;  // dcp: the S chosen or given
+  bool balanced = false;            // dcp: whether each stage's compute per device was capped
   ScheduleEstimate estimate;        // under PlanOptions::cluster
 };
 

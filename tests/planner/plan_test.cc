@@ -347,6 +347,68 @@ TEST(StageScheduler, EveryBudgetedLaunchFitsEachNetworkInterface) {
   }
 }
 
+// Capped stages: in every budgeted stage a device computes at most 1/S of the largest device's
+// compute after stage 0 (with 5 % slack), or a single unit; unbudgeted stages are uncapped.
+// Choosing keeps the capped or the uncapped schedule, whichever has the lower estimate.
+TEST(StageScheduler, CappedStagesHoldEachDevicesShareAndChoosingKeepsTheLowerEstimate) {
+  for (const std::uint64_t seed : {3u, 6u, 9u}) {
+    const Workload workload = make(random_batch(seed), MaskKind::kCausal, 8, 2);
+    PlanOptions options = options_for(Strategy::kDcp, {2, 4});
+    const ClusterSpec& spec = options.cluster;
+    PlacementOptions placement_options = options.placement;
+    placement_options.cluster = spec.shape;
+    const Placement placement = place(workload, placement_options).placement;
+    const PlanHeader header = plan_header(workload, spec.shape, "dcp", 0);
+    const auto devices = static_cast<std::size_t>(spec.shape.devices());
+    for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+      for (const std::int32_t s : {2, 4}) {
+        ScheduleOptions schedule_options;
+        schedule_options.fetch_launches = s;
+        const auto run = [&](StageBalance balance) {
+          schedule_options.balance = balance;
+          return schedule_pass(workload, placement, spec, header, pass, schedule_options);
+        };
+        const ScheduledPass capped = run(StageBalance::kCapped);
+        const ScheduledPass uncapped = run(StageBalance::kUncapped);
+        const ScheduledPass chosen = run(StageBalance::kChoose);
+        EXPECT_TRUE(capped.balanced);
+        EXPECT_FALSE(uncapped.balanced);
+        // (a capped schedule must win by more than 0.5 % to be kept)
+        EXPECT_LE(chosen.estimate.seconds,
+                  std::min(capped.estimate.seconds, uncapped.estimate.seconds) / 0.995);
+        EXPECT_EQ(chosen.estimate.seconds, (chosen.balanced ? capped : uncapped).estimate.seconds);
+
+        const PassSchedule& schedule = capped.schedule;
+        std::vector<double> pending(devices, 0.0);
+        std::vector<std::vector<double>> compute(static_cast<std::size_t>(schedule.stages),
+                                                 std::vector<double>(devices, 0.0));
+        std::vector<std::vector<int>> units(compute.size(), std::vector<int>(devices, 0));
+        for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+          const auto d =
+              static_cast<std::size_t>(placement.work_unit_device[static_cast<std::size_t>(w)]);
+          const auto stage =
+              static_cast<std::size_t>(schedule.unit_stage[static_cast<std::size_t>(w)]);
+          const double seconds = unit_seconds(workload, spec, pass, workload.work_unit(w));
+          if (stage > 0) pending[d] += seconds;
+          compute[stage][d] += seconds;
+          ++units[stage][d];
+        }
+        const double cap = *std::max_element(pending.begin(), pending.end()) / s * 1.05;
+        // Stages 1 .. S - 1 are filled by budgeted launches 0 .. S - 2.
+        for (std::int32_t stage = 1; stage < std::min(s, schedule.stages); ++stage) {
+          for (std::size_t d = 0; d < devices; ++d) {
+            const auto st = static_cast<std::size_t>(stage);
+            if (units[st][d] <= 1) continue;
+            EXPECT_LE(compute[st][d], cap * (1 + 1e-9))
+                << "seed " << seed << " pass " << to_string(pass) << " S " << s << " stage "
+                << stage << " device " << d;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(PlanBuilder, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
   const Workload workload = make(SequenceBatch({700, 300, 90, 5}), MaskKind::kCausal, 8, 2);
   PlanOptions options = options_for(Strategy::kDcpPure, {2, 2});

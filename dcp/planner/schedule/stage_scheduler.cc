@@ -171,10 +171,15 @@ Problem make_problem(const Workload& workload, const Placement& placement,
   return p;
 }
 
-// One run of the greedy for a given S.
+// One run of the greedy for a given S. Balanced: a budgeted stage takes at most a 1/S share of the
+// largest device's pending compute on any device (one unit at least), so that every stage ends at
+// about the same time on all devices, as a ring's steps do. Where devices exchange inputs, each
+// stage waits for the devices that send to it, so a pass takes about the sum over stages of the
+// busiest device's stage: a stage that one device fills while others have no inputs yet lengthens
+// the pass by what it holds beyond the others.
 class Greedy {
  public:
-  Greedy(const Problem& problem, std::int32_t fetch_launches)
+  Greedy(const Problem& problem, std::int32_t fetch_launches, bool balanced)
       : p_(problem),
         shape_(problem.placement->cluster),
         s_(fetch_launches),
@@ -198,6 +203,15 @@ class Greedy {
           ++remaining_;
         }
       }
+    }
+    if (balanced) {
+      double largest = 0;
+      for (const auto& list : pending_) {
+        double pending = 0;
+        for (const WorkUnitId w : list) pending += p_.unit_cost[static_cast<std::size_t>(w)];
+        largest = std::max(largest, pending);
+      }
+      stage_cap_ = largest / s_ * 1.05;  // a little slack: units do not divide evenly
     }
   }
 
@@ -239,6 +253,12 @@ class Greedy {
   }
 
   std::size_t shape_devices() const { return static_cast<std::size_t>(shape_.devices()); }
+  // Whether unit w fits device d's stage under the balanced cap (always true unbalanced, in
+  // unbudgeted launches, and for a stage's first unit).
+  bool under_cap(WorkUnitId w, DeviceId d, std::int32_t stage, bool budgeted) const {
+    const double now = compute(stage, d);
+    return !budgeted || now == 0 || now + p_.unit_cost[static_cast<std::size_t>(w)] <= stage_cap_;
+  }
   std::int32_t nic(DeviceId d) const { return p_.device_nic[static_cast<std::size_t>(d)]; }
   double compute(std::int32_t stage, DeviceId d) const {
     const std::size_t i =
@@ -361,6 +381,7 @@ class Greedy {
       for (; c < list.size(); ++c) {
         const WorkUnitId w = list[c];
         if (stage_[static_cast<std::size_t>(w)] != kPending) continue;
+        if (!under_cap(w, d, stage, budgeted)) continue;
         if (!plan_fetch(w, d, launch, fetches) || !fits(fetches, d, budget)) continue;
         commit(fetches, d, launch);
         assign(w, d, stage);
@@ -369,14 +390,15 @@ class Greedy {
         break;
       }
     }
-    // Units whose inputs all arrive by now, fetched for others, join this stage too.
+    // Units whose inputs all arrive by now, fetched for others, join this stage too (within the
+    // cap: those left over need no transfer later).
     for (DeviceId d = 0; d < shape_.devices(); ++d) {
       auto& list = pending_[static_cast<std::size_t>(d)];
       std::size_t kept = 0;
       for (const WorkUnitId w : list) {
         const auto i = static_cast<std::size_t>(w);
         if (stage_[i] == kPending && usable(d, p_.unit_q[i]) <= stage &&
-            usable(d, p_.unit_kv[i]) <= stage) {
+            usable(d, p_.unit_kv[i]) <= stage && under_cap(w, d, stage, budgeted)) {
           assign(w, d, stage);
         }
         if (stage_[i] == kPending) list[kept++] = w;
@@ -399,6 +421,7 @@ class Greedy {
   std::vector<Transfer> transfers_;
   std::int64_t remaining_ = 0;
   std::int32_t last_stage_ = 0;
+  double stage_cap_ = std::numeric_limits<double>::infinity();  // seconds per device and stage
 };
 
 }  // namespace
@@ -417,16 +440,25 @@ ScheduledPass schedule_pass(const Workload& workload, const Placement& placement
                             : choose            ? options.max_fetch_launches
                                                 : options.fetch_launches;
   for (std::int32_t s = first; s <= last; ++s) {
-    Greedy greedy(problem, s);
-    ScheduledPass candidate;
-    candidate.schedule = greedy.run();
-    add_partial_transfers(workload, placement, candidate.schedule, PartialRouting::kReduceInNode);
-    candidate.estimate = estimate(workload, placement, cluster, header, candidate.schedule);
-    candidate.fetch_launches = s;
-    // A longer pipeline must beat the shorter one by more than noise in the model.
-    if (!have || candidate.estimate.seconds < best.estimate.seconds * 0.995) {
-      best = std::move(candidate);
-      have = true;
+    for (const bool balanced : {false, true}) {
+      // With one launch, every stage after 0 is unbudgeted: the cap changes nothing.
+      const bool wanted = balanced ? options.balance != StageBalance::kUncapped &&
+                                         (s > 1 || options.balance == StageBalance::kCapped)
+                                   : options.balance != StageBalance::kCapped;
+      if (!wanted) continue;
+      Greedy greedy(problem, s, balanced);
+      ScheduledPass candidate;
+      candidate.schedule = greedy.run();
+      add_partial_transfers(workload, placement, candidate.schedule, PartialRouting::kReduceInNode);
+      candidate.estimate = estimate(workload, placement, cluster, header, candidate.schedule);
+      candidate.fetch_launches = s;
+      candidate.balanced = balanced;
+      // A longer pipeline, or a balanced one, must beat the one before by more than noise in the
+      // model.
+      if (!have || candidate.estimate.seconds < best.estimate.seconds * 0.995) {
+        best = std::move(candidate);
+        have = true;
+      }
     }
   }
   return best;

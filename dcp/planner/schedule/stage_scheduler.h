@@ -10,12 +10,20 @@
 
 namespace dcp {
 
+// Whether a budgeted stage's compute per device is capped (stage_scheduler.cc says why).
+enum class StageBalance : std::uint8_t {
+  kChoose,    // schedule both ways and keep the lower estimate
+  kUncapped,  // devices fill a stage as far as the launch's budget allows
+  kCapped,    // at most 1/S of the largest device's compute after stage 0 per device and stage
+};
+
 struct ScheduleOptions {
   // Fetch launches S: stages 1..S fetch their inputs while the previous stage computes (an input
   // relayed inside a node may add one more stage). 0: the S in [1, max_fetch_launches] with the
   // lowest estimated time.
   std::int32_t fetch_launches = 0;
   std::int32_t max_fetch_launches = 8;
+  StageBalance balance = StageBalance::kChoose;
 };
 
 // Throws InvalidInput naming the field for S < 0, max < 1 or S > 64.
@@ -25,6 +33,7 @@ struct ScheduledPass {
   PassSchedule schedule;
   ScheduleEstimate estimate;
   std::int32_t fetch_launches = 0;  // the S used
+  bool balanced = false;            // whether each stage's compute per device was capped
 };
 
 // Stage 0 runs every work unit whose inputs are on its device. Then, for each launch l, devices
@@ -37,7 +46,9 @@ struct ScheduledPass {
 // input from another node crosses the network once per node: to the first device of that node
 // that needs it, which relays it to the others of its node from the next launch on. In the
 // backward pass, the kv values `kept` (if given) lists for a device are on it from stage 0, as
-// its own are.
+// its own are. Under StageBalance::kChoose each S runs twice, as above and capped: a device's
+// compute in a budgeted stage at most 1/S of the largest device's compute after stage 0 (one unit
+// at least); the lowest estimate wins, a later candidate by more than 0.5 %.
 ScheduledPass schedule_pass(const Workload& workload, const Placement& placement,
                             const ClusterSpec& cluster, const PlanHeader& header, Pass pass,
                             const ScheduleOptions& options, const KeptKv* kept = nullptr);

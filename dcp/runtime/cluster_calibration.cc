@@ -346,15 +346,31 @@ void fit_links(const LinkMeasurements& m, CalibrationReport& report) {
   report.notes.emplace_back(note);
 }
 
+namespace {
+
+// A report named `name` whose spec is `start` with the device's constants fitted.
+CalibrationReport device_fitted(ClusterSpec start, const std::string& name,
+                                std::span<const std::vector<std::vector<double>>> device_timings,
+                                const DeviceCalibrationOptions& device,
+                                const KernelSubtiles& subtiles) {
+  if (name.empty()) throw InvalidInput("the cluster's name is empty");
+  CalibrationReport report;
+  report.spec = std::move(start);
+  report.spec.name = name;
+  fit_device(device_timings, device, subtiles, report.spec, report.measurements);
+  return report;
+}
+
+}  // namespace
+
 CalibrationReport fit_cluster(const LinkMeasurements& links,
                               std::span<const std::vector<std::vector<double>>> device_timings,
                               const DeviceCalibrationOptions& device,
                               const KernelSubtiles& subtiles, const std::string& name) {
-  if (name.empty()) throw InvalidInput("the cluster's name is empty");
-  CalibrationReport report;
-  report.spec.name = name;
-  report.spec.shape = links.shape;
-  fit_device(device_timings, device, subtiles, report.spec, report.measurements);
+  ClusterSpec start;
+  start.shape = links.shape;
+  CalibrationReport report =
+      device_fitted(std::move(start), name, device_timings, device, subtiles);
   fit_links(links, report);
   validate(report.spec);
   settle_file_form(report.spec);
@@ -365,11 +381,7 @@ CalibrationReport fit_device_onto(const ClusterSpec& base,
                                   std::span<const std::vector<std::vector<double>>> device_timings,
                                   const DeviceCalibrationOptions& device,
                                   const KernelSubtiles& subtiles, const std::string& name) {
-  if (name.empty()) throw InvalidInput("the cluster's name is empty");
-  CalibrationReport report;
-  report.spec = base;
-  report.spec.name = name;
-  fit_device(device_timings, device, subtiles, report.spec, report.measurements);
+  CalibrationReport report = device_fitted(base, name, device_timings, device, subtiles);
   report.notes.push_back(
       "only the device was measured: the shape, links and network interfaces "
       "are those of " +

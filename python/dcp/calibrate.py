@@ -427,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
         # Every rank connected before any may refuse its input and exit: gloo's connect can return
         # on one rank while a peer still handshakes with it.
-        dist.barrier()
+        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" \
+            else torch.device("cpu")
+        _Sync(None, device).barrier()
     rank = dist.get_rank()
     try:
         report = _report(devices_per_node=args.devices_per_node, repeats=args.repeats,

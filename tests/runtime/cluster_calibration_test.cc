@@ -222,6 +222,14 @@ std::vector<double> predicted_calls(const ClusterSpec& spec, const DeviceCalibra
   return seconds;
 }
 
+// One rank's timings, one repeat per call, as the known spec predicts them.
+std::vector<std::vector<std::vector<double>>> one_rank_timings(const ClusterSpec& known,
+                                                               const DeviceCalibrationOptions& o) {
+  std::vector<std::vector<std::vector<double>>> timings(1);
+  for (const double t : predicted_calls(known, o)) timings[0].push_back({t});
+  return timings;
+}
+
 TEST(FitDevice, RecoversTheKernelConstantsOfTheSpecThatMadeTheTimings) {
   ClusterSpec known = cluster_preset("cpu-local");
   known.tile_setup_tokens = 0;  // what the solver's model of a call assumes
@@ -267,8 +275,7 @@ TEST(FitDevice, RecoversTheConstantsOfAKernelThatComputesWholeSubtiles) {
   options.repeats = 1;
   options.tile_tokens = 256;
   options.copy_bytes = 1 << 20;
-  std::vector<std::vector<std::vector<double>>> timings(1);
-  for (const double t : predicted_calls(known, options)) timings[0].push_back({t});
+  const auto timings = one_rank_timings(known, options);
   ClusterSpec fitted;
   std::vector<CalibrationMeasurement> rows;
   fit_device(timings, options, {64, 64, 64, 32, true}, fitted, rows);
@@ -360,8 +367,7 @@ TEST(FitCluster, GivesAValidSpecWhoseFileReadsBackAsItself) {
   known.forward_subtile_q = known.backward_subtile_q = 128;
   known.forward_subtile_kv = 256;
   known.backward_subtile_kv = 128;
-  std::vector<std::vector<std::vector<double>>> timings(1);
-  for (const double t : predicted_calls(known, options)) timings[0].push_back({t});
+  const auto timings = one_rank_timings(known, options);
   const CalibrationReport report =
       fit_cluster(synthetic(known), timings, options, {128, 256, 128, 128, false}, "my-cluster");
   EXPECT_NO_THROW(validate(report.spec));
@@ -382,8 +388,7 @@ TEST(FitDeviceOnto, MeasuresTheDeviceAndKeepsTheBaseClustersLinks) {
   known.kernel_overhead = 3e-6;
   known.forward_subtile_q = known.backward_subtile_q = 128;
   known.forward_subtile_kv = known.backward_subtile_kv = 128;
-  std::vector<std::vector<std::vector<double>>> timings(1);
-  for (const double t : predicted_calls(known, options)) timings[0].push_back({t});
+  const auto timings = one_rank_timings(known, options);
   const ClusterSpec base = cluster_preset("h100-dgx");
   const CalibrationReport report =
       fit_device_onto(base, timings, options, {128, 128, 128, 128, false}, "my-gpu");

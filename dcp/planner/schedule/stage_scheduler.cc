@@ -171,7 +171,7 @@ Problem make_problem(const Workload& workload, const Placement& placement,
   return p;
 }
 
-// One run of the greedy for a given S. Balanced: a budgeted stage takes at most a 1/S share of the
+// One run of the greedy for a given S. Capped: a budgeted stage takes at most a 1/S share of the
 // largest device's pending compute on any device (one unit at least), so that every stage ends at
 // about the same time on all devices, as a ring's steps do. Where devices exchange inputs, each
 // stage waits for the devices that send to it, so a pass takes about the sum over stages of the
@@ -179,11 +179,12 @@ Problem make_problem(const Workload& workload, const Placement& placement,
 // the pass by what it holds beyond the others.
 class Greedy {
  public:
-  Greedy(const Problem& problem, std::int32_t fetch_launches, bool balanced)
+  Greedy(const Problem& problem, std::int32_t fetch_launches, bool capped)
       : p_(problem),
         shape_(problem.placement->cluster),
         s_(fetch_launches),
-        nics_(shape_.nodes * problem.cluster->nics_per_node) {
+        nics_(shape_.nodes * problem.cluster->nics_per_node),
+        capped_(capped) {
     const auto devices = static_cast<std::size_t>(shape_.devices());
     stage_.assign(problem.unit_cost.size(), kPending);
     usable_.resize(devices);
@@ -204,16 +205,17 @@ class Greedy {
         }
       }
     }
-    if (balanced) {
-      double largest = 0;
-      for (const auto& list : pending_) {
-        double pending = 0;
-        for (const WorkUnitId w : list) pending += p_.unit_cost[static_cast<std::size_t>(w)];
-        largest = std::max(largest, pending);
-      }
-      stage_cap_ = largest / s_ * 1.05;  // a little slack: units do not divide evenly
+    double largest = 0;
+    for (const auto& list : pending_) {
+      double pending = 0;
+      for (const WorkUnitId w : list) pending += p_.unit_cost[static_cast<std::size_t>(w)];
+      largest = std::max(largest, pending);
     }
+    stage_cap_ = largest / s_ * 1.05;  // a little slack: units do not divide evenly
   }
+
+  // Whether an uncapped run placed a unit beyond the cap; if not, the capped run is the same.
+  bool cap_bound() const { return cap_bound_; }
 
   PassSchedule run() {
     for (std::int32_t launch = 0; remaining_ > 0; ++launch) {
@@ -253,11 +255,15 @@ class Greedy {
   }
 
   std::size_t shape_devices() const { return static_cast<std::size_t>(shape_.devices()); }
-  // Whether unit w fits device d's stage under the balanced cap (always true unbalanced, in
-  // unbudgeted launches, and for a stage's first unit).
-  bool under_cap(WorkUnitId w, DeviceId d, std::int32_t stage, bool budgeted) const {
+  // Whether unit w may join device d's stage: always in unbudgeted launches and as a stage's first
+  // unit, else within the cap when capped. An uncapped run notes a unit beyond the cap.
+  bool under_cap(WorkUnitId w, DeviceId d, std::int32_t stage, bool budgeted) {
     const double now = compute(stage, d);
-    return !budgeted || now == 0 || now + p_.unit_cost[static_cast<std::size_t>(w)] <= stage_cap_;
+    if (!budgeted || now == 0 || now + p_.unit_cost[static_cast<std::size_t>(w)] <= stage_cap_) {
+      return true;
+    }
+    cap_bound_ = true;
+    return !capped_;
   }
   std::int32_t nic(DeviceId d) const { return p_.device_nic[static_cast<std::size_t>(d)]; }
   double compute(std::int32_t stage, DeviceId d) const {
@@ -381,8 +387,8 @@ class Greedy {
       for (; c < list.size(); ++c) {
         const WorkUnitId w = list[c];
         if (stage_[static_cast<std::size_t>(w)] != kPending) continue;
-        if (!under_cap(w, d, stage, budgeted)) continue;
         if (!plan_fetch(w, d, launch, fetches) || !fits(fetches, d, budget)) continue;
+        if (!under_cap(w, d, stage, budgeted)) continue;
         commit(fetches, d, launch);
         assign(w, d, stage);
         ++c;
@@ -421,7 +427,9 @@ class Greedy {
   std::vector<Transfer> transfers_;
   std::int64_t remaining_ = 0;
   std::int32_t last_stage_ = 0;
-  double stage_cap_ = std::numeric_limits<double>::infinity();  // seconds per device and stage
+  bool capped_;
+  double stage_cap_ = 0;  // seconds per device and budgeted stage
+  bool cap_bound_ = false;
 };
 
 }  // namespace
@@ -440,15 +448,16 @@ ScheduledPass schedule_pass(const Workload& workload, const Placement& placement
                             : choose            ? options.max_fetch_launches
                                                 : options.fetch_launches;
   for (std::int32_t s = first; s <= last; ++s) {
+    // Choosing runs the capped schedule only where the uncapped one went beyond the cap (with one
+    // launch, every stage after 0 is unbudgeted and it never does): otherwise both are the same.
+    bool cap_bound = options.balance == StageBalance::kCapped;
     for (const bool balanced : {false, true}) {
-      // With one launch, every stage after 0 is unbudgeted: the cap changes nothing.
-      const bool wanted = balanced ? options.balance != StageBalance::kUncapped &&
-                                         (s > 1 || options.balance == StageBalance::kCapped)
-                                   : options.balance != StageBalance::kCapped;
+      const bool wanted = balanced ? cap_bound : options.balance != StageBalance::kCapped;
       if (!wanted) continue;
       Greedy greedy(problem, s, balanced);
       ScheduledPass candidate;
       candidate.schedule = greedy.run();
+      if (!balanced) cap_bound = options.balance == StageBalance::kChoose && greedy.cap_bound();
       add_partial_transfers(workload, placement, candidate.schedule, PartialRouting::kReduceInNode);
       candidate.estimate = estimate(workload, placement, cluster, header, candidate.schedule);
       candidate.fetch_launches = s;

@@ -183,8 +183,7 @@ class Greedy {
       : p_(problem),
         shape_(problem.placement->cluster),
         s_(fetch_launches),
-        nics_(shape_.nodes * problem.cluster->nics_per_node),
-        capped_(capped) {
+        nics_(shape_.nodes * problem.cluster->nics_per_node) {
     const auto devices = static_cast<std::size_t>(shape_.devices());
     stage_.assign(problem.unit_cost.size(), kPending);
     usable_.resize(devices);
@@ -205,17 +204,16 @@ class Greedy {
         }
       }
     }
-    double largest = 0;
-    for (const auto& list : pending_) {
-      double pending = 0;
-      for (const WorkUnitId w : list) pending += p_.unit_cost[static_cast<std::size_t>(w)];
-      largest = std::max(largest, pending);
+    if (capped) {
+      double largest = 0;
+      for (const auto& list : pending_) {
+        double pending = 0;
+        for (const WorkUnitId w : list) pending += p_.unit_cost[static_cast<std::size_t>(w)];
+        largest = std::max(largest, pending);
+      }
+      stage_cap_ = largest / s_ * 1.05;  // a little slack: units do not divide evenly
     }
-    stage_cap_ = largest / s_ * 1.05;  // a little slack: units do not divide evenly
   }
-
-  // Whether an uncapped run placed a unit beyond the cap; if not, the capped run is the same.
-  bool cap_bound() const { return cap_bound_; }
 
   PassSchedule run() {
     for (std::int32_t launch = 0; remaining_ > 0; ++launch) {
@@ -255,15 +253,11 @@ class Greedy {
   }
 
   std::size_t shape_devices() const { return static_cast<std::size_t>(shape_.devices()); }
-  // Whether unit w may join device d's stage: always in unbudgeted launches and as a stage's first
-  // unit, else within the cap when capped. An uncapped run notes a unit beyond the cap.
-  bool under_cap(WorkUnitId w, DeviceId d, std::int32_t stage, bool budgeted) {
+  // Whether unit w fits device d's stage under the cap (always true uncapped, in
+  // unbudgeted launches, and for a stage's first unit).
+  bool under_cap(WorkUnitId w, DeviceId d, std::int32_t stage, bool budgeted) const {
     const double now = compute(stage, d);
-    if (!budgeted || now == 0 || now + p_.unit_cost[static_cast<std::size_t>(w)] <= stage_cap_) {
-      return true;
-    }
-    cap_bound_ = true;
-    return !capped_;
+    return !budgeted || now == 0 || now + p_.unit_cost[static_cast<std::size_t>(w)] <= stage_cap_;
   }
   std::int32_t nic(DeviceId d) const { return p_.device_nic[static_cast<std::size_t>(d)]; }
   double compute(std::int32_t stage, DeviceId d) const {
@@ -387,8 +381,8 @@ class Greedy {
       for (; c < list.size(); ++c) {
         const WorkUnitId w = list[c];
         if (stage_[static_cast<std::size_t>(w)] != kPending) continue;
-        if (!plan_fetch(w, d, launch, fetches) || !fits(fetches, d, budget)) continue;
         if (!under_cap(w, d, stage, budgeted)) continue;
+        if (!plan_fetch(w, d, launch, fetches) || !fits(fetches, d, budget)) continue;
         commit(fetches, d, launch);
         assign(w, d, stage);
         ++c;
@@ -427,9 +421,7 @@ class Greedy {
   std::vector<Transfer> transfers_;
   std::int64_t remaining_ = 0;
   std::int32_t last_stage_ = 0;
-  bool capped_;
-  double stage_cap_ = 0;  // seconds per device and budgeted stage
-  bool cap_bound_ = false;
+  double stage_cap_ = std::numeric_limits<double>::infinity();  // seconds per device and stage
 };
 
 }  // namespace
@@ -448,16 +440,15 @@ ScheduledPass schedule_pass(const Workload& workload, const Placement& placement
                             : choose            ? options.max_fetch_launches
                                                 : options.fetch_launches;
   for (std::int32_t s = first; s <= last; ++s) {
-    // Choosing runs the capped schedule only where the uncapped one went beyond the cap (with one
-    // launch, every stage after 0 is unbudgeted and it never does): otherwise both are the same.
-    bool cap_bound = options.balance == StageBalance::kCapped;
     for (const bool balanced : {false, true}) {
-      const bool wanted = balanced ? cap_bound : options.balance != StageBalance::kCapped;
+      // With one launch, every stage after 0 is unbudgeted: the cap changes nothing.
+      const bool wanted = balanced ? options.balance != StageBalance::kUncapped &&
+                                         (s > 1 || options.balance == StageBalance::kCapped)
+                                   : options.balance != StageBalance::kCapped;
       if (!wanted) continue;
       Greedy greedy(problem, s, balanced);
       ScheduledPass candidate;
       candidate.schedule = greedy.run();
-      if (!balanced) cap_bound = options.balance == StageBalance::kChoose && greedy.cap_bound();
       add_partial_transfers(workload, placement, candidate.schedule, PartialRouting::kReduceInNode);
       candidate.estimate = estimate(workload, placement, cluster, header, candidate.schedule);
       candidate.fetch_launches = s;

@@ -7,10 +7,11 @@
 #include <limits>
 #include <queue>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "dcp/core/error.h"
+
+#include "dcp/planner/schedule/value_map.h"
 
 namespace dcp {
 
@@ -190,7 +191,8 @@ class Greedy {
     node_holder_.resize(static_cast<std::size_t>(shape_.nodes));
     pending_.resize(devices);
     for (std::size_t d = 0; d < devices; ++d) {
-      for (const std::int32_t v : p_.kept[d]) usable_[d][v] = 0;
+      for (const std::int32_t v : p_.kept[d])
+        usable_[d].set(p_.value_key[static_cast<std::size_t>(v)], 0);
     }
     for (std::size_t d = 0; d < devices; ++d) {
       for (const WorkUnitId w : p_.device_units[d]) {
@@ -236,9 +238,9 @@ class Greedy {
   // Stage from which value v can be used on device d (kNever if it is not coming).
   std::int32_t usable(DeviceId d, std::int32_t v) const {
     if (p_.value_owner[static_cast<std::size_t>(v)] == d) return 0;
-    const auto& map = usable_[static_cast<std::size_t>(d)];
-    const auto it = map.find(v);
-    return it == map.end() ? kNever : it->second;
+    const std::int32_t* stage =
+        usable_[static_cast<std::size_t>(d)].find(p_.value_key[static_cast<std::size_t>(v)]);
+    return stage == nullptr ? kNever : *stage;
   }
 
   void assign(WorkUnitId w, DeviceId d, std::int32_t stage) {
@@ -250,6 +252,14 @@ class Greedy {
     compute_[static_cast<std::size_t>(stage) * shape_devices() + static_cast<std::size_t>(d)] +=
         p_.unit_cost[static_cast<std::size_t>(w)];
     if (stage > 0) --remaining_;
+  }
+
+  // A node's holder of a value from another node, packed: device x kHolderStages + the stage it
+  // is usable from there (at most 64 fetch launches plus a relay's).
+  static constexpr std::int32_t kHolderStages = 128;
+  static std::int32_t holder(DeviceId device, std::int32_t stage) {
+    assert(stage < kHolderStages);
+    return device * kHolderStages + stage;
   }
 
   std::size_t shape_devices() const { return static_cast<std::size_t>(shape_.devices()); }
@@ -285,12 +295,12 @@ class Greedy {
         out.push_back({v, owner, false});
         continue;
       }
-      const auto& holders = node_holder_[static_cast<std::size_t>(node)];
-      const auto it = holders.find(v);
-      if (it == holders.end()) {
+      const std::int32_t* held = node_holder_[static_cast<std::size_t>(node)].find(
+          p_.value_key[static_cast<std::size_t>(v)]);
+      if (held == nullptr) {
         out.push_back({v, owner, true});
-      } else if (it->second.second <= launch) {
-        out.push_back({v, it->second.first, false});
+      } else if (*held % kHolderStages <= launch) {
+        out.push_back({v, *held / kHolderStages, false});
       } else {
         return false;
       }
@@ -340,13 +350,13 @@ class Greedy {
       if (f.inter_node) {
         nic_send_[static_cast<std::size_t>(nic(f.src))] += p_.value_inter_seconds[v];
         nic_recv_[static_cast<std::size_t>(nic(d))] += p_.value_inter_seconds[v];
-        node_holder_[static_cast<std::size_t>(shape_.node_of(d))].emplace(f.value,
-                                                                          std::pair{d, launch + 1});
+        node_holder_[static_cast<std::size_t>(shape_.node_of(d))].set(p_.value_key[v],
+                                                                      holder(d, launch + 1));
       } else {
         intra_send_[static_cast<std::size_t>(f.src)] += p_.value_intra_seconds[v];
         intra_recv_[static_cast<std::size_t>(d)] += p_.value_intra_seconds[v];
       }
-      usable_[static_cast<std::size_t>(d)][f.value] = launch + 1;
+      usable_[static_cast<std::size_t>(d)].set(p_.value_key[v], launch + 1);
       transfers_.push_back({p_.value_key[v], f.src, d, launch});
     }
   }
@@ -412,9 +422,9 @@ class Greedy {
   std::int32_t s_;
   std::int32_t nics_;  // network interfaces, all nodes'
   std::vector<std::int32_t> stage_;
-  std::vector<std::unordered_map<std::int32_t, std::int32_t>> usable_;
-  // Per node: value -> (the device that received it from another node, stage usable from).
-  std::vector<std::unordered_map<std::int32_t, std::pair<DeviceId, std::int32_t>>> node_holder_;
+  std::vector<ValueMap> usable_;  // per device: value -> stage usable from
+  // Per node: value -> holder(the device that received it from another node, stage usable from).
+  std::vector<ValueMap> node_holder_;
   std::vector<std::vector<WorkUnitId>> pending_;
   std::vector<double> compute_;                                        // stage-major, per device
   std::vector<double> intra_send_, intra_recv_, nic_send_, nic_recv_;  // this launch, seconds

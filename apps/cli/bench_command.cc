@@ -57,6 +57,22 @@ void write_report(const Args& args, const std::string& name, const std::string& 
   out << "wrote " << path << "\n";
 }
 
+// --threads, by default every hardware thread.
+int threads_from(const Args& args) {
+  const auto hardware =
+      static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  return static_cast<int>(args.get_int("--threads", hardware, 1, 256));
+}
+
+// --json FILE, if given: the suite's records, written atomically.
+template <typename Records>
+void write_json(const Args& args, Records records, std::ostream& out) {
+  const auto json = args.get("--json");
+  if (!json) return;
+  with_flag("--json " + dcp::quoted(*json), [&] { write_file_atomically(*json, records()); });
+  out << "wrote " << *json << "\n";
+}
+
 }  // namespace
 
 int run_bench(std::span<const std::string> argv, std::ostream& out) {
@@ -142,9 +158,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     options.cluster = cluster_from(args, "a100-p4de");
     options.shape = shape_from_flags(args);
     options.seed = seed;
-    const auto hardware =
-        static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-    options.threads = static_cast<int>(args.get_int("--threads", hardware, 1, 256));
+    options.threads = threads_from(args);
     std::cerr << "dcp bench micro: "
               << options.datasets.size() * options.scales.size() * options.masks.size()
               << " configurations x " << options.batches << " batches x "
@@ -152,11 +166,8 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     const std::vector<MicroRecord> records = run_micro_suite(options, std::cerr);
     const std::string command = command_line(argv);
     const std::string markdown = micro_markdown(options, records, command);
-    if (const auto json = args.get("--json")) {
-      with_flag("--json " + dcp::quoted(*json),
-                [&] { write_file_atomically(*json, micro_records_json(records)); });
-      out << "wrote " << *json << "\n";
-    }
+    write_json(
+        args, [&] { return micro_records_json(records); }, out);
     write_report(args, "micro_bench.md", markdown, out);
     write_report(args, "micro_bench_forward.svg", micro_svg(options, records, "forward"), out);
     write_report(args, "micro_bench_backward.svg", micro_svg(options, records, "backward"), out);
@@ -180,9 +191,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
       options.static_data_parallel =
           with_flag("--static-dp", [&] { return parse_data_parallel(*degree); });
     }
-    const auto hardware =
-        static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-    options.threads = static_cast<int>(args.get_int("--threads", hardware, 1, 256));
+    options.threads = threads_from(args);
     if (args.flag("--fit")) {
       const PaperFit fit = fit_paper_constants(options, std::cerr);
       std::cerr << "fit: " << fit.evaluations << " evaluations, rms log error "
@@ -194,11 +203,8 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
               << " batches per dataset and scale, on " << options.cluster.name << "\n";
     const std::vector<PaperRecord> records = run_paper_suite(options, std::cerr);
     const std::string markdown = paper_markdown(options, records, command_line(argv));
-    if (const auto json = args.get("--json")) {
-      with_flag("--json " + dcp::quoted(*json),
-                [&] { write_file_atomically(*json, paper_records_json(records)); });
-      out << "wrote " << *json << "\n";
-    }
+    write_json(
+        args, [&] { return paper_records_json(records); }, out);
     write_report(args, "paper_bench.md", markdown, out);
     out << markdown;
     return 0;
@@ -218,19 +224,14 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     options.gpus = cluster_from(args, "a100-p4de");
     if (is_cluster_preset(cluster)) options.gpus.shape = {8, 8};  // the paper's 8 x p4d
     options.seed = seed;
-    const auto hardware =
-        static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-    options.threads = static_cast<int>(args.get_int("--threads", hardware, 1, 256));
+    options.threads = threads_from(args);
     std::cerr << "dcp bench e2e: " << e2e_cells().size() << " cells, " << options.batches
               << " batches per dataset and length, on " << options.gpus.name << "\n";
     const E2eResult result = with_flag("--cluster " + dcp::quoted(cluster),
                                        [&] { return run_e2e_suite(options, std::cerr); });
     const std::string markdown = e2e_markdown(options, result, command_line(argv));
-    if (const auto json = args.get("--json")) {
-      with_flag("--json " + dcp::quoted(*json),
-                [&] { write_file_atomically(*json, e2e_records_json(result)); });
-      out << "wrote " << *json << "\n";
-    }
+    write_json(
+        args, [&] { return e2e_records_json(result); }, out);
     write_report(args, "e2e_estimate.md", markdown, out);
     out << markdown;
     return 0;
@@ -297,11 +298,8 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
               << options.batches << " batches, dcp-pure and dcp, one thread\n";
     const std::vector<PlanningSample> samples = run_planning_suite(options, std::cerr);
     const std::string markdown = planning_markdown(options, samples, command_line(argv));
-    if (const auto json = args.get("--json")) {
-      with_flag("--json " + dcp::quoted(*json),
-                [&] { write_file_atomically(*json, planning_samples_json(samples)); });
-      out << "wrote " << *json << "\n";
-    }
+    write_json(
+        args, [&] { return planning_samples_json(samples); }, out);
     write_report(args, "planning_time.md", markdown, out);
     out << markdown;
     return 0;

@@ -54,7 +54,7 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
   std::vector<FlagSpec> specs = workload_flags();
   specs.push_back({"--nodes", "N", "nodes [1]"});
   specs.push_back({"--devices-per-node", "D", "devices per node [8]"});
-  specs.push_back({"--eps-compute", "E", "device compute <= (1 + E) x mean [0.1]"});
+  specs.push_back({"--eps-compute", "E", "device compute <= (1 + E) x mean [0.3]"});
   specs.push_back(
       {"--eps-memory", "E", "device memory <= (1 + E) x mean, or the packing bound [0.2]"});
   specs.push_back({"--node-eps-compute", "E", "node compute slack [sqrt(1 + eps-compute) - 1]"});
@@ -82,7 +82,7 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
   options.cluster.devices_per_node =
       static_cast<std::int32_t>(args.get_int("--devices-per-node", 8, 1, 1 << 16));
   with_flag("--nodes/--devices-per-node", [&] { validate(options.cluster); });
-  options.eps_compute = eps_flag(args, "--eps-compute", 0.1);
+  options.eps_compute = eps_flag(args, "--eps-compute", kDefaultEpsCompute);
   options.eps_memory = eps_flag(args, "--eps-memory", 0.2);
   options.node_eps_compute =
       args.has("--node-eps-compute") ? eps_flag(args, "--node-eps-compute", 0) : -1;

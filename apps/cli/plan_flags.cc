@@ -45,7 +45,7 @@ const std::vector<FlagSpec>& plan_flags() {
       {"--compute-masked-tiles", "",
        "static strategies: compute fully masked tiles too (TransformerEngine's path for "
        "arbitrary masks) instead of skipping them"},
-      {"--eps-compute", "E", "dcp: device compute <= (1 + E) x mean [0.1]"},
+      {"--eps-compute", "E", "dcp: device compute <= (1 + E) x mean [0.3]"},
       {"--eps-memory", "E", "dcp: device memory <= (1 + E) x mean [0.2]"},
       {"--keep-kv", "all|none|MIB",
        "dcp: kv values received in the forward pass that a device keeps for the backward pass, "
@@ -100,7 +100,7 @@ PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
     }
     options.masked_tiles = MaskedTiles::kCompute;
   }
-  options.placement.eps_compute = args.get_double("--eps-compute", 0.1);
+  options.placement.eps_compute = args.get_double("--eps-compute", kDefaultEpsCompute);
   options.placement.eps_memory = args.get_double("--eps-memory", 0.2);
   with_flag("--eps-compute/--eps-memory", [&] {
     PlacementOptions check = options.placement;

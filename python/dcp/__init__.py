@@ -65,7 +65,7 @@ def _request(seqlens: Sequence[int], mask: Any = "causal", *, heads: int = 8, kv
              block_size: int | None = None, head_block_size: int = 1,
              cluster: str = "a100-p4de", nodes: int | None = None,
              devices_per_node: int | None = None, strategy: str = "dcp", stages: int = 0,
-             eps_compute: float = 0.1, eps_memory: float = 0.2,
+             eps_compute: float = 0.3, eps_memory: float = 0.2,
              compute_masked_tiles: bool = False, keep_kv: Any = "all",
              partial_dtype: Any = None, seed: int = 0) -> Any:
     lengths = [int(n) for n in seqlens]
@@ -82,7 +82,7 @@ def plan(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Plan:
     kv_heads=2, head_dim=128, dtype='bf16', softmax_scale=None (1/sqrt(head_dim)),
     block_size=None (chosen), head_block_size=1, cluster='a100-p4de' (a preset or a cluster
     file), nodes, devices_per_node (the cluster's), strategy='dcp' (dcp | dcp-pure | ring |
-    zigzag | ulysses | hybrid | te | loongtrain), stages=0 (chosen), eps_compute=0.1,
+    zigzag | ulysses | hybrid | te | loongtrain), stages=0 (chosen), eps_compute=0.3,
     eps_memory=0.2, compute_masked_tiles=False, keep_kv='all' (dcp: the kv values a rank
     received in the forward pass that it keeps for the backward pass instead of receiving them
     again: 'all', 'none', or up to that many MiB per rank and attention layer),

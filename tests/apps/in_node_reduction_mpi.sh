@@ -10,7 +10,7 @@ shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 config=(--seqlens 700,450,1260,415,2555 --block-size 64 --head-dim 16 --dtype fp32
         --mask causal_blockwise:block=32,local=2 --nodes 2 --devices-per-node 2
-        --strategy dcp-pure --seed 8)
+        --strategy dcp-pure --seed 8 --eps-compute 0.1)  # rows split across devices
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$dcp" plan "${config[@]}" --json "$tmp/plan.json" > /dev/null

@@ -12,6 +12,7 @@
 #include "dcp/core/parse.h"
 
 #include "apps/cli/args.h"
+#include "apps/cli/balance_suite.h"
 #include "apps/cli/bench_suites.h"
 #include "apps/cli/command_table.h"
 #include "apps/cli/e2e_suite.h"
@@ -22,15 +23,24 @@
 namespace dcp::cli {
 namespace {
 
-std::vector<MaskSpec> masks_from(const Args& args) {
-  return list_flag<MaskSpec>(args, "--masks", "causal,lambda,shared_question,causal_blockwise",
-                             [](std::string_view name) {
-                               if (name.find(':') != std::string_view::npos) {
-                                 throw InvalidInput("give mask kinds only (" + dcp::quoted(name) +
-                                                    "); they take the paper's parameters");
-                               }
-                               return parse_mask_spec(name);
-                             });
+std::vector<MaskSpec> masks_from(
+    const Args& args,
+    std::string_view fallback = "causal,lambda,shared_question,causal_blockwise") {
+  return list_flag<MaskSpec>(args, "--masks", fallback, [](std::string_view name) {
+    if (name.find(':') != std::string_view::npos) {
+      throw InvalidInput("give mask kinds only (" + dcp::quoted(name) +
+                         "); they take the paper's parameters");
+    }
+    return parse_mask_spec(name);
+  });
+}
+
+std::vector<double> scales_from(const Args& args) {
+  return list_flag<double>(args, "--scales", "0.5,1,2,4", [](std::string_view s) {
+    const double scale = parse_double(s, "scale");
+    if (!(scale > 0 && scale <= 64)) throw InvalidInput("scale must be in (0, 64]");
+    return scale;
+  });
 }
 
 ClusterSpec cluster_from(const Args& args, std::string_view fallback) {
@@ -77,15 +87,20 @@ void write_json(const Args& args, Records records, std::ostream& out) {
 
 int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const std::vector<FlagSpec> specs = {
-      {"--suite", "NAME", "micro | paper | e2e | calibration | planning [micro]"},
+      {"--suite", "NAME", "micro | paper | e2e | calibration | planning | balance [micro]"},
       {"--batches", "N",
        "batches per configuration [3; e2e 2; planning 50 per shape, dataset and mask]"},
-      {"--datasets", "LIST", "micro, planning: length distributions [ldc,longalign]"},
+      {"--datasets", "LIST", "micro, planning, balance: length distributions [ldc,longalign]"},
       {"--dataset", "NAME", "calibration: length distribution [ldc]"},
       {"--scales", "LIST",
-       "micro, planning: length scales [0.5,1,2,4]; planning: batches go round-robin over them"},
+       "micro, planning, balance: length scales [0.5,1,2,4]; planning: batches go round-robin "
+       "over them"},
       {"--shapes", "LIST", "planning: nodes x devices per node [4x8,8x8]"},
-      {"--masks", "LIST", "mask kinds [causal,lambda,shared_question,causal_blockwise]"},
+      {"--masks", "LIST",
+       "mask kinds [causal,lambda,shared_question,causal_blockwise; balance: causal]"},
+      {"--balances", "LIST",
+       "balance: compute balances to plan at, eps of (1 + eps) x the mean, the first the "
+       "reference [0.3,0.1,1,3]"},
       {"--strategies", "LIST",
        "micro [dcp,dcp-pure,ring,zigzag,ulysses,hybrid,te,loongtrain]; calibration "
        "[dcp,ring,zigzag,ulysses,hybrid,te,loongtrain]"},
@@ -102,10 +117,10 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
       {"--head-dim", "N", "head dimension [128]"},
       {"--dtype", "T", "bf16 | fp16 | fp32 [bf16]"},
       {"--seed", "S", "seed of the sampled batches and the planner [0]"},
-      {"--threads", "N", "micro: configurations planned at once [hardware threads]"},
+      {"--threads", "N", "micro, balance: batches planned at once [hardware threads]"},
       {"--report-dir", "DIR",
        "where the Markdown report (and micro's SVG charts) go; empty for none [docs]"},
-      {"--json", "FILE", "micro, paper, e2e: write the records as JSON"},
+      {"--json", "FILE", "micro, paper, e2e, planning, balance: write the records as JSON"},
       {"--fit", "",
        "paper: fit the cluster's constants no datasheet fixes to the paper's fitted cells, print "
        "them as a cluster file, and report with them"},
@@ -114,7 +129,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const Args args(specs, argv);
   if (args.flag("--help")) {
     out << format_help(
-        "dcp bench --suite micro|paper|e2e|calibration|planning [flags]",
+        "dcp bench --suite micro|paper|e2e|calibration|planning|balance [flags]",
         "micro: the DCP paper's attention micro-benchmark under the simulator: datasets x "
         "length scales x masks x strategies on 4 x 8 A100s (a100-p4de), 131072-token batches; "
         "writes docs/micro_bench.md and two SVG charts. paper: every cell the DCP paper measured "
@@ -128,7 +143,9 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
         "runtime on local ranks next to the simulator's prediction under cpu-local; writes "
         "docs/calibration.md with the error distribution. planning: the wall-clock time of "
         "planning each batch with dcp-pure and dcp on one thread, as median, p90 and max; writes "
-        "docs/planning_time.md. Progress goes to stderr.",
+        "docs/planning_time.md. balance: dcp-pure's plan of each batch at several compute balances "
+        "(bytes between nodes, imbalance, simulated time); writes docs/balance_bench.md. "
+        "Progress goes to stderr.",
         specs);
     return 0;
   }
@@ -140,11 +157,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     MicroOptions options;
     options.datasets = list_flag<LengthDistributionKind>(args, "--datasets", "ldc,longalign",
                                                          parse_length_distribution);
-    options.scales = list_flag<double>(args, "--scales", "0.5,1,2,4", [](std::string_view s) {
-      const double scale = parse_double(s, "scale");
-      if (!(scale > 0 && scale <= 64)) throw InvalidInput("scale must be in (0, 64]");
-      return scale;
-    });
+    options.scales = scales_from(args);
     options.masks = masks_from(args);
     options.strategies = list_flag<Strategy>(
         args, "--strategies", "dcp,dcp-pure,ring,zigzag,ulysses,hybrid,te,loongtrain",
@@ -260,6 +273,40 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     out << markdown;
     return 0;
   }
+  if (suite == "balance") {
+    for (const char* flag : {"--dataset", "--strategies", "--static-dp", "--fit"}) {
+      if (args.has(flag)) {
+        throw UsageError(std::string(flag) + " does not apply to --suite balance (dcp-pure)");
+      }
+    }
+    BalanceOptions options;
+    options.datasets = list_flag<LengthDistributionKind>(args, "--datasets", "ldc,longalign",
+                                                         parse_length_distribution);
+    options.scales = scales_from(args);
+    options.masks = masks_from(args, "causal");
+    options.balances = list_flag<double>(args, "--balances", "0.3,0.1,1,3", [](std::string_view s) {
+      const double eps = parse_double(s, "balance");
+      if (!(eps >= 0 && eps <= 1000)) throw InvalidInput("a balance must be in [0, 1000]");
+      return eps;
+    });
+    options.batches = batches;
+    options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
+    options.cluster = cluster_from(args, "a100-p4de");
+    options.shape = shape_from_flags(args);
+    options.seed = seed;
+    options.threads = threads_from(args);
+    std::cerr << "dcp bench balance: " << options.datasets.size() << " datasets x "
+              << options.scales.size() << " scales x " << options.masks.size() << " masks x "
+              << options.batches << " batches x " << options.balances.size() << " balances on "
+              << options.cluster.name << "\n";
+    const std::vector<BalanceSample> samples = run_balance_suite(options, std::cerr);
+    const std::string markdown = balance_markdown(options, samples, command_line(argv));
+    write_json(
+        args, [&] { return balance_samples_json(samples); }, out);
+    write_report(args, "balance_bench.md", markdown, out);
+    out << markdown;
+    return 0;
+  }
   if (suite == "planning") {
     for (const char* flag : {"--dataset", "--strategies", "--static-dp", "--fit", "--threads"}) {
       if (args.has(flag)) {
@@ -282,11 +329,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
         });
     options.datasets = list_flag<LengthDistributionKind>(args, "--datasets", "ldc,longalign",
                                                          parse_length_distribution);
-    options.scales = list_flag<double>(args, "--scales", "0.5,1,2,4", [](std::string_view s) {
-      const double scale = parse_double(s, "scale");
-      if (!(scale > 0 && scale <= 64)) throw InvalidInput("scale must be in (0, 64]");
-      return scale;
-    });
+    options.scales = scales_from(args);
     options.masks = masks_from(args);
     options.batches = static_cast<std::int32_t>(args.get_int("--batches", 50, 1, 10000));
     options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
@@ -305,7 +348,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     return 0;
   }
   throw UsageError("--suite " + dcp::quoted(suite) +
-                   ": expected micro, paper, e2e, calibration or planning");
+                   ": expected micro, paper, e2e, calibration, planning or balance");
 }
 
 }  // namespace dcp::cli

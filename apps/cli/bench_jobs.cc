@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The bench suites' jobs: run in parallel, one progress line each as it finishes.
+// The bench suites' jobs (run in parallel, one progress line each as it finishes) and the figures
+// of a plan they report.
 #include <cstdio>
 #include <mutex>
 
@@ -23,6 +24,21 @@ void run_jobs(std::size_t count, int threads, std::ostream& progress,
     std::snprintf(head, sizeof head, "[%zu/%zu %.0f s] ", ++done, count, ms_since(start) / 1e3);
     progress << head << line << "\n" << std::flush;
   });
+}
+
+PlanFigures plan_figures(const BuiltPlan& built, const ClusterSpec& cluster) {
+  PlanFigures figures;
+  const sim::PlanSimulation simulation = sim::simulate(built.plan, cluster);
+  figures.seconds[0] = simulation.forward.seconds;
+  figures.seconds[1] = simulation.backward.seconds;
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const PassTraffic traffic = pass_traffic(built.plan.header, built.plan.programs(pass));
+    const int p = pass == Pass::kForward ? 0 : 1;
+    figures.inter[p] = static_cast<double>(traffic.inter_node);
+    figures.intra[p] = static_cast<double>(traffic.intra_node);
+  }
+  figures.imbalance = evaluate(built.workload, built.placement).imbalance_compute;
+  return figures;
 }
 
 }  // namespace dcp::cli

@@ -28,6 +28,16 @@ double median_of(std::vector<double> values);
 // A length scale as tables and progress show it: "x0.5".
 std::string format_scale(double scale);
 
+// A built plan under the simulator: per pass (forward, backward) its time and the bytes its
+// Programs move between and inside nodes, and its placement's compute imbalance.
+struct PlanFigures {
+  double seconds[2] = {0, 0};
+  double inter[2] = {0, 0};
+  double intra[2] = {0, 0};
+  double imbalance = 1;
+};
+PlanFigures plan_figures(const BuiltPlan& built, const ClusterSpec& cluster);
+
 // --- micro --------------------------------------------------------------------------------------
 
 struct MicroOptions {

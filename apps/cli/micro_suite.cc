@@ -57,18 +57,15 @@ PlanOptions plan_options_of(Strategy strategy, const MicroOptions& options,
 // The figures of a built plan; plan_ms is the caller's.
 Measured measured(const BuiltPlan& built, Strategy strategy, const MicroOptions& options) {
   Measured m;
-  const sim::PlanSimulation simulation = sim::simulate(built.plan, options.cluster);
-  m.seconds[0] = simulation.forward.seconds;
-  m.seconds[1] = simulation.backward.seconds;
+  const PlanFigures figures = plan_figures(built, options.cluster);
+  for (const int p : {0, 1}) {
+    m.seconds[p] = figures.seconds[p];
+    m.inter[p] = figures.inter[p];
+    m.intra[p] = figures.intra[p];
+  }
   m.estimate[0] = built.forward.estimate.seconds;
   m.estimate[1] = built.backward.estimate.seconds;
-  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
-    const PassTraffic traffic = pass_traffic(built.plan.header, built.plan.programs(pass));
-    const int p = pass == Pass::kForward ? 0 : 1;
-    m.inter[p] = static_cast<double>(traffic.inter_node);
-    m.intra[p] = static_cast<double>(traffic.intra_node);
-  }
-  m.imbalance = evaluate(built.workload, built.placement).imbalance_compute;
+  m.imbalance = figures.imbalance;
   m.kept = strategy == Strategy::kDcp ? built.selection.kept : "";
   return m;
 }

@@ -51,7 +51,7 @@ TEST(PlanningSuite, RefusesBadShapesAndFlagsItFixes) {
   expect_usage_error({"bench", "--suite", "planning", "--strategies", "ring"},
                      "--strategies does not apply to --suite planning");
   expect_usage_error({"bench", "--suite", "nope"},
-                     "expected micro, paper, e2e, calibration or planning");
+                     "expected micro, paper, e2e, calibration, planning or balance");
 }
 
 }  // namespace

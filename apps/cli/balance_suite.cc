@@ -19,37 +19,15 @@ std::string format_balance(double eps) { return format_fixed(1 + eps, 2) + " ×"
 
 std::vector<BalanceSample> run_balance_suite(const BalanceOptions& options,
                                              std::ostream& progress) {
-  struct Job {
-    std::size_t dataset, scale, mask;
-    std::int32_t batch;
-    std::vector<TokenCount> lengths;
-  };
-  std::vector<Job> jobs;
-  for (std::size_t d = 0; d < options.datasets.size(); ++d) {
-    for (std::size_t s = 0; s < options.scales.size(); ++s) {
-      PackingOptions packing;
-      packing.tokens_per_batch = options.tokens;
-      packing.scale = options.scales[s];
-      const std::vector<std::vector<TokenCount>> batches = sample_batches(
-          options.datasets[d], static_cast<std::size_t>(options.batches), packing, options.seed);
-      for (std::size_t m = 0; m < options.masks.size(); ++m) {
-        for (std::size_t b = 0; b < batches.size(); ++b) {
-          jobs.push_back({d, s, m, static_cast<std::int32_t>(b), batches[b]});
-        }
-      }
-    }
-  }
+  const std::vector<SampledBatch> jobs =
+      sample_configurations(options.datasets, options.scales, options.masks.size(), options.batches,
+                            options.tokens, options.seed);
   const std::size_t per_job = options.balances.size();
   std::vector<BalanceSample> samples(jobs.size() * per_job);
   run_jobs(jobs.size(), options.threads, progress, [&](std::size_t j) {
-    const Job& job = jobs[j];
-    const SequenceBatch batch(job.lengths);
-    WorkloadOptions workload_options;
-    workload_options.auto_block.devices = options.cluster.shape.devices();
+    const SampledBatch& job = jobs[j];
     const Workload workload =
-        make_workload(options.shape, batch, build_batch_mask(options.masks[job.mask], batch),
-                      workload_options)
-            .workload;
+        suite_workload(job, options.shape, options.masks[job.mask], options.cluster);
     std::string line = std::string(to_string(options.datasets[job.dataset])) + " " +
                        format_scale(options.scales[job.scale]) + " " +
                        std::string(to_string(options.masks[job.mask].kind)) + " batch " +
@@ -67,7 +45,7 @@ std::vector<BalanceSample> run_balance_suite(const BalanceOptions& options,
       sample.scale = options.scales[job.scale];
       sample.mask = std::string(to_string(options.masks[job.mask].kind));
       sample.batch = job.batch;
-      sample.sequences = static_cast<std::int32_t>(batch.size());
+      sample.sequences = static_cast<std::int32_t>(job.lengths.size());
       sample.eps_compute = options.balances[i];
       sample.bytes_inter_node = figures.inter[0] + figures.inter[1];
       sample.imbalance_compute = figures.imbalance;

@@ -26,6 +26,36 @@ void run_jobs(std::size_t count, int threads, std::ostream& progress,
   });
 }
 
+std::vector<SampledBatch> sample_configurations(const std::vector<LengthDistributionKind>& datasets,
+                                                const std::vector<double>& scales,
+                                                std::size_t masks, std::int32_t batches,
+                                                TokenCount tokens, std::uint64_t seed) {
+  std::vector<SampledBatch> sampled;
+  for (std::size_t d = 0; d < datasets.size(); ++d) {
+    for (std::size_t s = 0; s < scales.size(); ++s) {
+      PackingOptions packing;
+      packing.tokens_per_batch = tokens;
+      packing.scale = scales[s];
+      const std::vector<std::vector<TokenCount>> lengths =
+          sample_batches(datasets[d], static_cast<std::size_t>(batches), packing, seed);
+      for (std::size_t m = 0; m < masks; ++m) {
+        for (std::size_t b = 0; b < lengths.size(); ++b) {
+          sampled.push_back({d, s, m, static_cast<std::int32_t>(b), lengths[b]});
+        }
+      }
+    }
+  }
+  return sampled;
+}
+
+Workload suite_workload(const SampledBatch& sampled, const AttentionShape& shape,
+                        const MaskSpec& mask, const ClusterSpec& cluster) {
+  const SequenceBatch batch(sampled.lengths);
+  WorkloadOptions options;
+  options.auto_block.devices = cluster.shape.devices();
+  return make_workload(shape, batch, build_batch_mask(mask, batch), options).workload;
+}
+
 PlanFigures plan_figures(const BuiltPlan& built, const ClusterSpec& cluster) {
   PlanFigures figures;
   const sim::PlanSimulation simulation = sim::simulate(built.plan, cluster);

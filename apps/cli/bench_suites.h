@@ -28,6 +28,23 @@ double median_of(std::vector<double> values);
 // A length scale as tables and progress show it: "x0.5".
 std::string format_scale(double scale);
 
+// One sampled batch of a suite's configuration: indices into its datasets, scales and masks.
+struct SampledBatch {
+  std::size_t dataset = 0, scale = 0, mask = 0;
+  std::int32_t batch = 0;
+  std::vector<TokenCount> lengths;
+};
+// `batches` batches of `tokens` tokens for every (dataset, scale), sampled with `seed`, each once
+// per mask (index 0 .. masks - 1), in (dataset, scale, mask, batch) order.
+std::vector<SampledBatch> sample_configurations(const std::vector<LengthDistributionKind>& datasets,
+                                                const std::vector<double>& scales,
+                                                std::size_t masks, std::int32_t batches,
+                                                TokenCount tokens, std::uint64_t seed);
+// The workload a suite plans for one sampled batch: blocks sized for the cluster's devices, the
+// mask built per sequence.
+Workload suite_workload(const SampledBatch& sampled, const AttentionShape& shape,
+                        const MaskSpec& mask, const ClusterSpec& cluster);
+
 // A built plan under the simulator: per pass (forward, backward) its time and the bytes its
 // Programs move between and inside nodes, and its placement's compute imbalance.
 struct PlanFigures {

@@ -32,10 +32,7 @@ struct Measured {
   std::string kept;
 };
 
-struct Job {
-  std::size_t dataset = 0, scale = 0, mask = 0;
-  std::int32_t batch = 0;
-  std::vector<TokenCount> lengths;
+struct Job : SampledBatch {
   std::vector<Measured> results;  // per strategy
 };
 
@@ -155,36 +152,22 @@ Measured measure(const Workload& workload, Strategy strategy, const MicroOptions
 
 std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostream& progress) {
   std::vector<Job> jobs;
-  for (std::size_t d = 0; d < options.datasets.size(); ++d) {
-    for (std::size_t s = 0; s < options.scales.size(); ++s) {
-      PackingOptions packing;
-      packing.tokens_per_batch = options.tokens;
-      packing.scale = options.scales[s];
-      const std::vector<std::vector<TokenCount>> batches = sample_batches(
-          options.datasets[d], static_cast<std::size_t>(options.batches), packing, options.seed);
-      for (std::size_t m = 0; m < options.masks.size(); ++m) {
-        for (std::size_t b = 0; b < batches.size(); ++b) {
-          jobs.push_back({d, s, m, static_cast<std::int32_t>(b), batches[b], {}});
-        }
-      }
-    }
+  for (SampledBatch& sampled :
+       sample_configurations(options.datasets, options.scales, options.masks.size(),
+                             options.batches, options.tokens, options.seed)) {
+    jobs.push_back({std::move(sampled), {}});
   }
   run_jobs(jobs.size(), options.threads, progress, [&](std::size_t j) {
     Job& job = jobs[j];
-    const SequenceBatch batch(job.lengths);
-    WorkloadOptions workload_options;
-    workload_options.auto_block.devices = options.cluster.shape.devices();
     const Workload workload =
-        make_workload(options.shape, batch, build_batch_mask(options.masks[job.mask], batch),
-                      workload_options)
-            .workload;
+        suite_workload(job, options.shape, options.masks[job.mask], options.cluster);
     for (const Strategy strategy : options.strategies) {
       job.results.push_back(measure(workload, strategy, options));
     }
     std::string line = std::string(to_string(options.datasets[job.dataset])) + " " +
                        format_scale(options.scales[job.scale]) + " " +
                        std::string(to_string(options.masks[job.mask].kind)) + " batch " +
-                       std::to_string(job.batch) + " (" + std::to_string(batch.size()) +
+                       std::to_string(job.batch) + " (" + std::to_string(job.lengths.size()) +
                        " sequences): ";
     for (std::size_t i = 0; i < options.strategies.size(); ++i) {
       const Measured& m = job.results[i];

@@ -13,14 +13,6 @@
 namespace dcp::cli {
 namespace {
 
-std::size_t count_of(const std::string& text, const std::string& what) {
-  std::size_t count = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
-    ++count;
-  }
-  return count;
-}
-
 TEST(BalanceSuite, PlansEveryBatchAtEveryBalanceAndComparesWithTheFirst) {
   const std::string dir = temp_path("balance_report");
   const std::string json = temp_path("balance.json");

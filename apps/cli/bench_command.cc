@@ -74,6 +74,17 @@ int threads_from(const Args& args) {
   return static_cast<int>(args.get_int("--threads", hardware, 1, 256));
 }
 
+// What the suites that sample batches share: batches, --tokens, --cluster (a100-p4de), the
+// attention shape's flags and the seed.
+template <typename Options>
+void set_batch_flags(Options& options, const Args& args, std::int32_t batches, std::uint64_t seed) {
+  options.batches = batches;
+  options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
+  options.cluster = cluster_from(args, "a100-p4de");
+  options.shape = shape_from_flags(args);
+  options.seed = seed;
+}
+
 // --json FILE, if given: the suite's records, written atomically.
 template <typename Records>
 void write_json(const Args& args, Records records, std::ostream& out) {
@@ -166,11 +177,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
       options.static_data_parallel =
           with_flag("--static-dp", [&] { return parse_data_parallel(*degree); });
     }
-    options.batches = batches;
-    options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
-    options.cluster = cluster_from(args, "a100-p4de");
-    options.shape = shape_from_flags(args);
-    options.seed = seed;
+    set_batch_flags(options, args, batches, seed);
     options.threads = threads_from(args);
     std::cerr << "dcp bench micro: "
               << options.datasets.size() * options.scales.size() * options.masks.size()
@@ -195,11 +202,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
       }
     }
     PaperOptions options;
-    options.batches = batches;
-    options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
-    options.cluster = cluster_from(args, "a100-p4de");
-    options.shape = shape_from_flags(args);
-    options.seed = seed;
+    set_batch_flags(options, args, batches, seed);
     if (const auto degree = args.get("--static-dp")) {
       options.static_data_parallel =
           with_flag("--static-dp", [&] { return parse_data_parallel(*degree); });
@@ -289,11 +292,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
       if (!(eps >= 0 && eps <= 1000)) throw InvalidInput("a balance must be in [0, 1000]");
       return eps;
     });
-    options.batches = batches;
-    options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
-    options.cluster = cluster_from(args, "a100-p4de");
-    options.shape = shape_from_flags(args);
-    options.seed = seed;
+    set_batch_flags(options, args, batches, seed);
     options.threads = threads_from(args);
     std::cerr << "dcp bench balance: " << options.datasets.size() << " datasets x "
               << options.scales.size() << " scales x " << options.masks.size() << " masks x "
@@ -331,11 +330,8 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
                                                          parse_length_distribution);
     options.scales = scales_from(args);
     options.masks = masks_from(args);
-    options.batches = static_cast<std::int32_t>(args.get_int("--batches", 50, 1, 10000));
-    options.tokens = args.get_int("--tokens", 131072, 1, 1 << 24);
-    options.cluster = cluster_from(args, "a100-p4de");
-    options.shape = shape_from_flags(args);
-    options.seed = seed;
+    set_batch_flags(options, args,
+                    static_cast<std::int32_t>(args.get_int("--batches", 50, 1, 10000)), seed);
     std::cerr << "dcp bench planning: " << options.shapes.size() << " shapes x "
               << options.datasets.size() << " datasets x " << options.masks.size() << " masks x "
               << options.batches << " batches, dcp-pure and dcp, one thread\n";

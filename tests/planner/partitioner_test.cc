@@ -10,6 +10,7 @@
 #include "dcp/planner/partition/fm_refiner.h"
 #include "dcp/planner/partition/multilevel_partitioner.h"
 #include "dcp/planner/partition/partitioned_hypergraph.h"
+#include "dcp/planner/partition/rebalancer.h"
 
 namespace dcp {
 namespace {
@@ -111,6 +112,29 @@ TEST(FmRefiner, RepairsSwappedVerticesWithinOneVertexOfSlack) {
   EXPECT_EQ(partition.km1(), 1);
   EXPECT_LE(partition.part_weight(0).compute, caps[0].compute);
   EXPECT_LE(partition.part_weight(1).compute, caps[1].compute);
+}
+
+// Memory comes in indivisible blocks: part 0 holds three blocks of 4 against a cap of 10, and no
+// block of 4 fits anywhere whole (parts 1 and 2 hold 8). Moving vertices out cannot repair it;
+// swapping a 4 with a 2 of part 2 can, and the swap chosen is the one that cuts fewest nets.
+TEST(Rebalancer, SwapsABlockForASmallerOneWhereNoBlockFitsElsewhereWhole) {
+  Hypergraph::Builder builder;
+  for (const Weight memory : {4, 4, 4, 4, 4, 4, 2, 2}) builder.add_vertex({0, memory});
+  builder.add_net(5, std::vector<VertexId>{2, 7});  // vertex 2 belongs with vertex 7
+  builder.add_net(1, std::vector<VertexId>{0, 1});
+  builder.add_net(1, std::vector<VertexId>{3, 4});
+  const Hypergraph graph = std::move(builder).build();
+  PartitionedHypergraph partition(graph, 3, {0, 0, 0, 1, 1, 2, 2, 2});
+  const std::vector<VertexWeight> caps(3, VertexWeight{100, 10});
+  EXPECT_FALSE(rebalance(partition, caps));
+  EXPECT_EQ(partition.part_weight(0).memory, 12) << "no single move fits";
+  EXPECT_TRUE(swap_rebalance(partition, caps));
+  for (PartId p = 0; p < 3; ++p) EXPECT_LE(partition.part_weight(p).memory, 10) << p;
+  // Vertex 2 went to part 2, beside vertex 7 (the heavy net is no longer cut), for vertex 6.
+  EXPECT_EQ(partition.part(2), 2);
+  EXPECT_EQ(partition.part(6), 0);
+  EXPECT_EQ(partition.part(7), 2);
+  EXPECT_EQ(partition.km1(), partition.recompute_km1());
 }
 
 TEST(FmRefiner, NeverWorsensKm1NorBreaksACapOnRandomStarts) {

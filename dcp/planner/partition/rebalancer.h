@@ -13,4 +13,11 @@ namespace dcp {
 // moved in that order until the part fits. Returns true if every part is within its cap.
 bool rebalance(PartitionedHypergraph& partition, const std::vector<VertexWeight>& caps);
 
+// What rebalance cannot do when no single token block fits anywhere else: while a part exceeds
+// its memory cap, swap one of its vertices with one of less memory (but some) in another part,
+// where the other part then fits both caps and this one its memory cap; the swap that raises km1
+// least (ties: lowest vertex ids). A part over its compute cap only is left to rebalance. Returns
+// true if every part is within its cap.
+bool swap_rebalance(PartitionedHypergraph& partition, const std::vector<VertexWeight>& caps);
+
 }  // namespace dcp

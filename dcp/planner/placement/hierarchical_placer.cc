@@ -165,13 +165,14 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
     result.compute_bound = std::max(result.compute_bound, cap.compute);
   }
   // Step 4: a node can hold more blocks than its devices can pack within the memory cap (blocks
-  // are indivisible). Repair across nodes with the flat rebalancer; it moves the cheapest blocks.
+  // are indivisible). Repair across nodes with the flat rebalancer; it moves the cheapest blocks,
+  // and swaps a block for a smaller one where no block fits elsewhere whole.
   if (!within && devices > 1) {
     PartitionedHypergraph flat(graph, devices,
                                std::vector<PartId>(device_of.begin(), device_of.end()));
     const std::vector<VertexWeight> caps(static_cast<std::size_t>(devices),
                                          VertexWeight{result.compute_bound, result.memory_bound});
-    within = rebalance(flat, caps);
+    within = rebalance(flat, caps) || swap_rebalance(flat, caps);
     std::copy(flat.parts().begin(), flat.parts().end(), device_of.begin());
   }
   result.timings.device_partition_ms = ms_since(device_start);

@@ -28,10 +28,7 @@ std::vector<BalanceSample> run_balance_suite(const BalanceOptions& options,
     const SampledBatch& job = jobs[j];
     const Workload workload =
         suite_workload(job, options.shape, options.masks[job.mask], options.cluster);
-    std::string line = std::string(to_string(options.datasets[job.dataset])) + " " +
-                       format_scale(options.scales[job.scale]) + " " +
-                       std::string(to_string(options.masks[job.mask].kind)) + " batch " +
-                       std::to_string(job.batch) + ":";
+    std::string line = sampled_name(job, options.datasets, options.scales, options.masks) + ":";
     for (std::size_t i = 0; i < per_job; ++i) {
       PlanOptions plan_options;
       plan_options.strategy = Strategy::kDcpPure;

@@ -48,6 +48,15 @@ std::vector<SampledBatch> sample_configurations(const std::vector<LengthDistribu
   return sampled;
 }
 
+std::string sampled_name(const SampledBatch& sampled,
+                         const std::vector<LengthDistributionKind>& datasets,
+                         const std::vector<double>& scales, const std::vector<MaskSpec>& masks) {
+  return std::string(to_string(datasets[sampled.dataset])) + " " +
+         format_scale(scales[sampled.scale]) + " " +
+         std::string(to_string(masks[sampled.mask].kind)) + " batch " +
+         std::to_string(sampled.batch);
+}
+
 Workload suite_workload(const SampledBatch& sampled, const AttentionShape& shape,
                         const MaskSpec& mask, const ClusterSpec& cluster) {
   const SequenceBatch batch(sampled.lengths);

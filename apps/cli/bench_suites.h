@@ -40,6 +40,10 @@ std::vector<SampledBatch> sample_configurations(const std::vector<LengthDistribu
                                                 const std::vector<double>& scales,
                                                 std::size_t masks, std::int32_t batches,
                                                 TokenCount tokens, std::uint64_t seed);
+// "ldc x0.5 causal batch 2": a sampled batch as progress lines name it.
+std::string sampled_name(const SampledBatch& sampled,
+                         const std::vector<LengthDistributionKind>& datasets,
+                         const std::vector<double>& scales, const std::vector<MaskSpec>& masks);
 // The workload a suite plans for one sampled batch: blocks sized for the cluster's devices, the
 // mask built per sequence.
 Workload suite_workload(const SampledBatch& sampled, const AttentionShape& shape,

@@ -21,13 +21,9 @@ namespace dcp::cli {
 namespace {
 
 // One strategy's figures on one batch.
-struct Measured {
+struct Measured : PlanFigures {
   bool feasible = true;
-  double seconds[2] = {0, 0};   // forward, backward
   double estimate[2] = {0, 0};  // the schedule estimate of the same plan
-  double inter[2] = {0, 0};
-  double intra[2] = {0, 0};
-  double imbalance = 1;
   double plan_ms = 0;
   std::string kept;
 };
@@ -54,15 +50,9 @@ PlanOptions plan_options_of(Strategy strategy, const MicroOptions& options,
 // The figures of a built plan; plan_ms is the caller's.
 Measured measured(const BuiltPlan& built, Strategy strategy, const MicroOptions& options) {
   Measured m;
-  const PlanFigures figures = plan_figures(built, options.cluster);
-  for (const int p : {0, 1}) {
-    m.seconds[p] = figures.seconds[p];
-    m.inter[p] = figures.inter[p];
-    m.intra[p] = figures.intra[p];
-  }
+  static_cast<PlanFigures&>(m) = plan_figures(built, options.cluster);
   m.estimate[0] = built.forward.estimate.seconds;
   m.estimate[1] = built.backward.estimate.seconds;
-  m.imbalance = figures.imbalance;
   m.kept = strategy == Strategy::kDcp ? built.selection.kept : "";
   return m;
 }
@@ -164,11 +154,8 @@ std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostre
     for (const Strategy strategy : options.strategies) {
       job.results.push_back(measure(workload, strategy, options));
     }
-    std::string line = std::string(to_string(options.datasets[job.dataset])) + " " +
-                       format_scale(options.scales[job.scale]) + " " +
-                       std::string(to_string(options.masks[job.mask].kind)) + " batch " +
-                       std::to_string(job.batch) + " (" + std::to_string(job.lengths.size()) +
-                       " sequences): ";
+    std::string line = sampled_name(job, options.datasets, options.scales, options.masks) + " (" +
+                       std::to_string(job.lengths.size()) + " sequences): ";
     for (std::size_t i = 0; i < options.strategies.size(); ++i) {
       const Measured& m = job.results[i];
       line += (i ? ", " : "") + std::string(to_string(options.strategies[i])) + " ";

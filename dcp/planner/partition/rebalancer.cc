@@ -58,37 +58,35 @@ bool rebalance(PartitionedHypergraph& partition, const std::vector<VertexWeight>
 
 bool swap_rebalance(PartitionedHypergraph& partition, const std::vector<VertexWeight>& caps) {
   const Hypergraph& graph = partition.graph();
-  const PartId k = partition.k();
   const auto cap_of = [&](PartId p) -> const VertexWeight& {
     return caps[static_cast<std::size_t>(p)];
   };
-  // Each swap brings a part within its cap in the dimension it exceeds without pushing another
-  // out of its own, so there are at most as many swaps as vertices.
-  for (VertexId round = 0; round < graph.vertex_count(); ++round) {
+  const auto memory = [&](VertexId v) { return graph.weight(v).memory; };
+  // Each swap brings the part over its memory cap within it and keeps the other part within both
+  // caps: the parts over their memory cap only shrink, so there are at most k swaps.
+  while (true) {
     PartId over = -1;
-    for (PartId p = 0; p < k && over < 0; ++p) {
+    for (PartId p = 0; p < partition.k() && over < 0; ++p) {
       if (!within(partition.part_weight(p), cap_of(p))) over = p;
     }
     if (over < 0) return true;
     // Compute comes in small work units that single moves place; only memory, which comes in
     // whole token blocks, needs swaps.
     if (partition.part_weight(over).memory <= cap_of(over).memory) return false;
-    const auto size = [&](VertexId v) { return graph.weight(v).memory; };
     VertexId best_v = -1, best_u = -1;
     Weight best_cost = 0;
     for (VertexId v = 0; v < graph.vertex_count(); ++v) {
-      if (partition.part(v) != over || size(v) <= 0) continue;
+      if (partition.part(v) != over || memory(v) <= 0) continue;
       for (VertexId u = 0; u < graph.vertex_count(); ++u) {
         const PartId q = partition.part(u);
-        if (q == over || size(u) <= 0 || size(u) >= size(v)) continue;
-        VertexWeight here = partition.part_weight(over);
-        here -= graph.weight(v);
-        here += graph.weight(u);
+        if (q == over || memory(u) <= 0 || memory(u) >= memory(v)) continue;
+        if (partition.part_weight(over).memory - memory(v) + memory(u) > cap_of(over).memory) {
+          continue;
+        }
         VertexWeight there = partition.part_weight(q);
         there -= graph.weight(u);
         there += graph.weight(v);
         if (!within(there, cap_of(q))) continue;
-        if (here.memory > cap_of(over).memory) continue;
         const Weight before = partition.km1();
         partition.move(v, q);
         partition.move(u, over);
@@ -107,10 +105,6 @@ bool swap_rebalance(PartitionedHypergraph& partition, const std::vector<VertexWe
     partition.move(best_v, q);
     partition.move(best_u, over);
   }
-  for (PartId p = 0; p < k; ++p) {
-    if (!within(partition.part_weight(p), cap_of(p))) return false;
-  }
-  return true;
 }
 
 }  // namespace dcp

@@ -201,16 +201,33 @@ class Simulation {
           seconds += cost_.tile_seconds(pass, nullptr, q_tokens, kv_tokens);
         } else {
           double& cached = state.mask_cost[at(entry.mask)];
-          if (std::isnan(cached)) {
-            const TileMask& mask = state.program->masks[at(entry.mask)];
-            cached = cost_.tile_seconds(pass, &mask, mask.q_tokens, mask.kv_tokens);
-          }
+          if (std::isnan(cached)) cached = mask_seconds(state.program->masks[at(entry.mask)], pass);
           seconds += cached;
         }
         if (entry.dkv != kNoSlot) state.slot_tokens[at(entry.dkv)] = kv_tokens;
       }
       state.slot_tokens[at(row.out)] = q_tokens;
     }
+    return seconds;
+  }
+
+  // A masked tile's kernel time. Devices' Programs hold many equal masks (a causal block pair's
+  // diagonal), so each distinct mask is costed once per pass.
+  double mask_seconds(const TileMask& mask, Pass pass) {
+    std::uint64_t hash = 14695981039346656037ULL;  // FNV-1a over the mask's integers
+    const auto mix = [&hash](std::int32_t value) {
+      hash = (hash ^ static_cast<std::uint32_t>(value)) * 1099511628211ULL;
+    };
+    mix(mask.q_tokens);
+    mix(mask.kv_tokens);
+    for (const std::int32_t v : mask.row_offsets) mix(v);
+    for (const std::int32_t v : mask.intervals) mix(v);
+    auto& same_hash = mask_seconds_[hash];
+    for (const auto& [seen, seconds] : same_hash) {
+      if (*seen == mask) return seconds;
+    }
+    const double seconds = cost_.tile_seconds(pass, &mask, mask.q_tokens, mask.kv_tokens);
+    same_hash.emplace_back(&mask, seconds);
     return seconds;
   }
 
@@ -756,7 +773,9 @@ class Simulation {
   std::vector<std::size_t> scratch_used_;
   std::vector<std::int32_t> scratch_ended_;  // run_network: transfers ending at one event
   MessageLinkBytes link_bytes_;              // a message's transfers join the network together
-  std::vector<std::int32_t> class_index_;    // per (resource, resource); -1: none yet
+  // mask_seconds' costs of the masks seen, by hash.
+  std::unordered_map<std::uint64_t, std::vector<std::pair<const TileMask*, double>>> mask_seconds_;
+  std::vector<std::int32_t> class_index_;  // per (resource, resource); -1: none yet
 };
 
 }  // namespace

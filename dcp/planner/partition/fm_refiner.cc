@@ -18,9 +18,10 @@ std::pair<PartId, Weight> best_move(const PartitionedHypergraph& partition, Vert
   double best_fill = 0;
   for (PartId p = 0; p < partition.k(); ++p) {
     if (p == partition.part(v)) continue;
+    const Weight g = partition.gain(v, p);
+    if (best != -1 && g < best_gain) continue;  // cannot win: skip the cap and fill ratio
     const VertexWeight& cap = caps[static_cast<std::size_t>(p)];
     if (!fits(partition.part_weight(p), w, cap)) continue;
-    const Weight g = partition.gain(v, p);
     VertexWeight after = partition.part_weight(p);
     after += w;
     const double f = fill_ratio(after, cap);
@@ -43,6 +44,10 @@ Weight fm_refine(PartitionedHypergraph& partition, const std::vector<VertexWeigh
   std::vector<char> locked(static_cast<std::size_t>(graph.vertex_count()), 0);
   std::vector<std::pair<VertexId, PartId>> moves;  // (vertex, part it came from)
   std::vector<VertexId> touched;
+  // The move that last re-keyed each vertex: a vertex sharing several nets with the moved one is
+  // touched once per net, and re-keying it once gives the same queue.
+  std::vector<std::int64_t> rekeyed(static_cast<std::size_t>(graph.vertex_count()), -1);
+  std::int64_t move_count = 0;
 
   for (std::int32_t pass = 0; pass < options.max_passes; ++pass) {
     const Weight pass_start = partition.km1();
@@ -82,8 +87,12 @@ Weight fm_refine(PartitionedHypergraph& partition, const std::vector<VertexWeigh
       } else {
         ++since_best;
       }
+      ++move_count;
       for (const VertexId u : touched) {
-        if (!locked[static_cast<std::size_t>(u)]) push(u);
+        auto& last = rekeyed[static_cast<std::size_t>(u)];
+        if (locked[static_cast<std::size_t>(u)] || last == move_count) continue;
+        last = move_count;
+        push(u);
       }
     }
     // Roll back past the best prefix, newest first.

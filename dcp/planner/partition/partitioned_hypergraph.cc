@@ -29,14 +29,19 @@ PartitionedHypergraph::PartitionedHypergraph(const Hypergraph& graph, PartId k,
     }
     km1_ += graph.net_weight(e) * (connectivity_[static_cast<std::size_t>(e)] - 1);
   }
-  for (VertexId v = 0; v < graph.vertex_count(); ++v) {
-    for (const NetId e : graph.nets(v)) {
-      const Weight w = graph.net_weight(e);
+  // conn(v, p) for each net's pins over the parts the net connects only (most nets connect one or
+  // two of the k).
+  std::vector<PartId> net_parts;
+  for (NetId e = 0; e < graph.net_count(); ++e) {
+    const Weight w = graph.net_weight(e);
+    net_parts.clear();
+    for (PartId p = 0; p < k; ++p) {
+      if (pin_count(e, p) > 0) net_parts.push_back(p);
+    }
+    for (const VertexId v : graph.pins(e)) {
       incident_weight_[static_cast<std::size_t>(v)] += w;
       if (pin_count(e, part(v)) == 1) benefit_[static_cast<std::size_t>(v)] += w;
-      for (PartId p = 0; p < k; ++p) {
-        if (pin_count(e, p) > 0) conn(v, p) += w;
-      }
+      for (const PartId p : net_parts) conn(v, p) += w;
     }
   }
 }

@@ -352,6 +352,39 @@ TEST(Simulator, ConsecutiveMemoryInstructionsShareOneLaunch) {
   EXPECT_NEAR(sim.devices[0].events[2].end - sim.devices[0].events[2].start, 0, 1e-5);
 }
 
+TEST(Simulator, EachMaskCostsWhatItsContentDoesOnEveryDevice) {
+  // The simulator costs each distinct mask once per pass, whichever device or index holds it.
+  const ClusterShape shape{1, 2};
+  const PlanHeader h = test_header(shape, 2, 4);
+  const ClusterSpec cluster = test_cluster(shape);
+  const TileMask causal{4, 4, {0, 1, 2, 3, 4}, {0, 1, 0, 2, 0, 3, 0, 4}};
+  const TileMask first_key{4, 4, {0, 1, 2, 3, 4}, {0, 1, 0, 1, 0, 1, 0, 1}};
+  const std::vector<Slot> slots = {{SlotKind::kQ, 4}, {SlotKind::kKV, 4}, {SlotKind::kOut, 4}};
+  const auto attention = [&](std::int32_t d, std::vector<TileMask> masks,
+                             std::vector<MaskId> used) {
+    std::vector<AttnKv> kv;
+    for (const MaskId m : used) kv.push_back({1, m, kNoSlot, false});
+    Program p = program(d, {block(0, 4), block(1, 4)}, slots,
+                        {AttnForward{{AttnRow{0, 2, false, std::move(kv)}}}});
+    p.masks = std::move(masks);
+    return p;
+  };
+  // Device 0 holds both masks and uses both; device 1 holds them the other way round and uses
+  // the causal one only.
+  const std::vector<Program> programs = {attention(0, {causal, first_key}, {0, 1}),
+                                         attention(1, {first_key, causal}, {1})};
+  const PassSimulation sim = simulate(h, programs, cluster);
+  const CostModel cost(cluster, h);
+  const double t_causal = cost.tile_seconds(Pass::kForward, &causal, 4, 4);
+  const double t_first = cost.tile_seconds(Pass::kForward, &first_key, 4, 4);
+  ASSERT_GT(t_causal, t_first);  // the two costs differ, so a mix-up shows
+  const auto took = [&](std::size_t d) {
+    return sim.devices[d].events[0].end - sim.devices[d].events[0].start;
+  };
+  EXPECT_DOUBLE_EQ(took(0), t_causal + t_first);
+  EXPECT_DOUBLE_EQ(took(1), t_causal);
+}
+
 TEST(Simulator, SamplePlanRunsBothPassesAndItsTraceNamesEveryDevice) {
   const Plan plan = testing::sample_plan();
   const PlanSimulation sim =

@@ -10,6 +10,7 @@ namespace dcp {
 
 // Storage dtype of Q, K, V, O and their gradients. Accumulation is always fp32; LSE is fp32.
 enum class DType { kBf16, kFp16, kFp32 };
+inline constexpr int kDTypeCount = 3;  // the DType values, 0 .. kDTypeCount - 1
 
 std::string_view to_string(DType dtype);
 // Accepts "bf16", "fp16", "fp32" (and the aliases "bfloat16", "float16", "float32").

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dcp/program/plan_checks.h"
 #include "dcp/program/program.h"
 
 namespace dcp {
@@ -58,18 +59,6 @@ PlanHeader read_plan_header(const std::string& path);
 // device of the plan. If `header` is not null it receives the plan's header.
 Program read_program(const std::string& path, std::int32_t device, Pass pass,
                      PlanHeader* header = nullptr);
-
-// The checks readers apply, for Plans built in memory. Each throws InvalidInput naming `origin`
-// (omitted when empty), the device, the pass and the field. check_plan_header: the cluster shape,
-// the attention shape and head blocking, dtypes, the softmax scale, non-negative counts, a
-// strategy name of at most 256 printable ASCII characters. check_program_structure: every index
-// in range (slots, masks, blocks, head blocks, peers, launches, stages), masks well-formed, blocks
-// sorted and inside the batch; whether the Program is correct is the verifier's question.
-// check_plan: both, and exactly one Program per device and pass, in device order.
-void check_plan_header(const PlanHeader& header, std::string_view origin);
-void check_program_structure(const PlanHeader& header, const Program& program,
-                             std::string_view origin);
-void check_plan(const Plan& plan, std::string_view origin);
 
 // The checksum of the file's header and sections: 64-bit FNV-1a.
 std::uint64_t plan_checksum(std::string_view bytes);

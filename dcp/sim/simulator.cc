@@ -6,10 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <functional>
 #include <limits>
-#include <map>
-#include <queue>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -19,6 +16,7 @@
 
 #include "dcp/program/plan_file.h"
 #include "dcp/sim/cost_model.h"
+#include "dcp/sim/network.h"
 
 namespace dcp::sim {
 namespace {
@@ -84,7 +82,8 @@ class Simulation {
         cost_(cluster, header),
         executor_(executor),
         shape_(cluster.shape),
-        link_bytes_(cost_.spec()) {
+        network_(cost_, at(cluster.shape.devices()),
+                 at(cluster.shape.nodes) * at(cluster.nics_per_node)) {
     const auto devices = at(shape_.devices());
     devices_.resize(devices);
     result_.devices.resize(devices);
@@ -102,13 +101,6 @@ class Simulation {
     waiting_recvs_.resize(devices * devices);
     scratch_message_bytes_.assign(2 * devices, 0);
     scratch_peer_seen_.assign(devices, 0);
-    nics_ = at(shape_.nodes) * at(cluster.nics_per_node);
-    const auto resources = 2 * devices + 2 * nics_;
-    capacity_.resize(resources);
-    class_index_.assign(resources * resources, -1);
-    for (std::size_t r = 0; r < resources; ++r) {
-      capacity_[r] = cost_.bandwidth(r >= 2 * devices);
-    }
   }
 
   PassSimulation run() {
@@ -414,7 +406,7 @@ class Simulation {
     const auto id = static_cast<std::int32_t>(result_.transfers.size());
     result_.transfers.push_back(transfer);
     transfer_launch_.push_back({s.launch, r.launch});
-    pending_.push({transfer.ready, id});
+    network_.add(transfer.ready, id);
   }
 
   // --- launches ----------------------------------------------------------------------------------
@@ -461,179 +453,10 @@ class Simulation {
 
   // --- the network -------------------------------------------------------------------------------
 
-  // Transfers on the same two link sides progress at the same rate, so they form one class; a
-  // class's `served` counts the bytes each of its transfers has moved since the class began, and
-  // a transfer joining at served = s with b bytes ends when served reaches s + b.
-  struct LinkClass {
-    std::size_t first = 0, second = 0;  // resources
-    double served = 0;
-    double rate = 0;  // bytes/s per transfer
-    double cap = 0;   // the most one message reaches (the stream bandwidth)
-    // Transfers in flight per message (a launch's transfers from one device to another): the
-    // stream bandwidth caps a message, however many values it carries.
-    // (message, transfers): few at a time, so a list.
-    std::vector<std::pair<std::int64_t, std::int32_t>> messages;
-    void add_message(std::int64_t message) {
-      for (auto& [key, count] : messages) {
-        if (key == message) {
-          ++count;
-          return;
-        }
-      }
-      messages.emplace_back(message, 1);
-    }
-    void remove_message(std::int64_t message) {
-      for (std::size_t i = 0; i < messages.size(); ++i) {
-        if (messages[i].first != message) continue;
-        if (--messages[i].second == 0) {
-          messages[i] = messages.back();
-          messages.pop_back();
-        }
-        return;
-      }
-    }
-    std::priority_queue<std::pair<double, std::int32_t>,
-                        std::vector<std::pair<double, std::int32_t>>, std::greater<>>
-        ends;  // (served level at which it ends, transfer)
-  };
-
-  // The message a transfer travels in: its sender's launch instruction and its two devices.
-  std::int64_t message_of(const TransferEvent& transfer) const {
-    const auto devices = static_cast<std::int64_t>(devices_.size());
-    return (std::int64_t{transfer.src_instruction} * devices + transfer.src) * devices +
-           transfer.dst;
-  }
-
-  std::size_t class_of(const TransferEvent& transfer) {
-    const std::size_t devices = devices_.size();
-    std::size_t a = 0, b = 0;
-    if (transfer.inter_node) {
-      a = 2 * devices + at(cost_.spec().nic_of(transfer.src));
-      b = 2 * devices + nics_ + at(cost_.spec().nic_of(transfer.dst));
-    } else {
-      a = at(transfer.src);
-      b = devices + at(transfer.dst);
-    }
-    std::int32_t& index = class_index_[a * capacity_.size() + b];
-    if (index < 0) {
-      index = static_cast<std::int32_t>(classes_.size());
-      LinkClass link;
-      link.first = a;
-      link.second = b;
-      link.cap = cost_.spec().stream_bandwidth(transfer.inter_node);
-      classes_.push_back(std::move(link));
-    }
-    return static_cast<std::size_t>(index);
-  }
-
-  // Max-min fair rates by progressive filling over the classes with transfers in flight, each
-  // transfer at most its class's cap.
-  void allocate() {
-    std::vector<double>& capacity = scratch_capacity_;
-    std::vector<double>& load = scratch_load_;
-    std::vector<OpenClass>& open = scratch_open_;
-    std::vector<std::size_t>& used = scratch_used_;  // resources with load, in index order
-    capacity = capacity_;
-    load.assign(capacity.size(), 0.0);
-    open.clear();
-    for (const std::size_t c : active_) {
-      LinkClass& link = classes_[c];
-      link.rate = 0;
-      const auto n = static_cast<double>(link.ends.size());
-      load[link.first] += n;
-      load[link.second] += n;
-      // Its cap per transfer: its messages' caps shared by their transfers.
-      open.push_back({c, link.first, link.second, n,
-                      link.cap * static_cast<double>(link.messages.size()) / n});
-    }
-    used.clear();
-    for (std::size_t r = 0; r < capacity.size(); ++r) {
-      if (load[r] > 0) used.push_back(r);
-    }
-    while (!open.empty()) {
-      std::size_t bottleneck = 0;
-      double share = kInf;
-      for (const std::size_t r : used) {
-        if (load[r] > 0 && capacity[r] / load[r] < share) {
-          share = capacity[r] / load[r];
-          bottleneck = r;
-        }
-      }
-      // Classes whose cap per transfer is below the fair share are fixed at their caps first
-      // (fixing one only raises the others' fair share, so all of them at once).
-      const bool any_capped =
-          std::any_of(open.begin(), open.end(), [&](const OpenClass& o) { return o.cap < share; });
-      std::erase_if(open, [&](const OpenClass& o) {
-        double rate = share;
-        if (any_capped) {
-          if (!(o.cap < share)) return false;
-          rate = o.cap;
-        } else if (o.first != bottleneck && o.second != bottleneck) {
-          return false;
-        }
-        classes_[o.index].rate = rate;
-        for (const std::size_t r : {o.first, o.second}) {
-          capacity[r] = std::max(0.0, capacity[r] - rate * o.transfers);
-          load[r] -= o.transfers;
-        }
-        return true;
-      });
-      std::erase_if(used, [&](std::size_t r) { return load[r] <= 0; });
-    }
-  }
-
   void run_network() {
     double now = 0;
-    while (true) {
-      double next = pending_.empty() ? kInf : pending_.top().first;
-      std::size_t ending = classes_.size();
-      for (const std::size_t c : active_) {
-        const LinkClass& link = classes_[c];
-        if (link.rate <= 0) continue;
-        const double t = now + std::max(0.0, link.ends.top().first - link.served) / link.rate;
-        if (t < next) {
-          next = t;
-          ending = c;
-        }
-      }
-      if (next == kInf) break;
-      const double elapsed = next - now;
-      now = next;
-      // Transfers that end now: the class that set `next`, and any within rounding of it (each
-      // class brought to `now` first).
-      std::vector<std::int32_t>& ended = scratch_ended_;
-      ended.clear();
-      for (const std::size_t c : active_) {
-        LinkClass& link = classes_[c];
-        link.served += link.rate * elapsed;
-        while (!link.ends.empty() && (c == ending || link.ends.top().first - link.served <=
-                                                         1e-9 * link.ends.top().first + 1e-6)) {
-          ended.push_back(link.ends.top().second);
-          link.remove_message(message_of(result_.transfers[at(link.ends.top().second)]));
-          link.ends.pop();
-          if (c == ending) ending = classes_.size();  // only its first is forced
-        }
-      }
-      std::erase_if(active_, [&](std::size_t c) { return classes_[c].ends.empty(); });
-      while (!pending_.empty() && pending_.top().first <= now) {
-        const std::int32_t id = pending_.top().second;
-        pending_.pop();
-        const TransferEvent& transfer = result_.transfers[at(id)];
-        if (transfer.bytes == 0) {
-          ended.push_back(id);
-          continue;
-        }
-        const std::size_t c = class_of(transfer);
-        LinkClass& link = classes_[c];
-        if (link.ends.empty())
-          active_.insert(std::lower_bound(active_.begin(), active_.end(), c), c);
-        link.add_message(message_of(transfer));
-        link.ends.push(
-            {link.served + link_bytes_(transfer.bytes, transfer.inter_node, transfer.message_bytes),
-             id});
-      }
-      allocate();
-      std::sort(ended.begin(), ended.end());
+    std::vector<std::int32_t>& ended = scratch_ended_;
+    while (network_.step(result_.transfers, now, ended)) {
       for (const std::int32_t id : ended) {
         result_.transfers[at(id)].end = now;
         TransferEvent& transfer = result_.transfers[at(id)];
@@ -641,8 +464,8 @@ class Simulation {
         DeviceTimeline& dst = result_.devices[at(transfer.dst)];
         src.end = std::max(src.end, now);
         dst.end = std::max(dst.end, now);
-        // May advance devices, which may post transfers; they join the network from the pending
-        // queue, so the rates set above stand until the next event.
+        // May advance devices, which may post transfers; they join the network from its pending
+        // queue, so the rates set by this step stand until the next event.
         transfer_done(id);
       }
     }
@@ -756,26 +579,10 @@ class Simulation {
   std::vector<std::int64_t> scratch_message_bytes_;                     // post(): per (peer, send)
   std::vector<std::uint8_t> scratch_peer_seen_;                         // post(): per peer
   std::vector<std::pair<std::int32_t, std::int32_t>> transfer_launch_;  // (src, dst) launch
-  std::priority_queue<std::pair<double, std::int32_t>, std::vector<std::pair<double, std::int32_t>>,
-                      std::greater<>>
-      pending_;                   // (ready, transfer)
-  std::size_t nics_ = 0;          // network interfaces of all nodes
-  std::vector<double> capacity_;  // per link side: device sends, device receives, NIC sends, NIC
-                                  // receives
-  std::vector<LinkClass> classes_;
-  std::vector<std::size_t> active_;  // the classes with transfers in flight, in index order
-  std::vector<double> scratch_capacity_, scratch_load_;  // allocate()'s, kept between calls
-  struct OpenClass {
-    std::size_t index, first, second;
-    double transfers, cap;
-  };
-  std::vector<OpenClass> scratch_open_;
-  std::vector<std::size_t> scratch_used_;
+  Network network_;
   std::vector<std::int32_t> scratch_ended_;  // run_network: transfers ending at one event
-  MessageLinkBytes link_bytes_;              // a message's transfers join the network together
   // mask_seconds' costs of the masks seen, by hash.
   std::unordered_map<std::uint64_t, std::vector<std::pair<const TileMask*, double>>> mask_seconds_;
-  std::vector<std::int32_t> class_index_;  // per (resource, resource); -1: none yet
 };
 
 }  // namespace

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+// Link classes and their max-min fair rates, event by event.
+#include "dcp/sim/network.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace dcp::sim {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+template <typename T>
+std::size_t at(T index) {
+  return static_cast<std::size_t>(index);
+}
+
+}  // namespace
+
+Network::Network(const CostModel& cost, std::size_t devices, std::size_t nics)
+    : cost_(cost), devices_(devices), nics_(nics), link_bytes_(cost.spec()) {
+  const std::size_t resources = 2 * devices + 2 * nics;
+  capacity_.resize(resources);
+  class_index_.assign(resources * resources, -1);
+  for (std::size_t r = 0; r < resources; ++r) capacity_[r] = cost_.bandwidth(r >= 2 * devices);
+}
+
+bool Network::step(const std::vector<TransferEvent>& transfers, double& now,
+                   std::vector<std::int32_t>& ended) {
+  double next = pending_.empty() ? kInf : pending_.top().first;
+  std::size_t ending = classes_.size();
+  for (const std::size_t c : active_) {
+    const LinkClass& link = classes_[c];
+    if (link.rate <= 0) continue;
+    const double t = now + std::max(0.0, link.ends.top().first - link.served) / link.rate;
+    if (t < next) {
+      next = t;
+      ending = c;
+    }
+  }
+  if (next == kInf) return false;
+  const double elapsed = next - now;
+  now = next;
+  // Transfers that end now: the class that set `next`, and any within rounding of it (each
+  // class brought to `now` first).
+  ended.clear();
+  for (const std::size_t c : active_) {
+    LinkClass& link = classes_[c];
+    link.served += link.rate * elapsed;
+    while (!link.ends.empty() && (c == ending || link.ends.top().first - link.served <=
+                                                     1e-9 * link.ends.top().first + 1e-6)) {
+      ended.push_back(link.ends.top().second);
+      link.remove_message(message_of(transfers[at(link.ends.top().second)]));
+      link.ends.pop();
+      if (c == ending) ending = classes_.size();  // only its first is forced
+    }
+  }
+  std::erase_if(active_, [&](std::size_t c) { return classes_[c].ends.empty(); });
+  while (!pending_.empty() && pending_.top().first <= now) {
+    const std::int32_t id = pending_.top().second;
+    pending_.pop();
+    const TransferEvent& transfer = transfers[at(id)];
+    if (transfer.bytes == 0) {
+      ended.push_back(id);
+      continue;
+    }
+    const std::size_t c = class_of(transfer);
+    LinkClass& link = classes_[c];
+    if (link.ends.empty()) active_.insert(std::lower_bound(active_.begin(), active_.end(), c), c);
+    link.add_message(message_of(transfer));
+    link.ends.push(
+        {link.served + link_bytes_(transfer.bytes, transfer.inter_node, transfer.message_bytes),
+         id});
+  }
+  allocate();
+  std::sort(ended.begin(), ended.end());
+  return true;
+}
+
+std::int64_t Network::message_of(const TransferEvent& transfer) const {
+  const auto devices = static_cast<std::int64_t>(devices_);
+  return (std::int64_t{transfer.src_instruction} * devices + transfer.src) * devices + transfer.dst;
+}
+
+std::size_t Network::class_of(const TransferEvent& transfer) {
+  const std::size_t devices = devices_;
+  std::size_t a = 0, b = 0;
+  if (transfer.inter_node) {
+    a = 2 * devices + at(cost_.spec().nic_of(transfer.src));
+    b = 2 * devices + nics_ + at(cost_.spec().nic_of(transfer.dst));
+  } else {
+    a = at(transfer.src);
+    b = devices + at(transfer.dst);
+  }
+  std::int32_t& index = class_index_[a * capacity_.size() + b];
+  if (index < 0) {
+    index = static_cast<std::int32_t>(classes_.size());
+    LinkClass link;
+    link.first = a;
+    link.second = b;
+    link.cap = cost_.spec().stream_bandwidth(transfer.inter_node);
+    classes_.push_back(std::move(link));
+  }
+  return static_cast<std::size_t>(index);
+}
+
+void Network::allocate() {
+  std::vector<double>& capacity = scratch_capacity_;
+  std::vector<double>& load = scratch_load_;
+  std::vector<OpenClass>& open = scratch_open_;
+  std::vector<std::size_t>& used = scratch_used_;  // resources with load, in index order
+  capacity = capacity_;
+  load.assign(capacity.size(), 0.0);
+  open.clear();
+  for (const std::size_t c : active_) {
+    LinkClass& link = classes_[c];
+    link.rate = 0;
+    const auto n = static_cast<double>(link.ends.size());
+    load[link.first] += n;
+    load[link.second] += n;
+    // Its cap per transfer: its messages' caps shared by their transfers.
+    open.push_back(
+        {c, link.first, link.second, n, link.cap * static_cast<double>(link.messages.size()) / n});
+  }
+  used.clear();
+  for (std::size_t r = 0; r < capacity.size(); ++r) {
+    if (load[r] > 0) used.push_back(r);
+  }
+  while (!open.empty()) {
+    std::size_t bottleneck = 0;
+    double share = kInf;
+    for (const std::size_t r : used) {
+      if (load[r] > 0 && capacity[r] / load[r] < share) {
+        share = capacity[r] / load[r];
+        bottleneck = r;
+      }
+    }
+    // Classes whose cap per transfer is below the fair share are fixed at their caps first
+    // (fixing one only raises the others' fair share, so all of them at once).
+    const bool any_capped =
+        std::any_of(open.begin(), open.end(), [&](const OpenClass& o) { return o.cap < share; });
+    std::erase_if(open, [&](const OpenClass& o) {
+      double rate = share;
+      if (any_capped) {
+        if (!(o.cap < share)) return false;
+        rate = o.cap;
+      } else if (o.first != bottleneck && o.second != bottleneck) {
+        return false;
+      }
+      classes_[o.index].rate = rate;
+      for (const std::size_t r : {o.first, o.second}) {
+        capacity[r] = std::max(0.0, capacity[r] - rate * o.transfers);
+        load[r] -= o.transfers;
+      }
+      return true;
+    });
+    std::erase_if(used, [&](std::size_t r) { return load[r] <= 0; });
+  }
+}
+
+}  // namespace dcp::sim

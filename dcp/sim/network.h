@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+// The simulator's network: transfers in flight share the link sides they use (a device's send and
+// receive side inside a node, a network interface's send and receive side between nodes) max-min
+// fairly, each message at most its stream bandwidth (docs/simulator.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <queue>
+#include <utility>
+#include <vector>
+
+#include "dcp/model/cluster.h"
+
+#include "dcp/sim/cost_model.h"
+#include "dcp/sim/simulator.h"
+
+namespace dcp::sim {
+
+class Network {
+ public:
+  // `devices` devices and `nics` network interfaces in all, priced by `cost` (which must outlive
+  // the network).
+  Network(const CostModel& cost, std::size_t devices, std::size_t nics);
+
+  // Transfer `id` (an index into the transfers step() is given) joins at `ready`.
+  void add(double ready, std::int32_t id) { pending_.push({ready, id}); }
+
+  // Moves `now` to the next event, when a transfer ends or pending ones join, and leaves in
+  // `ended` the transfers that end then, in id order (empty ones end when they join). Returns
+  // false, leaving `now`, when nothing is in flight or pending.
+  bool step(const std::vector<TransferEvent>& transfers, double& now,
+            std::vector<std::int32_t>& ended);
+
+ private:
+  // Transfers on the same two link sides progress at the same rate, so they form one class; a
+  // class's `served` counts the bytes each of its transfers has moved since the class began, and
+  // a transfer joining at served = s with b bytes ends when served reaches s + b.
+  struct LinkClass {
+    std::size_t first = 0, second = 0;  // resources
+    double served = 0;
+    double rate = 0;  // bytes/s per transfer
+    double cap = 0;   // the most one message reaches (the stream bandwidth)
+    // Transfers in flight per message (a launch's transfers from one device to another): the
+    // stream bandwidth caps a message, however many values it carries.
+    // (message, transfers): few at a time, so a list.
+    std::vector<std::pair<std::int64_t, std::int32_t>> messages;
+    void add_message(std::int64_t message) {
+      for (auto& [key, count] : messages) {
+        if (key == message) {
+          ++count;
+          return;
+        }
+      }
+      messages.emplace_back(message, 1);
+    }
+    void remove_message(std::int64_t message) {
+      for (std::size_t i = 0; i < messages.size(); ++i) {
+        if (messages[i].first != message) continue;
+        if (--messages[i].second == 0) {
+          messages[i] = messages.back();
+          messages.pop_back();
+        }
+        return;
+      }
+    }
+    std::priority_queue<std::pair<double, std::int32_t>,
+                        std::vector<std::pair<double, std::int32_t>>, std::greater<>>
+        ends;  // (served level at which it ends, transfer)
+  };
+
+  // The message a transfer travels in: its sender's launch instruction and its two devices.
+  std::int64_t message_of(const TransferEvent& transfer) const;
+  std::size_t class_of(const TransferEvent& transfer);
+  // Max-min fair rates by progressive filling over the classes with transfers in flight, each
+  // transfer at most its class's cap.
+  void allocate();
+
+  const CostModel& cost_;
+  std::size_t devices_ = 0;
+  std::size_t nics_ = 0;          // network interfaces of all nodes
+  std::vector<double> capacity_;  // per link side: device sends, device receives, NIC sends, NIC
+                                  // receives
+  std::priority_queue<std::pair<double, std::int32_t>, std::vector<std::pair<double, std::int32_t>>,
+                      std::greater<>>
+      pending_;  // (ready, transfer)
+  std::vector<LinkClass> classes_;
+  std::vector<std::size_t> active_;  // the classes with transfers in flight, in index order
+  std::vector<double> scratch_capacity_, scratch_load_;  // allocate()'s, kept between calls
+  struct OpenClass {
+    std::size_t index, first, second;
+    double transfers, cap;
+  };
+  std::vector<OpenClass> scratch_open_;
+  std::vector<std::size_t> scratch_used_;
+  MessageLinkBytes link_bytes_;            // a message's transfers join the network together
+  std::vector<std::int32_t> class_index_;  // per (resource, resource); -1: none yet
+};
+
+}  // namespace dcp::sim

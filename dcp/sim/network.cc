@@ -8,12 +8,9 @@
 namespace dcp::sim {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNoEvent = std::numeric_limits<double>::infinity();
 
-template <typename T>
-std::size_t at(T index) {
-  return static_cast<std::size_t>(index);
-}
+std::size_t index_of(std::int32_t id) { return static_cast<std::size_t>(id); }
 
 }  // namespace
 
@@ -27,7 +24,7 @@ Network::Network(const CostModel& cost, std::size_t devices, std::size_t nics)
 
 bool Network::step(const std::vector<TransferEvent>& transfers, double& now,
                    std::vector<std::int32_t>& ended) {
-  double next = pending_.empty() ? kInf : pending_.top().first;
+  double next = pending_.empty() ? kNoEvent : pending_.top().first;
   std::size_t ending = classes_.size();
   for (const std::size_t c : active_) {
     const LinkClass& link = classes_[c];
@@ -38,7 +35,7 @@ bool Network::step(const std::vector<TransferEvent>& transfers, double& now,
       ending = c;
     }
   }
-  if (next == kInf) return false;
+  if (next == kNoEvent) return false;
   const double elapsed = next - now;
   now = next;
   // Transfers that end now: the class that set `next`, and any within rounding of it (each
@@ -50,7 +47,7 @@ bool Network::step(const std::vector<TransferEvent>& transfers, double& now,
     while (!link.ends.empty() && (c == ending || link.ends.top().first - link.served <=
                                                      1e-9 * link.ends.top().first + 1e-6)) {
       ended.push_back(link.ends.top().second);
-      link.remove_message(message_of(transfers[at(link.ends.top().second)]));
+      link.remove_message(message_of(transfers[index_of(link.ends.top().second)]));
       link.ends.pop();
       if (c == ending) ending = classes_.size();  // only its first is forced
     }
@@ -59,7 +56,7 @@ bool Network::step(const std::vector<TransferEvent>& transfers, double& now,
   while (!pending_.empty() && pending_.top().first <= now) {
     const std::int32_t id = pending_.top().second;
     pending_.pop();
-    const TransferEvent& transfer = transfers[at(id)];
+    const TransferEvent& transfer = transfers[index_of(id)];
     if (transfer.bytes == 0) {
       ended.push_back(id);
       continue;
@@ -86,11 +83,11 @@ std::size_t Network::class_of(const TransferEvent& transfer) {
   const std::size_t devices = devices_;
   std::size_t a = 0, b = 0;
   if (transfer.inter_node) {
-    a = 2 * devices + at(cost_.spec().nic_of(transfer.src));
-    b = 2 * devices + nics_ + at(cost_.spec().nic_of(transfer.dst));
+    a = 2 * devices + index_of(cost_.spec().nic_of(transfer.src));
+    b = 2 * devices + nics_ + index_of(cost_.spec().nic_of(transfer.dst));
   } else {
-    a = at(transfer.src);
-    b = devices + at(transfer.dst);
+    a = index_of(transfer.src);
+    b = devices + index_of(transfer.dst);
   }
   std::int32_t& index = class_index_[a * capacity_.size() + b];
   if (index < 0) {
@@ -128,7 +125,7 @@ void Network::allocate() {
   }
   while (!open.empty()) {
     std::size_t bottleneck = 0;
-    double share = kInf;
+    double share = std::numeric_limits<double>::infinity();
     for (const std::size_t r : used) {
       if (load[r] > 0 && capacity[r] / load[r] < share) {
         share = capacity[r] / load[r];

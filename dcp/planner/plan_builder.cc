@@ -234,6 +234,17 @@ bool sends_partials(const Plan& plan) {
   return false;
 }
 
+// Whether the batch's (first) longest sequence leaves at least kDenseSequenceDensity of its pairs.
+bool longest_is_dense(const Workload& workload) {
+  const SequenceBatch& batch = workload.batch();
+  for (SeqIndex seq = 0; seq < batch.size(); ++seq) {
+    if (batch.length(seq) == batch.max_length()) {
+      return workload.density(seq) >= kDenseSequenceDensity;
+    }
+  }
+  return false;
+}
+
 // dcp's own plan: on the workload's blocks, or the fastest under the simulator of those at
 // options.block_sizes (`own` then holds its simulated times).
 BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
@@ -249,6 +260,11 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
   }
   const bool structured = options.structured_layouts && options.kept_kv_budget == kKeepAllKv &&
                           dominated_by_one_sequence(workload.batch());
+  if (structured && longest_is_dense(workload) &&
+      std::any_of(sizes.begin(), sizes.end(),
+                  [](TokenCount size) { return size >= kDenseMinBlockSize; })) {
+    std::erase_if(sizes, [](TokenCount size) { return size < kDenseMinBlockSize; });
+  }
   const DType storage = workload.shape().dtype;
   std::optional<BuiltPlan> best;
   std::vector<OwnCandidate> tried;

@@ -115,6 +115,13 @@ inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::k
 // 8) and the partition places the short ones better (no such batch kept a structured candidate).
 inline constexpr std::int32_t kStructuredMaxSequences = 8;
 bool dominated_by_one_sequence(const SequenceBatch& batch);
+// Where the structured candidates run and the dominant sequence's mask leaves at least
+// kDenseSequenceDensity of its L x L pairs (a causal mask leaves about half), dcp's partition is
+// not tried at block sizes below kDenseMinBlockSize, as long as a size of at least that is left:
+// at 1024-token blocks it was never dcp's fastest plan on such batches (a100-p4de and h100-dgx;
+// docs/block_model.md), and it has the most work units to place, schedule and compile.
+inline constexpr double kDenseSequenceDensity = 0.45;
+inline constexpr TokenCount kDenseMinBlockSize = 2048;
 struct PlanSelection {
   std::vector<PlanCandidate> candidates;  // empty unless the strategy is kDcp
   std::string kept = "dcp";               // the candidate's strategy

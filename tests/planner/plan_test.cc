@@ -183,6 +183,29 @@ TEST(PlanBuilder, StructuredCandidatesWhereOneSequenceDominates) {
   EXPECT_EQ(build_plan(workload, options).own_candidates.size(), 2u);
 }
 
+// Where one sequence dominates under a mask as dense as causal, the partition at blocks below
+// kDenseMinBlockSize is not tried when a larger size is; under a sparse mask it is.
+TEST(PlanBuilder, NoFineBlocksWhereOneDenseSequenceDominates) {
+  const SequenceBatch batch({2500, 300});
+  PlanOptions options = options_for(Strategy::kDcpPure, {2, 4});
+  options.block_sizes = {1024, kDenseMinBlockSize};
+  const auto sizes = [&](MaskKind kind) {
+    std::vector<std::string> tried;
+    for (const OwnCandidate& c : build_plan(make(batch, kind, 8, 2), options).own_candidates) {
+      tried.push_back(c.layout == "partition" ? std::to_string(c.block_size) : c.layout);
+    }
+    return tried;
+  };
+  const std::string dense = std::to_string(kDenseMinBlockSize);
+  EXPECT_EQ(sizes(MaskKind::kCausal), (std::vector<std::string>{dense, "hybrid", "loongtrain"}));
+  EXPECT_EQ(sizes(MaskKind::kLambda),
+            (std::vector<std::string>{"1024", dense, "hybrid", "loongtrain"}));
+  // Only fine sizes asked for: they are tried.
+  options.block_sizes = {512, 1024};
+  EXPECT_EQ(sizes(MaskKind::kCausal),
+            (std::vector<std::string>{"512", "1024", "hybrid", "loongtrain"}));
+}
+
 // Where converting partials costs more than their bytes (slow kernels to launch, fast links), dcp
 // also tries its fastest plan with partials in fp32 and keeps that if it is faster; a dtype asked
 // for is kept as asked, and fast conversions are not worth a retry.

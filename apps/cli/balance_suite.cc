@@ -36,6 +36,7 @@ std::vector<BalanceSample> run_balance_suite(const BalanceOptions& options,
       plan_options.seed = options.seed;
       plan_options.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
       plan_options.placement.eps_compute = options.balances[i];
+      plan_options.retry_tighter_balance = false;  // each balance as it is
       const PlanFigures figures = plan_figures(build_plan(workload, plan_options), options.cluster);
       BalanceSample& sample = samples[j * per_job + i];
       sample.dataset = std::string(to_string(options.datasets[job.dataset]));

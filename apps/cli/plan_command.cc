@@ -162,8 +162,14 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
         dtype.append(" (").append(to_string(c.partial_dtype)).append(" partials)");
       }
       if (c.layout == "partition") {
-        std::snprintf(line, sizeof(line), " %lld%s %.3f", static_cast<long long>(c.block_size),
-                      dtype.c_str(), c.seconds() * 1e3);
+        std::string balance;
+        if (c.tighter_balance) {
+          char text[32];
+          std::snprintf(text, sizeof(text), " at balance %.2g", 1 + kRetryEpsCompute);
+          balance = text;
+        }
+        std::snprintf(line, sizeof(line), " %lld%s%s %.3f", static_cast<long long>(c.block_size),
+                      balance.c_str(), dtype.c_str(), c.seconds() * 1e3);
       } else {
         std::snprintf(line, sizeof(line), " %s layout%s %.3f", c.layout.c_str(), dtype.c_str(),
                       c.seconds() * 1e3);

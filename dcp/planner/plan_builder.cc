@@ -302,7 +302,16 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       if (size == sizes.back() && !best) throw;
       continue;
     }
-    consider(build_one(*cut, options), {"partition", size, storage, 0, 0});
+    consider(build_one(*cut, options), {"partition", size, storage, false, 0, 0});
+  }
+  if (best && options.retry_tighter_balance && options.placement.eps_compute > kRetryEpsCompute) {
+    const TokenCount size = tried[kept_index].block_size;
+    PlanOptions tighter = options;
+    tighter.placement.eps_compute = kRetryEpsCompute;
+    BuiltPlan built = build_one(reblocked(workload, size), tighter);
+    if (built.placement_within_bounds) {
+      consider(std::move(built), {"partition", size, storage, true, 0, 0});
+    }
   }
   if (structured) {
     for (const Strategy layout : kStructuredLayouts) {
@@ -312,7 +321,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       } catch (const InvalidInput&) {
         continue;  // the layout cannot run on the cluster (e.g. hybrid with too few heads)
       }
-      consider(std::move(*built), {std::string(to_string(layout)), 0, storage, 0, 0});
+      consider(std::move(*built), {std::string(to_string(layout)), 0, storage, false, 0, 0});
     }
   }
   // Narrow partials halve their bytes but cost a conversion kernel on each side of every launch

@@ -40,6 +40,10 @@ struct PlanOptions {
   // of kStructuredLayouts (OwnCandidate) and keeps the fastest of all its plans. They keep every kv
   // value read, so only with kept_kv_budget kKeepAllKv.
   bool structured_layouts = true;
+  // dcp, dcp-pure with block_sizes given: the fastest partition is placed again at
+  // kRetryEpsCompute where placement.eps_compute is looser, and kept if faster (false: every
+  // partition at placement.eps_compute, as the balance suite measures it).
+  bool retry_tighter_balance = true;
   // dcp only: the kv bytes per device kept from the forward pass for the backward pass
   // (kept_values.h): kKeepAllKv, kKeepNoKv or a budget. Static strategies keep nothing (the
   // systems they stand for receive kv again in the backward pass).
@@ -99,6 +103,9 @@ struct OwnCandidate {
   std::string layout = "partition";    // "partition", or the static strategy whose layout it runs
   TokenCount block_size = 0;           // partition: its block size
   DType partial_dtype = DType::kBf16;  // what its partials travel in
+  // partition: placed at kRetryEpsCompute (the fastest partition's block size again, at the
+  // tighter compute balance), not at PlacementOptions::eps_compute.
+  bool tighter_balance = false;
   double forward_seconds = 0;
   double backward_seconds = 0;
   double seconds() const { return forward_seconds + backward_seconds; }
@@ -107,6 +114,12 @@ struct OwnCandidate {
 // in a pass, its busiest device's conversions of partials take at least this share of its
 // simulated time, and longer than the transfers on that pass's critical path.
 inline constexpr double kFp32PartialsMinGain = 0.01;
+// dcp's fastest partition is placed again at this compute balance (device compute <= 1.1 x the
+// mean) where PlacementOptions::eps_compute allows more, and kept if it is faster and within its
+// bounds: the default balance lets the partitioner keep a sequence's rows together and move fewer
+// bytes, which wins on most batches, but on some the tighter balance is the faster step
+// (docs/partitioner.md).
+inline constexpr double kRetryEpsCompute = 0.1;
 inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::kLoongTrain};
 // One sequence holds at least half of the batch's tokens, and there are at most
 // kStructuredMaxSequences: a ring layout cuts every sequence into two chunks per device, so with

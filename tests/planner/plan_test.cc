@@ -135,6 +135,7 @@ TEST(PlanBuilder, StructuredCandidatesWhereOneSequenceDominates) {
   const Workload workload = make(SequenceBatch({900, 120, 40}), MaskKind::kCausal, 8, 2);
   PlanOptions options = options_for(Strategy::kDcpPure, {2, 4});
   options.block_sizes = {256, 512};
+  options.placement.eps_compute = kRetryEpsCompute;  // no retry at a tighter balance
   const BuiltPlan built = build_plan(workload, options);
   ASSERT_EQ(built.own_candidates.size(), 4u);
   EXPECT_EQ(built.own_candidates[0].block_size, 256);
@@ -189,6 +190,7 @@ TEST(PlanBuilder, NoFineBlocksWhereOneDenseSequenceDominates) {
   const SequenceBatch batch({2500, 300});
   PlanOptions options = options_for(Strategy::kDcpPure, {2, 4});
   options.block_sizes = {1024, kDenseMinBlockSize};
+  options.placement.eps_compute = kRetryEpsCompute;  // no retry at a tighter balance
   const auto sizes = [&](MaskKind kind) {
     std::vector<std::string> tried;
     for (const OwnCandidate& c : build_plan(make(batch, kind, 8, 2), options).own_candidates) {
@@ -438,6 +440,7 @@ TEST(PlanBuilder, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
   // 2048 and 4096 both collapse to 1024, the next power of two above the longest sequence.
   options.block_sizes = {128, 2048, 64, 4096};
   options.structured_layouts = false;  // (one sequence holds most tokens: see the next test)
+  options.placement.eps_compute = kRetryEpsCompute;  // no retry (the test after the next)
   const BuiltPlan swept = build_plan(workload, options);
   ASSERT_EQ(swept.own_candidates.size(), 3u);
   EXPECT_EQ(swept.own_candidates[0].block_size, 128);
@@ -470,6 +473,39 @@ TEST(PlanBuilder, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
   } catch (const InvalidInput& e) {
     EXPECT_NE(std::string(e.what()).find("block size 0"), std::string::npos) << e.what();
   }
+}
+
+// dcp's fastest partition is placed again at the tighter balance kRetryEpsCompute: the retry is
+// listed after the block sizes, at the fastest one's size; the kept plan is the fastest of all and
+// the very plan dcp builds at that size and balance alone. A balance already that tight or
+// tighter is not retried (a retry must not break the bound asked for).
+TEST(PlanBuilder, RetriesItsFastestPartitionAtATighterBalance) {
+  const Workload workload =
+      make(SequenceBatch({400, 350, 300, 250, 200, 90, 5}), MaskKind::kCausal, 8, 2);
+  PlanOptions options = options_for(Strategy::kDcpPure, {2, 2});
+  options.block_sizes = {64, 128};
+  ASSERT_GT(options.placement.eps_compute, kRetryEpsCompute);
+  const BuiltPlan built = build_plan(workload, options);
+  ASSERT_GE(built.own_candidates.size(), 2u);
+  const auto& tried = built.own_candidates;
+  const TokenCount fastest_size =
+      tried[0].seconds() <= tried[1].seconds() ? tried[0].block_size : tried[1].block_size;
+  ASSERT_EQ(tried.size(), 3u) << "the retry was outside its bounds";
+  EXPECT_TRUE(tried[2].tighter_balance);
+  EXPECT_EQ(tried[2].block_size, fastest_size);
+  const auto kept = std::min_element(tried.begin(), tried.end(), [](const auto& a, const auto& b) {
+    return a.seconds() < b.seconds();
+  });
+  EXPECT_DOUBLE_EQ(sim::simulate(built.plan, options.cluster).seconds(), kept->seconds());
+  PlanOptions alone = options;
+  alone.block_sizes.clear();
+  if (kept->tighter_balance) alone.placement.eps_compute = kRetryEpsCompute;
+  const Workload cut(workload.shape(), workload.batch(),
+                     build_batch_mask(small_spec(MaskKind::kCausal), workload.batch()),
+                     kept->block_size, 1);
+  EXPECT_EQ(serialize_plan(build_plan(cut, alone).plan), serialize_plan(built.plan));
+  options.placement.eps_compute = kRetryEpsCompute;
+  EXPECT_EQ(build_plan(workload, options).own_candidates.size(), 2u);
 }
 
 TEST(PlanBuilder, DcpKeepsTheFastestOfItsOwnAndTheStaticPlansUnderTheSimulator) {

@@ -64,7 +64,7 @@ class NullDevice:
     def _count(self, *args):
         self.calls += 1
 
-    load = store = copy_run = attention = merge = add = copy_kept = memory_run = _count
+    load = store = copy_run = attention = merge = add = memory_run = _count
     convert_partials = _count
 
 

@@ -196,9 +196,11 @@ struct Free {
   friend bool operator==(const Free&, const Free&) = default;
 };
 
-// Forward only: copies the kv value (block, head_block) that `slot` holds into this device's kept
+// Forward only: the kv value (block, head_block) that `slot` holds goes into this device's kept
 // tensor, at its place in Program::kept, for the backward pass (which then need not receive it
-// again). Every value of Program::kept is kept exactly once.
+// again). Every value of Program::kept is kept exactly once. It costs nothing: executors receive
+// a kept value straight into the kept tensor (runtime/lowering.h), which the verifier allows
+// since only received values are kept.
 struct Keep {
   SlotId slot = 0;
   BlockId block = 0;
@@ -206,8 +208,9 @@ struct Keep {
   friend bool operator==(const Keep&, const Keep&) = default;
 };
 
-// Backward only: copies the value (block, head_block) of Program::kept from the kept tensor the
-// forward pass filled into `slot`, like a Load of a block this device does not own.
+// Backward only: `slot` holds the value (block, head_block) of Program::kept from the kept tensor
+// the forward pass filled, like a Load of a block this device does not own. It costs nothing:
+// executors read the value in the kept tensor while the slot holds it.
 struct Restore {
   SlotId slot = 0;
   BlockId block = 0;
@@ -222,7 +225,8 @@ std::string_view opcode_name(const Instruction& instruction);
 // --- Program and Plan ------------------------------------------------------------------------
 
 // A value received in the forward pass that this device keeps for the backward pass (kKV only).
-// Its bytes lie in the device's kept tensor in Program::kept order, each value_bytes long.
+// Its bytes lie in the device's kept tensor in Program::kept order (each at the place the lowering
+// gives, runtime/lowering.h).
 struct KeptValue {
   SlotKind kind = SlotKind::kKV;
   BlockId block = 0;

@@ -31,8 +31,11 @@ struct PassTensors {
   std::byte* out_q = nullptr;       // forward: o; backward: dq
   std::byte* out_k = nullptr;       // backward: dk
   std::byte* out_v = nullptr;       // backward: dv
-  std::byte* kept_out = nullptr;    // forward: the kept tensor (LoweredPass::kept_bytes)
-  const std::byte* kept = nullptr;  // backward: the kept tensor its forward filled
+  // The kept tensor (LoweredPass::kept_bytes): the forward pass receives into kept_out, the
+  // backward pass reads kept (what its forward filled). Attention entries with kEntryKvKept read
+  // their kv value there.
+  std::byte* kept_out = nullptr;
+  const std::byte* kept = nullptr;
 };
 
 class Device {
@@ -67,11 +70,9 @@ class Device {
   virtual void attention(const AttentionCall& call) = 0;  // of the pass begun
   virtual void merge(const MergeCall& call) = 0;
   virtual void sum(const SumCall& call) = 0;
-  // A Keep (forward: slot to kept tensor) or Restore (backward: kept tensor to slot).
-  virtual void copy_kept(const KeptCall& call) = 0;
-  // A run of Merges, Sums, Keeps or Restores (LoweredPass::memory_runs); `calls` are its
-  // instructions' lowered calls, Frees among them. By default one merge, sum or copy_kept each;
-  // a GPU device runs the run's rows of memory_rows as one launch.
+  // A run of Merges or Sums (LoweredPass::memory_runs); `calls` are its instructions' lowered
+  // calls, Frees, Keeps and Restores among them (NoCalls). By default one merge or sum each; a
+  // GPU device runs the run's rows of memory_rows as one launch.
   virtual void memory_run(const MemoryRun& run, std::span<const LoweredCall> calls) {
     (void)run;
     for (const LoweredCall& call : calls) {
@@ -79,8 +80,6 @@ class Device {
         merge(*merge_call);
       } else if (const auto* sum_call = std::get_if<SumCall>(&call)) {
         sum(*sum_call);
-      } else if (const auto* kept = std::get_if<KeptCall>(&call)) {
-        copy_kept(*kept);
       }
     }
   }

@@ -140,6 +140,16 @@ float Executor::scale(double softmax_scale) const {
   return static_cast<float>(softmax_scale > 0 ? softmax_scale : header_.softmax_scale);
 }
 
+namespace {
+
+// Forgets the kept tensor however the pass ends.
+struct KeptEnd {
+  std::span<std::byte>& kept;
+  ~KeptEnd() { kept = {}; }
+};
+
+}  // namespace
+
 void Executor::forward(std::span<const std::byte> q, std::span<const std::byte> k,
                        std::span<const std::byte> v, std::span<std::byte> o, std::span<float> lse,
                        double softmax_scale, std::span<std::byte> kept) {
@@ -159,6 +169,8 @@ void Executor::forward(std::span<const std::byte> q, std::span<const std::byte> 
   tensors.out_q = o.data();
   tensors.lse_out = lse.data();
   tensors.kept_out = kept.data();
+  kept_ = kept;
+  const KeptEnd kept_end{kept_};
   run(forward_, tensors, scale(softmax_scale));
 }
 
@@ -191,6 +203,9 @@ void Executor::backward(std::span<const std::byte> q, std::span<const std::byte>
   tensors.out_q = dq.data();
   tensors.out_k = dk.data();
   tensors.out_v = dv.data();
+  // Only sent from: the lowering never receives into the kept tensor in the backward pass.
+  kept_ = std::span<std::byte>(const_cast<std::byte*>(kept.data()), kept.size());
+  const KeptEnd kept_end{kept_};
   run(backward_, tensors, scale(softmax_scale));
 }
 
@@ -228,7 +243,7 @@ void Executor::run(PassState& state, const PassTensors& tensors, float softmax_s
     const std::int32_t span = state.lowered.span_starting[i];
     const std::int32_t memory = state.lowered.memory_run_starting[i];
     try {
-      if (memory >= 0) {  // Merges, Sums, Keeps or Restores: one call for the run
+      if (memory >= 0) {  // Merges or Sums: one call for the run
         const MemoryRun& run = state.lowered.memory_runs[to_size(memory)];
         next = to_size(run.end);
         device_.memory_run(run, calls.subspan(i, next - i));
@@ -267,8 +282,7 @@ void Executor::run(PassState& state, const PassTensors& tensors, float softmax_s
     } else if (std::holds_alternative<WaitCall>(lowered)) {
       profile.wait_seconds += seconds;
     } else if (std::holds_alternative<LoadCall>(lowered) ||
-               std::holds_alternative<StoreCall>(lowered) ||
-               std::holds_alternative<KeptCall>(lowered)) {
+               std::holds_alternative<StoreCall>(lowered)) {
       profile.copy_seconds += seconds;
     }
   }
@@ -297,8 +311,6 @@ void Executor::call(PassState& state, const LoweredCall& lowered) {
           device_.merge(call);
         } else if constexpr (std::is_same_v<Call, SumCall>) {
           device_.sum(call);
-        } else if constexpr (std::is_same_v<Call, KeptCall>) {
-          device_.copy_kept(call);
         } else {
           static_assert(std::is_same_v<Call, NoCall>);
         }
@@ -313,7 +325,7 @@ void Executor::launch(PassState& state, const LaunchCall& launch) {
   for (const TransferCall& transfer : launch.transfers) {
     comm::TransferOp op;
     op.peer = transfer.peer;
-    op.data = state.arena.data() + transfer.offset;
+    op.data = (transfer.kept ? kept_.data() : state.arena.data()) + transfer.offset;
     op.bytes = to_size(transfer.bytes);
     op.kind = transfer.send ? comm::TransferOp::Kind::kSend : comm::TransferOp::Kind::kRecv;
     (transfer.send ? state.profile.bytes_sent : state.profile.bytes_received) += transfer.bytes;

@@ -131,15 +131,6 @@ class HostDevice final : public Device {
     }
   }
 
-  void copy_kept(const KeptCall& call) override {
-    const auto bytes = static_cast<std::size_t>(call.bytes);
-    if (call.keep) {
-      std::memcpy(t_.kept_out + call.kept_offset, arena_ + call.slot_offset, bytes);
-    } else {
-      std::memcpy(arena_ + call.slot_offset, t_.kept + call.kept_offset, bytes);
-    }
-  }
-
   void convert_partial(const WireCall& call) override {
     auto* slot = reinterpret_cast<float*>(arena_ + call.slot_offset);
     std::byte* wire = arena_ + call.wire_offset;
@@ -222,6 +213,12 @@ class HostDevice final : public Device {
     return members;
   }
 
+  // An entry's kv value: in its slot, or in the kept tensor (kEntryKvKept).
+  const std::byte* kv_of(const std::int64_t* e) const {
+    if (e[kEntryKvKept] == 0) return arena_ + e[kEntryKv];
+    return (pass_ == forward_ ? t_.kept_out : t_.kept) + e[kEntryKv];
+  }
+
   // One kernel row per q group (groups write distinct outputs), one call per instruction.
   void forward(const AttentionCall& call) {
     const AttentionTables& t = pass_->tables;
@@ -233,7 +230,7 @@ class HostDevice final : public Device {
       const std::size_t first = tiles.size();
       for (std::int64_t m = group[kGroupBegin]; m < group[kGroupEnd]; ++m) {
         const std::int64_t* e = t.entry(to_size(t.members[to_size(m)]));
-        std::byte* kv = arena_ + e[kEntryKv];
+        const std::byte* kv = kv_of(e);
         kernels::ForwardTile tile;
         tile.k = kv;
         tile.v = kv + kv_part(e[kEntryKvTokens]) * element_;
@@ -287,7 +284,7 @@ class HostDevice final : public Device {
           if (std::find(in_call.begin(), in_call.end(), kv_group) != in_call.end()) break;
           const std::int64_t* dkv_group = t.kv_group(to_size(kv_group));
           const std::size_t kv_value = kv_part(e[kEntryKvTokens]);
-          std::byte* kv = arena_ + e[kEntryKv];
+          const std::byte* kv = kv_of(e);
           auto* dkv = reinterpret_cast<float*>(arena_ + dkv_group[kGroupOut]);
           const std::size_t local_group = to_size(kv_group - call.kv_group_begin);
           kernels::BackwardTile tile;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -15,14 +16,16 @@ namespace {
 
 std::size_t to_size(std::int64_t value) { return static_cast<std::size_t>(value); }
 
-// Walks the instructions keeping, per slot, the tokens of the value it holds (-1: none), and
-// lowers each instruction against that state.
+// Walks the instructions keeping, per slot, the tokens of the value it holds (-1: none) and where
+// that value lies (the slot, or its place in the kept tensor), and lowers each instruction against
+// that state.
 class Lowerer {
  public:
   Lowerer(const PlanHeader& header, const Program& program, const LocalLayout& layout)
       : header_(header),
         program_(program),
         tokens_(program.slots.size(), -1),
+        kept_places_(program.slots.size(), -1),
         wire_offsets_(program.slots.size(), -1),
         converts_(partial_conversions(header, program)) {
     for (std::size_t i = 0; i < layout.blocks.size(); ++i) {
@@ -36,7 +39,7 @@ class Lowerer {
     }
     for (const KeptValue& kept : program.kept) {
       kept_offsets_.push_back(out_.kept_bytes);
-      out_.kept_bytes += value_bytes(header, kept.kind, block(kept.block).tokens);
+      out_.kept_bytes += aligned(value_bytes(header, kept.kind, block(kept.block).tokens));
     }
     AttentionTables& t = out_.tables;
     for (const TileMask& mask : program.masks) {
@@ -48,6 +51,7 @@ class Lowerer {
   }
 
   LoweredPass run() {
+    find_kept_receives();
     for (std::size_t i = 0; i < program_.instructions.size(); ++i) {
       instruction_ = i;
       try {
@@ -87,6 +91,49 @@ class Lowerer {
       out_.arena_bytes += aligned(value_bytes(header_, slot(id).kind, slot(id).tokens));
     }
     return wire;
+  }
+  // Where the value `id` holds lies: the slot's offset in the arena, or its place in the kept
+  // tensor (kept: true).
+  std::int64_t value_offset(SlotId id, bool* kept) const {
+    const std::int64_t place = kept_places_[to_size(id)];
+    *kept = place >= 0;
+    return *kept ? place : offset(id);
+  }
+  // The receives whose value the forward pass keeps: those a Keep of the same slot follows with
+  // no other write of the slot between them. They go straight to the kept tensor (a kept value is
+  // received, never loaded: the verifier's rule), so no Keep copies anything.
+  void find_kept_receives() {
+    if (program_.pass != Pass::kForward) return;
+    constexpr std::pair<std::size_t, std::size_t> kNone{SIZE_MAX, 0};
+    std::vector<std::pair<std::size_t, std::size_t>> receive(program_.slots.size(), kNone);
+    const auto wrote = [&](SlotId id) {
+      if (id >= 0 && to_size(id) < receive.size()) receive[to_size(id)] = kNone;
+    };
+    for (std::size_t i = 0; i < program_.instructions.size(); ++i) {
+      const Instruction& instruction = program_.instructions[i];
+      if (const auto* launch = std::get_if<Launch>(&instruction)) {
+        for (std::size_t k = 0; k < launch->ops.size(); ++k) {
+          const CommOp& op = launch->ops[k];
+          if (op.direction == CommOp::Direction::kRecv && op.slot >= 0 &&
+              to_size(op.slot) < receive.size()) {
+            receive[to_size(op.slot)] = {i, k};
+          }
+        }
+      } else if (const auto* load = std::get_if<Load>(&instruction)) {
+        wrote(load->slot);
+      } else if (const auto* attention = std::get_if<AttnForward>(&instruction)) {
+        for (const AttnRow& row : attention->rows) wrote(row.out);
+      } else if (const auto* keep = std::get_if<Keep>(&instruction)) {
+        if (keep->slot < 0 || to_size(keep->slot) >= receive.size()) continue;
+        const auto [launch_at, op] = receive[to_size(keep->slot)];
+        if (launch_at == SIZE_MAX) continue;  // refused when the Keep is lowered
+        const KeptValue key{SlotKind::kKV, keep->block, keep->head_block};
+        const auto it = std::lower_bound(program_.kept.begin(), program_.kept.end(), key);
+        if (it != program_.kept.end() && *it == key) {
+          kept_receives_[{launch_at, op}] = kept_offsets_[to_size(it - program_.kept.begin())];
+        }
+      }
+    }
   }
   std::int32_t tokens(SlotId id) const {
     slot(id);
@@ -160,6 +207,7 @@ class Lowerer {
       throw Error("a kQGrad load in the forward pass");
     }
     tokens_[to_size(load.slot)] = b.tokens;
+    kept_places_[to_size(load.slot)] = -1;
     return LoadCall{s.kind, offset(load.slot), local_token(load.block), b.tokens, load.head_block};
   }
 
@@ -194,7 +242,7 @@ class Lowerer {
       TransferCall transfer;
       transfer.send = op.direction == CommOp::Direction::kSend;
       transfer.peer = op.peer;
-      transfer.offset = offset(op.slot);
+      transfer.offset = value_offset(op.slot, &transfer.kept);
       transfer.bytes = op.bytes;
       if (transfer.send) {
         if (op.bytes != per_token * tokens(op.slot)) {
@@ -210,6 +258,10 @@ class Lowerer {
                       std::to_string(s.tokens) + " tokens");
         }
         tokens_[to_size(op.slot)] = static_cast<std::int32_t>(op.bytes / per_token);
+        const auto kept = kept_receives_.find({instruction_, k});
+        transfer.kept = kept != kept_receives_.end();
+        kept_places_[to_size(op.slot)] = transfer.kept ? kept->second : -1;
+        if (transfer.kept) transfer.offset = kept->second;
       }
       if (narrows_partials(header_) && is_output(s.kind)) {
         const std::int64_t elements = partial_elements(header_, s.kind, tokens(op.slot));
@@ -271,8 +323,10 @@ class Lowerer {
     for (const Group& g : groups) {
       const auto begin = static_cast<std::int64_t>(t.members.size());
       for (const std::int64_t m : g.members) t.members.push_back(first_entry + m);
+      bool kept = false;
+      const std::int64_t input = value_offset(g.input, &kept);
       table.insert(table.end(), {offset(g.out), g.tokens, g.accumulate ? 1 : 0, begin,
-                                 static_cast<std::int64_t>(t.members.size()), offset(g.input)});
+                                 static_cast<std::int64_t>(t.members.size()), input});
     }
   }
 
@@ -306,14 +360,23 @@ class Lowerer {
           kv_group = first_kv_group + static_cast<std::int64_t>(g);
           tokens_[to_size(kv.dkv)] = kv_tokens;
         }
-        t.entries.insert(t.entries.end(),
-                         {offset(row.q), offset(kv.kv), q_tokens, kv_tokens,
-                          mask_row_start(kv.mask, q_tokens, kv_tokens),
-                          first_q_group + static_cast<std::int64_t>(q_group), kv_group, 0});
+        bool kept = false;
+        const std::int64_t kv_offset = value_offset(kv.kv, &kept);
+        t.entries.insert(t.entries.end(), {offset(row.q), kv_offset, q_tokens, kv_tokens,
+                                           mask_row_start(kv.mask, q_tokens, kv_tokens),
+                                           first_q_group + static_cast<std::int64_t>(q_group),
+                                           kv_group, kept ? 1 : 0});
         q_groups[q_group].members.push_back(entry);
         ++entry;
       }
       tokens_[to_size(row.out)] = q_tokens;
+    }
+    // Outputs are written last: a row's output is never another's kv input.
+    for (const AttnRow& row : rows) {
+      kept_places_[to_size(row.out)] = -1;
+      for (const AttnKv& kv : row.kv) {
+        if (backward) kept_places_[to_size(kv.dkv)] = -1;
+      }
     }
     emit_groups(q_groups, t.q_groups, first_entry);
     emit_groups(kv_groups, t.kv_groups, first_entry);
@@ -369,18 +432,6 @@ class Lowerer {
     return kept_offsets_[to_size(it - program_.kept.begin())];
   }
 
-  // A Keep's or Restore's copy, which devices may run in 4-byte words (memory runs).
-  KeptCall kept_call(bool keep, SlotId slot, BlockId block, std::int32_t head_block,
-                     std::int32_t tokens) const {
-    const KeptCall call{keep, offset(slot), kept_offset(block, head_block),
-                        value_bytes(header_, SlotKind::kKV, tokens)};
-    if (call.bytes % 4 != 0 || call.kept_offset % 4 != 0) {
-      throw Error("a kept value of " + std::to_string(call.bytes) + " bytes at " +
-                  std::to_string(call.kept_offset) + " is not whole 4-byte words");
-    }
-    return call;
-  }
-
   LoweredCall lower(const Keep& keep) {
     if (program_.pass != Pass::kForward) throw Error("a keep in the backward pass");
     expect_kind(keep.slot, SlotKind::kKV);
@@ -390,7 +441,12 @@ class Lowerer {
                   std::to_string(tokens(keep.slot)) + " tokens, block " +
                   std::to_string(keep.block) + " has " + std::to_string(t));
     }
-    return kept_call(true, keep.slot, keep.block, keep.head_block, t);
+    if (kept_places_[to_size(keep.slot)] != kept_offset(keep.block, keep.head_block)) {
+      throw Error("slot " + std::to_string(keep.slot) + " holds no value received for kv(block " +
+                  std::to_string(keep.block) + ", head " + std::to_string(keep.head_block) +
+                  ") since its last write");
+    }
+    return NoCall{};  // received into the kept tensor already
   }
 
   LoweredCall lower(const Restore& restore) {
@@ -402,7 +458,8 @@ class Lowerer {
                   std::to_string(t) + " tokens");
     }
     tokens_[to_size(restore.slot)] = t;
-    return kept_call(false, restore.slot, restore.block, restore.head_block, t);
+    kept_places_[to_size(restore.slot)] = kept_offset(restore.block, restore.head_block);
+    return NoCall{};  // read in the kept tensor while the slot holds it
   }
 
   // The copy spans (CopySpan) and their runs: a span continues over Frees and no-op Stores while
@@ -498,14 +555,6 @@ class Lowerer {
         kind = MemoryRun::Kind::kSum;
         dst = sum->dst, src = sum->src, count = sum->elements;
         row = {dst, src, count};
-      } else if (const auto* kept = std::get_if<KeptCall>(&call)) {
-        kind = kept->keep ? MemoryRun::Kind::kKeep : MemoryRun::Kind::kRestore;
-        // A Keep writes the kept tensor and a Restore the slot; offsets into the kept tensor are
-        // kept apart from slot offsets by their sign here.
-        dst = kept->keep ? -1 - kept->kept_offset : kept->slot_offset;
-        src = kept->keep ? kept->slot_offset : -1 - kept->kept_offset;
-        count = kept->bytes;
-        row = {kept->slot_offset, kept->kept_offset, count};
       } else {
         if (!std::holds_alternative<NoCall>(call)) run = nullptr;
         continue;
@@ -542,6 +591,7 @@ class Lowerer {
     for (const SlotId id : free.slots) {
       slot(id);
       tokens_[to_size(id)] = -1;
+      kept_places_[to_size(id)] = -1;
     }
     return NoCall{};
   }
@@ -549,6 +599,9 @@ class Lowerer {
   const PlanHeader& header_;
   const Program& program_;
   std::vector<std::int32_t> tokens_;
+  std::vector<std::int64_t> kept_places_;  // per slot: its value's place in the kept tensor, or -1
+  // Receives (instruction, op) of kept values: their place in the kept tensor.
+  std::map<std::pair<std::size_t, std::size_t>, std::int64_t> kept_receives_;
   std::vector<std::int64_t> wire_offsets_;   // per slot, -1 until a partial travels through it
   std::vector<std::vector<bool>> converts_;  // partial_conversions of the Program
   std::size_t instruction_ = 0;              // the instruction being lowered

@@ -41,8 +41,11 @@ struct StoreCall {
 
 struct TransferCall {
   bool send = true;
+  // The offset is into the kept tensor, not the arena: a kv value the forward pass keeps is
+  // received straight into its place there (and sent on from it), a restored one is sent from it.
+  bool kept = false;
   std::int32_t peer = 0;
-  std::int64_t offset = 0;  // of the slot in the arena
+  std::int64_t offset = 0;  // of the slot in the arena (or of the value in the kept tensor)
   std::int64_t bytes = 0;
 };
 
@@ -92,24 +95,19 @@ struct SumCall {
   std::int64_t elements = 0;
 };
 
-// A Keep (forward: the slot's bytes into the kept tensor) or a Restore (backward: the kept
-// tensor's bytes into the slot): a plain copy of `bytes`.
-struct KeptCall {
-  bool keep = true;
-  std::int64_t slot_offset = 0;
-  std::int64_t kept_offset = 0;  // in the kept tensor (LoweredPass::kept_bytes)
-  std::int64_t bytes = 0;
-};
-
-// A Free, or a Store of no contribution (the outputs start as that value): nothing to run.
+// A Free, a Store of no contribution (the outputs start as that value), a Keep or a Restore:
+// nothing to run. A kept value is never copied: the forward pass receives it straight into its
+// place in the kept tensor, and both passes read it there (TransferCall::kept, kEntryKvKept)
+// for as long as the Program's slot holds it.
 struct NoCall {};
 
 using LoweredCall = std::variant<LoadCall, StoreCall, LaunchCall, WaitCall, AttentionCall,
-                                 MergeCall, SumCall, KeptCall, NoCall>;
+                                 MergeCall, SumCall, NoCall>;
 
 // Integer tables of a pass's attention instructions.
 //   entries   kEntryFields per entry: q_off, kv_off, q_tokens, kv_tokens, mask, q_group,
-//             kv_group, 0 (q_off: the kQ or kQGrad slot, kv_off: the kKV slot; mask: -1 for a
+//             kv_group, kv_kept (q_off: the kQ or kQGrad slot, kv_off: the kKV slot, or with
+//             kv_kept 1 the kv value's place in the kept tensor; mask: -1 for a
 //             full tile, else the row start s in mask_rows: row r's keys are
 //             [mask_intervals[2i], mask_intervals[2i + 1]) for i in [mask_rows[s + r],
 //             mask_rows[s + r + 1]); q_group, kv_group: the groups it contributes to, -1 for
@@ -121,7 +119,7 @@ using LoweredCall = std::variant<LoadCall, StoreCall, LaunchCall, WaitCall, Atte
 //             overwrite it. A group may have no members (an overwriting one writes the value of
 //             no contribution).
 //   kv_groups the same for the backward's kDKV outputs (tokens: kv tokens), all members reading
-//             the kv value at input_off.
+//             the kv value at input_off (in the kept tensor where the members' kv_kept says so).
 struct AttentionTables {
   static constexpr int kEntryFields = 8;
   static constexpr int kGroupFields = 6;
@@ -146,7 +144,8 @@ enum EntryField : int {
   kEntryKvTokens,
   kEntryMask,
   kEntryQGroup,
-  kEntryKvGroup
+  kEntryKvGroup,
+  kEntryKvKept
 };
 enum GroupField : int {
   kGroupOut = 0,
@@ -179,19 +178,18 @@ struct CopySpan {
   std::int32_t run_begin = 0, run_end = 0;  // its runs in LoweredPass::copy_runs
 };
 
-// Consecutive Merges, Sums, Keeps or Restores of one opcode and stage (Frees may lie between
-// them) that are independent: none reads or writes a slot (or, a Keep, a place of the kept tensor)
-// another of the run writes. A device may run a run as one launch. (The simulator charges one
-// kernel overhead per run of consecutive instructions of one opcode, dependent or not: its runs
-// can be longer than these.) Every such instruction is in exactly one run.
+// Consecutive Merges or Sums of one opcode and stage (Frees, Keeps and Restores may lie between
+// them) that are independent: none reads or writes a slot another of the run writes. A device may
+// run a run as one launch. (The simulator charges one kernel overhead per run of consecutive
+// instructions of one opcode, dependent or not: its runs can be longer than these.) Every Merge
+// and Sum is in exactly one run.
 struct MemoryRun {
   static constexpr int kFields = 3;  // per row of LoweredPass::memory_rows
-  enum class Kind : std::uint8_t { kMerge, kSum, kKeep, kRestore };
+  enum class Kind : std::uint8_t { kMerge, kSum };
   Kind kind = Kind::kMerge;
   std::int32_t begin = 0, end = 0;  // instructions [begin, end)
   // Rows [row_begin, row_end) of memory_rows, one per instruction in order. Merge: dst and src
-  // slot offsets, tokens; Sum: dst, src, fp32 elements; Keep and Restore: slot offset, kept
-  // offset, bytes (a multiple of 4).
+  // slot offsets, tokens; Sum: dst, src, fp32 elements.
   std::int32_t row_begin = 0, row_end = 0;
   std::int64_t max_count = 0;  // the largest row's third field (a launch's grid)
 };
@@ -200,8 +198,8 @@ struct LoweredPass {
   Pass pass = Pass::kForward;
   // The slots (slot_bytes each), then the wire buffers of the partials that travel narrower.
   std::int64_t arena_bytes = 0;
-  // The kept tensor: Program::kept's values back to back (the forward pass writes it, the
-  // backward pass reads it).
+  // The kept tensor: Program::kept's values in order, each at a multiple of kSlotAlignment (the
+  // forward pass receives them into it, the backward pass reads them there).
   std::int64_t kept_bytes = 0;
   std::vector<std::int64_t> slot_offsets;
   std::vector<LoweredCall> calls;  // one per instruction
@@ -219,7 +217,7 @@ struct LoweredPass {
   std::vector<std::int32_t> memory_run_starting;  // per instruction: the run it begins, or -1
 };
 
-// Slot offsets are multiples of this from the arena's start.
+// Slot offsets are multiples of this from the arena's start, kept values' from the kept tensor's.
 inline constexpr std::int64_t kSlotAlignment = 64;
 
 // Lowers `program` (already structurally checked) for the rank whose local tensors are `layout`.

@@ -231,21 +231,24 @@ class Simulation {
     while (state.pc < program.instructions.size()) {
       const std::size_t i = state.pc;
       const Instruction& instruction = program.instructions[i];
-      if (state.dispatched == i && !std::holds_alternative<Free>(instruction)) {
+      // Frees, Keeps and Restores run nothing (a kept value is received into the kept tensor
+      // and read there: runtime/lowering.h).
+      const bool no_call = std::holds_alternative<Free>(instruction) ||
+                           std::holds_alternative<Keep>(instruction) ||
+                           std::holds_alternative<Restore>(instruction);
+      if (state.dispatched == i && !no_call) {
         state.time += executor_.instruction_overhead;  // before the instruction can start
       }
       state.dispatched = std::max(state.dispatched, i + 1);
       const double start = state.time;
       double seconds = 0;
       bool compute = true;
-      // A load, store, merge, sum, keep or restore right after one of its kind joins its batched
-      // kernel.
+      // A load, store, merge or sum right after one of its kind joins its batched kernel.
       const bool memory =
           std::holds_alternative<Load>(instruction) || std::holds_alternative<Store>(instruction) ||
-          std::holds_alternative<Merge>(instruction) || std::holds_alternative<Sum>(instruction) ||
-          std::holds_alternative<Keep>(instruction) || std::holds_alternative<Restore>(instruction);
+          std::holds_alternative<Merge>(instruction) || std::holds_alternative<Sum>(instruction);
       if (memory && instruction.index() != state.memory_run) seconds = cost_.kernel_overhead();
-      if (!std::holds_alternative<Free>(instruction)) {
+      if (!no_call) {
         state.memory_run = memory ? instruction.index() : std::variant_npos;
       }
       if (const auto* load = std::get_if<Load>(&instruction)) {
@@ -256,11 +259,8 @@ class Simulation {
                        ? cost_.memory_seconds(slot_bytes(header_, store->kind,
                                                          tokens_of_block(program, store->block)))
                        : cost_.memory_seconds(2 * held_bytes(state, store->slot));
-      } else if (const auto* keep = std::get_if<Keep>(&instruction)) {
-        seconds += cost_.memory_seconds(2 * held_bytes(state, keep->slot));
       } else if (const auto* restore = std::get_if<Restore>(&instruction)) {
         state.slot_tokens[at(restore->slot)] = tokens_of_block(program, restore->block);
-        seconds += cost_.memory_seconds(2 * held_bytes(state, restore->slot));
       } else if (const auto* merge = std::get_if<Merge>(&instruction)) {
         seconds += cost_.memory_seconds(3 * held_bytes(state, merge->dst));
       } else if (const auto* sum = std::get_if<Sum>(&instruction)) {
@@ -302,7 +302,7 @@ class Simulation {
         ++state.pc;
         continue;
       } else {
-        compute = false;  // Free
+        compute = false;  // Free or Keep
       }
       state.time += seconds;
       if (compute) timeline.compute_seconds += seconds;

@@ -25,8 +25,9 @@ namespace {
 using Tensor = nb::ndarray<nb::c_contig>;
 
 // A Communicator whose transfers a Python object carries out: start(ops) -> group id, where ops
-// is a list of (is_send, peer, arena (0 forward, 1 backward), byte offset, bytes), and wait(group),
-// barrier(), abort(reason). Zero-byte transfers are never handed over.
+// is a list of (is_send, peer, buffer (0 the forward arena, 1 the backward arena, -1 the running
+// pass's kept tensor), byte offset, bytes), and wait(group), barrier(), abort(reason). Zero-byte
+// transfers are never handed over.
 class TransportCommunicator final : public comm::Communicator {
  public:
   TransportCommunicator(nb::object transport, std::int32_t rank, std::int32_t size)
@@ -85,9 +86,10 @@ class TransportCommunicator final : public comm::Communicator {
  private:
   std::pair<int, std::size_t> locate(const void* data, std::size_t bytes) const {
     const auto* p = static_cast<const std::byte*>(data);
-    for (const int arena : {0, 1}) {
+    for (const int arena : {0, 1, -1}) {
       const std::span<std::byte> span =
-          executor_->arena(arena == 0 ? Pass::kForward : Pass::kBackward);
+          arena == -1 ? executor_->kept_tensor()
+                      : executor_->arena(arena == 0 ? Pass::kForward : Pass::kBackward);
       if (!span.empty() && p >= span.data() && p + bytes <= span.data() + span.size()) {
         return {arena, static_cast<std::size_t>(p - span.data())};
       }
@@ -135,11 +137,11 @@ nb::dict tables_dict(const runtime::LoweredPass& pass) {
 // load/store(kind, slot offset, token, tokens, head block), copy_run(store, kind, row begin, row
 // end, max tokens) if the object has it (else a load or store per copy),
 // convert_partials(narrow, row begin, row end, max values) if it has it (else convert_partial
-// per partial), memory_run(kind 0 merge | 1 sum | 2 keep | 3 restore, row begin, row end, max
-// count) if it has it (else merge, add or copy_kept per instruction), attention(q group begin,
-// end, kv group begin, end, max q tokens, max kv tokens), merge(dst, src, tokens), add(dst, src,
-// elements), copy_kept(keep, slot, kept offset, bytes), convert_partial(narrow, slot, wire,
-// elements, tail bytes), end(). The Python object holds the tensors.
+// per partial), memory_run(kind 0 merge | 1 sum, row begin, row end, max count) if it has it
+// (else merge or add per instruction), attention(q group begin, end, kv group begin, end, max q
+// tokens, max kv tokens), merge(dst, src, tokens), add(dst, src, elements),
+// convert_partial(narrow, slot, wire, elements, tail bytes), end(). The Python object holds the
+// tensors (the kept tensor among them: entries with kv_kept read their kv value there).
 class PythonDevice final : public runtime::Device {
  public:
   explicit PythonDevice(nb::object device)
@@ -201,10 +203,6 @@ class PythonDevice final : public runtime::Device {
   }
   void sum(const runtime::SumCall& c) override {
     call("add", [&] { return std::make_tuple(c.dst, c.src, c.elements); });
-  }
-  void copy_kept(const runtime::KeptCall& c) override {
-    call("copy_kept",
-         [&] { return std::make_tuple(c.keep, c.slot_offset, c.kept_offset, c.bytes); });
   }
   void convert_partial(const runtime::WireCall& c) override {
     call("convert_partial", [&] {

@@ -425,9 +425,9 @@ def test_merge_and_add():
 
 
 @interpreted
-def test_memory_tables_run_many_merges_sums_keeps_and_restores_in_one_launch():
-    """Rows of a memory table, one launch per kind: two merges of different token counts, two
-    sums, and kv values kept into and restored from the kept tensor."""
+def test_memory_tables_run_many_merges_and_sums_in_one_launch():
+    """Rows of a memory table, one launch per kind: two merges of different token counts and two
+    sums."""
     g = torch.Generator().manual_seed(4)
     heads, head_dim = 2, 24
     layout = Arena()
@@ -437,9 +437,6 @@ def test_memory_tables_run_many_merges_sums_keeps_and_restores_in_one_launch():
         merges.append((tokens, parts, [layout.place(o, lse) for o, lse in parts]))
     sums = [(randn(g, n), randn(g, n)) for n in (300, 77)]
     sum_offs = [(layout.place(x), layout.place(y)) for x, y in sums]
-    values = [randn(g, n).to(torch.bfloat16) for n in (64, 20)]  # bytes: multiples of 4
-    value_offs = [layout.place(v) for v in values]
-    restored = [layout.reserve(v.numel() * 2) for v in values]
     arena = layout.build()
 
     def table(rows):
@@ -449,13 +446,6 @@ def test_memory_tables_run_many_merges_sums_keeps_and_restores_in_one_launch():
                   11)
     tk.add_rows(arena, table([[d, s_, x.numel()] for (d, s_), (x, _) in zip(sum_offs, sums)]),
                 300)
-    kept = torch.zeros(2 * sum(v.numel() for v in values), dtype=torch.uint8)
-    places = [0, 2 * values[0].numel()]
-    sizes = [2 * v.numel() for v in values]
-    tk.kept_rows(arena, kept, table([[o, p, b] for o, p, b in zip(value_offs, places, sizes)]),
-                 True, max(sizes))
-    tk.kept_rows(arena, kept, table([[o, p, b] for o, p, b in zip(restored, places, sizes)]),
-                 False, max(sizes))
     for tokens, ((o_a, lse_a), (o_b, lse_b)), offs in merges:
         lse = torch.logaddexp(lse_a.double(), lse_b.double())
         w_a = torch.exp(lse_a.double() - lse).T[..., None]
@@ -466,9 +456,6 @@ def test_memory_tables_run_many_merges_sums_keeps_and_restores_in_one_launch():
                      torch.float32, f"lse of {tokens} tokens")
     for (d, _), (x, y) in zip(sum_offs, sums):
         assert torch.equal(read(arena, d, torch.float32, x.numel()), x + y)
-    for v, p, r in zip(values, places, restored):
-        assert torch.equal(kept[p:p + 2 * v.numel()].view(torch.bfloat16), v)
-        assert torch.equal(read(arena, r, torch.bfloat16, v.numel()), v)
     with pytest.raises(ValueError, match=r"int64 \[n, 3\]"):
         tk.add_rows(arena, torch.zeros(1, 4, dtype=torch.int64), 1)
 
@@ -678,6 +665,77 @@ def test_attention_backward(case):
     assert (read(arena, empty_dq, torch.float32, q_tokens[0] * heads * head_dim) == 0).all()
     empty = read(arena, empty_dkv, torch.float32, 2 * kv_tokens[0] * kv_heads * head_dim)
     assert (empty == 0).all()
+
+
+def move_kv_to_kept(arena, entries, problem):
+    """Moves every other distinct kv value the entries read into a kept tensor (at 64-byte
+    multiples, as the lowering places kept values) and marks its entries kv_kept; its bytes in
+    the arena become 0xFF (NaN), so a kernel that reads the slot instead shows up."""
+    entries = entries.clone()
+    slots = entries[:, 1].clone()
+    element = torch.empty((), dtype=problem.dtype).element_size()
+    moved, size = {}, 0
+    for off in sorted(set(slots.tolist()))[::2]:
+        tokens = int(entries[slots == off][0, 3])
+        nbytes = 2 * tokens * problem.kv_heads * problem.head_dim * element
+        moved[off] = (size, nbytes)
+        size += -(-nbytes // 64) * 64
+    kept = torch.full((size + 64,), 0xFF, dtype=torch.uint8)
+    for off, (place, nbytes) in moved.items():
+        kept[place:place + nbytes] = arena[off:off + nbytes]
+        arena[off:off + nbytes] = 0xFF
+        entries[slots == off, 1] = place
+        entries[slots == off, 7] = 1
+    assert 0 < len(moved) < len(set(slots.tolist()))
+    return kept, entries
+
+
+@interpreted
+def test_attention_reads_kept_kv_values_in_the_kept_tensor():
+    """Entries marked kv_kept read their kv value in the kept tensor (where the forward pass
+    receives the values it keeps and the backward pass reads them), the others in the arena:
+    o, lse, dq, dk and dv are those of the values."""
+    dtype, head_dim, heads, kv_heads = torch.bfloat16, 64, 4, 2
+    q_tokens, kv_tokens = (23, 17), (19, 30, 9)
+    problem = Problem(11, dtype, head_dim, heads, kv_heads, q_tokens, kv_tokens,
+                      ["random", "causal", "full"])
+    layout, tables = Arena(), Tables()
+    place_forward_inputs(problem, layout, tables)
+    outs = [layout.reserve(4 * t * heads * (head_dim + 1)) for t in q_tokens]
+    groups = tables.groups([(outs[i], t, False, problem.entries_of_q(i))
+                            for i, t in enumerate(q_tokens)])
+    arena = layout.build()
+    t = tables.tensors()
+    kept, t["entries"] = move_kv_to_kept(arena, t["entries"], problem)
+    tk.attention_forward(arena, groups=groups, **t, **problem.kwargs(), max_tokens=max(q_tokens),
+                         kept=kept)
+    for i, tokens in enumerate(q_tokens):
+        o, lse = read_out(arena, outs[i], problem, tokens)
+        ref_o, ref_lse = problem.forward(i, problem.entries_of_q(i))
+        assert_close(lse, ref_lse, dtype, f"lse of q {i}")
+        assert_close(o, ref_o, dtype, f"o of q {i}")
+
+    layout, tables = Arena(), Tables()
+    place_backward_inputs(problem, layout, tables)
+    dq_offs = [layout.reserve(4 * t * heads * head_dim) for t in q_tokens]
+    dkv_offs = [layout.reserve(8 * t * kv_heads * head_dim) for t in kv_tokens]
+    q_groups = tables.groups([(dq_offs[i], t, False, problem.entries_of_q(i))
+                              for i, t in enumerate(q_tokens)])
+    kv_groups = tables.groups([(dkv_offs[j], t, False, problem.entries_of_kv(j))
+                               for j, t in enumerate(kv_tokens)])
+    arena = layout.build()
+    t = tables.tensors()
+    kept, t["entries"] = move_kv_to_kept(arena, t["entries"], problem)
+    tk.attention_backward(arena, q_groups=q_groups, kv_groups=kv_groups, **t, **problem.kwargs(),
+                          max_q_tokens=max(q_tokens), max_kv_tokens=max(kv_tokens), kept=kept)
+    dq, dk, dv = reference_gradients(problem, range(len(problem.entries)))
+    for i, tokens in enumerate(q_tokens):
+        assert_close(read(arena, dq_offs[i], torch.float32, tokens, heads, head_dim), dq[i],
+                     dtype, f"dq of q {i}")
+    for j, tokens in enumerate(kv_tokens):
+        grads = read(arena, dkv_offs[j], torch.float32, 2, tokens, kv_heads, head_dim)
+        assert_close(grads[0], dk[j], dtype, f"dk of kv {j}")
+        assert_close(grads[1], dv[j], dtype, f"dv of kv {j}")
 
 
 @interpreted

@@ -361,7 +361,7 @@ TEST(Lowering, APlannedBatchOfManySequencesNeedsFewCopyRuns) {
   }
 }
 
-// Every Merge, Sum, Keep and Restore is in exactly one memory run of its opcode and stage, whose
+// Every Merge and Sum is in exactly one memory run of its opcode and stage, whose
 // rows are its instructions' in order, and no instruction of a run touches what another writes.
 void expect_memory_runs_cover_the_memory_work(const Program& program,
                                               const runtime::LoweredPass& pass) {
@@ -392,11 +392,6 @@ void expect_memory_runs_cover_the_memory_work(const Program& program,
         EXPECT_EQ(run.kind, MemoryRun::Kind::kSum);
         want = {sum->dst, sum->src, sum->elements};
         dst = sum->dst, src = sum->src;
-      } else if (const auto* k = std::get_if<runtime::KeptCall>(&call)) {
-        EXPECT_EQ(run.kind, k->keep ? MemoryRun::Kind::kKeep : MemoryRun::Kind::kRestore);
-        want = {k->slot_offset, k->kept_offset, k->bytes};
-        dst = k->keep ? -1 - k->kept_offset : k->slot_offset;
-        src = k->keep ? k->slot_offset : -1 - k->kept_offset;
       } else {
         EXPECT_TRUE(std::holds_alternative<runtime::NoCall>(call)) << "instruction " << i;
         continue;
@@ -417,8 +412,7 @@ void expect_memory_runs_cover_the_memory_work(const Program& program,
   for (std::size_t i = 0; i < pass.calls.size(); ++i) {
     const runtime::LoweredCall& c = pass.calls[i];
     const bool memory = std::holds_alternative<runtime::MergeCall>(c) ||
-                        std::holds_alternative<runtime::SumCall>(c) ||
-                        std::holds_alternative<runtime::KeptCall>(c);
+                        std::holds_alternative<runtime::SumCall>(c);
     EXPECT_EQ(covered[i], memory ? 1 : covered[i]) << "instruction " << i;
     EXPECT_LE(covered[i], 1) << "instruction " << i;
   }
@@ -440,7 +434,7 @@ TEST(Lowering, ASpanNeverLoadsOneSlotTwice) {
   expect_copy_spans_cover_the_copies(p, pass);
 }
 
-TEST(Lowering, IndependentMergesSumsKeepsAndRestoresFormOneRunPerOpcode) {
+TEST(Lowering, IndependentMergesAndSumsFormOneRunPerOpcode) {
   const Plan sample = testing::sample_plan();
   // Device 1 forward: ... attention | Merge{4, 6} | Store, Store | Free.
   const runtime::LoweredPass pass = lower(sample, Pass::kForward, 1);
@@ -475,6 +469,106 @@ TEST(Lowering, IndependentMergesSumsKeepsAndRestoresFormOneRunPerOpcode) {
     }
   }
   EXPECT_GT(memory_work, runs);  // some runs hold several instructions
+}
+
+// A planned batch on 2 x 2 devices that keeps kv for the backward pass.
+BuiltPlan kept_kv_plan() {
+  std::vector<TokenCount> lengths = {200, 96, 64, 40};
+  const SequenceBatch batch(lengths);
+  MaskSpec causal;
+  causal.kind = MaskKind::kCausal;
+  const Workload workload(testing::runtime_shape(DType::kBf16), batch,
+                          build_batch_mask(causal, batch), 32, 1);
+  return build_plan(workload,
+                    testing::runtime_plan_options(Strategy::kDcpPure, ClusterShape{2, 2}));
+}
+
+TEST(Lowering, KeptValuesAreReceivedInPlaceAndReadThereWithoutACopy) {
+  const BuiltPlan built = kept_kv_plan();
+  std::size_t kept_total = 0;
+  for (std::int32_t device = 0; device < 4; ++device) {
+    SCOPED_TRACE("device " + std::to_string(device));
+    const Program& forward = built.plan.forward[static_cast<std::size_t>(device)];
+    const Program& backward = built.plan.backward[static_cast<std::size_t>(device)];
+    const runtime::LoweredPass fwd = lower(built.plan, Pass::kForward, device);
+    const runtime::LoweredPass bwd = lower(built.plan, Pass::kBackward, device);
+    kept_total += forward.kept.size();
+    EXPECT_EQ(fwd.kept_bytes, bwd.kept_bytes);
+    // Each kept value is received once straight into the kept tensor, at a 64-byte multiple, and
+    // the forward attention reads it there.
+    std::vector<std::int64_t> received;
+    for (const runtime::LoweredCall& call : fwd.calls) {
+      if (const auto* launch = std::get_if<runtime::LaunchCall>(&call)) {
+        for (const runtime::TransferCall& t : launch->transfers) {
+          if (!t.kept) continue;
+          EXPECT_EQ(t.offset % runtime::kSlotAlignment, 0);
+          EXPECT_LE(t.offset + t.bytes, fwd.kept_bytes);
+          if (!t.send) received.push_back(t.offset);
+        }
+      }
+    }
+    std::sort(received.begin(), received.end());
+    EXPECT_EQ(received.size(), forward.kept.size());
+    EXPECT_EQ(std::adjacent_find(received.begin(), received.end()), received.end());
+    for (std::size_t i = 0; i < forward.instructions.size(); ++i) {
+      if (std::holds_alternative<Keep>(forward.instructions[i])) {
+        EXPECT_TRUE(std::holds_alternative<runtime::NoCall>(fwd.calls[i])) << "instruction " << i;
+      }
+    }
+    // Nothing is received into the kept tensor in the backward pass; Restores run nothing.
+    std::size_t restores = 0;
+    for (std::size_t i = 0; i < backward.instructions.size(); ++i) {
+      if (std::holds_alternative<Restore>(backward.instructions[i])) {
+        ++restores;
+        EXPECT_TRUE(std::holds_alternative<runtime::NoCall>(bwd.calls[i])) << "instruction " << i;
+      }
+      if (const auto* launch = std::get_if<runtime::LaunchCall>(&bwd.calls[i])) {
+        for (const runtime::TransferCall& t : launch->transfers) EXPECT_FALSE(t.kept && !t.send);
+      }
+    }
+    // Entries reading kept values in each pass: the forward's kept receives, the backward's
+    // restores.
+    for (const runtime::LoweredPass* pass : {&fwd, &bwd}) {
+      const runtime::AttentionTables& t = pass->tables;
+      std::vector<std::int64_t> places;
+      for (std::size_t e = 0; e < t.entry_count(); ++e) {
+        const std::int64_t* entry = t.entry(e);
+        ASSERT_TRUE(entry[runtime::kEntryKvKept] == 0 || entry[runtime::kEntryKvKept] == 1);
+        if (entry[runtime::kEntryKvKept] == 1) places.push_back(entry[runtime::kEntryKv]);
+      }
+      std::sort(places.begin(), places.end());
+      places.erase(std::unique(places.begin(), places.end()), places.end());
+      if (pass == &fwd) {
+        EXPECT_TRUE(std::includes(received.begin(), received.end(), places.begin(), places.end()));
+      } else {
+        EXPECT_EQ(places.size(), restores);
+      }
+    }
+  }
+  EXPECT_GT(kept_total, 0u);  // the plan keeps kv
+}
+
+TEST(Lowering, RefusesAKeepOfAValueItDidNotReceive) {
+  const BuiltPlan built = kept_kv_plan();
+  for (std::int32_t device = 0; device < 4; ++device) {
+    Plan plan = built.plan;
+    Program& p = plan.forward[static_cast<std::size_t>(device)];
+    const auto keep = std::find_if(p.instructions.begin(), p.instructions.end(),
+                                   [](const auto& i) { return std::holds_alternative<Keep>(i); });
+    if (keep == p.instructions.end()) continue;
+    // Free the slot and load an owned kv value into it just before the Keep.
+    const Keep k = std::get<Keep>(*keep);
+    const auto at = static_cast<std::size_t>(keep - p.instructions.begin());
+    p.instructions.insert(p.instructions.begin() + static_cast<std::ptrdiff_t>(at),
+                          {Free{{k.slot}}, Load{k.slot, p.owned[0], 0}});
+    p.instruction_stage.insert(p.instruction_stage.begin() + static_cast<std::ptrdiff_t>(at), 2,
+                               p.instruction_stage[at]);
+    expect_refused(plan, Pass::kForward, device,
+                   "slot " + std::to_string(k.slot) + " holds no value received for kv(block " +
+                       std::to_string(k.block));
+    return;
+  }
+  FAIL() << "no device keeps a value";
 }
 
 TEST(Lowering, RefusesInconsistentProgramsNamingTheInstruction) {

@@ -2,12 +2,13 @@
 """The Triton device: the C++ executor's calls that touch tensors, as Triton kernel launches.
 
 The C++ executor interprets the Program and calls this object (with the GIL) once per run of
-copies (copy_run: consecutive Loads of one kind, or Stores), once per run of Merges, Sums, Keeps
-or Restores (memory_run), once per launch's partials to convert (convert_partials) and once per
+copies (copy_run: consecutive Loads of one kind, or Stores), once per run of Merges or Sums
+(memory_run), once per launch's partials to convert (convert_partials) and once per
 attention instruction; prepare() once per plan with both passes'
 attention and copy tables, begin() and end() around a pass. Every call is one kernel launch on
 the current stream (an attention backward: two, the dq and the dk/dv kernels). Runs on CUDA, or on the CPU under
-TRITON_INTERPRET=1 (how the tests check it without a GPU)."""
+TRITON_INTERPRET=1 (how the tests check it without a GPU). Keeps and Restores launch nothing: a kept
+kv value is received into the kept tensor, and the attention kernels read it there."""
 from __future__ import annotations
 
 import torch
@@ -61,7 +62,8 @@ class TritonDevice:
         t = self._tensors
         # What every attention launch of this pass shares: built once, not per instruction.
         self._shape = dict(heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
-                           dtype=t["q"].dtype, scale=scale, allow_tf32=self.allow_tf32)
+                           dtype=t["q"].dtype, scale=scale, allow_tf32=self.allow_tf32,
+                           kept=t["kept"])  # where entries with kv_kept read their kv value
         if pass_index == 0:
             t["o"].zero_()
             t["lse"].fill_(float("-inf"))
@@ -114,18 +116,16 @@ class TritonDevice:
                                   **shape)
 
     def memory_run(self, kind: int, row_begin: int, row_end: int, max_count: int) -> None:
-        """A run of Merges (kind 0), Sums (1), Keeps (2) or Restores (3): rows [row_begin,
-        row_end) of the pass's memory_rows, one launch."""
+        """A run of Merges (kind 0) or Sums (1): rows [row_begin, row_end) of the pass's
+        memory_rows, one launch."""
         arena = self.arenas[self._pass]
         rows = self._tables[self._pass]["memory_rows"][row_begin:row_end]
         if kind == 0:
             tk.merge_rows(arena, rows, self.heads, self.head_dim, max_count)
         elif kind == 1:
             tk.add_rows(arena, rows, max_count)
-        elif kind in (2, 3):
-            tk.kept_rows(arena, self._tensors["kept"], rows, kind == 2, max_count)
         else:
-            raise ValueError(f"memory run kind {kind} is not 0..3")
+            raise ValueError(f"memory run kind {kind} is not 0 or 1")
 
     def convert_partials(self, narrow: bool, row_begin: int, row_end: int,
                          max_values: int) -> None:

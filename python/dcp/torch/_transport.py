@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Moves the executor's transfers with torch.distributed point-to-point operations.
 
-The C++ executor calls start() once per Launch with (is_send, peer, arena, offset, bytes) tuples
+The C++ executor calls start() once per Launch with (is_send, peer, buffer, offset, bytes) tuples
 and wait() once per Wait; both run with the GIL held, everything else runs without it. A transfer
-is a contiguous byte slice of a pass's buffer table (arena), so gloo sends and receives in place.
+is a contiguous byte slice of a pass's buffer table (arena; buffer 0 forward, 1 backward) or of
+the running pass's kept tensor (buffer -1: a kv value the forward pass keeps is received straight
+into it), so gloo and NCCL send and receive in place.
 The n-th send from a to b matches the n-th receive on b from a (one tag), as the Program's
 Launches promise. Gloo cannot send to the own rank: such transfers are copied here, matched in
 the same order.
@@ -66,6 +68,7 @@ class TorchTransport:
         self.size = size
         self.timeout = timeout
         self.arenas: list[torch.Tensor] = []
+        self.kept: torch.Tensor | None = None  # of the pass that runs (set_kept)
         self._streams = _Streams(torch.device("cpu"))
         self._pending: dict[int, tuple[list, list[int], object]] = {}
         self._next = 0
@@ -90,13 +93,18 @@ class TorchTransport:
         self._self_sends.clear()
         self._self_recvs.clear()
 
+    def set_kept(self, kept: torch.Tensor | None) -> None:
+        """The kept tensor of the pass about to run (None once it ended)."""
+        self.kept = kept
+
     def start(self, ops: list) -> int:
         if self.failed is not None:
             raise RuntimeError(f"the transport failed earlier: {self.failed}")
         p2p = []
         peers = []
-        for is_send, peer, arena, offset, nbytes in ops:
-            view = self.arenas[arena][offset:offset + nbytes]
+        for is_send, peer, buffer, offset, nbytes in ops:
+            memory = self.kept if buffer == -1 else self.arenas[buffer]
+            view = memory[offset:offset + nbytes]
             if peer == self.rank:
                 (self._self_sends if is_send else self._self_recvs).append(view)
                 continue

@@ -137,14 +137,25 @@ def _group_row(groups, blocks_per_group, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _kv_entry(arena, entries, members, member, mask_rows, mask_intervals, rows, tokens,
+def _kv_slot(arena, kept, entry, STORAGE: tl.constexpr):
+    """The k pointer of an attention entry's kv value: its kKV slot in the arena or, kv_kept
+    (field 7), its place in the kept tensor (a multiple of 64 bytes too)."""
+    if tl.load(entry + 7) != 0:
+        k_slot = _typed(kept, _slot_offset(entry + 1), STORAGE)
+    else:
+        k_slot = _typed(arena, _slot_offset(entry + 1), STORAGE)
+    return k_slot
+
+
+@triton.jit
+def _kv_entry(arena, kept, entries, members, member, mask_rows, mask_intervals, rows, tokens,
               kv_heads, STORAGE: tl.constexpr, HEAD_DIM: tl.constexpr):
     """A q group member's kv value (k and v pointers, tokens), its mask start, the rows' first
     interval and interval counts, the largest count and the keys [lo, hi) any row attends to."""
     entry = entries + tl.load(members + member) * 8
     kv_tokens = tl.load(entry + 3).to(tl.int32)
     mask_start = tl.load(entry + 4)
-    k_slot = _typed(arena, _slot_offset(entry + 1), STORAGE)
+    k_slot = _kv_slot(arena, kept, entry, STORAGE)
     v_slot = k_slot + kv_tokens * kv_heads * HEAD_DIM
     first, count = _row_intervals(mask_rows, mask_start, rows, tokens)
     lo, hi = _key_range(mask_intervals, first, count, mask_start, kv_tokens)
@@ -314,22 +325,6 @@ def _add_kernel(arena, rows, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _kept_kernel(arena, kept, rows, KEEP: tl.constexpr, BLOCK: tl.constexpr):
-    """Per row (program_id(1)) of a memory table: slot offset, kept offset, bytes (4-byte words).
-    KEEP: the slot's bytes into the kept tensor; else the kept bytes into the slot."""
-    row = rows + tl.program_id(1) * 3
-    slot = _typed(arena, _slot_offset(row), tl.int32)
-    place = (kept + tl.load(row + 1)).to(tl.pointer_type(tl.int32))
-    words = tl.load(row + 2) // 4
-    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    inside = i < words
-    if KEEP:
-        tl.store(place + i, tl.load(slot + i, mask=inside), mask=inside)
-    else:
-        tl.store(slot + i, tl.load(place + i, mask=inside), mask=inside)
-
-
-@triton.jit
 def _convert_kernel(arena, rows, NARROW: tl.constexpr, WIRE: tl.constexpr, WIDTH: tl.constexpr,
                     BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
     """One row of a wire table per program_id(1): slot offset, wire offset, elements, tail bytes.
@@ -362,8 +357,8 @@ def _convert_kernel(arena, rows, NARROW: tl.constexpr, WIRE: tl.constexpr, WIDTH
 # --- attention --------------------------------------------------------------------------------
 
 @triton.jit(do_not_specialize=_ATTENTION_COUNTS)
-def _attention_forward_kernel(arena, entries, groups, members, mask_rows, mask_intervals, scale,
-                              heads, kv_heads, blocks_per_group, STORAGE: tl.constexpr,
+def _attention_forward_kernel(arena, kept, entries, groups, members, mask_rows, mask_intervals,
+                              scale, heads, kv_heads, blocks_per_group, STORAGE: tl.constexpr,
                               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                               PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
@@ -390,7 +385,7 @@ def _attention_forward_kernel(arena, entries, groups, members, mask_rows, mask_i
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
         for member in range(member_begin, member_end):
             k_slot, v_slot, kv_tokens, mask_start, first, count, max_count, lo, hi = _kv_entry(
-                arena, entries, members, member, mask_rows, mask_intervals, rows, tokens,
+                arena, kept, entries, members, member, mask_rows, mask_intervals, rows, tokens,
                 kv_heads, STORAGE, HEAD_DIM)
             for n0 in range(lo, hi, BLOCK_N):
                 kind = _block_kind(mask_intervals, first, count, max_count, mask_start, row_valid,
@@ -425,8 +420,8 @@ def _attention_forward_kernel(arena, entries, groups, members, mask_rows, mask_i
 
 
 @triton.jit(do_not_specialize=_ATTENTION_COUNTS)
-def _attention_dq_kernel(arena, entries, groups, members, mask_rows, mask_intervals, scale, heads,
-                         kv_heads, blocks_per_group, STORAGE: tl.constexpr,
+def _attention_dq_kernel(arena, kept, entries, groups, members, mask_rows, mask_intervals, scale,
+                         heads, kv_heads, blocks_per_group, STORAGE: tl.constexpr,
                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
                          INTERPRET: tl.constexpr):
@@ -461,7 +456,7 @@ def _attention_dq_kernel(arena, entries, groups, members, mask_rows, mask_interv
         dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
         for member in range(member_begin, member_end):
             k_slot, v_slot, kv_tokens, mask_start, first, count, max_count, lo, hi = _kv_entry(
-                arena, entries, members, member, mask_rows, mask_intervals, rows, tokens,
+                arena, kept, entries, members, member, mask_rows, mask_intervals, rows, tokens,
                 kv_heads, STORAGE, HEAD_DIM)
             for n0 in range(lo, hi, BLOCK_N):
                 kind = _block_kind(mask_intervals, first, count, max_count, mask_start, row_valid,
@@ -484,8 +479,8 @@ def _attention_dq_kernel(arena, entries, groups, members, mask_rows, mask_interv
 
 
 @triton.jit(do_not_specialize=_ATTENTION_COUNTS)
-def _attention_dkv_kernel(arena, entries, groups, members, mask_rows, mask_intervals, scale, heads,
-                          kv_heads, blocks_per_group, STORAGE: tl.constexpr,
+def _attention_dkv_kernel(arena, kept, entries, groups, members, mask_rows, mask_intervals, scale,
+                          heads, kv_heads, blocks_per_group, STORAGE: tl.constexpr,
                           HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
                           INTERPRET: tl.constexpr):
@@ -506,8 +501,7 @@ def _attention_dkv_kernel(arena, entries, groups, members, mask_rows, mask_inter
         k = tl.zeros([BLOCK_N, BLOCK_D], STORAGE)
         v = tl.zeros([BLOCK_N, BLOCK_D], STORAGE)
         if member_begin < member_end:  # all members share the kKV value
-            k_slot = _typed(arena, _slot_offset(entries + tl.load(members + member_begin) * 8 + 1),
-                            STORAGE)
+            k_slot = _kv_slot(arena, kept, entries + tl.load(members + member_begin) * 8, STORAGE)
             k = tl.load(k_slot + kv_at, mask=kv_inside, other=0.0)
             v = tl.load(k_slot + kv_tokens * kv_heads * HEAD_DIM + kv_at, mask=kv_inside,
                         other=0.0)

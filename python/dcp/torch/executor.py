@@ -153,18 +153,22 @@ class DCPExecutor:
                                " its transfers may still be in flight, so this executor is not "
                                "reused: destroy the process group and start again")
 
-    def _run(self, call, *args) -> None:
-        """Runs one pass. On CUDA a pass that fails midway may leave NCCL transfers in flight
-        into its buffer tables: they are kept alive and the executor refuses further work."""
+    def _run(self, kept: torch.Tensor, call, *args) -> None:
+        """Runs one pass whose kept tensor is `kept` (transfers of kept values are slices of it).
+        On CUDA a pass that fails midway may leave NCCL transfers in flight into its buffer
+        tables and kept tensor: they are kept alive and the executor refuses further work."""
         self._expect_usable()
+        self._transport.set_kept(kept)
         try:
             with self._on_device(), torch.no_grad():
                 call(*args)
         except Exception as error:
             if self.device.type == "cuda":
                 self._failed = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-                self._kept_after_failure = list(self._transport.arenas)
+                self._kept_after_failure = [*self._transport.arenas, kept]
             raise
+        finally:
+            self._transport.set_kept(None)
 
     def _expect_prepared(self) -> None:
         if self.plan is None:
@@ -209,7 +213,7 @@ class DCPExecutor:
         kept = torch.empty(self.kept_bytes, dtype=torch.uint8, device=self.device)
         if self._triton is not None:
             self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse, kept=kept)
-        self._run(self._core.forward, q.detach(), k.detach(), v.detach(), o, lse, kept,
+        self._run(kept, self._core.forward, q.detach(), k.detach(), v.detach(), o, lse, kept,
                   self._scale(softmax_scale))
         return o, lse, kept
 
@@ -240,7 +244,7 @@ class DCPExecutor:
         if self._triton is not None:
             self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse, do=do, dq=dq, dk=dk, dv=dv,
                                      kept=kept)
-        self._run(self._core.backward, q.detach(), k.detach(), v.detach(), o.detach(),
+        self._run(kept, self._core.backward, q.detach(), k.detach(), v.detach(), o.detach(),
                   lse.detach(), do.detach(), dq, dk, dv, kept.detach(),
                   self._scale(softmax_scale))
         return dq, dk, dv

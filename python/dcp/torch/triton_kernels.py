@@ -2,8 +2,10 @@
 """Triton kernels of the GPU path: one launch per Program instruction, or per run of copies.
 
 Every function works on one pass's buffer table (the *arena*: a 1-D uint8 tensor) and on the
-local tensors of the pass, all on one device (CUDA, or CPU under TRITON_INTERPRET=1). Slot
-offsets are byte offsets into the arena, multiples of 64.
+local tensors of the pass, all on one device (CUDA, or CPU under TRITON_INTERPRET=1); the
+attention kernels also read kv values in the pass's kept tensor (1-D uint8: the kv values the
+forward pass received and keeps for the backward pass). Slot offsets are byte offsets into the
+arena, and kept offsets into the kept tensor, multiples of 64.
 
 Value layouts inside a slot (h = q heads per head block, hk = kv heads per block, d = head dim,
 E = bytes per storage element; "storage" is the plan's dtype: fp32, bf16 or fp16):
@@ -22,8 +24,8 @@ tail bytes per partial that a launch narrows before sending or widens after rece
 launch converts a launch's partials.
 
 Memory tables (int64 [n, 3], the C++ lowering's memory_rows): a run of Merges (dst, src,
-tokens), Sums (dst, src, fp32 elements), Keeps or Restores (slot offset, kept offset, bytes), one
-launch per run; no row reads or writes what another row of its run writes.
+tokens) or Sums (dst, src, fp32 elements), one launch per run; no row reads or writes what
+another row of its run writes.
 
 Copy tables (int64 [n, 4], the C++ lowering's copy_rows): slot offset, first local token,
 tokens, head index per copy; a copy moves heads [head index x head_scale, + heads). One launch
@@ -31,8 +33,9 @@ runs a table's rows (a run of Loads of one kind, or of Stores), each row its own
 rows and heads of a local tensor.
 
 Attention tables (int64 tensors, built by the C++ lowering, dcp/runtime/lowering.h):
-  entries [E, 8]  q_off, kv_off, q_tokens, kv_tokens, mask, q_group, kv_group, 0
-                  q_off: the kQ (forward) or kQGrad (backward) slot; kv_off: the kKV slot;
+  entries [E, 8]  q_off, kv_off, q_tokens, kv_tokens, mask, q_group, kv_group, kv_kept
+                  q_off: the kQ (forward) or kQGrad (backward) slot; kv_off: the kKV slot, or
+                  with kv_kept 1 the kv value's offset in the kept tensor;
                   mask: -1 for a full tile, else the row start s in mask_rows: row r attends to
                   keys [intervals[2i], intervals[2i+1]) for i in [mask_rows[s+r], mask_rows[s+r+1])
                   (sorted, disjoint, non-empty, inside [0, kv_tokens)); a row may have none.
@@ -42,7 +45,7 @@ Attention tables (int64 tensors, built by the C++ lowering, dcp/runtime/lowering
                   one output value and the entries (members[member_begin:member_end]) that
                   contribute to it; accumulate: add to (merge into) what the output holds, else
                   overwrite it. All members of a q group share one q value; of a kv group one kv
-                  (input_off; the kernels take it from the first member).
+                  (input_off; the kernels take it, and kv_kept, from the first member).
   members [M]     entry indices
   mask_rows int32, mask_intervals int32 (pairs)
 
@@ -214,6 +217,18 @@ def _attention_launch(kernel: str, head_dim: int, dtype: torch.dtype,
 def _check_arena(arena: torch.Tensor) -> None:
     if arena.dtype != torch.uint8 or arena.dim() != 1:
         raise ValueError(f"the arena is a 1-D uint8 tensor; got {arena.dim()}-D {arena.dtype}")
+
+
+def _kept_or_arena(kept, arena: torch.Tensor) -> torch.Tensor:
+    """The tensor the kernels read kv_kept entries in: `kept`, or the arena where there is none
+    (or it is empty: no entry is kv_kept then)."""
+    _check_arena(arena)
+    if kept is None or kept.numel() == 0:
+        return arena
+    if kept.dtype != torch.uint8 or kept.dim() != 1 or kept.device != arena.device:
+        raise ValueError(f"the kept tensor is a 1-D uint8 tensor on {arena.device}; got "
+                         f"{kept.dim()}-D {kept.dtype} on {kept.device}")
+    return kept
 
 
 def _check_local(*tensors: torch.Tensor) -> None:
@@ -413,19 +428,6 @@ def add_rows(arena, rows, max_elements):
         jit._add_kernel[(triton.cdiv(max_elements, _ADD_BLOCK), n)](arena, chunk, BLOCK=_ADD_BLOCK)
 
 
-def kept_rows(arena, kept, rows, keep, max_bytes):
-    """Each row (slot offset, kept offset, bytes: 4-byte words) of a memory table, one launch:
-    keep: the slot's bytes into the kept tensor (1-D uint8); else back into the slot."""
-    _check_arena(arena)
-    _check_arena(kept)
-    n = _check_rows(rows, "memory rows", max_bytes, _MEMORY_COLUMNS)
-    if n == 0 or max_bytes == 0:
-        return
-    for chunk, n in _chunks(rows):
-        jit._kept_kernel[(triton.cdiv(max_bytes // 4, _ADD_BLOCK), n)](
-            arena, kept, chunk, KEEP=bool(keep), BLOCK=_ADD_BLOCK)
-
-
 def merge(arena, dst_off, src_off, tokens, heads, head_dim):
     """kOut at dst_off = log-sum-exp merge of the kOut values at dst_off and src_off."""
     merge_rows(arena, _one_row(arena, dst_off, src_off, tokens), heads, head_dim, tokens)
@@ -442,10 +444,11 @@ def _check_heads(heads: int, kv_heads: int) -> None:
 
 
 def attention_forward(arena, entries, groups, members, mask_rows, mask_intervals, *, heads,
-                      kv_heads, head_dim, dtype, scale, max_tokens, allow_tf32=False):
-    """Partial o, lse of every group (kOut slots) over its member entries; one launch over
-    (groups x q sub-blocks of max_tokens, heads)."""
-    _check_arena(arena)
+                      kv_heads, head_dim, dtype, scale, max_tokens, allow_tf32=False, kept=None):
+    """Partial o, lse of every group (kOut slots) over its member entries (kv values in the arena
+    or, kv_kept, in the kept tensor `kept`); one launch over (groups x q sub-blocks of
+    max_tokens, heads)."""
+    kept = _kept_or_arena(kept, arena)
     _check_tables(entries, groups, members, mask_rows, mask_intervals)
     _check_heads(heads, kv_heads)
     if groups.shape[0] == 0 or max_tokens == 0:
@@ -453,17 +456,18 @@ def attention_forward(arena, entries, groups, members, mask_rows, mask_intervals
     c, options = _attention_launch("forward", head_dim, dtype, allow_tf32)
     blocks = triton.cdiv(max_tokens, c["BLOCK_M"])
     jit._attention_forward_kernel[(groups.shape[0] * blocks, heads)](
-        arena, entries, groups, members, mask_rows, mask_intervals, float(scale), heads,
+        arena, kept, entries, groups, members, mask_rows, mask_intervals, float(scale), heads,
         kv_heads, blocks, **c, **options)
 
 
 def attention_backward(arena, entries, q_groups, kv_groups, members, mask_rows, mask_intervals, *,
                        heads, kv_heads, head_dim, dtype, scale, max_q_tokens, max_kv_tokens,
-                       allow_tf32=False):
+                       allow_tf32=False, kept=None):
     """dq of every q group (kDQ slots) and dk, dv of every kv group (kDKV slots) from kQGrad and
-    kKV inputs: two launches, the dq kernel over (q groups x q sub-blocks, heads) and the dk/dv
-    kernel over (kv groups x kv sub-blocks, kv heads)."""
-    _check_arena(arena)
+    kKV inputs (kv in the arena or, kv_kept, in the kept tensor `kept`): two launches, the dq
+    kernel over (q groups x q sub-blocks, heads) and the dk/dv kernel over (kv groups x kv
+    sub-blocks, kv heads)."""
+    kept = _kept_or_arena(kept, arena)
     _check_tables(entries, q_groups, members, mask_rows, mask_intervals)
     _check_tables(entries, kv_groups, members, mask_rows, mask_intervals)
     _check_heads(heads, kv_heads)
@@ -471,14 +475,14 @@ def attention_backward(arena, entries, q_groups, kv_groups, members, mask_rows, 
         c, options = _attention_launch("dq", head_dim, dtype, allow_tf32)
         blocks = triton.cdiv(max_q_tokens, c["BLOCK_M"])
         jit._attention_dq_kernel[(q_groups.shape[0] * blocks, heads)](
-            arena, entries, q_groups, members, mask_rows, mask_intervals, float(scale), heads,
-            kv_heads, blocks, **c, **options)
+            arena, kept, entries, q_groups, members, mask_rows, mask_intervals, float(scale),
+            heads, kv_heads, blocks, **c, **options)
     if kv_groups.shape[0] and max_kv_tokens:
         c, options = _attention_launch("dkv", head_dim, dtype, allow_tf32)
         blocks = triton.cdiv(max_kv_tokens, c["BLOCK_N"])
         jit._attention_dkv_kernel[(kv_groups.shape[0] * blocks, kv_heads)](
-            arena, entries, kv_groups, members, mask_rows, mask_intervals, float(scale), heads,
-            kv_heads, blocks, **c, **options)
+            arena, kept, entries, kv_groups, members, mask_rows, mask_intervals, float(scale),
+            heads, kv_heads, blocks, **c, **options)
 
 
 # --- ahead-of-time compilation ----------------------------------------------------------------
@@ -494,11 +498,10 @@ _RUNTIME_TYPES = {
     "_store_kv_kernel": "*u8 *i64 *{s} *{s} i32 i32 i32 i32",
     "_merge_kernel": "*u8 *i64 i32",
     "_add_kernel": "*u8 *i64",
-    "_kept_kernel": "*u8 *u8 *i64",
     "_convert_kernel": "*u8 *i64",
-    "_attention_forward_kernel": "*u8 *i64 *i64 *i64 *i32 *i32 fp32 i32 i32 i32",
-    "_attention_dq_kernel": "*u8 *i64 *i64 *i64 *i32 *i32 fp32 i32 i32 i32",
-    "_attention_dkv_kernel": "*u8 *i64 *i64 *i64 *i32 *i32 fp32 i32 i32 i32",
+    "_attention_forward_kernel": "*u8 *u8 *i64 *i64 *i64 *i32 *i32 fp32 i32 i32 i32",
+    "_attention_dq_kernel": "*u8 *u8 *i64 *i64 *i64 *i32 *i32 fp32 i32 i32 i32",
+    "_attention_dkv_kernel": "*u8 *u8 *i64 *i64 *i64 *i32 *i32 fp32 i32 i32 i32",
 }
 
 # Integer arguments the launcher sees as multiples of 16 (it then specializes them as such, which
@@ -547,8 +550,6 @@ def kernel_variants() -> list[KernelVariant]:
                                                                   allow_tf32))
         add_variant("_merge_kernel", torch.float32, copy)
     add_variant("_add_kernel", torch.float32, {"BLOCK": _ADD_BLOCK})
-    for keep in (True, False):
-        add_variant("_kept_kernel", torch.float32, {"KEEP": keep, "BLOCK": _ADD_BLOCK})
     for wire in (torch.bfloat16, torch.float16):
         for narrow in (True, False):
             add_variant("_convert_kernel", wire,

@@ -88,6 +88,9 @@ ExecutorModel reference_executor() {
   model.instruction_overhead = 20e-6;
   model.packs_messages = true;        // fused copy into one send buffer per dtype, and out again
   model.launches_whole_group = true;  // dist.all_to_all_single over the whole DCP group
+  // It has no kept tensor (its backward plan moves kv again); the plans standing in for its
+  // planner keep kv, and are priced with a copy per Keep and Restore as its handlers would run.
+  model.copies_kept = true;
   return model;
 }
 

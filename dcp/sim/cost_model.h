@@ -45,6 +45,10 @@ struct ExecutorModel {
   // A launch is one all-to-all over every device of the plan: its set-up counts every other
   // device as a peer.
   bool launches_whole_group = false;
+  // Keeps and Restores copy their value between its slot and the kept tensor (a memory kernel
+  // each, batched like the others, and an instruction). dcp's executor copies nothing: it
+  // receives a kept value into the kept tensor and reads it there (runtime/lowering.h).
+  bool copies_kept = false;
 };
 // The DCP paper's reference executor, with its constants and their sources (docs/cost_model.md).
 ExecutorModel reference_executor();

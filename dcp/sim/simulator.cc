@@ -231,11 +231,14 @@ class Simulation {
     while (state.pc < program.instructions.size()) {
       const std::size_t i = state.pc;
       const Instruction& instruction = program.instructions[i];
-      // Frees, Keeps and Restores run nothing (a kept value is received into the kept tensor
-      // and read there: runtime/lowering.h).
+      // Frees run nothing, nor do Keeps and Restores in dcp's executor (a kept value is received
+      // into the kept tensor and read there: runtime/lowering.h).
+      const bool kept_copy =
+          executor_.copies_kept && (std::holds_alternative<Keep>(instruction) ||
+                                    std::holds_alternative<Restore>(instruction));
       const bool no_call = std::holds_alternative<Free>(instruction) ||
-                           std::holds_alternative<Keep>(instruction) ||
-                           std::holds_alternative<Restore>(instruction);
+                           (!kept_copy && (std::holds_alternative<Keep>(instruction) ||
+                                           std::holds_alternative<Restore>(instruction)));
       if (state.dispatched == i && !no_call) {
         state.time += executor_.instruction_overhead;  // before the instruction can start
       }
@@ -243,10 +246,12 @@ class Simulation {
       const double start = state.time;
       double seconds = 0;
       bool compute = true;
-      // A load, store, merge or sum right after one of its kind joins its batched kernel.
-      const bool memory =
-          std::holds_alternative<Load>(instruction) || std::holds_alternative<Store>(instruction) ||
-          std::holds_alternative<Merge>(instruction) || std::holds_alternative<Sum>(instruction);
+      // A load, store, merge or sum (or a copied keep or restore) right after one of its kind
+      // joins its batched kernel.
+      const bool memory = std::holds_alternative<Load>(instruction) ||
+                          std::holds_alternative<Store>(instruction) ||
+                          std::holds_alternative<Merge>(instruction) ||
+                          std::holds_alternative<Sum>(instruction) || kept_copy;
       if (memory && instruction.index() != state.memory_run) seconds = cost_.kernel_overhead();
       if (!no_call) {
         state.memory_run = memory ? instruction.index() : std::variant_npos;
@@ -259,8 +264,14 @@ class Simulation {
                        ? cost_.memory_seconds(slot_bytes(header_, store->kind,
                                                          tokens_of_block(program, store->block)))
                        : cost_.memory_seconds(2 * held_bytes(state, store->slot));
+      } else if (const auto* keep = std::get_if<Keep>(&instruction)) {
+        if (kept_copy)
+          seconds += cost_.memory_seconds(2 * held_bytes(state, keep->slot));
+        else
+          compute = false;
       } else if (const auto* restore = std::get_if<Restore>(&instruction)) {
         state.slot_tokens[at(restore->slot)] = tokens_of_block(program, restore->block);
+        if (kept_copy) seconds += cost_.memory_seconds(2 * held_bytes(state, restore->slot));
       } else if (const auto* merge = std::get_if<Merge>(&instruction)) {
         seconds += cost_.memory_seconds(3 * held_bytes(state, merge->dst));
       } else if (const auto* sum = std::get_if<Sum>(&instruction)) {
@@ -302,7 +313,7 @@ class Simulation {
         ++state.pc;
         continue;
       } else {
-        compute = false;  // Free or Keep
+        compute = false;  // Free
       }
       state.time += seconds;
       if (compute) timeline.compute_seconds += seconds;

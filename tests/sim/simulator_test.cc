@@ -352,6 +352,42 @@ TEST(Simulator, ConsecutiveMemoryInstructionsShareOneLaunch) {
   EXPECT_NEAR(sim.devices[0].events[2].end - sim.devices[0].events[2].start, 0, 1e-5);
 }
 
+// dcp's executor receives a kept value into the kept tensor and reads it there: a Keep or Restore
+// takes no time, not even an instruction's host time. The reference's executor copies (a memory
+// kernel and its instruction each).
+TEST(Simulator, KeepAndRestoreCostNothingInDcpsExecutorAndACopyInTheReferences) {
+  const Plan plan = testing::sample_plan_with_kept_kv();
+  ClusterSpec cluster = with_shape(cluster_preset("a100-p4de"), plan.header.cluster);
+  cluster.kernel_overhead = 1e-3;  // dwarfs everything else
+  const auto kept_event = [](const PassSimulation& pass, const Program& program) {
+    for (const ComputeEvent& e : pass.devices[1].events) {
+      const Instruction& i = program.instructions[static_cast<std::size_t>(e.instruction)];
+      if (std::holds_alternative<Keep>(i) || std::holds_alternative<Restore>(i)) return e;
+    }
+    ADD_FAILURE() << "no Keep or Restore on device 1";
+    return ComputeEvent{};
+  };
+  ExecutorModel host;
+  host.instruction_overhead = 1e-4;
+  ExecutorModel copying = host;
+  copying.copies_kept = true;
+  const PlanSimulation free = simulate(plan, cluster, host);
+  const PlanSimulation copied = simulate(plan, cluster, copying);
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    SCOPED_TRACE(std::string(to_string(pass)));
+    const bool forward = pass == Pass::kForward;
+    const Program& program = plan.programs(pass)[1];
+    const ComputeEvent none = kept_event(forward ? free.forward : free.backward, program);
+    EXPECT_DOUBLE_EQ(none.end, none.start);
+    const ComputeEvent copy = kept_event(forward ? copied.forward : copied.backward, program);
+    EXPECT_GE(copy.end - copy.start, cluster.kernel_overhead);
+    EXPECT_GT((forward ? copied.forward : copied.backward).seconds,
+              (forward ? free.forward : free.backward).seconds);
+  }
+  EXPECT_TRUE(reference_executor().copies_kept);
+  EXPECT_FALSE(ExecutorModel{}.copies_kept);
+}
+
 TEST(Simulator, EachMaskCostsWhatItsContentDoesOnEveryDevice) {
   // The simulator costs each distinct mask once per pass, whichever device or index holds it.
   const ClusterShape shape{1, 2};

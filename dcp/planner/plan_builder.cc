@@ -305,12 +305,19 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     consider(build_one(*cut, options), {"partition", size, storage, false, 0, 0});
   }
   if (best && options.retry_tighter_balance && options.placement.eps_compute > kRetryEpsCompute) {
-    const TokenCount size = tried[kept_index].block_size;
+    // The fastest kRetryPartitions partitions, fastest first (all of `tried` are partitions here).
+    std::vector<OwnCandidate> fastest = tried;
+    std::stable_sort(fastest.begin(), fastest.end(),
+                     [](const auto& a, const auto& b) { return a.seconds() < b.seconds(); });
+    fastest.resize(std::min(fastest.size(), kRetryPartitions));
     PlanOptions tighter = options;
     tighter.placement.eps_compute = kRetryEpsCompute;
-    BuiltPlan built = build_one(reblocked(workload, size), tighter);
-    if (built.placement_within_bounds) {
-      consider(std::move(built), {"partition", size, storage, true, 0, 0});
+    for (const OwnCandidate& partition : fastest) {
+      const TokenCount size = partition.block_size;
+      BuiltPlan built = build_one(reblocked(workload, size), tighter);
+      if (built.placement_within_bounds) {
+        consider(std::move(built), {"partition", size, storage, true, 0, 0});
+      }
     }
   }
   if (structured) {
@@ -396,16 +403,11 @@ DType partial_dtype_of(const PlanOptions& options, DType storage) {
   return is_dcp(options.strategy) || options.strategy == Strategy::kTe ? storage : DType::kFp32;
 }
 
-BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
-  validate(options.cluster);
-  if (!is_dcp(options.strategy)) return build_one(workload, options);
-  const auto start = Clock::now();
-  std::optional<PlanCandidate> own;
-  BuiltPlan best = build_own(workload, options, own);
-  if (options.strategy == Strategy::kDcpPure) {
-    best.timings.total_ms = ms_since(start);
-    return best;
-  }
+namespace {
+
+// kDcp's selection from dcp's own plan `best` (own: its simulated times, if build_own gave them).
+BuiltPlan select_static(const Workload& workload, const PlanOptions& options, BuiltPlan best,
+                        const std::optional<PlanCandidate>& own, Clock::time_point start) {
   const std::vector<OwnCandidate> own_candidates = best.own_candidates;
   const auto select_start = Clock::now();
   PlanSelection selection;
@@ -464,6 +466,42 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
   best.own_candidates = own_candidates;
   best.timings.total_ms = ms_since(start);
   return best;
+}
+
+}  // namespace
+
+BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
+  validate(options.cluster);
+  if (!is_dcp(options.strategy)) return build_one(workload, options);
+  const auto start = Clock::now();
+  std::optional<PlanCandidate> own;
+  BuiltPlan best = build_own(workload, options, own);
+  if (options.strategy == Strategy::kDcpPure) {
+    best.timings.total_ms = ms_since(start);
+    return best;
+  }
+  return select_static(workload, options, std::move(best), own, start);
+}
+
+BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, BuiltPlan own) {
+  if (options.strategy != Strategy::kDcp) {
+    throw InvalidInput("select_plan is dcp's selection; the options name " +
+                       std::string(to_string(options.strategy)));
+  }
+  validate(options.cluster);
+  const auto start = Clock::now();
+  own.plan.header.strategy = std::string(to_string(Strategy::kDcp));
+  // build_own's simulated own plan: the first fastest of its candidates.
+  std::optional<PlanCandidate> candidate;
+  const auto& tried = own.own_candidates;
+  if (!tried.empty()) {
+    const auto fastest =
+        std::min_element(tried.begin(), tried.end(),
+                         [](const auto& a, const auto& b) { return a.seconds() < b.seconds(); });
+    candidate = PlanCandidate{
+        "dcp", true, "", true, 0, fastest->forward_seconds, fastest->backward_seconds};
+  }
+  return select_static(workload, options, std::move(own), candidate, start);
 }
 
 }  // namespace dcp

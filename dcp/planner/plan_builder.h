@@ -40,8 +40,8 @@ struct PlanOptions {
   // of kStructuredLayouts (OwnCandidate) and keeps the fastest of all its plans. They keep every kv
   // value read, so only with kept_kv_budget kKeepAllKv.
   bool structured_layouts = true;
-  // dcp, dcp-pure with block_sizes given: the fastest partition is placed again at
-  // kRetryEpsCompute where placement.eps_compute is looser, and kept if faster (false: every
+  // dcp, dcp-pure with block_sizes given: the kRetryPartitions fastest partitions are placed again
+  // at kRetryEpsCompute where placement.eps_compute is looser, and kept if faster (false: every
   // partition at placement.eps_compute, as the balance suite measures it).
   bool retry_tighter_balance = true;
   // dcp only: the kv bytes per device kept from the forward pass for the backward pass
@@ -103,8 +103,8 @@ struct OwnCandidate {
   std::string layout = "partition";    // "partition", or the static strategy whose layout it runs
   TokenCount block_size = 0;           // partition: its block size
   DType partial_dtype = DType::kBf16;  // what its partials travel in
-  // partition: placed at kRetryEpsCompute (the fastest partition's block size again, at the
-  // tighter compute balance), not at PlacementOptions::eps_compute.
+  // partition: placed at kRetryEpsCompute (one of the fastest partitions' block sizes again, at
+  // the tighter compute balance), not at PlacementOptions::eps_compute.
   bool tighter_balance = false;
   double forward_seconds = 0;
   double backward_seconds = 0;
@@ -114,12 +114,15 @@ struct OwnCandidate {
 // in a pass, its busiest device's conversions of partials take at least this share of its
 // simulated time, and longer than the transfers on that pass's critical path.
 inline constexpr double kFp32PartialsMinGain = 0.01;
-// dcp's fastest partition is placed again at this compute balance (device compute <= 1.1 x the
-// mean) where PlacementOptions::eps_compute allows more, and kept if it is faster and within its
-// bounds: the default balance lets the partitioner keep a sequence's rows together and move fewer
-// bytes, which wins on most batches, but on some the tighter balance is the faster step
-// (docs/partitioner.md).
+// dcp's kRetryPartitions fastest partitions are placed again at this compute balance (device
+// compute <= 1.1 x the mean) where PlacementOptions::eps_compute allows more, and kept if faster
+// and within their bounds: the default balance lets the partitioner keep a sequence's rows together
+// and move fewer bytes, which wins on most batches, but on some the tighter balance is the faster
+// step (docs/partitioner.md). The fastest at the default balance need not be the fastest at the
+// tighter one: on h100-dgx a LongAlign x2 batch of 48718, 37112 and 20216 tokens runs 4.62 ms at
+// 1024-token blocks and 4.75 at 4096, but 5.01 and 3.74 ms retried.
 inline constexpr double kRetryEpsCompute = 0.1;
+inline constexpr std::size_t kRetryPartitions = 2;
 inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::kLoongTrain};
 // One sequence holds at least half of the batch's tokens, and there are at most
 // kStructuredMaxSequences: a ring layout cuts every sequence into two chunks per device, so with
@@ -168,6 +171,13 @@ struct BuiltPlan {
 // of its structured candidates (PlanOptions::structured_layouts).
 // Throws InvalidInput if the cluster spec is invalid, or the strategy cannot run on it.
 BuiltPlan build_plan(const Workload& workload, const PlanOptions& options);
+
+// kDcp's selection given dcp's own plan: `own` is what build_plan returns for `options` with
+// strategy kDcpPure, and the result is what it returns for `options` (strategy kDcp): the same
+// plan and candidates, and timings.total_ms the selection's alone. Lets a caller that wants both
+// place dcp's own plan once (dcp bench --suite micro). Throws InvalidInput unless options.strategy
+// is kDcp, or as build_plan does.
+BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, BuiltPlan own);
 
 // A structured candidate: dcp's Programs (options.strategy dcp or dcp-pure names the plan) on the
 // layout of static strategy `layout` over all devices (loongtrain: at options.loongtrain_window),

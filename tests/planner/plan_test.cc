@@ -475,24 +475,30 @@ TEST(PlanBuilder, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
   }
 }
 
-// dcp's fastest partition is placed again at the tighter balance kRetryEpsCompute: the retry is
-// listed after the block sizes, at the fastest one's size; the kept plan is the fastest of all and
-// the very plan dcp builds at that size and balance alone. A balance already that tight or
-// tighter is not retried (a retry must not break the bound asked for).
-TEST(PlanBuilder, RetriesItsFastestPartitionAtATighterBalance) {
+// dcp's kRetryPartitions fastest partitions are placed again at the tighter balance
+// kRetryEpsCompute: the retries are listed after the block sizes, at the fastest ones' sizes,
+// fastest first; the kept plan is the fastest of all and the very plan dcp builds at that size and
+// balance alone. A balance already that tight or tighter is not retried (a retry must not break
+// the bound asked for).
+TEST(PlanBuilder, RetriesItsFastestPartitionsAtATighterBalance) {
   const Workload workload =
       make(SequenceBatch({400, 350, 300, 250, 200, 90, 5}), MaskKind::kCausal, 8, 2);
   PlanOptions options = options_for(Strategy::kDcpPure, {2, 2});
-  options.block_sizes = {64, 128};
+  options.block_sizes = {64, 128, 256};
   ASSERT_GT(options.placement.eps_compute, kRetryEpsCompute);
   const BuiltPlan built = build_plan(workload, options);
-  ASSERT_GE(built.own_candidates.size(), 2u);
+  ASSERT_GE(built.own_candidates.size(), 3u);
   const auto& tried = built.own_candidates;
-  const TokenCount fastest_size =
-      tried[0].seconds() <= tried[1].seconds() ? tried[0].block_size : tried[1].block_size;
-  ASSERT_EQ(tried.size(), 3u) << "the retry was outside its bounds";
-  EXPECT_TRUE(tried[2].tighter_balance);
-  EXPECT_EQ(tried[2].block_size, fastest_size);
+  std::vector<OwnCandidate> by_time(tried.begin(), tried.begin() + 3);
+  std::stable_sort(by_time.begin(), by_time.end(),
+                   [](const auto& a, const auto& b) { return a.seconds() < b.seconds(); });
+  ASSERT_EQ(kRetryPartitions, 2u);
+  ASSERT_EQ(tried.size(), 5u) << "a retry was outside its bounds";
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_FALSE(tried[i].tighter_balance);
+    EXPECT_TRUE(tried[3 + i].tighter_balance);
+    EXPECT_EQ(tried[3 + i].block_size, by_time[i].block_size);
+  }
   const auto kept = std::min_element(tried.begin(), tried.end(), [](const auto& a, const auto& b) {
     return a.seconds() < b.seconds();
   });
@@ -505,7 +511,48 @@ TEST(PlanBuilder, RetriesItsFastestPartitionAtATighterBalance) {
                      kept->block_size, 1);
   EXPECT_EQ(serialize_plan(build_plan(cut, alone).plan), serialize_plan(built.plan));
   options.placement.eps_compute = kRetryEpsCompute;
-  EXPECT_EQ(build_plan(workload, options).own_candidates.size(), 2u);
+  EXPECT_EQ(build_plan(workload, options).own_candidates.size(), 3u);
+}
+
+// dcp's selection from dcp-pure's plan is build_plan's dcp plan: the same bytes, own candidates and
+// selection, whichever plan is kept (a fast network makes a static one win on some batches).
+TEST(PlanBuilder, SelectingFromDcpPuresPlanGivesBuildPlansDcpPlan) {
+  std::set<std::string> kept;
+  for (const bool fast : {false, true}) {
+    for (std::uint64_t seed = 40; seed < 43; ++seed) {
+      const Workload workload = make(random_batch(seed), MaskKind::kCausal, 8, 2);
+      PlanOptions options = options_for(Strategy::kDcp, {2, 2});
+      options.block_sizes = {64, 128};
+      if (fast) {
+        options.cluster.inter_node_bandwidth *= 50;
+        options.cluster.inter_node_stream_bandwidth *= 50;
+      }
+      const BuiltPlan whole = build_plan(workload, options);
+      PlanOptions pure = options;
+      pure.strategy = Strategy::kDcpPure;
+      const BuiltPlan selected = select_plan(workload, options, build_plan(workload, pure));
+      EXPECT_EQ(serialize_plan(selected.plan), serialize_plan(whole.plan)) << seed;
+      EXPECT_EQ(selected.selection.kept, whole.selection.kept);
+      ASSERT_EQ(selected.selection.candidates.size(), whole.selection.candidates.size());
+      for (std::size_t i = 0; i < whole.selection.candidates.size(); ++i) {
+        EXPECT_EQ(selected.selection.candidates[i].strategy,
+                  whole.selection.candidates[i].strategy);
+        EXPECT_DOUBLE_EQ(selected.selection.candidates[i].seconds(),
+                         whole.selection.candidates[i].seconds());
+      }
+      EXPECT_EQ(selected.own_candidates.size(), whole.own_candidates.size());
+      kept.insert(whole.selection.kept);
+    }
+  }
+  EXPECT_GT(kept.size(), 1u);  // dcp's own plan and a static one
+  PlanOptions pure = options_for(Strategy::kDcpPure, {2, 2});
+  const Workload workload = make(random_batch(40), MaskKind::kCausal, 8, 2);
+  try {
+    select_plan(workload, pure, build_plan(workload, pure));
+    FAIL() << "select_plan with dcp-pure's options";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("dcp-pure"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PlanBuilder, DcpKeepsTheFastestOfItsOwnAndTheStaticPlansUnderTheSimulator) {

@@ -434,6 +434,18 @@ TEST(Lowering, ASpanNeverLoadsOneSlotTwice) {
   expect_copy_spans_cover_the_copies(p, pass);
 }
 
+// A planned batch on 2 x 2 devices that keeps kv for the backward pass.
+BuiltPlan kept_kv_plan() {
+  std::vector<TokenCount> lengths = {200, 96, 64, 40};
+  const SequenceBatch batch(lengths);
+  MaskSpec causal;
+  causal.kind = MaskKind::kCausal;
+  const Workload workload(testing::runtime_shape(DType::kBf16), batch,
+                          build_batch_mask(causal, batch), 32, 1);
+  return build_plan(workload,
+                    testing::runtime_plan_options(Strategy::kDcpPure, ClusterShape{2, 2}));
+}
+
 TEST(Lowering, IndependentMergesAndSumsFormOneRunPerOpcode) {
   const Plan sample = testing::sample_plan();
   // Device 1 forward: ... attention | Merge{4, 6} | Store, Store | Free.
@@ -448,15 +460,8 @@ TEST(Lowering, IndependentMergesAndSumsFormOneRunPerOpcode) {
                                                lower(sample, p, device));
     }
   }
-  // A planned batch on 2 x 2 devices: partials merged and summed, kv kept and restored.
-  std::vector<TokenCount> lengths = {200, 96, 64, 40};
-  const SequenceBatch batch(lengths);
-  MaskSpec causal;
-  causal.kind = MaskKind::kCausal;
-  const Workload workload(testing::runtime_shape(DType::kBf16), batch,
-                          build_batch_mask(causal, batch), 32, 1);
-  const BuiltPlan built =
-      build_plan(workload, testing::runtime_plan_options(Strategy::kDcpPure, ClusterShape{2, 2}));
+  // A planned batch: partials merged and summed, kv kept and restored.
+  const BuiltPlan built = kept_kv_plan();
   std::size_t memory_work = 0, runs = 0;
   for (const Pass p : {Pass::kForward, Pass::kBackward}) {
     for (std::int32_t device = 0; device < 4; ++device) {
@@ -469,18 +474,6 @@ TEST(Lowering, IndependentMergesAndSumsFormOneRunPerOpcode) {
     }
   }
   EXPECT_GT(memory_work, runs);  // some runs hold several instructions
-}
-
-// A planned batch on 2 x 2 devices that keeps kv for the backward pass.
-BuiltPlan kept_kv_plan() {
-  std::vector<TokenCount> lengths = {200, 96, 64, 40};
-  const SequenceBatch batch(lengths);
-  MaskSpec causal;
-  causal.kind = MaskKind::kCausal;
-  const Workload workload(testing::runtime_shape(DType::kBf16), batch,
-                          build_batch_mask(causal, batch), 32, 1);
-  return build_plan(workload,
-                    testing::runtime_plan_options(Strategy::kDcpPure, ClusterShape{2, 2}));
 }
 
 TEST(Lowering, KeptValuesAreReceivedInPlaceAndReadThereWithoutACopy) {

@@ -247,8 +247,7 @@ bool longest_is_dense(const Workload& workload) {
 
 // dcp's own plan: on the workload's blocks, or the fastest under the simulator of those at
 // options.block_sizes (`own` then holds its simulated times).
-BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
-                    std::optional<PlanCandidate>& own) {
+BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
   if (options.block_sizes.empty()) return build_one(workload, options);
   const auto top = static_cast<TokenCount>(std::bit_ceil(
       static_cast<std::uint64_t>(std::max<TokenCount>(1, workload.batch().max_length()))));
@@ -276,10 +275,8 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     candidate.forward_seconds = simulation.forward.seconds;
     candidate.backward_seconds = simulation.backward.seconds;
     tried.push_back(candidate);
-    if (!best || candidate.seconds() < own->seconds()) {
+    if (!best || candidate.seconds() < tried[kept_index].seconds()) {
       best = std::move(built);
-      own = PlanCandidate{
-          "dcp", true, "", true, 0, candidate.forward_seconds, candidate.backward_seconds};
       kept_index = tried.size() - 1;
       fp32_may_gain = false;
       for (const sim::PassSimulation* pass : {&simulation.forward, &simulation.backward}) {
@@ -405,13 +402,21 @@ DType partial_dtype_of(const PlanOptions& options, DType storage) {
 
 namespace {
 
-// kDcp's selection from dcp's own plan `best` (own: its simulated times, if build_own gave them).
+// kDcp's selection from dcp's own plan `best`, as build_own made it.
 BuiltPlan select_static(const Workload& workload, const PlanOptions& options, BuiltPlan best,
-                        const std::optional<PlanCandidate>& own, Clock::time_point start) {
+                        Clock::time_point start) {
   const std::vector<OwnCandidate> own_candidates = best.own_candidates;
   const auto select_start = Clock::now();
   PlanSelection selection;
-  selection.candidates.push_back(own ? *own : simulated(best, "dcp", options.cluster));
+  if (own_candidates.empty()) {  // one block size: not simulated yet
+    selection.candidates.push_back(simulated(best, "dcp", options.cluster));
+  } else {  // the kept one: the first fastest
+    const auto kept =
+        std::min_element(own_candidates.begin(), own_candidates.end(),
+                         [](const auto& a, const auto& b) { return a.seconds() < b.seconds(); });
+    selection.candidates.push_back(
+        {"dcp", true, "", true, 0, kept->forward_seconds, kept->backward_seconds});
+  }
   double best_seconds = selection.candidates.front().seconds();
   for (const Strategy strategy : kStaticStrategies) {
     PlanOptions static_options = options;
@@ -474,13 +479,12 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
   validate(options.cluster);
   if (!is_dcp(options.strategy)) return build_one(workload, options);
   const auto start = Clock::now();
-  std::optional<PlanCandidate> own;
-  BuiltPlan best = build_own(workload, options, own);
+  BuiltPlan best = build_own(workload, options);
   if (options.strategy == Strategy::kDcpPure) {
     best.timings.total_ms = ms_since(start);
     return best;
   }
-  return select_static(workload, options, std::move(best), own, start);
+  return select_static(workload, options, std::move(best), start);
 }
 
 BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, BuiltPlan own) {
@@ -491,17 +495,7 @@ BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, Buil
   validate(options.cluster);
   const auto start = Clock::now();
   own.plan.header.strategy = std::string(to_string(Strategy::kDcp));
-  // build_own's simulated own plan: the first fastest of its candidates.
-  std::optional<PlanCandidate> candidate;
-  const auto& tried = own.own_candidates;
-  if (!tried.empty()) {
-    const auto fastest =
-        std::min_element(tried.begin(), tried.end(),
-                         [](const auto& a, const auto& b) { return a.seconds() < b.seconds(); });
-    candidate = PlanCandidate{
-        "dcp", true, "", true, 0, fastest->forward_seconds, fastest->backward_seconds};
-  }
-  return select_static(workload, options, std::move(own), candidate, start);
+  return select_static(workload, options, std::move(own), start);
 }
 
 }  // namespace dcp

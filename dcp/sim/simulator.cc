@@ -233,12 +233,10 @@ class Simulation {
       const Instruction& instruction = program.instructions[i];
       // Frees run nothing, nor do Keeps and Restores in dcp's executor (a kept value is received
       // into the kept tensor and read there: runtime/lowering.h).
-      const bool kept_copy =
-          executor_.copies_kept && (std::holds_alternative<Keep>(instruction) ||
-                                    std::holds_alternative<Restore>(instruction));
-      const bool no_call = std::holds_alternative<Free>(instruction) ||
-                           (!kept_copy && (std::holds_alternative<Keep>(instruction) ||
-                                           std::holds_alternative<Restore>(instruction)));
+      const bool kept =
+          std::holds_alternative<Keep>(instruction) || std::holds_alternative<Restore>(instruction);
+      const bool kept_copy = kept && executor_.copies_kept;
+      const bool no_call = std::holds_alternative<Free>(instruction) || (kept && !kept_copy);
       if (state.dispatched == i && !no_call) {
         state.time += executor_.instruction_overhead;  // before the instruction can start
       }
@@ -264,14 +262,13 @@ class Simulation {
                        ? cost_.memory_seconds(slot_bytes(header_, store->kind,
                                                          tokens_of_block(program, store->block)))
                        : cost_.memory_seconds(2 * held_bytes(state, store->slot));
-      } else if (const auto* keep = std::get_if<Keep>(&instruction)) {
-        if (kept_copy)
-          seconds += cost_.memory_seconds(2 * held_bytes(state, keep->slot));
-        else
-          compute = false;
-      } else if (const auto* restore = std::get_if<Restore>(&instruction)) {
-        state.slot_tokens[at(restore->slot)] = tokens_of_block(program, restore->block);
-        if (kept_copy) seconds += cost_.memory_seconds(2 * held_bytes(state, restore->slot));
+      } else if (kept) {
+        const auto* restore = std::get_if<Restore>(&instruction);
+        if (restore)
+          state.slot_tokens[at(restore->slot)] = tokens_of_block(program, restore->block);
+        const SlotId slot = restore ? restore->slot : std::get<Keep>(instruction).slot;
+        compute = kept_copy;
+        if (kept_copy) seconds += cost_.memory_seconds(2 * held_bytes(state, slot));
       } else if (const auto* merge = std::get_if<Merge>(&instruction)) {
         seconds += cost_.memory_seconds(3 * held_bytes(state, merge->dst));
       } else if (const auto* sum = std::get_if<Sum>(&instruction)) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <string>
 #include <unordered_set>
@@ -436,6 +437,34 @@ class Greedy {
 
 }  // namespace
 
+std::optional<PassSchedule> own_outputs_last(const Workload& workload, const Placement& placement,
+                                             const PassSchedule& schedule) {
+  const auto devices = static_cast<std::size_t>(placement.cluster.devices());
+  std::vector<char> sends(devices, 0);
+  std::vector<char> own(schedule.unit_stage.size(), 0);
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const DeviceId d = placement.work_unit_device[static_cast<std::size_t>(w)];
+    bool owns_all = true;
+    for (const ValueKey& value : output_values(workload, schedule.pass, workload.work_unit(w))) {
+      owns_all &= placement.token_block_device[static_cast<std::size_t>(value.block)] == d;
+    }
+    own[static_cast<std::size_t>(w)] = owns_all ? 1 : 0;
+    if (!owns_all) sends[static_cast<std::size_t>(d)] = 1;
+  }
+  PassSchedule moved = schedule;
+  bool any = false;
+  for (std::size_t w = 0; w < moved.unit_stage.size(); ++w) {
+    if (moved.unit_stage[w] == 0 && own[w] != 0 &&
+        sends[static_cast<std::size_t>(placement.work_unit_device[w])] != 0) {
+      moved.unit_stage[w] = schedule.stages;
+      any = true;
+    }
+  }
+  if (!any) return std::nullopt;
+  ++moved.stages;
+  return moved;
+}
+
 ScheduledPass schedule_pass(const Workload& workload, const Placement& placement,
                             const ClusterSpec& cluster, const PlanHeader& header, Pass pass,
                             const ScheduleOptions& options, const KeptKv* kept) {
@@ -457,17 +486,27 @@ ScheduledPass schedule_pass(const Workload& workload, const Placement& placement
                                    : options.balance != StageBalance::kCapped;
       if (!wanted) continue;
       Greedy greedy(problem, s, balanced);
-      ScheduledPass candidate;
-      candidate.schedule = greedy.run();
-      add_partial_transfers(workload, placement, candidate.schedule, PartialRouting::kReduceInNode);
-      candidate.estimate = estimate(workload, placement, cluster, header, candidate.schedule);
-      candidate.fetch_launches = s;
-      candidate.balanced = balanced;
-      // A longer pipeline, or a balanced one, must beat the one before by more than noise in the
-      // model.
-      if (!have || candidate.estimate.seconds < best.estimate.seconds * 0.995) {
-        best = std::move(candidate);
-        have = true;
+      // The greedy schedule, and in the backward pass also with own outputs last.
+      std::optional<PassSchedule> schedules[2] = {greedy.run(), std::nullopt};
+      if (pass == Pass::kBackward) {
+        schedules[1] = own_outputs_last(workload, placement, *schedules[0]);
+      }
+      for (std::optional<PassSchedule>& schedule : schedules) {
+        if (!schedule) continue;
+        ScheduledPass candidate;
+        candidate.own_outputs_last = &schedule == &schedules[1];
+        candidate.schedule = std::move(*schedule);
+        add_partial_transfers(workload, placement, candidate.schedule,
+                              PartialRouting::kReduceInNode);
+        candidate.estimate = estimate(workload, placement, cluster, header, candidate.schedule);
+        candidate.fetch_launches = s;
+        candidate.balanced = balanced;
+        // A longer pipeline, or a balanced one, must beat the one before by more than noise in
+        // the model.
+        if (!have || candidate.estimate.seconds < best.estimate.seconds * 0.995) {
+          best = std::move(candidate);
+          have = true;
+        }
       }
     }
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "dcp/planner/schedule/kept_values.h"
 #include "dcp/planner/schedule/schedule.h"
@@ -34,7 +35,19 @@ struct ScheduledPass {
   ScheduleEstimate estimate;
   std::int32_t fetch_launches = 0;  // the S used
   bool balanced = false;            // whether each stage's compute per device was capped
+  bool own_outputs_last = false;    // backward: whether own_outputs_last's schedule was kept
 };
+
+// `schedule` (a backward pass before its partial transfers) with each device's stage-0 work units
+// whose dq and dkv it owns itself moved into a new last stage, on every device that sends partial
+// outputs (has a unit whose dq or dkv another device owns); nothing if no unit moves. No transfer
+// changes, but the partials those devices finish in their last stage then travel while the moved
+// units compute, instead of after all of them: with kv kept from the forward pass, stage 0 holds
+// most of a device's work. (In the forward pass every stage-0 unit's output is its device's own;
+// moving them all would leave launch 0 exposed, and on the 160 a100-p4de micro-benchmark batches
+// the estimate never chose it there.)
+std::optional<PassSchedule> own_outputs_last(const Workload& workload, const Placement& placement,
+                                             const PassSchedule& schedule);
 
 // Stage 0 runs every work unit whose inputs are on its device. Then, for each launch l, devices
 // take turns (least compute in stage l + 1 first) pulling their heaviest pending work unit into
@@ -48,7 +61,8 @@ struct ScheduledPass {
 // backward pass, the kv values `kept` (if given) lists for a device are on it from stage 0, as
 // its own are. Under StageBalance::kChoose each S runs twice, as above and capped: a device's
 // compute in a budgeted stage at most 1/S of the largest device's compute after stage 0 (one unit
-// at least); the lowest estimate wins, a later candidate by more than 0.5 %.
+// at least); in the backward pass each schedule is also tried with own_outputs_last. The lowest
+// estimate wins, a later candidate by more than 0.5 %.
 ScheduledPass schedule_pass(const Workload& workload, const Placement& placement,
                             const ClusterSpec& cluster, const PlanHeader& header, Pass pass,
                             const ScheduleOptions& options, const KeptKv* kept = nullptr);

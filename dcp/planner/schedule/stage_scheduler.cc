@@ -488,7 +488,7 @@ ScheduledPass schedule_pass(const Workload& workload, const Placement& placement
       Greedy greedy(problem, s, balanced);
       // The greedy schedule, and in the backward pass also with own outputs last.
       std::optional<PassSchedule> schedules[2] = {greedy.run(), std::nullopt};
-      if (pass == Pass::kBackward) {
+      if (pass == Pass::kBackward && options.own_outputs_last) {
         schedules[1] = own_outputs_last(workload, placement, *schedules[0]);
       }
       for (std::optional<PassSchedule>& schedule : schedules) {

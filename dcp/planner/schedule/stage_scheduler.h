@@ -25,6 +25,8 @@ struct ScheduleOptions {
   std::int32_t fetch_launches = 0;
   std::int32_t max_fetch_launches = 8;
   StageBalance balance = StageBalance::kChoose;
+  // Backward: also try each schedule with own_outputs_last (below).
+  bool own_outputs_last = true;
 };
 
 // Throws InvalidInput naming the field for S < 0, max < 1 or S > 64.

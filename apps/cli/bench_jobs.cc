@@ -65,6 +65,14 @@ Workload suite_workload(const SampledBatch& sampled, const AttentionShape& shape
   return make_workload(shape, batch, build_batch_mask(mask, batch), options).workload;
 }
 
+PlanOptions reference_stand_in_options(std::uint64_t seed) {
+  PlanOptions options;
+  options.seed = seed;
+  options.strategy = Strategy::kDcpPure;
+  options.schedule.own_outputs_last = false;
+  return options;
+}
+
 PlanFigures plan_figures(const BuiltPlan& built, const ClusterSpec& cluster) {
   PlanFigures figures;
   const sim::PlanSimulation simulation = sim::simulate(built.plan, cluster);

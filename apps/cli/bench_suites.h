@@ -59,6 +59,11 @@ struct PlanFigures {
 };
 PlanFigures plan_figures(const BuiltPlan& built, const ClusterSpec& cluster);
 
+// The reference's DCP as the paper and e2e suites stand it in: dcp's planner (dcp-pure, on the
+// workload's own blocks) without what the reference's scheduler lacks (the backward schedule
+// with own outputs last), its plan run by sim::reference_executor().
+PlanOptions reference_stand_in_options(std::uint64_t seed);
+
 // --- micro --------------------------------------------------------------------------------------
 
 struct MicroOptions {

@@ -196,7 +196,7 @@ std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostre
         continue;
       }
       char times[64];
-      std::snprintf(times, sizeof times, "%.2f/%.2f", m.seconds[0] * 1e3, m.seconds[1] * 1e3);
+      std::snprintf(times, sizeof times, "%.3f/%.3f", m.seconds[0] * 1e3, m.seconds[1] * 1e3);
       line += times;
     }
     return line + " ms";

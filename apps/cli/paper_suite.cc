@@ -68,13 +68,11 @@ std::array<double, 2> run_variant(const PaperOptions& options,
   PlanOptions plan_options;
   plan_options.seed = options.seed;
   if (variant.strategy == "dcp-reference") {
-    plan_options.strategy = Strategy::kDcpPure;
-    plan_options.schedule.own_outputs_last = false;  // the reference's scheduler does not
     std::array<double, 2> best = {std::numeric_limits<double>::infinity(), 0};
     for (const TokenCount block : kReferenceBlockSizes) {
-      const std::array<double, 2> s =
-          simulate_plan(workload_of(options, lengths, mask, block), plan_options, options.cluster,
-                        sim::reference_executor());
+      const std::array<double, 2> s = simulate_plan(workload_of(options, lengths, mask, block),
+                                                    reference_stand_in_options(options.seed),
+                                                    options.cluster, sim::reference_executor());
       if (s[0] + s[1] < best[0] + best[1]) best = s;
     }
     return best;

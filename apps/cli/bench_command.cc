@@ -59,12 +59,28 @@ void write_report(const Args& args, const std::string& name, const std::string& 
   const std::string dir = args.get_or("--report-dir", "docs");
   if (dir.empty()) return;
   const std::string path = dir + "/" + name;
-  with_flag("--report-dir " + dcp::quoted(dir), [&] {
-    std::error_code ignored;
-    std::filesystem::create_directories(dir, ignored);  // write_file_atomically names failures
-    write_file_atomically(path, text);
-  });
+  with_flag("--report-dir " + dcp::quoted(dir), [&] { write_file_atomically(path, text); });
   out << "wrote " << path << "\n";
+}
+
+// Creates the folders --report-dir and --json write into before a suite runs, so that a run of
+// minutes does not end at a folder that is not there; one that cannot be made is an error naming
+// its flag, before anything runs.
+void prepare_outputs(const Args& args) {
+  const auto make = [](const std::string& flag, const std::filesystem::path& dir) {
+    if (dir.empty()) return;
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    if (error || !std::filesystem::is_directory(dir)) {
+      throw UsageError(flag + ": cannot create the folder " + dcp::quoted(dir.string()) +
+                       (error ? ": " + error.message() : ""));
+    }
+  };
+  if (const auto json = args.get("--json")) {
+    make("--json " + dcp::quoted(*json), std::filesystem::path(*json).parent_path());
+  }
+  const std::string dir = args.get_or("--report-dir", "docs");
+  make("--report-dir " + dcp::quoted(dir), dir);
 }
 
 // --threads, by default every hardware thread.
@@ -179,6 +195,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     }
     set_batch_flags(options, args, batches, seed);
     options.threads = threads_from(args);
+    prepare_outputs(args);
     std::cerr << "dcp bench micro: "
               << options.datasets.size() * options.scales.size() * options.masks.size()
               << " configurations x " << options.batches << " batches x "
@@ -208,6 +225,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
           with_flag("--static-dp", [&] { return parse_data_parallel(*degree); });
     }
     options.threads = threads_from(args);
+    prepare_outputs(args);
     if (args.flag("--fit")) {
       const PaperFit fit = fit_paper_constants(options, std::cerr);
       std::cerr << "fit: " << fit.evaluations << " evaluations, rms log error "
@@ -241,6 +259,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     if (is_cluster_preset(cluster)) options.gpus.shape = {8, 8};  // the paper's 8 x p4d
     options.seed = seed;
     options.threads = threads_from(args);
+    prepare_outputs(args);
     std::cerr << "dcp bench e2e: " << e2e_cells().size() << " cells, " << options.batches
               << " batches per dataset and length, on " << options.gpus.name << "\n";
     const E2eResult result = with_flag("--cluster " + dcp::quoted(cluster),
@@ -270,6 +289,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     options.cluster = cluster_from(args, "cpu-local");
     options.shape = shape_from_flags(args);
     options.seed = seed;
+    prepare_outputs(args);
     const std::vector<CalibrationSample> samples = run_calibration_suite(options, std::cerr);
     const std::string markdown = calibration_markdown(options, samples, command_line(argv));
     write_report(args, "calibration.md", markdown, out);
@@ -294,6 +314,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     });
     set_batch_flags(options, args, batches, seed);
     options.threads = threads_from(args);
+    prepare_outputs(args);
     std::cerr << "dcp bench balance: " << options.datasets.size() << " datasets x "
               << options.scales.size() << " scales x " << options.masks.size() << " masks x "
               << options.batches << " batches x " << options.balances.size() << " balances on "
@@ -332,6 +353,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     options.masks = masks_from(args);
     set_batch_flags(options, args,
                     static_cast<std::int32_t>(args.get_int("--batches", 50, 1, 10000)), seed);
+    prepare_outputs(args);
     std::cerr << "dcp bench planning: " << options.shapes.size() << " shapes x "
               << options.datasets.size() << " datasets x " << options.masks.size() << " masks x "
               << options.batches << " batches, dcp-pure and dcp, one thread\n";

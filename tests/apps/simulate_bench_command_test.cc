@@ -157,6 +157,39 @@ TEST(BenchCommand, CalibrationSuiteComparesMeasuredAndSimulatedTimes) {
   std::filesystem::remove_all(dir);
 }
 
+// The folders --json and --report-dir name are made before the suite runs; one that cannot be
+// made (a file is in the way) is a usage error naming its flag, raised before anything runs.
+TEST(BenchCommand, MakesItsOutputFoldersFirstAndRefusesOnesThatCannotBeMade) {
+  const std::string root = temp_path("bench_outputs");
+  std::filesystem::remove_all(root);
+  const std::vector<std::string> suite = {
+      "bench", "--suite",    "balance",   "--batches", "1", "--tokens",   "8192", "--head-dim",
+      "16",    "--datasets", "longalign", "--scales",  "1", "--balances", "0.3"};
+  std::vector<std::string> args = suite;
+  for (const std::string& a : {std::string("--report-dir"), root + "/report/a",
+                               std::string("--json"), root + "/json/b/records.json"}) {
+    args.push_back(a);
+  }
+  const Result r = run(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(root + "/json/b/records.json"));
+  EXPECT_TRUE(std::filesystem::exists(root + "/report/a/balance_bench.md"));
+
+  const std::string file = root + "/file";
+  { std::ofstream(file) << "not a folder"; }
+  args = suite;
+  for (const std::string& a : {std::string("--report-dir"), std::string(""), std::string("--json"),
+                               file + "/records.json"}) {
+    args.push_back(a);
+  }
+  expect_usage_error(args, "--json '" + file + "/records.json': cannot create the folder");
+  args = suite;
+  for (const std::string& a : {std::string("--report-dir"), file + "/report"}) args.push_back(a);
+  expect_usage_error(args, "--report-dir '" + file + "/report': cannot create the folder");
+  EXPECT_FALSE(std::filesystem::exists(file + "/report"));
+  std::filesystem::remove_all(root);
+}
+
 TEST(BenchCommand, RejectsBadFlagsWithExitStatus2) {
   expect_usage_error({"bench", "--suite", "macro"}, "--suite 'macro'");
   expect_usage_error({"bench", "--scales", "0"}, "--scales");

@@ -47,7 +47,7 @@ const std::vector<FlagSpec>& plan_flags() {
        "arbitrary masks) instead of skipping them"},
       {"--eps-compute", "E",
        "dcp: device compute <= (1 + E) x mean [0.3]; with an automatic block size the two "
-       "fastest partitions are also placed at 0.1 where E is larger, and kept if faster"},
+       "fastest partitions are also placed at 0.2 where E is larger, and kept if faster"},
       {"--eps-memory", "E", "dcp: device memory <= (1 + E) x mean [0.2]"},
       {"--keep-kv", "all|none|MIB",
        "dcp: kv values received in the forward pass that a device keeps for the backward pass, "

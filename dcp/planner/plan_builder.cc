@@ -20,7 +20,7 @@ namespace {
 
 ScheduleSummary summarize(const ScheduledPass& scheduled) {
   return {scheduled.schedule.stages, scheduled.fetch_launches, scheduled.balanced,
-          scheduled.estimate};
+          scheduled.estimate, scheduled.own_outputs_last};
 }
 
 // Both passes' Programs from their schedules, on built's workload, placement and header (timed).

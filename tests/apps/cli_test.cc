@@ -358,6 +358,19 @@ TEST(PlanCommand, RunsStaticStrategiesInDataParallelGroups) {
   expect_usage_error({"bench", "--static-dp", "none"}, "--static-dp");
 }
 
+// `dcp plan --json` says per pass whether its schedule runs each device's own outputs last: never
+// forward; on this batch (long sequences on DGX H100 nodes, kv kept) the backward schedule does.
+TEST(PlanCommand, ReportsWhetherTheBackwardRunsOwnOutputsLast) {
+  const Result r =
+      run({"plan", "--seqlens", "7000,9000,5000", "--block-size", "512", "--cluster", "h100-dgx",
+           "--nodes", "2", "--devices-per-node", "8", "--strategy", "dcp-pure", "--json", "-"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::size_t backward = r.out.find("\"backward\": {");
+  ASSERT_NE(backward, std::string::npos) << r.out;
+  EXPECT_EQ(json_value(r.out.substr(0, backward), "own_outputs_last"), "false");
+  EXPECT_EQ(json_value(r.out.substr(backward), "own_outputs_last"), "true");
+}
+
 // dcp's own plans send partials in the storage dtype unless told otherwise, static strategies
 // in fp32 (unless told otherwise); in bf16 the partial messages, and only they, are half as
 // long.

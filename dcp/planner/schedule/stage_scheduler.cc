@@ -486,28 +486,31 @@ ScheduledPass schedule_pass(const Workload& workload, const Placement& placement
                                    : options.balance != StageBalance::kCapped;
       if (!wanted) continue;
       Greedy greedy(problem, s, balanced);
-      // The greedy schedule, and in the backward pass also with own outputs last.
-      std::optional<PassSchedule> schedules[2] = {greedy.run(), std::nullopt};
-      if (pass == Pass::kBackward && options.own_outputs_last) {
-        schedules[1] = own_outputs_last(workload, placement, *schedules[0]);
+      ScheduledPass candidate;
+      candidate.schedule = greedy.run();
+      add_partial_transfers(workload, placement, candidate.schedule, PartialRouting::kReduceInNode);
+      candidate.estimate = estimate(workload, placement, cluster, header, candidate.schedule);
+      candidate.fetch_launches = s;
+      candidate.balanced = balanced;
+      // A longer pipeline, or a balanced one, must beat the one before by more than noise in the
+      // model.
+      if (!have || candidate.estimate.seconds < best.estimate.seconds * 0.995) {
+        best = std::move(candidate);
+        have = true;
       }
-      for (std::optional<PassSchedule>& schedule : schedules) {
-        if (!schedule) continue;
-        ScheduledPass candidate;
-        candidate.own_outputs_last = &schedule == &schedules[1];
-        candidate.schedule = std::move(*schedule);
-        add_partial_transfers(workload, placement, candidate.schedule,
-                              PartialRouting::kReduceInNode);
-        candidate.estimate = estimate(workload, placement, cluster, header, candidate.schedule);
-        candidate.fetch_launches = s;
-        candidate.balanced = balanced;
-        // A longer pipeline, or a balanced one, must beat the one before by more than noise in
-        // the model.
-        if (!have || candidate.estimate.seconds < best.estimate.seconds * 0.995) {
-          best = std::move(candidate);
-          have = true;
-        }
-      }
+    }
+  }
+  if (pass == Pass::kBackward && options.own_outputs_last) {
+    // The kept schedule with own outputs last, kept if its estimate is lower by more than noise.
+    PassSchedule inputs = best.schedule;
+    std::erase_if(inputs.transfers, [](const Transfer& t) { return is_output(t.value.kind); });
+    if (std::optional<PassSchedule> moved = own_outputs_last(workload, placement, inputs)) {
+      ScheduledPass candidate = best;
+      candidate.own_outputs_last = true;
+      candidate.schedule = std::move(*moved);
+      add_partial_transfers(workload, placement, candidate.schedule, PartialRouting::kReduceInNode);
+      candidate.estimate = estimate(workload, placement, cluster, header, candidate.schedule);
+      if (candidate.estimate.seconds < best.estimate.seconds * 0.995) best = std::move(candidate);
     }
   }
   return best;

@@ -25,7 +25,7 @@ struct ScheduleOptions {
   std::int32_t fetch_launches = 0;
   std::int32_t max_fetch_launches = 8;
   StageBalance balance = StageBalance::kChoose;
-  // Backward: also try each schedule with own_outputs_last (below).
+  // Backward: also try the kept schedule with own_outputs_last (below).
   bool own_outputs_last = true;
 };
 
@@ -63,8 +63,10 @@ std::optional<PassSchedule> own_outputs_last(const Workload& workload, const Pla
 // backward pass, the kv values `kept` (if given) lists for a device are on it from stage 0, as
 // its own are. Under StageBalance::kChoose each S runs twice, as above and capped: a device's
 // compute in a budgeted stage at most 1/S of the largest device's compute after stage 0 (one unit
-// at least); in the backward pass each schedule is also tried with own_outputs_last. The lowest
-// estimate wins, a later candidate by more than 0.5 %.
+// at least). The lowest estimate wins, a later candidate by more than 0.5 %. In the backward pass
+// the schedule kept is then tried with own_outputs_last, kept if that lowers the estimate by more
+// than 0.5 % (trying it on every candidate instead gave the same step times on the micro-benchmark,
+// within 0.04 %, for 16 estimates more).
 ScheduledPass schedule_pass(const Workload& workload, const Placement& placement,
                             const ClusterSpec& cluster, const PlanHeader& header, Pass pass,
                             const ScheduleOptions& options, const KeptKv* kept = nullptr);

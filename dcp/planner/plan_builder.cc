@@ -246,7 +246,7 @@ bool longest_is_dense(const Workload& workload) {
 }
 
 // dcp's own plan: on the workload's blocks, or the fastest under the simulator of those at
-// options.block_sizes (`own` then holds its simulated times).
+// options.block_sizes (its own_candidates then hold every candidate's simulated times).
 BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
   if (options.block_sizes.empty()) return build_one(workload, options);
   const auto top = static_cast<TokenCount>(std::bit_ceil(

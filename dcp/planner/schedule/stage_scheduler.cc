@@ -501,16 +501,16 @@ ScheduledPass schedule_pass(const Workload& workload, const Placement& placement
     }
   }
   if (pass == Pass::kBackward && options.own_outputs_last) {
-    // The kept schedule with own outputs last, kept if its estimate is lower by more than noise.
-    PassSchedule inputs = best.schedule;
-    std::erase_if(inputs.transfers, [](const Transfer& t) { return is_output(t.value.kind); });
-    if (std::optional<PassSchedule> moved = own_outputs_last(workload, placement, inputs)) {
-      ScheduledPass candidate = best;
-      candidate.own_outputs_last = true;
-      candidate.schedule = std::move(*moved);
-      add_partial_transfers(workload, placement, candidate.schedule, PartialRouting::kReduceInNode);
-      candidate.estimate = estimate(workload, placement, cluster, header, candidate.schedule);
-      if (candidate.estimate.seconds < best.estimate.seconds * 0.995) best = std::move(candidate);
+    // The kept schedule with own outputs last (its transfers, partials included, unchanged), kept
+    // if its estimate is lower by more than noise.
+    if (std::optional<PassSchedule> moved = own_outputs_last(workload, placement, best.schedule)) {
+      const ScheduleEstimate moved_estimate =
+          estimate(workload, placement, cluster, header, *moved);
+      if (moved_estimate.seconds < best.estimate.seconds * 0.995) {
+        best.schedule = std::move(*moved);
+        best.estimate = moved_estimate;
+        best.own_outputs_last = true;
+      }
     }
   }
   return best;

@@ -40,11 +40,13 @@ struct ScheduledPass {
   bool own_outputs_last = false;    // backward: whether own_outputs_last's schedule was kept
 };
 
-// `schedule` (a backward pass before its partial transfers) with each device's stage-0 work units
-// whose dq and dkv it owns itself moved into a new last stage, on every device that sends partial
-// outputs (has a unit whose dq or dkv another device owns); nothing if no unit moves. No transfer
-// changes, but the partials those devices finish in their last stage then travel while the moved
-// units compute, instead of after all of them: with kv kept from the forward pass, stage 0 holds
+// `schedule` (a backward pass) with each device's stage-0 work units whose dq and dkv it owns
+// itself moved into a new last stage, on every device that sends partial outputs (has a unit whose
+// dq or dkv another device owns); nothing if no unit moves. No transfer changes, its partial
+// outputs' included (add_partial_transfers gives the same ones: a moved unit contributes only to
+// its own device's values, which that device does not send), but the partials those devices
+// finish in their last stage then travel while the moved units compute, instead of after all of
+// them: with kv kept from the forward pass, stage 0 holds
 // most of a device's work. (In the forward pass every stage-0 unit's output is its device's own;
 // moving them all would leave launch 0 exposed, and on the 160 a100-p4de micro-benchmark batches
 // the estimate never chose it there.)

@@ -182,6 +182,27 @@ PassSchedule routed_dcps_way(const Workload& workload, const Placement& placemen
   return schedule;
 }
 
+// A structured layout's pass schedule with its last stage's units whose outputs their device owns
+// moved last (own_outputs_last), where ScheduleOptions::own_outputs_last allows it and it lowers
+// the estimate by more than 0.5 %; `own_last` says whether it did. (Running the units of the first
+// ring step that need nothing from the all-to-all in stage 0, while it travels, lowered no
+// estimate: the shorter first step leaves less time to hide the next step's kv, and forced, the
+// LongAlign batch 29586, 74186 on h100-dgx ran 5 % slower.)
+PassSchedule tightened(const BuiltPlan& built, const PlanOptions& options, PassSchedule schedule,
+                       bool& own_last) {
+  own_last = false;
+  if (!options.schedule.own_outputs_last) return schedule;
+  std::optional<PassSchedule> moved =
+      own_outputs_last(built.workload, built.placement, schedule, schedule.stages - 1);
+  if (!moved) return schedule;
+  const auto seconds = [&](const PassSchedule& s) {
+    return estimate(built.workload, built.placement, options.cluster, built.plan.header, s).seconds;
+  };
+  if (seconds(*moved) >= seconds(schedule) * 0.995) return schedule;
+  own_last = true;
+  return std::move(*moved);
+}
+
 }  // namespace
 
 BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
@@ -199,16 +220,21 @@ BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
       plan_header(built.workload, options.cluster.shape, std::string(to_string(options.strategy)),
                   options.seed, partial_dtype_of(options, built.workload.shape().dtype));
   built.kept = choose_kept_kv(built.workload, built.placement, built.plan.header, kKeepAllKv);
-  layout.forward =
-      routed_dcps_way(built.workload, built.placement, std::move(layout.forward), nullptr);
-  layout.backward =
-      routed_dcps_way(built.workload, built.placement, std::move(layout.backward), &built.kept);
+  bool own_last[2] = {false, false};
+  layout.forward = tightened(
+      built, options,
+      routed_dcps_way(built.workload, built.placement, std::move(layout.forward), nullptr),
+      own_last[0]);
+  layout.backward = tightened(
+      built, options,
+      routed_dcps_way(built.workload, built.placement, std::move(layout.backward), &built.kept),
+      own_last[1]);
   built.timings.partition_ms = ms_since(start);
   compile_passes(built, layout.forward, layout.backward, &built.kept);
   const PassEstimates estimates =
       estimate_passes(built, options.cluster, layout.forward, layout.backward);
-  built.forward = {layout.forward.stages, 0, false, estimates.forward};
-  built.backward = {layout.backward.stages, 0, false, estimates.backward};
+  built.forward = {layout.forward.stages, 0, false, estimates.forward, own_last[0]};
+  built.backward = {layout.backward.stages, 0, false, estimates.backward, own_last[1]};
   built.timings.total_ms = ms_since(start);
   return built;
 }

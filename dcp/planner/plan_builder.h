@@ -72,7 +72,7 @@ struct ScheduleSummary {
   std::int32_t fetch_launches = 0;  // dcp: the S chosen or given
   bool balanced = false;            // dcp: whether each stage's compute per device was capped
   ScheduleEstimate estimate;        // under PlanOptions::cluster
-  bool own_outputs_last = false;    // dcp, backward: whether own_outputs_last's schedule was kept
+  bool own_outputs_last = false;    // dcp: whether own_outputs_last's schedule was kept
 };
 
 // How Strategy::kDcp chose its plan: every candidate's simulated time under PlanOptions::cluster

@@ -335,13 +335,21 @@ double static_estimate_lower_bound(Strategy strategy, const Workload& workload,
         for (std::int32_t start = 0; start < ring; ++start) {
           const TokenCount held = tokens[static_cast<std::size_t>(group * ring + start)];
           if (start == p || held == 0) continue;  // no kv travels from an empty position
-          const RingLayout::Hop hop = layout.hop(start, layout.visit_index(start, p));
+          const std::int32_t t = layout.visit_index(start, p);
+          const RingLayout::Hop hop = layout.hop(start, t);
           const DeviceId from = layout.device(base, hop.from, l);
           const int inter = shape.node_of(from) != shape.node_of(device) ? 1 : 0;
           const double bytes = static_cast<double>(value_bytes(header, SlotKind::kKV, held)) *
                                kv_reads[static_cast<std::size_t>(l)];
-          double& slowest = launch_seconds[static_cast<std::size_t>(hop.launch)];
-          slowest = std::max(slowest, setup + latency[inter] + bytes / rate[inter]);
+          // An outer hop is spread over the round's launches by its values: however they fall,
+          // the launches take no less than with its bytes shared evenly, each with the smaller
+          // latency (a launch may carry none of them).
+          const std::int32_t spread = layout.outer_hop(t) ? layout.window : 1;
+          for (std::int32_t k = 0; k < spread; ++k) {
+            double& slowest = launch_seconds[static_cast<std::size_t>(hop.launch + k)];
+            const double wait = spread == 1 ? latency[inter] : std::min(latency[0], latency[1]);
+            slowest = std::max(slowest, setup + wait + bytes / spread / rate[inter]);
+          }
         }
         double sum = 0;
         for (const double seconds : launch_seconds) sum += seconds;

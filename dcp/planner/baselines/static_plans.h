@@ -90,7 +90,8 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
 //   - the busiest device's compute, at least the mean of every unmasked pair's FLOPs, and
 //   - each device's chain of ring launches: in every launch that brings it kv, the launch ends no
 //     sooner than its set-up for one peer, the latency and the kv's bytes at the lower of the
-//     message's stream bandwidth and its link side's bandwidth (at the curve's best efficiency).
+//     message's stream bandwidth and its link side's bandwidth (at the curve's best efficiency);
+//     an outer hop of a double ring, spread over its round's launches, as if shared evenly.
 // `header` gives the value sizes (plan_header of the workload with the strategy's partial dtype).
 // Throws InvalidInput as static_plan does.
 double static_estimate_lower_bound(Strategy strategy, const Workload& workload,

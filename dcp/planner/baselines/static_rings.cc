@@ -24,9 +24,9 @@ std::int32_t RingLayout::visit_index(std::int32_t start, std::int32_t position) 
   return o * window + k;
 }
 
-RingLayout::Hop RingLayout::hop(std::int32_t start, std::int32_t t) const {
+RingLayout::Hop RingLayout::hop(std::int32_t start, std::int32_t t, std::int32_t offset) const {
   const std::int32_t o = t / window, k = t % window;
-  if (k == 0) return {visit(start, (o - 1) * window), (o - 1) * window};
+  if (k == 0) return {visit(start, (o - 1) * window), (o - 1) * window + offset};
   return {visit(start, t - 1), t - 1};
 }
 
@@ -72,6 +72,34 @@ class PathGradients {
   std::vector<ValueMap> last_stage_;  // per device: each dkv value's last contributing stage
 };
 
+// Per block: the launch of its round (RingLayout::hop's offset) in which its kv takes an outer
+// hop. The blocks of a head group travel the rings together; largest first, each goes to the
+// launch with the fewest tokens so far (the first on a tie), so the round's launches carry about
+// equal shares of the hop.
+std::vector<std::int32_t> outer_hop_offsets(const Workload& w, const Placement& p,
+                                            const RingLayout& layout) {
+  std::vector<std::int32_t> offsets(static_cast<std::size_t>(w.blocks().block_count()), 0);
+  if (layout.window >= layout.ring_size()) return offsets;
+  std::vector<std::vector<BlockId>> of_group(static_cast<std::size_t>(p.cluster.devices()));
+  for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
+    const DeviceId owner = p.token_block_device[static_cast<std::size_t>(b)];
+    of_group[static_cast<std::size_t>(owner - layout.head_local(owner))].push_back(b);
+  }
+  std::vector<TokenCount> load(static_cast<std::size_t>(layout.window));
+  for (std::vector<BlockId>& blocks : of_group) {
+    std::stable_sort(blocks.begin(), blocks.end(), [&](BlockId x, BlockId y) {
+      return w.blocks().block(x).tokens > w.blocks().block(y).tokens;
+    });
+    std::fill(load.begin(), load.end(), 0);
+    for (const BlockId b : blocks) {
+      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+      load[static_cast<std::size_t>(least)] += w.blocks().block(b).tokens;
+      offsets[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(least);
+    }
+  }
+  return offsets;
+}
+
 }  // namespace
 
 PassSchedule static_pass(const Workload& w, const Placement& p, Pass pass,
@@ -102,6 +130,7 @@ PassSchedule static_pass(const Workload& w, const Placement& p, Pass pass,
   std::optional<PathGradients> gradients;
   if (pass == Pass::kBackward) gradients.emplace(w, p, schedule);
   std::vector<DeviceId> path(static_cast<std::size_t>(ring));
+  const std::vector<std::int32_t> offsets = outer_hop_offsets(w, p, layout);
   for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
     const DeviceId owner = p.token_block_device[static_cast<std::size_t>(b)];
     const DeviceId base = layout.group_base(owner);
@@ -120,7 +149,7 @@ PassSchedule static_pass(const Workload& w, const Placement& p, Pass pass,
         for (std::int32_t t = 0; t < ring; ++t) {
           path[static_cast<std::size_t>(t)] = layout.device(base, layout.visit(start, t), local);
           if (t == 0) continue;
-          const RingLayout::Hop hop = layout.hop(start, t);
+          const RingLayout::Hop hop = layout.hop(start, t, offsets[static_cast<std::size_t>(b)]);
           schedule.transfers.push_back({kv, layout.device(base, hop.from, local),
                                         path[static_cast<std::size_t>(t)], first + hop.launch});
         }

@@ -51,13 +51,20 @@ struct RingLayout {
   std::int32_t visit_index(std::int32_t start, std::int32_t position) const;
   // The hop that brings kv starting at `start` to its t-th position (t >= 1): where from, and in
   // which launch counted from the first ring launch. Inner hops go one position per launch; the
-  // outer hop into round o leaves the owner's inner position of round o - 1 at launch (o - 1) w,
-  // while that round's inner ring runs.
+  // outer hop into round o leaves the owner's inner position of round o - 1 while that round's
+  // inner ring runs, in launch (o - 1) w + offset (offset in [0, w)). LoongTrain runs its outer
+  // ring on a communicator of its own, beside the inner ring's; a Program has one communication
+  // stream, whose launches complete in order, so a whole outer hop in the round's first launch
+  // would hold that launch's inner step until it arrived. Spread over the round's w launches
+  // (static_pass balances their bytes), each launch moves an inner step and about 1/w of the outer
+  // hop, and the inner ring waits for no more than the two together.
   struct Hop {
     std::int32_t from = 0;
     std::int32_t launch = 0;
   };
-  Hop hop(std::int32_t start, std::int32_t t) const;
+  Hop hop(std::int32_t start, std::int32_t t, std::int32_t offset = 0) const;
+  // Whether the hop into t-th position crosses from one window to the next (t % w == 0).
+  bool outer_hop(std::int32_t t) const { return window < ring_size() && t % window == 0; }
 };
 
 // The pass schedule of a static strategy whose placement follows `layout`: work units run in the

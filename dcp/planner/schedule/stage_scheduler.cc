@@ -438,7 +438,7 @@ class Greedy {
 }  // namespace
 
 std::optional<PassSchedule> own_outputs_last(const Workload& workload, const Placement& placement,
-                                             const PassSchedule& schedule) {
+                                             const PassSchedule& schedule, std::int32_t from) {
   const auto devices = static_cast<std::size_t>(placement.cluster.devices());
   std::vector<char> sends(devices, 0);
   std::vector<char> own(schedule.unit_stage.size(), 0);
@@ -454,7 +454,7 @@ std::optional<PassSchedule> own_outputs_last(const Workload& workload, const Pla
   PassSchedule moved = schedule;
   bool any = false;
   for (std::size_t w = 0; w < moved.unit_stage.size(); ++w) {
-    if (moved.unit_stage[w] == 0 && own[w] != 0 &&
+    if (moved.unit_stage[w] == from && own[w] != 0 &&
         sends[static_cast<std::size_t>(placement.work_unit_device[w])] != 0) {
       moved.unit_stage[w] = schedule.stages;
       any = true;

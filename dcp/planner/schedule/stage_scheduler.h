@@ -25,7 +25,8 @@ struct ScheduleOptions {
   std::int32_t fetch_launches = 0;
   std::int32_t max_fetch_launches = 8;
   StageBalance balance = StageBalance::kChoose;
-  // Backward: also try the kept schedule with own_outputs_last (below).
+  // Backward: also try the kept schedule with own_outputs_last (below); structured candidates:
+  // try it in both passes (build_structured).
   bool own_outputs_last = true;
 };
 
@@ -40,18 +41,20 @@ struct ScheduledPass {
   bool own_outputs_last = false;    // backward: whether own_outputs_last's schedule was kept
 };
 
-// `schedule` (a backward pass) with each device's stage-0 work units whose dq and dkv it owns
+// `schedule` with each device's work units of stage `from` whose outputs (o; dq and dkv) it owns
 // itself moved into a new last stage, on every device that sends partial outputs (has a unit whose
-// dq or dkv another device owns); nothing if no unit moves. No transfer changes, its partial
+// output another device owns); nothing if no unit moves. No transfer changes, its partial
 // outputs' included (add_partial_transfers gives the same ones: a moved unit contributes only to
 // its own device's values, which that device does not send), but the partials those devices
 // finish in their last stage then travel while the moved units compute, instead of after all of
-// them: with kv kept from the forward pass, stage 0 holds
-// most of a device's work. (In the forward pass every stage-0 unit's output is its device's own;
-// moving them all would leave launch 0 exposed, and on the 160 a100-p4de micro-benchmark batches
-// the estimate never chose it there.)
+// them. dcp's backward schedule moves stage 0, which holds most of a device's work with kv kept
+// from the forward pass. (In dcp's forward schedule every stage-0 unit's output is its device's
+// own; moving them all would leave launch 0 exposed, and on the 160 a100-p4de micro-benchmark
+// batches the estimate never chose it there.) A structured layout's passes move their last stage
+// (build_structured): there, in the forward pass, a device finishes the outputs of the q it
+// received by all-to-all.
 std::optional<PassSchedule> own_outputs_last(const Workload& workload, const Placement& placement,
-                                             const PassSchedule& schedule);
+                                             const PassSchedule& schedule, std::int32_t from = 0);
 
 // Stage 0 runs every work unit whose inputs are on its device. Then, for each launch l, devices
 // take turns (least compute in stage l + 1 first) pulling their heaviest pending work unit into

@@ -411,7 +411,24 @@ double static_plan_lower_bound(const Workload& workload, const PlanOptions& opti
 }
 
 StaticPlan static_layout(const Workload& workload, const PlanOptions& options) {
-  return static_plan(options.strategy, workload, options.cluster.shape, static_options_of(options));
+  StaticPlan plan =
+      static_plan(options.strategy, workload, options.cluster.shape, static_options_of(options));
+  // A double ring's outer hops: in the round's first launch (static_plan's), or spread over the
+  // round's launches, per pass whichever the estimate finds faster (RingLayout::hop).
+  if (plan.ring.window <= 1 || plan.ring.window >= plan.ring.ring_size()) return plan;
+  RingLayout spread = plan.ring;
+  spread.outer_spread = spread.window;
+  const PlanHeader header =
+      plan_header(plan.workload, options.cluster.shape, std::string(to_string(options.strategy)),
+                  options.seed, partial_dtype_of(options, plan.workload.shape().dtype));
+  for (PassSchedule* schedule : {&plan.forward, &plan.backward}) {
+    PassSchedule other = static_pass(plan.workload, plan.placement, schedule->pass, spread);
+    const auto seconds = [&](const PassSchedule& s) {
+      return estimate(plan.workload, plan.placement, options.cluster, header, s).seconds;
+    };
+    if (seconds(other) < seconds(*schedule)) *schedule = std::move(other);
+  }
+  return plan;
 }
 
 BuiltPlan build_static(StaticPlan layout, const PlanOptions& options,
@@ -465,8 +482,7 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
     }
     std::optional<StaticPlan> layout;
     try {
-      layout.emplace(
-          static_plan(strategy, workload, options.cluster.shape, static_options_of(options)));
+      layout.emplace(static_layout(workload, static_options));
     } catch (const InvalidInput& e) {
       selection.candidates.push_back({name, false, e.what(), false, 0, 0, 0});
       continue;

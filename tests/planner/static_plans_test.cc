@@ -160,54 +160,109 @@ TEST(LoongTrainPlan, KeepsInnerHopsInsideANodeAndSendsOuterHopsAcrossNodes) {
   const ClusterShape cluster{4, 8};
   const Workload workload = make({20480, 8960}, MaskKind::kFull);
   const StaticPlan plan = static_plan(Strategy::kLoongTrain, workload, cluster);
+  ASSERT_EQ(plan.ring.window, 4);
+  ASSERT_EQ(plan.ring.outer_spread, 1);
+  RingLayout spread_ring = plan.ring;
+  spread_ring.outer_spread = 4;
   const auto position = [](DeviceId d) { return d / 2; };
-  for (const PassSchedule* pass : {&plan.forward, &plan.backward}) {
-    EXPECT_EQ(pass->stages, 1 + 16);
-    // Per device and launch: the kv tokens it sends on the outer ring.
-    std::map<std::pair<DeviceId, std::int32_t>, TokenCount> outer_tokens;
-    TokenCount largest = 0;
-    for (const Transfer& t : pass->transfers) {
-      if (!is_kv_hop(t)) continue;
-      ASSERT_EQ(t.src % 2, t.dst % 2);  // the same local index of two head groups
-      const std::int32_t from = position(t.src), to = position(t.dst);
-      if (cluster.node_of(t.src) == cluster.node_of(t.dst)) {
-        EXPECT_EQ(to, from / 4 * 4 + (from % 4 + 1) % 4) << "an inner hop goes one step";
-        EXPECT_NE(t.launch % 4, 0) << "no inner hop into a round's first position";
-      } else {
-        EXPECT_EQ(to, (from + 4) % 16) << "an outer hop goes to the next window, same position";
-        const TokenCount tokens = plan.workload.blocks().block(t.value.block).tokens;
-        outer_tokens[{t.src, t.launch}] += tokens;
-        largest = std::max(largest, tokens);
-      }
-    }
-    // The outer hop into round o leaves while round o - 1 runs (launches 1-4, 5-8, 9-12), spread
-    // over the round's launches: the blocks of the head group (two devices) the kv started at, the
-    // launches' tokens within one block of each other.
-    std::vector<TokenCount> owned(static_cast<std::size_t>(cluster.devices()), 0);
-    for (BlockId b = 0; b < plan.workload.blocks().block_count(); ++b) {
-      const DeviceId d = plan.placement.token_block_device[static_cast<std::size_t>(b)];
-      owned[static_cast<std::size_t>(d / 2 * 2)] += plan.workload.blocks().block(b).tokens;
-    }
-    for (DeviceId d = 0; d < cluster.devices(); ++d) {
-      for (std::int32_t round = 0; round < 3; ++round) {
-        TokenCount sent = 0, fewest = 1 << 30, most = 0;
-        for (std::int32_t launch = 1 + 4 * round; launch <= 4 + 4 * round; ++launch) {
-          const auto found = outer_tokens.find({d, launch});
-          const TokenCount n = found == outer_tokens.end() ? 0 : found->second;
-          sent += n;
-          fewest = std::min(fewest, n);
-          most = std::max(most, n);
-        }
-        // In round o a device forwards the kv of the head group o windows (8 devices) back.
-        const DeviceId owner = (d / 2 * 2 + 32 - 8 * round) % 32;
-        EXPECT_EQ(sent, owned[static_cast<std::size_t>(owner)])
-            << "device " << d << " round " << round;
-        EXPECT_LE(most - fewest, largest) << "device " << d << " round " << round;
-        EXPECT_GT(fewest, 0) << "device " << d << " round " << round;
-      }
-    }
-    EXPECT_EQ(outer_tokens.size(), 12u * 32u) << "and in no other launch";
+  // The kv tokens a head group's blocks hold (by its first device).
+  std::vector<TokenCount> held(static_cast<std::size_t>(cluster.devices()), 0);
+  for (BlockId b = 0; b < plan.workload.blocks().block_count(); ++b) {
+    const DeviceId d = plan.placement.token_block_device[static_cast<std::size_t>(b)];
+    held[static_cast<std::size_t>(d / 2 * 2)] += plan.workload.blocks().block(b).tokens;
   }
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const PassSchedule whole = pass == Pass::kForward ? plan.forward : plan.backward;
+    const PassSchedule spread = static_pass(plan.workload, plan.placement, pass, spread_ring);
+    for (const PassSchedule* schedule : {&whole, &spread}) {
+      EXPECT_EQ(schedule->stages, 1 + 16);
+      // Per device and launch: the kv tokens it sends on the outer ring.
+      std::map<std::pair<DeviceId, std::int32_t>, TokenCount> outer_tokens;
+      TokenCount largest = 0;
+      for (const Transfer& t : schedule->transfers) {
+        if (!is_kv_hop(t)) continue;
+        ASSERT_EQ(t.src % 2, t.dst % 2);  // the same local index of two head groups
+        const std::int32_t from = position(t.src), to = position(t.dst);
+        if (cluster.node_of(t.src) == cluster.node_of(t.dst)) {
+          EXPECT_EQ(to, from / 4 * 4 + (from % 4 + 1) % 4) << "an inner hop goes one step";
+          EXPECT_NE(t.launch % 4, 0) << "no inner hop into a round's first position";
+        } else {
+          EXPECT_EQ(to, (from + 4) % 16) << "an outer hop goes to the next window, same position";
+          const TokenCount tokens = plan.workload.blocks().block(t.value.block).tokens;
+          outer_tokens[{t.src, t.launch}] += tokens;
+          largest = std::max(largest, tokens);
+        }
+      }
+      // The outer hop into round o leaves while round o - 1 runs (launches 1-4, 5-8, 9-12): the
+      // blocks of the head group (two devices) the kv started at, o windows (8 devices) back.
+      // Whole, in the round's first launch; spread, over its four, their tokens within one block
+      // of each other.
+      for (DeviceId d = 0; d < cluster.devices(); ++d) {
+        for (std::int32_t round = 0; round < 3; ++round) {
+          TokenCount sent = 0, fewest = 1 << 30, most = 0;
+          for (std::int32_t launch = 1 + 4 * round; launch <= 4 + 4 * round; ++launch) {
+            const auto found = outer_tokens.find({d, launch});
+            const TokenCount n = found == outer_tokens.end() ? 0 : found->second;
+            sent += n;
+            fewest = std::min(fewest, n);
+            most = std::max(most, n);
+            if (schedule == &whole && launch != 1 + 4 * round) {
+              EXPECT_EQ(n, 0) << "device " << d << " launch " << launch;
+            }
+          }
+          const DeviceId owner = (d / 2 * 2 + 32 - 8 * round) % 32;
+          EXPECT_EQ(sent, held[static_cast<std::size_t>(owner)])
+              << "device " << d << " round " << round;
+          if (schedule == &spread) {
+            EXPECT_LE(most - fewest, largest) << "device " << d << " round " << round;
+            EXPECT_GT(fewest, 0) << "device " << d << " round " << round;
+          }
+        }
+      }
+      EXPECT_EQ(outer_tokens.size(), (schedule == &whole ? 3u : 12u) * 32u)
+          << "and in no other launch";
+    }
+  }
+}
+
+// static_layout sends a double ring's outer hops whichever way the estimate finds faster, per
+// pass: spread where long sequences give each ring step time to hide its share (LongAlign-like,
+// causal, on h100-dgx), whole where a sparse mask leaves the steps short and smaller messages
+// would reach less of their link's rate.
+TEST(LoongTrainPlan, SendsOuterHopsTheWayTheEstimateFindsFaster) {
+  PlanOptions options;
+  options.strategy = Strategy::kLoongTrain;
+  options.cluster = cluster_preset("h100-dgx");
+  std::set<std::int32_t> spreads_kept;
+  for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kLambda}) {
+    AttentionShape shape;
+    shape.q_heads = 8;
+    shape.kv_heads = 2;
+    shape.head_dim = 128;
+    const SequenceBatch batch({29586, 74186});
+    MaskSpec spec;
+    spec.kind = kind;
+    const Workload workload(shape, batch, build_batch_mask(spec, batch), 1024, 1);
+    const StaticPlan layout = static_layout(workload, options);
+    const StaticPlan whole =
+        static_plan(Strategy::kLoongTrain, workload, options.cluster.shape, {});
+    RingLayout spread_ring = whole.ring;
+    spread_ring.outer_spread = spread_ring.window;
+    ASSERT_GT(spread_ring.window, 1);
+    const PlanHeader header = plan_header(layout.workload, options.cluster.shape, "loongtrain", 0,
+                                          partial_dtype_of(options, shape.dtype));
+    for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+      const PassSchedule spread = static_pass(whole.workload, whole.placement, pass, spread_ring);
+      const auto seconds = [&](const PassSchedule& s) {
+        return estimate(whole.workload, whole.placement, options.cluster, header, s).seconds;
+      };
+      const double kept = seconds(pass == Pass::kForward ? layout.forward : layout.backward);
+      const double whole_seconds = seconds(pass == Pass::kForward ? whole.forward : whole.backward);
+      EXPECT_EQ(kept, std::min(whole_seconds, seconds(spread))) << to_string(kind);
+      spreads_kept.insert(kept < whole_seconds ? 4 : 1);
+    }
+  }
+  EXPECT_EQ(spreads_kept, (std::set<std::int32_t>{1, 4})) << "each way kept somewhere";
 }
 
 TEST(ScheduleEstimate, MovesNoMessageFasterThanItsLinksStreamBandwidth) {
@@ -256,7 +311,7 @@ TEST(StaticPlans, SendPartialsInTheDtypeTheirSystemsUse) {
   }
 }
 
-TEST(LoongTrainPlan, MovesNoMoreBytesAcrossNodesThanTe) {
+TEST(LoongTrainPlan, MovesNoMoreBytesAcrossNodesThanTeInFewerLaunches) {
   const ClusterShape cluster{4, 8};
   const Workload workload = make({20480, 8960}, MaskKind::kFull);
   PlanOptions options;
@@ -279,6 +334,20 @@ TEST(LoongTrainPlan, MovesNoMoreBytesAcrossNodesThanTe) {
         << "per window: R - w outer hops against R - 1 ring hops out of the window";
     EXPECT_LE(b.inter_node, a.inter_node);
   }
+  // te sends across nodes in every ring launch, one head group per node at a time; loongtrain
+  // (its outer hops whole) in one launch per round, every head group of a node at once.
+  const auto crossings_per_launch = [&](const StaticPlan& plan) {
+    std::map<std::int32_t, std::int32_t> count;
+    for (const Transfer& t : plan.forward.transfers) {
+      if (is_kv_hop(t) && cluster.node_of(t.src) != cluster.node_of(t.dst)) ++count[t.launch];
+    }
+    return count;
+  };
+  const auto te_count = crossings_per_launch(static_plan(Strategy::kTe, workload, cluster));
+  const auto lt_count = crossings_per_launch(static_plan(Strategy::kLoongTrain, workload, cluster));
+  EXPECT_EQ(te_count.size(), 15u);
+  EXPECT_EQ(lt_count.size(), 3u);
+  EXPECT_GT(lt_count.begin()->second, te_count.begin()->second);
 }
 
 TEST(LoongTrainPlan, WithTheWholeRingAsItsWindowIsTe) {

@@ -230,7 +230,8 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
                   Placement{},
                   {},
                   {},
-                  data_parallel};
+                  data_parallel,
+                  layout};
   Placement& placement = plan.placement;
   placement.cluster = cluster;
   const std::vector<std::int32_t> group_of = sequence_groups(workload.batch(), data_parallel);

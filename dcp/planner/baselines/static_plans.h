@@ -9,6 +9,7 @@
 
 #include "dcp/model/workload.h"
 
+#include "dcp/planner/baselines/static_rings.h"
 #include "dcp/planner/placement/placement.h"
 #include "dcp/planner/schedule/schedule.h"
 
@@ -70,6 +71,7 @@ struct StaticPlan {
   PassSchedule forward;
   PassSchedule backward;
   std::int32_t data_parallel = 1;  // the degree used (the automatic one when 0 was asked for)
+  RingLayout ring;                 // the passes' geometry (outer_spread 1)
 };
 enum class MaskedTiles : std::uint8_t { kSkip, kCompute };
 struct StaticOptions {
@@ -91,7 +93,8 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
 //   - each device's chain of ring launches: in every launch that brings it kv, the launch ends no
 //     sooner than its set-up for one peer, the latency and the kv's bytes at the lower of the
 //     message's stream bandwidth and its link side's bandwidth (at the curve's best efficiency);
-//     an outer hop of a double ring, spread over its round's launches, as if shared evenly.
+//     an outer hop of a double ring as if shared evenly by its round's launches (no fewer
+//     seconds than either of RingLayout::hop's ways to send it).
 // `header` gives the value sizes (plan_header of the workload with the strategy's partial dtype).
 // Throws InvalidInput as static_plan does.
 double static_estimate_lower_bound(Strategy strategy, const Workload& workload,

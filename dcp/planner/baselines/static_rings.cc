@@ -74,18 +74,19 @@ class PathGradients {
 
 // Per block: the launch of its round (RingLayout::hop's offset) in which its kv takes an outer
 // hop. The blocks of a head group travel the rings together; largest first, each goes to the
-// launch with the fewest tokens so far (the first on a tie), so the round's launches carry about
-// equal shares of the hop.
+// launch (of the first outer_spread) with the fewest tokens so far (the first on a tie), so those
+// launches carry about equal shares of the hop.
 std::vector<std::int32_t> outer_hop_offsets(const Workload& w, const Placement& p,
                                             const RingLayout& layout) {
   std::vector<std::int32_t> offsets(static_cast<std::size_t>(w.blocks().block_count()), 0);
-  if (layout.window >= layout.ring_size()) return offsets;
+  const std::int32_t spread = std::clamp(layout.outer_spread, 1, layout.window);
+  if (layout.window >= layout.ring_size() || spread == 1) return offsets;
   std::vector<std::vector<BlockId>> of_group(static_cast<std::size_t>(p.cluster.devices()));
   for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
     const DeviceId owner = p.token_block_device[static_cast<std::size_t>(b)];
     of_group[static_cast<std::size_t>(owner - layout.head_local(owner))].push_back(b);
   }
-  std::vector<TokenCount> load(static_cast<std::size_t>(layout.window));
+  std::vector<TokenCount> load(static_cast<std::size_t>(spread));
   for (std::vector<BlockId>& blocks : of_group) {
     std::stable_sort(blocks.begin(), blocks.end(), [&](BlockId x, BlockId y) {
       return w.blocks().block(x).tokens > w.blocks().block(y).tokens;

@@ -27,6 +27,8 @@ struct RingLayout {
   std::int32_t head_degree = 1;
   std::int32_t window = 1;
   bool all_to_all = false;
+  // The launches of a round an outer hop is spread over (1 .. window; see hop).
+  std::int32_t outer_spread = 1;
 
   std::int32_t ring_size() const { return group_size / head_degree; }
   // The first device of `device`'s group, its ring position, its index in its head group.
@@ -52,12 +54,15 @@ struct RingLayout {
   // The hop that brings kv starting at `start` to its t-th position (t >= 1): where from, and in
   // which launch counted from the first ring launch. Inner hops go one position per launch; the
   // outer hop into round o leaves the owner's inner position of round o - 1 while that round's
-  // inner ring runs, in launch (o - 1) w + offset (offset in [0, w)). LoongTrain runs its outer
-  // ring on a communicator of its own, beside the inner ring's; a Program has one communication
-  // stream, whose launches complete in order, so a whole outer hop in the round's first launch
-  // would hold that launch's inner step until it arrived. Spread over the round's w launches
-  // (static_pass balances their bytes), each launch moves an inner step and about 1/w of the outer
-  // hop, and the inner ring waits for no more than the two together.
+  // inner ring runs, in launch (o - 1) w + offset (offset in [0, outer_spread)).
+  // LoongTrain runs its outer ring on a communicator of its own, beside the inner ring's, in one
+  // message per hop. A Program has one communication stream, whose launches complete in order, so
+  // no one schedule of it is LoongTrain's: the whole outer hop in the round's first launch
+  // (outer_spread 1) holds that launch's inner step until it arrives; spread over the round's
+  // launches (static_pass balances their bytes), each launch waits only for its share, but the
+  // smaller messages reach a lower share of their link's rate. Each is at least as slow as
+  // LoongTrain's two streams, so the plan keeps, per pass, whichever its estimate finds faster
+  // (static_layout).
   struct Hop {
     std::int32_t from = 0;
     std::int32_t launch = 0;

@@ -342,9 +342,9 @@ double static_estimate_lower_bound(Strategy strategy, const Workload& workload,
           const int inter = shape.node_of(from) != shape.node_of(device) ? 1 : 0;
           const double bytes = static_cast<double>(value_bytes(header, SlotKind::kKV, held)) *
                                kv_reads[static_cast<std::size_t>(l)];
-          // An outer hop is spread over the round's launches by its values: however they fall,
-          // the launches take no less than with its bytes shared evenly, each with the smaller
-          // latency (a launch may carry none of them).
+          // An outer hop goes whole in its round's first launch or spread over the round's
+          // launches (RingLayout::hop): either way the launches take no less than with its bytes
+          // shared evenly, each with the smaller latency (a launch may carry none of them).
           const std::int32_t spread = layout.outer_hop(t) ? layout.window : 1;
           for (std::int32_t k = 0; k < spread; ++k) {
             double& slowest = launch_seconds[static_cast<std::size_t>(hop.launch + k)];

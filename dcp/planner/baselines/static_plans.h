@@ -71,7 +71,7 @@ struct StaticPlan {
   PassSchedule forward;
   PassSchedule backward;
   std::int32_t data_parallel = 1;  // the degree used (the automatic one when 0 was asked for)
-  RingLayout ring;                 // the passes' geometry (outer_spread 1)
+  RingLayout ring;  // the passes' geometry, outer hops whole (static_layout may spread them)
 };
 enum class MaskedTiles : std::uint8_t { kSkip, kCompute };
 struct StaticOptions {

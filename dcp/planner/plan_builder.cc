@@ -414,15 +414,13 @@ StaticPlan static_layout(const Workload& workload, const PlanOptions& options) {
   StaticPlan plan =
       static_plan(options.strategy, workload, options.cluster.shape, static_options_of(options));
   // A double ring's outer hops: in the round's first launch (static_plan's), or spread over the
-  // round's launches, per pass whichever the estimate finds faster (RingLayout::hop).
+  // round's launches, per pass whichever the estimate finds faster (spread_outer_hops).
   if (plan.ring.window <= 1 || plan.ring.window >= plan.ring.ring_size()) return plan;
-  RingLayout spread = plan.ring;
-  spread.outer_spread = spread.window;
   const PlanHeader header =
       plan_header(plan.workload, options.cluster.shape, std::string(to_string(options.strategy)),
                   options.seed, partial_dtype_of(options, plan.workload.shape().dtype));
   for (PassSchedule* schedule : {&plan.forward, &plan.backward}) {
-    PassSchedule other = static_pass(plan.workload, plan.placement, schedule->pass, spread);
+    PassSchedule other = spread_outer_hops(plan.workload, plan.placement, plan.ring, *schedule);
     const auto seconds = [&](const PassSchedule& s) {
       return estimate(plan.workload, plan.placement, options.cluster, header, s).seconds;
     };

@@ -193,7 +193,7 @@ BuiltPlan build_structured(Strategy layout, const Workload& workload, const Plan
 // before compiling one: a lower bound of its estimate from its structure alone
 // (static_estimate_lower_bound), its layout (static_plan with options' static fields; a double
 // ring's passes with their outer hops sent whichever way the estimate finds faster,
-// RingLayout::hop), the schedule estimates of that layout's passes under options.cluster, and the
+// spread_outer_hops), the schedule estimates of that layout's passes under options.cluster, and the
 // plan build_plan would return for it, given those estimates (timings.partition_ms then excludes
 // the layout).
 struct PassEstimates {

@@ -161,9 +161,6 @@ TEST(LoongTrainPlan, KeepsInnerHopsInsideANodeAndSendsOuterHopsAcrossNodes) {
   const Workload workload = make({20480, 8960}, MaskKind::kFull);
   const StaticPlan plan = static_plan(Strategy::kLoongTrain, workload, cluster);
   ASSERT_EQ(plan.ring.window, 4);
-  ASSERT_EQ(plan.ring.outer_spread, 1);
-  RingLayout spread_ring = plan.ring;
-  spread_ring.outer_spread = 4;
   const auto position = [](DeviceId d) { return d / 2; };
   // The kv tokens a head group's blocks hold (by its first device).
   std::vector<TokenCount> held(static_cast<std::size_t>(cluster.devices()), 0);
@@ -173,7 +170,7 @@ TEST(LoongTrainPlan, KeepsInnerHopsInsideANodeAndSendsOuterHopsAcrossNodes) {
   }
   for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
     const PassSchedule whole = pass == Pass::kForward ? plan.forward : plan.backward;
-    const PassSchedule spread = static_pass(plan.workload, plan.placement, pass, spread_ring);
+    const PassSchedule spread = spread_outer_hops(plan.workload, plan.placement, plan.ring, whole);
     for (const PassSchedule* schedule : {&whole, &spread}) {
       EXPECT_EQ(schedule->stages, 1 + 16);
       // Per device and launch: the kv tokens it sends on the outer ring.
@@ -246,13 +243,13 @@ TEST(LoongTrainPlan, SendsOuterHopsTheWayTheEstimateFindsFaster) {
     const StaticPlan layout = static_layout(workload, options);
     const StaticPlan whole =
         static_plan(Strategy::kLoongTrain, workload, options.cluster.shape, {});
-    RingLayout spread_ring = whole.ring;
-    spread_ring.outer_spread = spread_ring.window;
-    ASSERT_GT(spread_ring.window, 1);
+    ASSERT_GT(whole.ring.window, 1);
     const PlanHeader header = plan_header(layout.workload, options.cluster.shape, "loongtrain", 0,
                                           partial_dtype_of(options, shape.dtype));
     for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
-      const PassSchedule spread = static_pass(whole.workload, whole.placement, pass, spread_ring);
+      const PassSchedule spread =
+          spread_outer_hops(whole.workload, whole.placement, whole.ring,
+                            pass == Pass::kForward ? whole.forward : whole.backward);
       const auto seconds = [&](const PassSchedule& s) {
         return estimate(whole.workload, whole.placement, options.cluster, header, s).seconds;
       };

@@ -343,7 +343,7 @@ double static_estimate_lower_bound(Strategy strategy, const Workload& workload,
           const double bytes = static_cast<double>(value_bytes(header, SlotKind::kKV, held)) *
                                kv_reads[static_cast<std::size_t>(l)];
           // An outer hop goes whole in its round's first launch or spread over the round's
-          // launches (RingLayout::hop): either way the launches take no less than with its bytes
+          // launches (spread_outer_hops): either way the launches take no less than with its bytes
           // shared evenly, each with the smaller latency (a launch may carry none of them).
           const std::int32_t spread = layout.outer_hop(t) ? layout.window : 1;
           for (std::int32_t k = 0; k < spread; ++k) {

@@ -94,7 +94,7 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
 //     sooner than its set-up for one peer, the latency and the kv's bytes at the lower of the
 //     message's stream bandwidth and its link side's bandwidth (at the curve's best efficiency);
 //     an outer hop of a double ring as if shared evenly by its round's launches (no fewer
-//     seconds than either of RingLayout::hop's ways to send it).
+//     seconds than either of the ways static_layout may send it, spread_outer_hops).
 // `header` gives the value sizes (plan_header of the workload with the strategy's partial dtype).
 // Throws InvalidInput as static_plan does.
 double static_estimate_lower_bound(Strategy strategy, const Workload& workload,

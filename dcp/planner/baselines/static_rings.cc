@@ -24,9 +24,9 @@ std::int32_t RingLayout::visit_index(std::int32_t start, std::int32_t position) 
   return o * window + k;
 }
 
-RingLayout::Hop RingLayout::hop(std::int32_t start, std::int32_t t, std::int32_t offset) const {
+RingLayout::Hop RingLayout::hop(std::int32_t start, std::int32_t t) const {
   const std::int32_t o = t / window, k = t % window;
-  if (k == 0) return {visit(start, (o - 1) * window), (o - 1) * window + offset};
+  if (k == 0) return {visit(start, (o - 1) * window), (o - 1) * window};
   return {visit(start, t - 1), t - 1};
 }
 
@@ -72,35 +72,6 @@ class PathGradients {
   std::vector<ValueMap> last_stage_;  // per device: each dkv value's last contributing stage
 };
 
-// Per block: the launch of its round (RingLayout::hop's offset) in which its kv takes an outer
-// hop. The blocks of a head group travel the rings together; largest first, each goes to the
-// launch (of the first outer_spread) with the fewest tokens so far (the first on a tie), so those
-// launches carry about equal shares of the hop.
-std::vector<std::int32_t> outer_hop_offsets(const Workload& w, const Placement& p,
-                                            const RingLayout& layout) {
-  std::vector<std::int32_t> offsets(static_cast<std::size_t>(w.blocks().block_count()), 0);
-  const std::int32_t spread = std::clamp(layout.outer_spread, 1, layout.window);
-  if (layout.window >= layout.ring_size() || spread == 1) return offsets;
-  std::vector<std::vector<BlockId>> of_group(static_cast<std::size_t>(p.cluster.devices()));
-  for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
-    const DeviceId owner = p.token_block_device[static_cast<std::size_t>(b)];
-    of_group[static_cast<std::size_t>(owner - layout.head_local(owner))].push_back(b);
-  }
-  std::vector<TokenCount> load(static_cast<std::size_t>(spread));
-  for (std::vector<BlockId>& blocks : of_group) {
-    std::stable_sort(blocks.begin(), blocks.end(), [&](BlockId x, BlockId y) {
-      return w.blocks().block(x).tokens > w.blocks().block(y).tokens;
-    });
-    std::fill(load.begin(), load.end(), 0);
-    for (const BlockId b : blocks) {
-      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
-      load[static_cast<std::size_t>(least)] += w.blocks().block(b).tokens;
-      offsets[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(least);
-    }
-  }
-  return offsets;
-}
-
 }  // namespace
 
 PassSchedule static_pass(const Workload& w, const Placement& p, Pass pass,
@@ -131,7 +102,6 @@ PassSchedule static_pass(const Workload& w, const Placement& p, Pass pass,
   std::optional<PathGradients> gradients;
   if (pass == Pass::kBackward) gradients.emplace(w, p, schedule);
   std::vector<DeviceId> path(static_cast<std::size_t>(ring));
-  const std::vector<std::int32_t> offsets = outer_hop_offsets(w, p, layout);
   for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
     const DeviceId owner = p.token_block_device[static_cast<std::size_t>(b)];
     const DeviceId base = layout.group_base(owner);
@@ -150,7 +120,7 @@ PassSchedule static_pass(const Workload& w, const Placement& p, Pass pass,
         for (std::int32_t t = 0; t < ring; ++t) {
           path[static_cast<std::size_t>(t)] = layout.device(base, layout.visit(start, t), local);
           if (t == 0) continue;
-          const RingLayout::Hop hop = layout.hop(start, t, offsets[static_cast<std::size_t>(b)]);
+          const RingLayout::Hop hop = layout.hop(start, t);
           schedule.transfers.push_back({kv, layout.device(base, hop.from, local),
                                         path[static_cast<std::size_t>(t)], first + hop.launch});
         }
@@ -159,6 +129,38 @@ PassSchedule static_pass(const Workload& w, const Placement& p, Pass pass,
     }
   }
   add_partial_transfers(w, p, schedule, PartialRouting::kDirect, /*kv_gradients=*/false);
+  return schedule;
+}
+
+PassSchedule spread_outer_hops(const Workload& w, const Placement& p, const RingLayout& layout,
+                               PassSchedule schedule) {
+  const std::int32_t window = layout.window;
+  if (window <= 1 || window >= layout.ring_size()) return schedule;
+  // Per block: its launch in the round, balancing each head group's tokens.
+  std::vector<std::int32_t> offsets(static_cast<std::size_t>(w.blocks().block_count()), 0);
+  std::vector<std::vector<BlockId>> of_group(static_cast<std::size_t>(p.cluster.devices()));
+  for (BlockId b = 0; b < w.blocks().block_count(); ++b) {
+    const DeviceId owner = p.token_block_device[static_cast<std::size_t>(b)];
+    of_group[static_cast<std::size_t>(owner - layout.head_local(owner))].push_back(b);
+  }
+  std::vector<TokenCount> load(static_cast<std::size_t>(window));
+  for (std::vector<BlockId>& blocks : of_group) {
+    std::stable_sort(blocks.begin(), blocks.end(), [&](BlockId x, BlockId y) {
+      return w.blocks().block(x).tokens > w.blocks().block(y).tokens;
+    });
+    std::fill(load.begin(), load.end(), 0);
+    for (const BlockId b : blocks) {
+      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+      load[static_cast<std::size_t>(least)] += w.blocks().block(b).tokens;
+      offsets[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(least);
+    }
+  }
+  // An outer hop is the one kv transfer between ring positions of two windows.
+  for (Transfer& t : schedule.transfers) {
+    if (t.value.kind != SlotKind::kKV || t.launch < layout.first_stage()) continue;
+    if (layout.position(t.src) / window == layout.position(t.dst) / window) continue;
+    t.launch += offsets[static_cast<std::size_t>(t.value.block)];
+  }
   return schedule;
 }
 

@@ -27,8 +27,6 @@ struct RingLayout {
   std::int32_t head_degree = 1;
   std::int32_t window = 1;
   bool all_to_all = false;
-  // The launches of a round an outer hop is spread over (1 .. window; see hop).
-  std::int32_t outer_spread = 1;
 
   std::int32_t ring_size() const { return group_size / head_degree; }
   // The first device of `device`'s group, its ring position, its index in its head group.
@@ -53,21 +51,13 @@ struct RingLayout {
   std::int32_t visit_index(std::int32_t start, std::int32_t position) const;
   // The hop that brings kv starting at `start` to its t-th position (t >= 1): where from, and in
   // which launch counted from the first ring launch. Inner hops go one position per launch; the
-  // outer hop into round o leaves the owner's inner position of round o - 1 while that round's
-  // inner ring runs, in launch (o - 1) w + offset (offset in [0, outer_spread)).
-  // LoongTrain runs its outer ring on a communicator of its own, beside the inner ring's, in one
-  // message per hop. A Program has one communication stream, whose launches complete in order, so
-  // no one schedule of it is LoongTrain's: the whole outer hop in the round's first launch
-  // (outer_spread 1) holds that launch's inner step until it arrives; spread over the round's
-  // launches (static_pass balances their bytes), each launch waits only for its share, but the
-  // smaller messages reach a lower share of their link's rate. Each is at least as slow as
-  // LoongTrain's two streams, so the plan keeps, per pass, whichever its estimate finds faster
-  // (static_layout).
+  // outer hop into round o leaves the owner's inner position of round o - 1 at launch (o - 1) w,
+  // while that round's inner ring runs (or spread over its launches: spread_outer_hops).
   struct Hop {
     std::int32_t from = 0;
     std::int32_t launch = 0;
   };
-  Hop hop(std::int32_t start, std::int32_t t, std::int32_t offset = 0) const;
+  Hop hop(std::int32_t start, std::int32_t t) const;
   // Whether the hop into t-th position crosses from one window to the next (t % w == 0).
   bool outer_hop(std::int32_t t) const { return window < ring_size() && t % window == 0; }
 };
@@ -79,5 +69,19 @@ struct RingLayout {
 // go straight to their owner.
 PassSchedule static_pass(const Workload& workload, const Placement& placement, Pass pass,
                          const RingLayout& layout);
+
+// `schedule` (static_pass's on `layout`, a double ring) with its outer hops spread over their
+// rounds' launches: each head group's blocks, which travel the rings together, largest first,
+// each in the launch of the round with the fewest tokens so far (the first on a tie), so the
+// launches carry about equal shares of the hop.
+// LoongTrain runs its outer ring on a communicator of its own, beside the inner ring's, one
+// message per hop. A Program has one communication stream, whose launches complete in order, so
+// no one schedule of it is LoongTrain's: the whole outer hop in the round's first launch
+// (static_pass) holds that launch's inner step until it arrives; spread, each launch waits only
+// for its share, but the smaller messages reach a lower share of their link's rate. Each is at
+// least as slow as LoongTrain's two streams, so a plan keeps, per pass, whichever its estimate
+// finds faster (static_layout). Nothing changes unless 1 < window < ring.
+PassSchedule spread_outer_hops(const Workload& workload, const Placement& placement,
+                               const RingLayout& layout, PassSchedule schedule);
 
 }  // namespace dcp

@@ -236,71 +236,77 @@ TEST(InNodeReduction, ReducedPartialsMatchDenseFp64AttentionForwardAndBackward) 
   }
 }
 
-// A backward pass with each device's own outputs last (docs/scheduling.md, item 7), compiled,
-// verified and run on local ranks, matches dense fp64 attention. The estimate keeps that schedule
-// on long batches; here it is forced on a small one, so that the run stays short.
-TEST(OwnOutputsLast, MatchesDenseFp64AttentionForwardAndBackward) {
-  const SequenceBatch batch({700, 450, 1260, 415, 2555});
-  const Workload workload(testing::runtime_shape(DType::kFp32), batch,
-                          build_batch_mask(testing::runtime_spec(MaskKind::kCausal), batch), 64, 1);
-  for (const ClusterShape world : {ClusterShape{2, 2}, ClusterShape{2, 4}}) {
-    const std::string name =
-        std::to_string(world.nodes) + "x" + std::to_string(world.devices_per_node);
-    const PlanOptions options = runtime_plan_options(Strategy::kDcpPure, world);
-    BuiltPlan built = build_plan(workload, options);
-    ScheduleOptions schedule_options = options.schedule;
-    schedule_options.own_outputs_last = false;
-    PassSchedule schedule =
-        schedule_pass(built.workload, built.placement, options.cluster, built.plan.header,
-                      Pass::kBackward, schedule_options, &built.kept)
-            .schedule;
-    std::erase_if(schedule.transfers, [](const Transfer& t) { return is_output(t.value.kind); });
-    std::optional<PassSchedule> moved = own_outputs_last(built.workload, built.placement, schedule);
-    ASSERT_TRUE(moved.has_value()) << name;
-    ASSERT_EQ(moved->stages, schedule.stages + 1) << name;
-    add_partial_transfers(built.workload, built.placement, *moved, PartialRouting::kReduceInNode);
-    built.plan.backward =
-        compile_pass(built.workload, built.placement, built.plan.header, *moved, &built.kept);
-    const VerifyReport report = verify(built.plan);
-    ASSERT_TRUE(report.ok) << name << ": " << describe(report);
-    expect_within(run_built(workload, built, 17).errors, 1e-4, name);
-  }
-}
+// A pass of a plan with each device's own outputs of one stage last (own_outputs_last).
+struct OwnOutputsLastCase {
+  BuiltPlan built;
+  PassSchedule schedule;  // a pass of built's plan; its partial transfers are ignored
+  std::int32_t from = 0;  // the stage whose own-output units move
+};
 
-// A structured layout's forward pass with each device's own outputs last (the outputs of the q
-// it received by all-to-all finished a stage earlier and sent while its own compute; the estimate
-// keeps it on long batches, build_structured), compiled, verified and run on local ranks with
-// the structured candidate's backward pass, matches dense fp64 attention.
-TEST(OwnOutputsLast, OnTheLoongTrainLayoutMatchesDenseFp64Attention) {
-  const SequenceBatch batch({2555, 700, 415});
+// Each case of a causal batch of `lengths` on 2 x 2 and 2 x 4 local ranks, with the move made,
+// partials routed dcp's way, compiled into the case's plan, verified and run: it matches dense fp64
+// attention, and some partials now travel before the last stage computes.
+template <typename MakeCase>
+void expect_own_outputs_last_runs(std::vector<TokenCount> lengths, std::uint64_t seed,
+                                  MakeCase make_case) {
+  const SequenceBatch batch(std::move(lengths));
   const Workload workload(testing::runtime_shape(DType::kFp32), batch,
                           build_batch_mask(testing::runtime_spec(MaskKind::kCausal), batch), 64, 1);
   for (const ClusterShape world : {ClusterShape{2, 2}, ClusterShape{2, 4}}) {
     const std::string name =
         std::to_string(world.nodes) + "x" + std::to_string(world.devices_per_node);
-    const PlanOptions options = runtime_plan_options(Strategy::kDcpPure, world);
-    BuiltPlan built = build_structured(Strategy::kLoongTrain, workload, options);
-    PlanOptions layout_options = options;
-    layout_options.strategy = Strategy::kLoongTrain;
-    layout_options.masked_tiles = MaskedTiles::kSkip;
-    PassSchedule schedule = static_layout(workload, layout_options).forward;
-    std::erase_if(schedule.transfers, [](const Transfer& t) { return is_output(t.value.kind); });
+    OwnOutputsLastCase c = make_case(workload, runtime_plan_options(Strategy::kDcpPure, world));
+    std::erase_if(c.schedule.transfers, [](const Transfer& t) { return is_output(t.value.kind); });
     std::optional<PassSchedule> moved =
-        own_outputs_last(built.workload, built.placement, schedule, schedule.stages - 1);
+        own_outputs_last(c.built.workload, c.built.placement, c.schedule, c.from);
     ASSERT_TRUE(moved.has_value()) << name;
-    ASSERT_EQ(moved->stages, schedule.stages + 1) << name;
-    add_partial_transfers(built.workload, built.placement, *moved, PartialRouting::kReduceInNode);
-    std::int32_t sent_before_last = 0;  // partial outputs sent before the new last stage computes
+    ASSERT_EQ(moved->stages, c.schedule.stages + 1) << name;
+    add_partial_transfers(c.built.workload, c.built.placement, *moved,
+                          PartialRouting::kReduceInNode);
+    std::int32_t sent_before_last = 0;
     for (const Transfer& t : moved->transfers) {
       if (is_output(t.value.kind) && t.launch < moved->stages) ++sent_before_last;
     }
     EXPECT_GT(sent_before_last, 0) << name;
-    built.plan.forward =
-        compile_pass(built.workload, built.placement, built.plan.header, *moved, &built.kept);
-    const VerifyReport report = verify(built.plan);
+    (moved->pass == Pass::kForward ? c.built.plan.forward : c.built.plan.backward) = compile_pass(
+        c.built.workload, c.built.placement, c.built.plan.header, *moved, &c.built.kept);
+    const VerifyReport report = verify(c.built.plan);
     ASSERT_TRUE(report.ok) << name << ": " << describe(report);
-    expect_within(run_built(workload, built, 19).errors, 1e-4, name);
+    expect_within(run_built(workload, c.built, seed).errors, 1e-4, name);
   }
+}
+
+// A backward pass with each device's own outputs last (docs/scheduling.md, item 7). The estimate
+// keeps that schedule on long batches; here it is forced on a small one, so that the run stays
+// short.
+TEST(OwnOutputsLast, MatchesDenseFp64AttentionForwardAndBackward) {
+  expect_own_outputs_last_runs(
+      {700, 450, 1260, 415, 2555}, 17, [](const Workload& workload, const PlanOptions& options) {
+        BuiltPlan built = build_plan(workload, options);
+        ScheduleOptions schedule_options = options.schedule;
+        schedule_options.own_outputs_last = false;
+        PassSchedule schedule =
+            schedule_pass(built.workload, built.placement, options.cluster, built.plan.header,
+                          Pass::kBackward, schedule_options, &built.kept)
+                .schedule;
+        return OwnOutputsLastCase{std::move(built), std::move(schedule), 0};
+      });
+}
+
+// A structured layout's forward pass with each device's own outputs last from its last stage
+// (the outputs of the q it received by all-to-all finished a stage earlier and sent back while it
+// computes its own; the estimate keeps it on long batches, build_structured), run with the
+// structured candidate's backward pass.
+TEST(OwnOutputsLast, OnTheLoongTrainLayoutMatchesDenseFp64Attention) {
+  expect_own_outputs_last_runs(
+      {2555, 700, 415}, 19, [](const Workload& workload, const PlanOptions& options) {
+        PlanOptions layout_options = options;
+        layout_options.strategy = Strategy::kLoongTrain;
+        PassSchedule schedule = static_layout(workload, layout_options).forward;
+        const std::int32_t last = schedule.stages - 1;
+        return OwnOutputsLastCase{build_structured(Strategy::kLoongTrain, workload, options),
+                                  std::move(schedule), last};
+      });
 }
 
 // One device, one kernel call per sequence (the whole sequence as one tile), outputs rounded to

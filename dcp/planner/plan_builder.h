@@ -184,9 +184,10 @@ BuiltPlan build_plan(const Workload& workload, const PlanOptions& options);
 BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, BuiltPlan own);
 
 // A structured candidate: dcp's Programs (options.strategy dcp or dcp-pure names the plan) on the
-// layout of static strategy `layout` over all devices (loongtrain: at options.loongtrain_window),
-// every kv value a device reads kept for the backward pass. Throws InvalidInput as static_plan
-// does.
+// layout of static strategy `layout` over all devices (loongtrain: at options.loongtrain_window,
+// its outer hops as static_layout sends them), every kv value a device reads kept for the backward
+// pass, each pass with its last stage's own outputs last where the estimate finds that faster
+// (docs/scheduling.md). Throws InvalidInput as static_plan does.
 BuiltPlan build_structured(Strategy layout, const Workload& workload, const PlanOptions& options);
 
 // A static strategy (options.strategy) in steps, for callers that rank several of its layouts

@@ -323,9 +323,14 @@ double static_estimate_lower_bound(Strategy strategy, const Workload& workload,
   const double latency[2] = {cluster.intra_node_latency, cluster.inter_node_latency};
   // A launch that brings kv has at least that one peer to set up.
   const double setup = cluster.launch_overhead + cluster.launch_peer_overhead;
-  // Each device's chain: per launch, the slowest kv message it receives.
+  // Each device's chain: per launch, the slowest kv message it receives. An outer hop of a double
+  // ring goes whole in its round's first launch or spread over the round's launches
+  // (spread_outer_hops); either way the round's launches take no less than the inner hops'
+  // launches alone, nor than the outer hop alone at the smaller latency: whole, its launch takes
+  // the longer of it and that launch's inner hop; spread, each launch the longer of its inner hop
+  // and its share, whose set-ups, latencies and bytes add up to at least the hop's.
   double chain = 0;
-  std::vector<double> launch_seconds;
+  std::vector<double> launch_seconds, outer_seconds;
   for (std::int32_t group = 0; group < data_parallel; ++group) {
     const DeviceId base = group * group_size;
     for (std::int32_t p = 0; p < ring; ++p) {
@@ -333,6 +338,7 @@ double static_estimate_lower_bound(Strategy strategy, const Workload& workload,
         if (kv_reads[static_cast<std::size_t>(l)] == 0) continue;  // it receives no kv
         const DeviceId device = layout.device(base, p, l);
         launch_seconds.assign(static_cast<std::size_t>(ring), 0.0);
+        outer_seconds.assign(static_cast<std::size_t>(ring), 0.0);  // by its round's first launch
         for (std::int32_t start = 0; start < ring; ++start) {
           const TokenCount held = tokens[static_cast<std::size_t>(group * ring + start)];
           if (start == p || held == 0) continue;  // no kv travels from an empty position
@@ -342,18 +348,21 @@ double static_estimate_lower_bound(Strategy strategy, const Workload& workload,
           const int inter = shape.node_of(from) != shape.node_of(device) ? 1 : 0;
           const double bytes = static_cast<double>(value_bytes(header, SlotKind::kKV, held)) *
                                kv_reads[static_cast<std::size_t>(l)];
-          // An outer hop goes whole in its round's first launch or spread over the round's
-          // launches (spread_outer_hops): either way the launches take no less than with its bytes
-          // shared evenly, each with the smaller latency (a launch may carry none of them).
-          const std::int32_t spread = layout.outer_hop(t) ? layout.window : 1;
-          for (std::int32_t k = 0; k < spread; ++k) {
-            double& slowest = launch_seconds[static_cast<std::size_t>(hop.launch + k)];
-            const double wait = spread == 1 ? latency[inter] : std::min(latency[0], latency[1]);
-            slowest = std::max(slowest, setup + wait + bytes / spread / rate[inter]);
-          }
+          const bool outer = layout.outer_hop(t);
+          double& slowest =
+              (outer ? outer_seconds : launch_seconds)[static_cast<std::size_t>(hop.launch)];
+          const double wait =
+              outer && layout.window > 1 ? std::min(latency[0], latency[1]) : latency[inter];
+          slowest = std::max(slowest, setup + wait + bytes / rate[inter]);
         }
         double sum = 0;
-        for (const double seconds : launch_seconds) sum += seconds;
+        for (std::int32_t round = 0; round < ring; round += layout.window) {
+          double inner = 0;
+          for (std::int32_t k = round; k < std::min(ring, round + layout.window); ++k) {
+            inner += launch_seconds[static_cast<std::size_t>(k)];
+          }
+          sum += std::max(inner, outer_seconds[static_cast<std::size_t>(round)]);
+        }
         chain = std::max(chain, sum);
       }
     }

@@ -86,15 +86,16 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
                        const StaticOptions& options = {});
 
 // A lower bound of the schedule estimate (estimate() in schedule.h), forward plus backward, of
-// the plan static_plan(strategy, workload, cluster.shape, options) would build, from the
+// the plan static_plan(strategy, workload, cluster.shape, options) would build (and of
+// static_layout's, its outer hops spread or not), from the
 // strategy's structure alone: no chunks, work units or transfers are built, in time linear in the
 // sequences times the chunks plus the devices times the ring. Each pass takes at least
 //   - the busiest device's compute, at least the mean of every unmasked pair's FLOPs, and
 //   - each device's chain of ring launches: in every launch that brings it kv, the launch ends no
 //     sooner than its set-up for one peer, the latency and the kv's bytes at the lower of the
 //     message's stream bandwidth and its link side's bandwidth (at the curve's best efficiency);
-//     an outer hop of a double ring as if shared evenly by its round's launches (no fewer
-//     seconds than either of the ways static_layout may send it, spread_outer_hops).
+//     a round of a double ring no less than its inner hops' launches or its outer hop alone,
+//     whichever way static_layout sends the hop (spread_outer_hops).
 // `header` gives the value sizes (plan_header of the workload with the strategy's partial dtype).
 // Throws InvalidInput as static_plan does.
 double static_estimate_lower_bound(Strategy strategy, const Workload& workload,

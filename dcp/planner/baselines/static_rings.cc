@@ -161,6 +161,7 @@ PassSchedule spread_outer_hops(const Workload& w, const Placement& p, const Ring
     if (layout.position(t.src) / window == layout.position(t.dst) / window) continue;
     t.launch += offsets[static_cast<std::size_t>(t.value.block)];
   }
+  sort_transfers(schedule.transfers.begin(), schedule.transfers.end());
   return schedule;
 }
 

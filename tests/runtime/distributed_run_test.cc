@@ -144,6 +144,33 @@ TEST(StructuredCandidates, MatchDenseFp64AttentionForwardAndBackward) {
   }
 }
 
+// LoongTrain with its outer hops spread over their rounds' launches (spread_outer_hops; plans keep
+// that schedule where the estimate finds it faster), compiled, verified and run on 2 x 4 local
+// ranks (two rounds of a ring of 4 head groups, windows of 2), matches dense fp64 attention.
+TEST(LoongTrainSpreadOuterHops, MatchDenseFp64AttentionForwardAndBackward) {
+  std::uint64_t seed = 71;
+  for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kLambda}) {
+    const SequenceBatch batch = testing::runtime_batch(seed);
+    const Workload workload(testing::runtime_shape(DType::kFp32), batch,
+                            build_batch_mask(testing::runtime_spec(kind), batch), 64, 1);
+    const PlanOptions options = runtime_plan_options(Strategy::kLoongTrain, {2, 4});
+    StaticPlan layout = static_layout(workload, options);
+    ASSERT_EQ(layout.ring.window, 2);
+    ASSERT_EQ(layout.ring.ring_size(), 4);
+    const StaticPlan whole = static_plan(Strategy::kLoongTrain, workload, {2, 4});
+    for (const auto& [pass, schedule] : {std::pair{&layout.forward, &whole.forward},
+                                         std::pair{&layout.backward, &whole.backward}}) {
+      *pass = spread_outer_hops(layout.workload, layout.placement, layout.ring, *schedule);
+      ASSERT_NE(pass->transfers, schedule->transfers) << "some outer hop moved";
+    }
+    const PassEstimates estimates = static_plan_estimate(layout, options);
+    const BuiltPlan built = build_static(std::move(layout), options, estimates);
+    ASSERT_TRUE(verify(built.plan).ok) << to_string(kind);
+    expect_within(run_built(workload, built, seed).errors, 1e-4, std::string(to_string(kind)));
+    ++seed;
+  }
+}
+
 // Static strategies with data parallelism: each group of devices runs the strategy on its
 // sequences, and together they compute the whole batch's attention.
 TEST(StaticDataParallel, GroupsMatchDenseFp64AttentionForwardAndBackward) {

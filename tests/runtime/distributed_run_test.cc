@@ -61,6 +61,13 @@ void expect_within(const runtime::OutputErrors& errors, double bound, const std:
   EXPECT_GT(errors.dk.max_reference, 0) << what;
 }
 
+// The runtime fixtures' batch of `seed` under a mask of `kind`, fp32, 64-token blocks.
+Workload runtime_workload(std::uint64_t seed, MaskKind kind) {
+  const SequenceBatch batch = testing::runtime_batch(seed);
+  return Workload(testing::runtime_shape(DType::kFp32), batch,
+                  build_batch_mask(testing::runtime_spec(kind), batch), 64, 1);
+}
+
 class EveryStrategyMaskAndWorld
     : public ::testing::TestWithParam<std::tuple<Strategy, ClusterShape>> {};
 
@@ -68,9 +75,7 @@ TEST_P(EveryStrategyMaskAndWorld, MatchesDenseFp64AttentionForwardAndBackward) {
   const auto [strategy, world] = GetParam();
   std::uint64_t seed = 21;
   for (const MaskKind kind : all_mask_kinds()) {
-    const SequenceBatch batch = testing::runtime_batch(seed);
-    const Workload workload(testing::runtime_shape(DType::kFp32), batch,
-                            build_batch_mask(testing::runtime_spec(kind), batch), 64, 1);
+    const Workload workload = runtime_workload(seed, kind);
     const Outcome outcome = run_and_compare(workload, strategy, world, seed++);
     expect_within(outcome.errors, 1e-4, std::string(to_string(kind)));
   }
@@ -127,9 +132,7 @@ TEST(StructuredCandidates, MatchDenseFp64AttentionForwardAndBackward) {
   std::uint64_t seed = 61;
   for (const ClusterShape world : {ClusterShape{2, 2}, ClusterShape{2, 4}}) {
     for (const MaskKind kind : all_mask_kinds()) {
-      const SequenceBatch batch = testing::runtime_batch(seed);
-      const Workload workload(testing::runtime_shape(DType::kFp32), batch,
-                              build_batch_mask(testing::runtime_spec(kind), batch), 64, 1);
+      const Workload workload = runtime_workload(seed, kind);
       for (const Strategy layout : kStructuredLayouts) {
         const BuiltPlan built =
             build_structured(layout, workload, runtime_plan_options(Strategy::kDcpPure, world));
@@ -150,9 +153,7 @@ TEST(StructuredCandidates, MatchDenseFp64AttentionForwardAndBackward) {
 TEST(LoongTrainSpreadOuterHops, MatchDenseFp64AttentionForwardAndBackward) {
   std::uint64_t seed = 71;
   for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kLambda}) {
-    const SequenceBatch batch = testing::runtime_batch(seed);
-    const Workload workload(testing::runtime_shape(DType::kFp32), batch,
-                            build_batch_mask(testing::runtime_spec(kind), batch), 64, 1);
+    const Workload workload = runtime_workload(seed, kind);
     const PlanOptions options = runtime_plan_options(Strategy::kLoongTrain, {2, 4});
     StaticPlan layout = static_layout(workload, options);
     ASSERT_EQ(layout.ring.window, 2);
@@ -176,9 +177,7 @@ TEST(LoongTrainSpreadOuterHops, MatchDenseFp64AttentionForwardAndBackward) {
 TEST(StaticDataParallel, GroupsMatchDenseFp64AttentionForwardAndBackward) {
   std::uint64_t seed = 51;
   for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kLambda}) {
-    const SequenceBatch batch = testing::runtime_batch(seed);
-    const Workload workload(testing::runtime_shape(DType::kFp32), batch,
-                            build_batch_mask(testing::runtime_spec(kind), batch), 64, 1);
+    const Workload workload = runtime_workload(seed, kind);
     for (const Strategy strategy : kStaticStrategies) {
       const Outcome outcome = run_and_compare(workload, strategy, {2, 2}, seed, 2);
       expect_within(outcome.errors, 1e-4,

@@ -118,8 +118,7 @@ Measured measure_loongtrain(const Workload& workload, const MicroOptions& option
   for (const std::size_t i : by_bound) {
     Window& w = windows[i];
     if (w.bound > best_estimate * (1 + kWindowEstimateMargin)) continue;
-    w.layout.emplace(static_layout(workload, w.options));
-    w.estimates = static_plan_estimate(*w.layout, w.options);
+    w.layout.emplace(static_layout(workload, w.options, &w.estimates));
     best_estimate = std::min(best_estimate, w.estimates.seconds());
   }
   std::optional<Measured> best;

@@ -18,6 +18,12 @@
 namespace dcp {
 namespace {
 
+// The header options.strategy's plan of `workload` has (its values' sizes for the estimates).
+PlanHeader strategy_header(const Workload& workload, const PlanOptions& options) {
+  return plan_header(workload, options.cluster.shape, std::string(to_string(options.strategy)),
+                     options.seed, partial_dtype_of(options, workload.shape().dtype));
+}
+
 ScheduleSummary summarize(const ScheduledPass& scheduled) {
   return {scheduled.schedule.stages, scheduled.fetch_launches, scheduled.balanced,
           scheduled.estimate, scheduled.own_outputs_last};
@@ -32,13 +38,6 @@ void compile_passes(BuiltPlan& built, const PassSchedule& forward, const PassSch
   built.plan.backward =
       compile_pass(built.workload, built.placement, built.plan.header, backward, kept);
   built.timings.compile_ms = ms_since(compile_start);
-}
-
-// The schedule estimates of both passes of a plan laid out as `built` is.
-PassEstimates estimate_passes(const BuiltPlan& built, const ClusterSpec& cluster,
-                              const PassSchedule& forward, const PassSchedule& backward) {
-  return {estimate(built.workload, built.placement, cluster, built.plan.header, forward),
-          estimate(built.workload, built.placement, cluster, built.plan.header, backward)};
 }
 
 BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start,
@@ -91,22 +90,19 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
     built.timings.total_ms = ms_since(start);
     return built;
   }
-  StaticPlan layout = static_layout(workload, options);
-  const PassEstimates estimates = static_plan_estimate(layout, options);
+  PassEstimates estimates;
+  StaticPlan layout = static_layout(workload, options, &estimates);
   return compile_static(std::move(layout), options, start, estimates);
 }
 
 BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start,
                          const PassEstimates& estimates) {
-  const ClusterShape& shape = options.cluster.shape;
   BuiltPlan built{
       Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {},
       {}};
   built.data_parallel = layout.data_parallel;
   built.timings.partition_ms = ms_since(start);
-  built.plan.header =
-      plan_header(built.workload, shape, std::string(to_string(options.strategy)), options.seed,
-                  partial_dtype_of(options, built.workload.shape().dtype));
+  built.plan.header = strategy_header(built.workload, options);
   compile_passes(built, layout.forward, layout.backward, nullptr);
   built.forward = {layout.forward.stages, 0, false, estimates.forward};
   built.backward = {layout.backward.stages, 0, false, estimates.backward};
@@ -182,27 +178,6 @@ PassSchedule routed_dcps_way(const Workload& workload, const Placement& placemen
   return schedule;
 }
 
-// A structured layout's pass schedule with its last stage's units whose outputs their device owns
-// moved last (own_outputs_last), where ScheduleOptions::own_outputs_last allows it and it lowers
-// the estimate by more than 0.5 %; `own_last` says whether it did. (Running the units of the first
-// ring step that need nothing from the all-to-all in stage 0, while it travels, lowered no
-// estimate: the shorter first step leaves less time to hide the next step's kv, and forced, the
-// LongAlign batch 29586, 74186 on h100-dgx ran 5 % slower.)
-PassSchedule tightened(const BuiltPlan& built, const PlanOptions& options, PassSchedule schedule,
-                       bool& own_last) {
-  own_last = false;
-  if (!options.schedule.own_outputs_last) return schedule;
-  std::optional<PassSchedule> moved =
-      own_outputs_last(built.workload, built.placement, schedule, schedule.stages - 1);
-  if (!moved) return schedule;
-  const auto seconds = [&](const PassSchedule& s) {
-    return estimate(built.workload, built.placement, options.cluster, built.plan.header, s).seconds;
-  };
-  if (seconds(*moved) >= seconds(schedule) * 0.995) return schedule;
-  own_last = true;
-  return std::move(*moved);
-}
-
 }  // namespace
 
 BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
@@ -216,25 +191,29 @@ BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
   BuiltPlan built{
       Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {},
       {}};
-  built.plan.header =
-      plan_header(built.workload, options.cluster.shape, std::string(to_string(options.strategy)),
-                  options.seed, partial_dtype_of(options, built.workload.shape().dtype));
+  built.plan.header = strategy_header(built.workload, options);
   built.kept = choose_kept_kv(built.workload, built.placement, built.plan.header, kKeepAllKv);
-  bool own_last[2] = {false, false};
-  layout.forward = tightened(
-      built, options,
-      routed_dcps_way(built.workload, built.placement, std::move(layout.forward), nullptr),
-      own_last[0]);
-  layout.backward = tightened(
-      built, options,
-      routed_dcps_way(built.workload, built.placement, std::move(layout.backward), &built.kept),
-      own_last[1]);
+  layout.forward =
+      routed_dcps_way(built.workload, built.placement, std::move(layout.forward), nullptr);
+  layout.backward =
+      routed_dcps_way(built.workload, built.placement, std::move(layout.backward), &built.kept);
+  // Each pass with its last stage's own outputs last where the estimate finds that faster. (Running
+  // the units of the first ring step that need nothing from the all-to-all in stage 0, while it
+  // travels, lowered no estimate: the shorter first step leaves less time to hide the next step's
+  // kv, and forced, the LongAlign batch 29586, 74186 on h100-dgx ran 5 % slower.)
+  for (const auto& [schedule, summary] :
+       {std::pair{&layout.forward, &built.forward}, std::pair{&layout.backward, &built.backward}}) {
+    summary->estimate =
+        estimate(built.workload, built.placement, options.cluster, built.plan.header, *schedule);
+    summary->own_outputs_last =
+        options.schedule.own_outputs_last &&
+        keep_own_outputs_last_if_faster(built.workload, built.placement, options.cluster,
+                                        built.plan.header, *schedule, summary->estimate,
+                                        schedule->stages - 1);
+    summary->stages = schedule->stages;
+  }
   built.timings.partition_ms = ms_since(start);
   compile_passes(built, layout.forward, layout.backward, &built.kept);
-  const PassEstimates estimates =
-      estimate_passes(built, options.cluster, layout.forward, layout.backward);
-  built.forward = {layout.forward.stages, 0, false, estimates.forward, own_last[0]};
-  built.backward = {layout.backward.stages, 0, false, estimates.backward, own_last[1]};
   built.timings.total_ms = ms_since(start);
   return built;
 }
@@ -396,36 +375,42 @@ bool dominated_by_one_sequence(const SequenceBatch& batch) {
 }
 
 PassEstimates static_plan_estimate(const StaticPlan& layout, const PlanOptions& options) {
-  const PlanHeader header =
-      plan_header(layout.workload, options.cluster.shape, std::string(to_string(options.strategy)),
-                  options.seed, partial_dtype_of(options, layout.workload.shape().dtype));
+  const PlanHeader header = strategy_header(layout.workload, options);
   return {estimate(layout.workload, layout.placement, options.cluster, header, layout.forward),
           estimate(layout.workload, layout.placement, options.cluster, header, layout.backward)};
 }
 
 double static_plan_lower_bound(const Workload& workload, const PlanOptions& options) {
-  return static_estimate_lower_bound(
-      options.strategy, workload, options.cluster, static_options_of(options),
-      plan_header(workload, options.cluster.shape, std::string(to_string(options.strategy)),
-                  options.seed, partial_dtype_of(options, workload.shape().dtype)));
+  return static_estimate_lower_bound(options.strategy, workload, options.cluster,
+                                     static_options_of(options),
+                                     strategy_header(workload, options));
 }
 
-StaticPlan static_layout(const Workload& workload, const PlanOptions& options) {
+StaticPlan static_layout(const Workload& workload, const PlanOptions& options,
+                         PassEstimates* estimates) {
   StaticPlan plan =
       static_plan(options.strategy, workload, options.cluster.shape, static_options_of(options));
   // A double ring's outer hops: in the round's first launch (static_plan's), or spread over the
   // round's launches, per pass whichever the estimate finds faster (spread_outer_hops).
-  if (plan.ring.window <= 1 || plan.ring.window >= plan.ring.ring_size()) return plan;
-  const PlanHeader header =
-      plan_header(plan.workload, options.cluster.shape, std::string(to_string(options.strategy)),
-                  options.seed, partial_dtype_of(options, plan.workload.shape().dtype));
-  for (PassSchedule* schedule : {&plan.forward, &plan.backward}) {
-    PassSchedule other = spread_outer_hops(plan.workload, plan.placement, plan.ring, *schedule);
-    const auto seconds = [&](const PassSchedule& s) {
-      return estimate(plan.workload, plan.placement, options.cluster, header, s).seconds;
-    };
-    if (seconds(other) < seconds(*schedule)) *schedule = std::move(other);
+  const bool double_ring = plan.ring.window > 1 && plan.ring.window < plan.ring.ring_size();
+  if (!double_ring) {
+    if (estimates != nullptr) *estimates = static_plan_estimate(plan, options);
+    return plan;
   }
+  const PlanHeader header = strategy_header(plan.workload, options);
+  PassEstimates kept;
+  for (const auto& [schedule, kept_estimate] :
+       {std::pair{&plan.forward, &kept.forward}, std::pair{&plan.backward, &kept.backward}}) {
+    *kept_estimate = estimate(plan.workload, plan.placement, options.cluster, header, *schedule);
+    PassSchedule other = spread_outer_hops(plan.workload, plan.placement, plan.ring, *schedule);
+    ScheduleEstimate other_estimate =
+        estimate(plan.workload, plan.placement, options.cluster, header, other);
+    if (other_estimate.seconds < kept_estimate->seconds) {
+      *schedule = std::move(other);
+      *kept_estimate = std::move(other_estimate);
+    }
+  }
+  if (estimates != nullptr) *estimates = std::move(kept);
   return plan;
 }
 
@@ -479,8 +464,9 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
       continue;
     }
     std::optional<StaticPlan> layout;
+    PassEstimates estimates;
     try {
-      layout.emplace(static_layout(workload, static_options));
+      layout.emplace(static_layout(workload, static_options, &estimates));
     } catch (const InvalidInput& e) {
       selection.candidates.push_back({name, false, e.what(), false, 0, 0, 0});
       continue;
@@ -488,7 +474,6 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
     // Screen: a static plan whose schedule estimate is far above dcp's simulated time is not
     // compiled and simulated (docs/cost_model.md; the estimate is within a few percent of the
     // simulation for static plans, whose time is transfers and whole-tile kernels).
-    const PassEstimates estimates = static_plan_estimate(*layout, static_options);
     const double estimated = estimates.seconds();
     if (estimated >= kScreenFactor * best_seconds) {
       selection.candidates.push_back({name, true, "", false, estimated, 0, 0});

@@ -203,7 +203,8 @@ struct PassEstimates {
   double seconds() const { return forward.seconds + backward.seconds; }
 };
 double static_plan_lower_bound(const Workload& workload, const PlanOptions& options);
-StaticPlan static_layout(const Workload& workload, const PlanOptions& options);
+StaticPlan static_layout(const Workload& workload, const PlanOptions& options,
+                         PassEstimates* estimates = nullptr);  // its passes' estimates, if given
 PassEstimates static_plan_estimate(const StaticPlan& layout, const PlanOptions& options);
 BuiltPlan build_static(StaticPlan layout, const PlanOptions& options,
                        const PassEstimates& estimates);

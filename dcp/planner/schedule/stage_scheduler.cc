@@ -465,6 +465,20 @@ std::optional<PassSchedule> own_outputs_last(const Workload& workload, const Pla
   return moved;
 }
 
+bool keep_own_outputs_last_if_faster(const Workload& workload, const Placement& placement,
+                                     const ClusterSpec& cluster, const PlanHeader& header,
+                                     PassSchedule& schedule, ScheduleEstimate& schedule_estimate,
+                                     std::int32_t from) {
+  std::optional<PassSchedule> moved = own_outputs_last(workload, placement, schedule, from);
+  if (!moved) return false;
+  ScheduleEstimate moved_estimate = estimate(workload, placement, cluster, header, *moved);
+  // Kept only if lower by more than noise in the model.
+  if (moved_estimate.seconds >= schedule_estimate.seconds * 0.995) return false;
+  schedule = std::move(*moved);
+  schedule_estimate = std::move(moved_estimate);
+  return true;
+}
+
 ScheduledPass schedule_pass(const Workload& workload, const Placement& placement,
                             const ClusterSpec& cluster, const PlanHeader& header, Pass pass,
                             const ScheduleOptions& options, const KeptKv* kept) {
@@ -501,17 +515,9 @@ ScheduledPass schedule_pass(const Workload& workload, const Placement& placement
     }
   }
   if (pass == Pass::kBackward && options.own_outputs_last) {
-    // The kept schedule with own outputs last (its transfers, partials included, unchanged), kept
-    // if its estimate is lower by more than noise.
-    if (std::optional<PassSchedule> moved = own_outputs_last(workload, placement, best.schedule)) {
-      const ScheduleEstimate moved_estimate =
-          estimate(workload, placement, cluster, header, *moved);
-      if (moved_estimate.seconds < best.estimate.seconds * 0.995) {
-        best.schedule = std::move(*moved);
-        best.estimate = moved_estimate;
-        best.own_outputs_last = true;
-      }
-    }
+    // The kept schedule with own outputs last (its transfers, partials included, unchanged).
+    best.own_outputs_last = keep_own_outputs_last_if_faster(workload, placement, cluster, header,
+                                                            best.schedule, best.estimate, 0);
   }
   return best;
 }

@@ -74,6 +74,10 @@ def parse_args(argv=None):
     parser.add_argument("--no-check", action="store_true",
                         help="skip the comparison of the strategies' results")
     parser.add_argument("--json", default=None, help="rank 0 writes the records to this file")
+    parser.add_argument("--profile", action="store_true",
+                        help="after timing, run one more forward and backward per strategy under "
+                             "torch.profiler and print each kernel's time (GPU time on CUDA, "
+                             "CPU time on the CPU), rank 0's")
     args = parser.parse_args(argv)
     args.seqlens = [int(n) for n in args.seqlens.split(",") if n]
     args.strategies = [s for s in args.strategies.split(",") if s]
@@ -197,6 +201,8 @@ def run_strategy(strategy: str, executor, inputs, args, device, rank: int, world
             o.backward(do)
         if i >= args.warmup:
             times.append((forward.seconds, backward.seconds))
+    if args.profile:
+        record_kernels = profile_passes(executor, q, k, v, do, device, dcpt)
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the slowest rank, per repeat
     slowest = slowest.cpu()
@@ -215,11 +221,53 @@ def run_strategy(strategy: str, executor, inputs, args, device, rank: int, world
               "total_s": statistics.median((slowest[:, 0] + slowest[:, 1]).tolist()),
               "forward_repeats_s": slowest[:, 0].tolist(),
               "backward_repeats_s": slowest[:, 1].tolist()}
+    if args.profile:
+        record["kernels"] = record_kernels
     results = None
     if not args.no_check:
         results = {name: gather_global(x, positions, total) for name, x in
                    (("o", o.detach()), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad))}
     return record, results
+
+
+def profile_passes(executor, q, k, v, do, device: torch.device, dcpt) -> dict:
+    """One forward and one backward, each under torch.profiler: per pass, the kernels by total
+    time, [{name, calls, us}] (GPU time on CUDA, CPU time on the CPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    kernels = {}
+    for x in (q, k, v):
+        x.grad = None
+    for name in ("forward", "backward"):
+        synchronize(device)
+        with profile(activities=activities) as prof:
+            if name == "forward":
+                o = dcpt.attention(executor, q, k, v)
+            else:
+                o.backward(do)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        rows = []
+        for event in prof.key_averages():
+            us = (event.device_time_total if device.type == "cuda"
+                  else event.self_cpu_time_total)
+            if us > 0:
+                rows.append({"name": event.key, "calls": event.count, "us": us})
+        kernels[name] = sorted(rows, key=lambda row: -row["us"])
+    return kernels
+
+
+def print_kernels(records: list[dict], top: int = 12) -> None:
+    for r in records:
+        for name, rows in r.get("kernels", {}).items():
+            total = sum(row["us"] for row in rows)
+            print(f"\n{r['strategy']} {name}: {total / 1e3:.3f} ms in {len(rows)} kernels "
+                  f"(one profiled pass)")
+            for row in rows[:top]:
+                print(f"  {row['us'] / 1e3:9.3f} ms {row['calls']:6d} calls  {row['name'][:90]}")
 
 
 def relative_difference(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -340,6 +388,7 @@ def run(args, device: torch.device, dcp, dcpt) -> int:
           f"{args.heads}/{args.kv_heads}, d = {args.head_dim}, {args.dtype}; slowest rank, median "
           f"of {args.repeats} after {args.warmup} warm-up\n")
     print_table(records, reference_name)
+    print_kernels(records)
     if args.json:
         config = {k: v for k, v in vars(args).items() if k != "json"}
         config.update(world_size=world, pairs=pairs, torch=torch.__version__,

@@ -6,6 +6,7 @@ must exit 0 and print its table rows. The real-size single-tile run needs CUDA a
 elsewhere."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -77,13 +78,19 @@ def test_distributed_bench_on_two_gloo_ranks(tmp_path) -> None:
                    "--nproc-per-node", "2", DISTRIBUTED_BENCH, "--device", "cpu", "--backend",
                    "gloo", "--kernels", "cpu", "--seqlens", "40,9", "--block-size", "8",
                    "--heads", "2", "--kv-heads", "1", "--head-dim", "8", "--repeats", "1",
-                   "--strategies", "dcp-pure,ring", "--json", str(records)], timeout=300)
+                   "--strategies", "dcp-pure,ring", "--profile", "--json", str(records)],
+                  timeout=300)
     rows = {r[0]: r for r in _table_rows(result.stdout)}
     assert set(rows) == {"dcp-pure", "ring"}, result.stdout
     for row in rows.values():
         assert float(row[1]) > 0 and float(row[2]) > 0, row  # forward, backward ms
     assert rows["ring"][6] == "1.00", rows["ring"]  # ring is the only static strategy
-    assert records.exists()
+    for strategy in ("dcp-pure", "ring"):  # --profile: each pass's kernels, by time
+        assert f"{strategy} forward:" in result.stdout and f"{strategy} backward:" in result.stdout
+    for record in json.loads(records.read_text())["records"]:
+        for rows_of_pass in record["kernels"].values():
+            assert rows_of_pass and all(row["us"] > 0 and row["calls"] > 0
+                                        for row in rows_of_pass), record["kernels"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -181,6 +181,30 @@ def _scores(q, k_slot, v_slot, n0, kind, kv_head, kv_heads, kv_tokens, dims, dim
     return s, k, v
 
 
+@triton.jit
+def _dkv_tile(q_slot, value, stats, rows, row_valid, head, heads, q_tokens, k, v, dk, dv, allowed,
+              scale_log2, dims, dim_valid, MASKED: tl.constexpr, STORAGE: tl.constexpr,
+              HEAD_DIM: tl.constexpr, PRECISION: tl.constexpr, INTERPRET: tl.constexpr):
+    """dk, dv plus one q sub-block's and q head's share: ds^T.q (unscaled) and p^T.do; `allowed`
+    masks the scores where MASKED."""
+    q_at = (rows[:, None] * heads + head) * HEAD_DIM + dims[None, :]
+    q_inside = row_valid[:, None] & dim_valid[None, :]
+    q = tl.load(q_slot + q_at, mask=q_inside, other=0.0)
+    do = tl.load(q_slot + value + q_at, mask=q_inside, other=0.0)
+    lse = tl.load(stats + head * q_tokens + rows, mask=row_valid, other=float("-inf"))
+    lse_log2 = tl.where(lse == float("-inf"), float("inf"), lse * _LOG2E)
+    delta = tl.load(stats + (heads + head) * q_tokens + rows, mask=row_valid, other=0.0)
+    s = _dot(q, tl.trans(k), PRECISION, INTERPRET) * scale_log2
+    if MASKED:
+        s = tl.where(allowed, s, float("-inf"))
+    p = tl.exp2(s - lse_log2[:, None])
+    dv += _dot(tl.trans(_round(p, STORAGE, INTERPRET)), do, PRECISION, INTERPRET)
+    dp = _dot(do, tl.trans(v), PRECISION, INTERPRET)
+    ds = p * (dp - delta[:, None])
+    dk += _dot(tl.trans(_round(ds, STORAGE, INTERPRET)), q, PRECISION, INTERPRET)
+    return dk, dv
+
+
 # --- copies, merges and sums ------------------------------------------------------------------
 
 # Counts that may be 1 are not specialized (triton would compile a variant per count equal to 1):
@@ -514,40 +538,60 @@ def _attention_dkv_kernel(arena, kept, entries, groups, members, mask_rows, mask
             mask_start = tl.load(entry + 4)
             value = q_tokens * heads * HEAD_DIM
             stats = _grad_stats(q_slot, value)
+            # The q sub-blocks [m_lo, m_hi) some row of which reads a key of this kv sub-block,
+            # and the longest run [whole_lo, whole_hi) of sub-blocks every row of which reads
+            # all of them (below a causal diagonal: all but the diagonal's).
+            m_lo = q_tokens
+            m_hi = q_tokens * 0
+            run_lo = q_tokens * 0
+            run_hi = q_tokens * 0
+            whole_lo = q_tokens * 0
+            whole_hi = q_tokens * 0
             for start_m in range(0, q_tokens, BLOCK_M):
                 rows = start_m + tl.arange(0, BLOCK_M)
-                row_valid = rows < q_tokens
                 first, count = _row_intervals(mask_rows, mask_start, rows, q_tokens)
-                max_count = tl.max(count)
-                kind = _block_kind(mask_intervals, first, count, max_count, mask_start, row_valid,
-                                   start_n, kv_tokens, BLOCK_N)
+                kind = _block_kind(mask_intervals, first, count, tl.max(count), mask_start,
+                                   rows < q_tokens, start_n, kv_tokens, BLOCK_N)
                 if kind != 0:
-                    allowed = (rows[:, None] >= 0) & (cols[None, :] >= 0)
-                    if kind == 2:
-                        allowed = _element_mask(mask_intervals, first, count, max_count,
-                                                mask_start, cols, kv_tokens)
-                    q_inside = row_valid[:, None] & dim_valid[None, :]
-                    for j in range(0, group_size):
-                        head = kv_head * group_size + j
-                        q_at = (rows[:, None] * heads + head) * HEAD_DIM + dims[None, :]
-                        q = tl.load(q_slot + q_at, mask=q_inside, other=0.0)
-                        do = tl.load(q_slot + value + q_at, mask=q_inside, other=0.0)
-                        lse = tl.load(stats + head * q_tokens + rows, mask=row_valid,
-                                      other=float("-inf"))
-                        lse_log2 = tl.where(lse == float("-inf"), float("inf"),
-                                            lse * _LOG2E)
-                        delta = tl.load(stats + (heads + head) * q_tokens + rows, mask=row_valid,
-                                        other=0.0)
-                        s = _dot(q, tl.trans(k), PRECISION, INTERPRET) * scale_log2
+                    m_lo = tl.minimum(m_lo, start_m)
+                    m_hi = start_m + BLOCK_M
+                if kind == 1:
+                    if run_hi != start_m:
+                        run_lo = start_m
+                    run_hi = start_m + BLOCK_M
+                    if run_hi - run_lo > whole_hi - whole_lo:
+                        whole_lo = run_lo
+                        whole_hi = run_hi
+            # The run: q heads outer, sub-blocks inner, no mask and no branch, so that the
+            # compiler pipelines the sub-blocks' loads (a head block may hold one q head per kv
+            # head, leaving the heads loop one iteration long).
+            for j in range(0, group_size):
+                for start_m in range(whole_lo, whole_hi, BLOCK_M):
+                    rows = start_m + tl.arange(0, BLOCK_M)
+                    dk, dv = _dkv_tile(q_slot, value, stats, rows, rows < q_tokens,
+                                       kv_head * group_size + j, heads, q_tokens, k, v, dk, dv,
+                                       None, scale_log2, dims, dim_valid, False, STORAGE,
+                                       HEAD_DIM, PRECISION, INTERPRET)
+            # The other sub-blocks of [m_lo, m_hi): skipped where no row reads a key, masked
+            # where some rows read some keys.
+            for start_m in range(m_lo, m_hi, BLOCK_M):
+                if (start_m < whole_lo) | (start_m >= whole_hi):
+                    rows = start_m + tl.arange(0, BLOCK_M)
+                    row_valid = rows < q_tokens
+                    first, count = _row_intervals(mask_rows, mask_start, rows, q_tokens)
+                    max_count = tl.max(count)
+                    kind = _block_kind(mask_intervals, first, count, max_count, mask_start,
+                                       row_valid, start_n, kv_tokens, BLOCK_N)
+                    if kind != 0:
+                        allowed = (rows[:, None] >= 0) & (cols[None, :] >= 0)
                         if kind == 2:
-                            s = tl.where(allowed, s, float("-inf"))
-                        p = tl.exp2(s - lse_log2[:, None])
-                        dv += _dot(tl.trans(_round(p, STORAGE, INTERPRET)), do, PRECISION,
-                                   INTERPRET)
-                        dp = _dot(do, tl.trans(v), PRECISION, INTERPRET)
-                        ds = p * (dp - delta[:, None])
-                        dk += _dot(tl.trans(_round(ds, STORAGE, INTERPRET)), q, PRECISION,
-                                   INTERPRET)
+                            allowed = _element_mask(mask_intervals, first, count, max_count,
+                                                    mask_start, cols, kv_tokens)
+                        for j in range(0, group_size):
+                            dk, dv = _dkv_tile(q_slot, value, stats, rows, row_valid,
+                                               kv_head * group_size + j, heads, q_tokens, k, v,
+                                               dk, dv, allowed, scale_log2, dims, dim_valid,
+                                               True, STORAGE, HEAD_DIM, PRECISION, INTERPRET)
         dk *= scale
         out = _typed(arena, out_off, tl.float32) + kv_at
         dv_out = out + kv_tokens * kv_heads * HEAD_DIM

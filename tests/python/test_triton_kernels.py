@@ -180,6 +180,13 @@ def causal_rows(q_tokens, kv_tokens):
             if kv_tokens - q_tokens + r + 1 > 0 else [] for r in range(q_tokens)]
 
 
+def band_rows(q_tokens, kv_tokens):
+    """Bands of 16 rows that read every key, the first half of the keys, or none: q sub-blocks
+    of one kv sub-block form several runs of whole sub-blocks with gaps and cut ones between."""
+    kinds = [[(0, kv_tokens)], [(0, kv_tokens)], [], [(0, kv_tokens // 2)], [(0, kv_tokens)]]
+    return [kinds[(r // 16) % len(kinds)] for r in range(q_tokens)]
+
+
 def dense(rows, q_tokens, kv_tokens):
     mask = torch.zeros(q_tokens, kv_tokens, dtype=torch.bool)
     if rows is None:
@@ -479,7 +486,7 @@ class Problem:
             for j, kt in enumerate(kv_tokens):
                 kind = next(kinds)
                 rows = {"full": None, "causal": causal_rows(qt, kt),
-                        "random": random_rows(qt, kt, g)}[kind]
+                        "random": random_rows(qt, kt, g), "bands": band_rows(qt, kt)}[kind]
                 self.entries.append((i, j, rows))
 
     def entries_of_q(self, i):
@@ -524,6 +531,7 @@ FORWARD_CASES = [  # dtype, head dim, heads, kv heads, q tokens, kv tokens, mask
     (torch.float16, 64, 2, 2, (40,), (17, 24), ["causal", "random"]),
     (torch.float32, 40, 2, 1, (18,), (21,), ["random"]),
     (torch.float32, 128, 2, 1, (20,), (19,), ["causal", "random"]),  # the "wide" tiles
+    (torch.float32, 64, 4, 1, (96,), (40, 24), ["bands", "causal"]),  # runs of whole sub-blocks
 ]
 if _ON_CUDA:  # values of several sub-blocks of every GPU tile (too slow for the interpreter)
     FORWARD_CASES += [

@@ -15,7 +15,9 @@ strategy's ratio to the best static strategy
 FLOPs = 4 * d * heads * unmasked pairs of the batch, backward 2.5 x). It also gathers o, dq, dk
 and dv of every strategy into the global token order and reports their largest difference from
 the first strategy's (relative to its max |value|); a difference above the dtype's tolerance
-(bf16 3e-2, fp16 5e-3, fp32 1e-4) makes the run exit 1.
+(bf16 3e-2, fp16 5e-3, fp32 1e-4) makes the run exit 1. `--profile` runs one more forward and
+backward per strategy under torch.profiler and prints rank 0's kernels by time (GPU time on CUDA),
+to see which kernel a difference between strategies comes from.
 
 On a GPU node (NCCL, Triton kernels):
 

@@ -263,7 +263,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
     if (std::find(sizes.begin(), sizes.end(), effective) == sizes.end()) sizes.push_back(effective);
   }
   const bool structured = options.structured_layouts && options.kept_kv_budget == kKeepAllKv &&
-                          dominated_by_one_sequence(workload.batch());
+                          few_long_sequences(workload);
   if (structured && longest_is_dense(workload) &&
       std::any_of(sizes.begin(), sizes.end(),
                   [](TokenCount size) { return size >= kDenseMinBlockSize; })) {
@@ -370,8 +370,13 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
 
 }  // namespace
 
-bool dominated_by_one_sequence(const SequenceBatch& batch) {
-  return 2 * batch.max_length() >= batch.total_tokens() && batch.size() <= kStructuredMaxSequences;
+bool few_long_sequences(const Workload& workload) {
+  const SequenceBatch& batch = workload.batch();
+  if (batch.size() > kStructuredMaxSequences) return false;
+  const auto longest = static_cast<double>(batch.max_length());
+  const auto total = static_cast<double>(batch.total_tokens());
+  return longest >= kStructuredLongestShare * total ||
+         (longest >= kStructuredDenseLongestShare * total && longest_is_dense(workload));
 }
 
 PassEstimates static_plan_estimate(const StaticPlan& layout, const PlanOptions& options) {

@@ -285,13 +285,14 @@ TEST(PlanCommand, AnAutomaticBlockSizeTriesTheSweepAndKeepsTheFastest) {
   std::filesystem::remove(b);
 }
 
-TEST(PlanCommand, ABatchDominatedByOneSequenceAlsoTriesTheStructuredLayouts) {
+TEST(PlanCommand, ABatchOfFewLongSequencesAlsoTriesTheStructuredLayouts) {
   const Result planned = run({"plan", "--seqlens", "24000,3000", "--nodes", "2",
                               "--devices-per-node", "4", "--strategy", "dcp-pure"});
   ASSERT_EQ(planned.status, 0) << planned.err;
   EXPECT_NE(planned.out.find(", hybrid layout "), std::string::npos) << planned.out;
   EXPECT_NE(planned.out.find(", loongtrain layout "), std::string::npos) << planned.out;
-  const Result spread = run({"plan", "--seqlens", "9000,9000,9000", "--nodes", "2",
+  // Five equal sequences: the longest holds a fifth of the tokens, under a quarter.
+  const Result spread = run({"plan", "--seqlens", "9000,9000,9000,9000,9000", "--nodes", "2",
                              "--devices-per-node", "4", "--strategy", "dcp-pure"});
   ASSERT_EQ(spread.status, 0) << spread.err;
   EXPECT_EQ(spread.out.find(" layout "), std::string::npos) << spread.out;

@@ -130,9 +130,10 @@ TEST(PlanBuilder, AStaticPlanBuiltInStepsIsTheOneBuildPlanBuilds) {
   }
 }
 
-// Where one sequence holds most tokens, dcp also runs its Programs on the hybrid and loongtrain
-// layouts: they verify, move no kv in the backward pass, and the fastest of all is kept.
-TEST(PlanBuilder, StructuredCandidatesWhereOneSequenceDominates) {
+// Where a few sequences are long (the longest holds half the tokens, or a quarter under a dense
+// mask), dcp also runs its Programs on the hybrid and loongtrain layouts: they verify, move no kv
+// in the backward pass, and the fastest of all is kept.
+TEST(PlanBuilder, StructuredCandidatesWhereFewLongSequences) {
   const Workload workload = make(SequenceBatch({900, 120, 40}), MaskKind::kCausal, 8, 2);
   PlanOptions options = options_for(Strategy::kDcpPure, {2, 4});
   options.block_sizes = {256, 512};
@@ -173,9 +174,14 @@ TEST(PlanBuilder, StructuredCandidatesWhereOneSequenceDominates) {
               static_backward.inter_node + static_backward.intra_node)
         << to_string(layout);
   }
-  // No structured candidates for a batch without a dominant sequence, or without kept kv.
-  const Workload spread = make(SequenceBatch({300, 280, 260, 240}), MaskKind::kCausal, 8, 2);
+  // The longest holding just over a quarter of the tokens is enough under a dense mask, not under
+  // a sparse one (lambda: a window of 200 on 1200 tokens); just under a quarter is not.
+  const SequenceBatch quarter({1200, 1100, 1000, 1000});
+  EXPECT_EQ(build_plan(make(quarter, MaskKind::kCausal, 8, 2), options).own_candidates.size(), 4u);
+  EXPECT_EQ(build_plan(make(quarter, MaskKind::kLambda, 8, 2), options).own_candidates.size(), 2u);
+  const Workload spread = make(SequenceBatch({300, 280, 260, 240, 220}), MaskKind::kCausal, 8, 2);
   EXPECT_EQ(build_plan(spread, options).own_candidates.size(), 2u);
+  // Nor beside too many sequences, or without kept kv.
   std::vector<TokenCount> many(kStructuredMaxSequences, 20);
   many.push_back(900);  // holds most tokens, but beside too many sequences
   EXPECT_EQ(
@@ -559,6 +565,7 @@ TEST(PlanBuilder, RetriesItsFastestPartitionsAtATighterBalance) {
       make(SequenceBatch({400, 350, 300, 250, 200, 90, 5}), MaskKind::kCausal, 8, 2);
   PlanOptions options = options_for(Strategy::kDcpPure, {2, 2});
   options.block_sizes = {64, 128, 256};
+  options.structured_layouts = false;  // (the longest holds a quarter of the tokens)
   ASSERT_GT(options.placement.eps_compute, kRetryEpsCompute);
   const BuiltPlan built = build_plan(workload, options);
   ASSERT_GE(built.own_candidates.size(), 3u);

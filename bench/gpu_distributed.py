@@ -16,8 +16,8 @@ FLOPs = 4 * d * heads * unmasked pairs of the batch, backward 2.5 x). It also ga
 and dv of every strategy into the global token order and reports their largest difference from
 the first strategy's (relative to its max |value|); a difference above the dtype's tolerance
 (bf16 3e-2, fp16 5e-3, fp32 1e-4) makes the run exit 1. `--profile` runs one more forward and
-backward per strategy under torch.profiler and prints rank 0's kernels by time (GPU time on CUDA),
-to see which kernel a difference between strategies comes from.
+backward per strategy under torch.profiler and prints rank 0's kernels by their own GPU time (on
+the CPU: operations by self time), to see which kernel a difference between strategies comes from.
 
 On a GPU node (NCCL, Triton kernels):
 
@@ -233,8 +233,10 @@ def run_strategy(strategy: str, executor, inputs, args, device, rank: int, world
 
 
 def profile_passes(executor, q, k, v, do, device: torch.device, dcpt) -> dict:
-    """One forward and one backward, each under torch.profiler: per pass, the kernels by total
-    time, [{name, calls, us}] (GPU time on CUDA, CPU time on the CPU)."""
+    """One forward and one backward, each under torch.profiler: per pass, [{name, calls, us}] by
+    time, of the GPU kernels (their own time) on CUDA, of the operations (their self time, without
+    the operations they call) on the CPU, so that no time is counted twice."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
@@ -254,8 +256,12 @@ def profile_passes(executor, q, k, v, do, device: torch.device, dcpt) -> dict:
                 torch.cuda.synchronize(device)
         rows = []
         for event in prof.key_averages():
-            us = (event.device_time_total if device.type == "cuda"
-                  else event.self_cpu_time_total)
+            if device.type == "cuda":
+                if event.device_type != DeviceType.CUDA:
+                    continue  # a host operation: its device time is its kernels'
+                us = event.self_device_time_total
+            else:
+                us = event.self_cpu_time_total
             if us > 0:
                 rows.append({"name": event.key, "calls": event.count, "us": us})
         kernels[name] = sorted(rows, key=lambda row: -row["us"])
@@ -266,8 +272,8 @@ def print_kernels(records: list[dict], top: int = 12) -> None:
     for r in records:
         for name, rows in r.get("kernels", {}).items():
             total = sum(row["us"] for row in rows)
-            print(f"\n{r['strategy']} {name}: {total / 1e3:.3f} ms in {len(rows)} kernels "
-                  f"(one profiled pass)")
+            print(f"\n{r['strategy']} {name}: {total / 1e3:.3f} ms in {len(rows)} kernels or "
+                  f"operations (one profiled pass)")
             for row in rows[:top]:
                 print(f"  {row['us'] / 1e3:9.3f} ms {row['calls']:6d} calls  {row['name'][:90]}")
 

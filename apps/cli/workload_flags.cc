@@ -24,8 +24,8 @@ const std::vector<FlagSpec>& workload_flags() {
       {"--scale", "X", "softmax scale [1/sqrt(head dim)]"},
       {"--block-size", "N|auto",
        "tokens per token block [auto: dcp plans at 1024, 2048 and 4096 (and, where the longest of "
-       "at most 8 sequences holds half the tokens, a quarter under a causal or full mask, on the "
-       "hybrid and loongtrain layouts) and keeps the fastest "
+       "at most 8 sequences holds half the tokens, or a quarter under a dense mask such as "
+       "causal, on the hybrid and loongtrain layouts) and keeps the fastest "
        "under the simulator; see docs/block_model.md]"},
       {"--head-block-size", "N", "q heads per head block [1]"},
       {"--devices", "N", "devices the automatic block size plans for [8]"},

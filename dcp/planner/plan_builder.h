@@ -134,8 +134,8 @@ inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::k
 // sequence into two chunks per device, so with many short sequences beside the long one it is
 // slow to build (planning a 4 x 8 LongDataCollections batch of one long and 62 short sequences
 // took 2.9 s with them, 12.8 s on 8 x 8) and the partition places the short ones better (no such
-// batch kept a structured candidate). The dense quarter came in the eleventh session: LongAlign
-// causal batches of three or four sequences of 20K-60K tokens get the candidates (and, their
+// batch kept a structured candidate). With the dense quarter, LongAlign causal batches of three or
+// four sequences of 20K-60K tokens get the candidates (and, their
 // longest being dense, lose the 1024-token partition, so the tighter-balance retry reaches the
 // 4096-token one). Of the micro-benchmark's 160 batches per cluster, 3 are faster on the H200
 // calibration of dcp's own kernels (LongAlign x1 causal forward 0.925 -> 0.965 of hybrid), 1 on

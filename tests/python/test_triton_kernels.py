@@ -181,8 +181,9 @@ def causal_rows(q_tokens, kv_tokens):
 
 
 def band_rows(q_tokens, kv_tokens):
-    """Bands of 16 rows that read every key, the first half of the keys, or none: q sub-blocks
-    of one kv sub-block form several runs of whole sub-blocks with gaps and cut ones between."""
+    """Bands of 16 rows that read every key, the first half of the keys, or none: under the
+    interpreter's 16-row sub-blocks, one kv sub-block's q sub-blocks form several runs of whole
+    sub-blocks with gaps and cut ones between (on a GPU's 64-row sub-blocks, fewer)."""
     kinds = [[(0, kv_tokens)], [(0, kv_tokens)], [], [(0, kv_tokens // 2)], [(0, kv_tokens)]]
     return [kinds[(r // 16) % len(kinds)] for r in range(q_tokens)]
 

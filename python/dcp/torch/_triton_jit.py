@@ -539,8 +539,8 @@ def _attention_dkv_kernel(arena, kept, entries, groups, members, mask_rows, mask
             value = q_tokens * heads * HEAD_DIM
             stats = _grad_stats(q_slot, value)
             # The q sub-blocks [m_lo, m_hi) some row of which reads a key of this kv sub-block,
-            # and the longest run [whole_lo, whole_hi) of sub-blocks every row of which reads
-            # all of them (below a causal diagonal: all but the diagonal's).
+            # and the longest run [whole_lo, whole_hi) of sub-blocks every valid row of which
+            # reads all of them (under a causal mask: all but the one or two the diagonal cuts).
             m_lo = q_tokens
             m_hi = q_tokens * 0
             run_lo = q_tokens * 0

@@ -271,8 +271,8 @@ std::string micro_markdown(const MicroOptions& options, const std::vector<MicroR
       "below the ring, as the DCP paper reported LoongTrain's best: every W's layout is ranked "
       "by its schedule estimate and those within 5 % of the best estimate are simulated, the "
       "planning time covering all of it). dcp plans its own placement at blocks of 1024, 2048 and "
-      "4096 tokens and, where the longest of at most 8 sequences holds half the batch's tokens "
-      "(a quarter under a dense mask such as causal), also runs its Programs "
+      "4096 tokens and, where one of at most 8 sequences holds half the batch's tokens or there "
+      "are at most 4 under a dense mask such as causal, also runs its Programs "
       "on the hybrid and loongtrain layouts (kv kept for the backward pass, partials reduced its "
       "way; docs/block_model.md), and keeps the fastest. " +
       data_parallel_text(options.static_data_parallel) + "\n\n";

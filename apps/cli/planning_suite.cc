@@ -122,8 +122,8 @@ std::string planning_markdown(const PlanningOptions& options,
   std::string md = "# Planning time\n\nWritten by `" + command + "`.\n\n";
   md += "Wall-clock ms to plan one " + std::to_string(options.tokens) +
         "-token batch on one thread: the workload's blocks and masks, then dcp's own plan at "
-        "block sizes 1024, 2048 and 4096 and, where the longest of at most 8 sequences holds "
-        "half the tokens (a quarter under a dense mask such as causal), on the "
+        "block sizes 1024, 2048 and 4096 and, where one of at most 8 sequences holds half the "
+        "tokens or there are at most 4 under a dense mask such as causal, on the "
         "hybrid and loongtrain layouts (placement, schedules, compilation and simulation "
         "each, the fastest kept) and, for `dcp`, pricing and screening the static strategies "
         "and simulating the candidates left; on `" +

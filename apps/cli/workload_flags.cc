@@ -23,8 +23,8 @@ const std::vector<FlagSpec>& workload_flags() {
       {"--dtype", "T", "storage dtype: bf16, fp16, fp32 [bf16]"},
       {"--scale", "X", "softmax scale [1/sqrt(head dim)]"},
       {"--block-size", "N|auto",
-       "tokens per token block [auto: dcp plans at 1024, 2048 and 4096 (and, where the longest of "
-       "at most 8 sequences holds half the tokens, or a quarter under a dense mask such as "
+       "tokens per token block [auto: dcp plans at 1024, 2048 and 4096 (and, where one of at most "
+       "8 sequences holds half the tokens, or there are at most 4 under a dense mask such as "
        "causal, on the hybrid and loongtrain layouts) and keeps the fastest "
        "under the simulator; see docs/block_model.md]"},
       {"--head-block-size", "N", "q heads per head block [1]"},

@@ -373,10 +373,8 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
 bool few_long_sequences(const Workload& workload) {
   const SequenceBatch& batch = workload.batch();
   if (batch.size() > kStructuredMaxSequences) return false;
-  const auto longest = static_cast<double>(batch.max_length());
-  const auto total = static_cast<double>(batch.total_tokens());
-  return longest >= kStructuredLongestShare * total ||
-         (longest >= kStructuredDenseLongestShare * total && longest_is_dense(workload));
+  return 2 * batch.max_length() >= batch.total_tokens() ||
+         (batch.size() <= kStructuredDenseMaxSequences && longest_is_dense(workload));
 }
 
 PassEstimates static_plan_estimate(const StaticPlan& layout, const PlanOptions& options) {

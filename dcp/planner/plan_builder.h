@@ -35,10 +35,10 @@ struct PlanOptions {
   // the simulator is kept. Empty: the workload's own blocks only. kBlockSizeSweep is what an
   // automatic block size means to planning (the block sizes the DCP paper found best).
   std::vector<TokenCount> block_sizes;
-  // dcp, dcp-pure with block_sizes given: where a few sequences are long (few_long_sequences: the
-  // longest holds half the batch's tokens, or a quarter under a dense mask), dcp also runs its
-  // Programs on the layouts of kStructuredLayouts (OwnCandidate) and keeps the fastest of all its
-  // plans. They keep every kv value read, so only with kept_kv_budget kKeepAllKv.
+  // dcp, dcp-pure with block_sizes given: where a few sequences are long (few_long_sequences: at
+  // most 8 with one holding half the batch's tokens, or at most 4 under a dense mask), dcp also
+  // runs its Programs on the layouts of kStructuredLayouts (OwnCandidate) and keeps the fastest of
+  // all its plans. They keep every kv value read, so only with kept_kv_budget kKeepAllKv.
   bool structured_layouts = true;
   // dcp, dcp-pure with block_sizes given: the kRetryPartitions fastest partitions are placed again
   // at kRetryEpsCompute where placement.eps_compute is looser, and kept if faster (false: every
@@ -128,22 +128,22 @@ inline constexpr double kFp32PartialsMinGain = 0.01;
 inline constexpr double kRetryEpsCompute = 0.2;
 inline constexpr std::size_t kRetryPartitions = 2;
 inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::kLoongTrain};
-// A few long sequences: at most kStructuredMaxSequences, the longest holding at least
-// kStructuredLongestShare of the batch's tokens, or kStructuredDenseLongestShare where its mask
-// leaves at least kDenseSequenceDensity of its pairs (causal, full). A ring layout cuts every
-// sequence into two chunks per device, so with many short sequences beside the long one it is
-// slow to build (planning a 4 x 8 LongDataCollections batch of one long and 62 short sequences
-// took 2.9 s with them, 12.8 s on 8 x 8) and the partition places the short ones better (no such
-// batch kept a structured candidate). With the dense quarter, LongAlign causal batches of three or
-// four sequences of 20K-60K tokens get the candidates (and, their
-// longest being dense, lose the 1024-token partition, so the tighter-balance retry reaches the
-// 4096-token one). Of the micro-benchmark's 160 batches per cluster, 3 are faster on the H200
-// calibration of dcp's own kernels (LongAlign x1 causal forward 0.925 -> 0.965 of hybrid), 1 on
-// h100-dgx, none on a100-p4de, and none slower. A quarter under every mask gained nothing more
-// and cost 30-50 % more planning time on LongAlign's sparse masks (docs/benchmarks.md).
+// A few long sequences: at most kStructuredMaxSequences with one holding half the batch's tokens,
+// or at most kStructuredDenseMaxSequences whose longest leaves at least kDenseSequenceDensity of
+// its pairs (causal, full). A ring layout cuts every sequence into two chunks per device, so with
+// many short sequences beside the long one it is slow to build (planning a 4 x 8
+// LongDataCollections batch of one long and 62 short sequences took 2.9 s with them, 12.8 s on 8
+// x 8) and the partition places the short ones better (no such batch kept a structured
+// candidate). The dense rule brings in LongAlign causal batches of three or four sequences of
+// 20K-60K tokens (and, their longest being dense, drops their 1024-token partition, so the
+// tighter-balance retry reaches the 4096-token one): of the micro-benchmark's 160 batches per
+// cluster, 3 are faster on the H200 calibration of dcp's own kernels (LongAlign x1 causal forward
+// 0.925 -> 0.965 of hybrid), 1 on h100-dgx, none on a100-p4de, none slower. Up to 8 sequences
+// with the longest holding a quarter gained no more and cost 8 x 8 LongAlign causal planning 11 %
+// (4 of 50 batches over 1 s); under every mask, 30-50 % on LongAlign's sparse masks
+// (docs/benchmarks.md).
 inline constexpr std::int32_t kStructuredMaxSequences = 8;
-inline constexpr double kStructuredLongestShare = 0.5;
-inline constexpr double kStructuredDenseLongestShare = 0.25;
+inline constexpr std::int32_t kStructuredDenseMaxSequences = 4;
 bool few_long_sequences(const Workload& workload);
 // Where the structured candidates run and the longest sequence's mask leaves at least
 // kDenseSequenceDensity of its L x L pairs (a causal mask leaves about half), dcp's partition is

@@ -291,7 +291,7 @@ TEST(PlanCommand, ABatchOfFewLongSequencesAlsoTriesTheStructuredLayouts) {
   ASSERT_EQ(planned.status, 0) << planned.err;
   EXPECT_NE(planned.out.find(", hybrid layout "), std::string::npos) << planned.out;
   EXPECT_NE(planned.out.find(", loongtrain layout "), std::string::npos) << planned.out;
-  // Five equal sequences: the longest holds a fifth of the tokens, under a quarter.
+  // Five equal sequences under a causal mask: none holds half the tokens, and more than four.
   const Result spread = run({"plan", "--seqlens", "9000,9000,9000,9000,9000", "--nodes", "2",
                              "--devices-per-node", "4", "--strategy", "dcp-pure"});
   ASSERT_EQ(spread.status, 0) << spread.err;

@@ -130,9 +130,9 @@ TEST(PlanBuilder, AStaticPlanBuiltInStepsIsTheOneBuildPlanBuilds) {
   }
 }
 
-// Where a few sequences are long (the longest holds half the tokens, or a quarter under a dense
-// mask), dcp also runs its Programs on the hybrid and loongtrain layouts: they verify, move no kv
-// in the backward pass, and the fastest of all is kept.
+// Where a few sequences are long (at most 8 with one holding half the tokens, or at most 4 under a
+// dense mask), dcp also runs its Programs on the hybrid and loongtrain layouts: they verify, move
+// no kv in the backward pass, and the fastest of all is kept.
 TEST(PlanBuilder, StructuredCandidatesWhereFewLongSequences) {
   const Workload workload = make(SequenceBatch({900, 120, 40}), MaskKind::kCausal, 8, 2);
   PlanOptions options = options_for(Strategy::kDcpPure, {2, 4});
@@ -174,13 +174,13 @@ TEST(PlanBuilder, StructuredCandidatesWhereFewLongSequences) {
               static_backward.inter_node + static_backward.intra_node)
         << to_string(layout);
   }
-  // The longest holding just over a quarter of the tokens is enough under a dense mask, not under
-  // a sparse one (lambda: a window of 200 on 1200 tokens); just under a quarter is not.
-  const SequenceBatch quarter({1200, 1100, 1000, 1000});
-  EXPECT_EQ(build_plan(make(quarter, MaskKind::kCausal, 8, 2), options).own_candidates.size(), 4u);
-  EXPECT_EQ(build_plan(make(quarter, MaskKind::kLambda, 8, 2), options).own_candidates.size(), 2u);
-  const Workload spread = make(SequenceBatch({300, 280, 260, 240, 220}), MaskKind::kCausal, 8, 2);
-  EXPECT_EQ(build_plan(spread, options).own_candidates.size(), 2u);
+  // Four sequences, none holding half the tokens: enough under a dense mask, not under a sparse
+  // one (lambda: a window of 200 on 1200 tokens); five are not, even under a dense one.
+  const SequenceBatch four({1200, 1100, 1000, 1000});
+  EXPECT_EQ(build_plan(make(four, MaskKind::kCausal, 8, 2), options).own_candidates.size(), 4u);
+  EXPECT_EQ(build_plan(make(four, MaskKind::kLambda, 8, 2), options).own_candidates.size(), 2u);
+  const Workload five = make(SequenceBatch({1200, 1100, 1000, 1000, 900}), MaskKind::kCausal, 8, 2);
+  EXPECT_EQ(build_plan(five, options).own_candidates.size(), 2u);
   // Nor beside too many sequences, or without kept kv.
   std::vector<TokenCount> many(kStructuredMaxSequences, 20);
   many.push_back(900);  // holds most tokens, but beside too many sequences
@@ -565,7 +565,6 @@ TEST(PlanBuilder, RetriesItsFastestPartitionsAtATighterBalance) {
       make(SequenceBatch({400, 350, 300, 250, 200, 90, 5}), MaskKind::kCausal, 8, 2);
   PlanOptions options = options_for(Strategy::kDcpPure, {2, 2});
   options.block_sizes = {64, 128, 256};
-  options.structured_layouts = false;  // (the longest holds a quarter of the tokens)
   ASSERT_GT(options.placement.eps_compute, kRetryEpsCompute);
   const BuiltPlan built = build_plan(workload, options);
   ASSERT_GE(built.own_candidates.size(), 3u);

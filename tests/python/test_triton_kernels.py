@@ -180,12 +180,13 @@ def causal_rows(q_tokens, kv_tokens):
             if kv_tokens - q_tokens + r + 1 > 0 else [] for r in range(q_tokens)]
 
 
-def band_rows(q_tokens, kv_tokens):
-    """Bands of 16 rows that read every key, the first half of the keys, or none: under the
-    interpreter's 16-row sub-blocks, one kv sub-block's q sub-blocks form several runs of whole
-    sub-blocks with gaps and cut ones between (on a GPU's 64-row sub-blocks, fewer)."""
+def band_rows(q_tokens, kv_tokens, band):
+    """Bands of `band` rows that read every key, the first half of the keys, or none: where the
+    kernel's q sub-blocks are `band` rows (16 under the interpreter, 64 on a GPU), one kv
+    sub-block's q sub-blocks form several runs of whole sub-blocks with gaps and cut ones
+    between."""
     kinds = [[(0, kv_tokens)], [(0, kv_tokens)], [], [(0, kv_tokens // 2)], [(0, kv_tokens)]]
-    return [kinds[(r // 16) % len(kinds)] for r in range(q_tokens)]
+    return [kinds[(r // band) % len(kinds)] for r in range(q_tokens)]
 
 
 def dense(rows, q_tokens, kv_tokens):
@@ -487,7 +488,8 @@ class Problem:
             for j, kt in enumerate(kv_tokens):
                 kind = next(kinds)
                 rows = {"full": None, "causal": causal_rows(qt, kt),
-                        "random": random_rows(qt, kt, g), "bands": band_rows(qt, kt)}[kind]
+                        "random": random_rows(qt, kt, g), "bands": band_rows(qt, kt, 16),
+                        "bands64": band_rows(qt, kt, 64)}[kind]
                 self.entries.append((i, j, rows))
 
     def entries_of_q(self, i):
@@ -539,6 +541,7 @@ if _ON_CUDA:  # values of several sub-blocks of every GPU tile (too slow for the
         (torch.bfloat16, 128, 4, 2, (300, 129), (260, 70), ["random", "causal", "full", "random"]),
         (torch.float16, 64, 2, 1, (257,), (190, 66), ["causal", "random"]),
         (torch.float32, 128, 2, 1, (150,), (170,), ["random", "causal"]),
+        (torch.bfloat16, 128, 4, 1, (384,), (160, 96), ["bands64", "causal"]),  # GPU sub-blocks
     ]
 
 

@@ -78,8 +78,8 @@ def parse_args(argv=None):
     parser.add_argument("--json", default=None, help="rank 0 writes the records to this file")
     parser.add_argument("--profile", action="store_true",
                         help="after timing, run one more forward and backward per strategy under "
-                             "torch.profiler and print each kernel's time (GPU time on CUDA, "
-                             "CPU time on the CPU), rank 0's")
+                             "torch.profiler and print rank 0's kernels by their own GPU time "
+                             "(on the CPU: operations by self time)")
     args = parser.parse_args(argv)
     args.seqlens = [int(n) for n in args.seqlens.split(",") if n]
     args.strategies = [s for s in args.strategies.split(",") if s]
@@ -203,8 +203,6 @@ def run_strategy(strategy: str, executor, inputs, args, device, rank: int, world
             o.backward(do)
         if i >= args.warmup:
             times.append((forward.seconds, backward.seconds))
-    if args.profile:
-        record_kernels = profile_passes(executor, q, k, v, do, device, dcpt)
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the slowest rank, per repeat
     slowest = slowest.cpu()
@@ -223,8 +221,8 @@ def run_strategy(strategy: str, executor, inputs, args, device, rank: int, world
               "total_s": statistics.median((slowest[:, 0] + slowest[:, 1]).tolist()),
               "forward_repeats_s": slowest[:, 0].tolist(),
               "backward_repeats_s": slowest[:, 1].tolist()}
-    if args.profile:
-        record["kernels"] = record_kernels
+    if args.profile:  # q, k, v then hold the profiled backward's gradients, the same values
+        record["kernels"] = profile_passes(executor, q, k, v, do, device, dcpt)
     results = None
     if not args.no_check:
         results = {name: gather_global(x, positions, total) for name, x in
@@ -239,33 +237,29 @@ def profile_passes(executor, q, k, v, do, device: torch.device, dcpt) -> dict:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    kernels = {}
-    for x in (q, k, v):
-        x.grad = None
-    for name in ("forward", "backward"):
+    cuda = device.type == "cuda"
+
+    def profiled(run):  # run()'s result, and its kernels by time
         synchronize(device)
-        with profile(activities=activities) as prof:
-            if name == "forward":
-                o = dcpt.attention(executor, q, k, v)
-            else:
-                o.backward(do)
-            if device.type == "cuda":
+        with profile(activities=[ProfilerActivity.CPU] +
+                     ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+            result = run()
+            if cuda:
                 torch.cuda.synchronize(device)
         rows = []
         for event in prof.key_averages():
-            if device.type == "cuda":
-                if event.device_type != DeviceType.CUDA:
-                    continue  # a host operation: its device time is its kernels'
-                us = event.self_device_time_total
-            else:
-                us = event.self_cpu_time_total
+            if cuda and event.device_type != DeviceType.CUDA:
+                continue  # a host operation: its device time is its kernels'
+            us = event.self_device_time_total if cuda else event.self_cpu_time_total
             if us > 0:
                 rows.append({"name": event.key, "calls": event.count, "us": us})
-        kernels[name] = sorted(rows, key=lambda row: -row["us"])
-    return kernels
+        return result, sorted(rows, key=lambda row: -row["us"])
+
+    for x in (q, k, v):
+        x.grad = None
+    o, forward = profiled(lambda: dcpt.attention(executor, q, k, v))
+    _, backward = profiled(lambda: o.backward(do))
+    return {"forward": forward, "backward": backward}
 
 
 def print_kernels(records: list[dict], top: int = 12) -> None:

@@ -24,6 +24,7 @@ void write_pass(JsonWriter& json, const Plan& plan, Pass pass, const ScheduleSum
   json.field("fetch_launches", std::int64_t{summary.fetch_launches});
   json.field("balanced_stages", summary.balanced);
   json.field("own_outputs_last", summary.own_outputs_last);
+  json.field("stage_parts", std::int64_t{summary.stage_parts});
   json.field("estimated_ms", summary.estimate.seconds * 1e3);
   json.field("busiest_device_compute_ms", summary.estimate.compute_seconds * 1e3);
   json.field("bytes_inter_node", traffic.inter_node);

@@ -125,14 +125,59 @@ Workload reblocked(const Workload& workload, TokenCount block_size) {
                   workload.heads().head_block_size());
 }
 
+// Cuts every stage s >= 1 of `schedule` into `parts` stages, each device's units of the stage
+// split by unmasked pairs into consecutive parts after sorting them by kv value: the kv gradients
+// a part finishes can then be reduced and sent while the next parts compute, instead of after the
+// whole stage (add_partial_transfers sends a node's merge two launches after its last
+// contribution). Valid only while every transfer is in launch 0.
+void split_stages(const Workload& workload, const Placement& placement, PassSchedule& schedule,
+                  std::int32_t parts) {
+  const auto devices = static_cast<std::size_t>(placement.cluster.devices());
+  const auto stages = static_cast<std::size_t>(schedule.stages);
+  std::vector<std::vector<WorkUnitId>> units_of(devices * stages);
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const auto device =
+        static_cast<std::size_t>(placement.work_unit_device[static_cast<std::size_t>(w)]);
+    const auto stage = static_cast<std::size_t>(schedule.unit_stage[static_cast<std::size_t>(w)]);
+    units_of[stage * devices + device].push_back(w);
+  }
+  for (std::size_t stage = 1; stage < stages; ++stage) {
+    for (std::size_t device = 0; device < devices; ++device) {
+      std::vector<WorkUnitId>& units = units_of[stage * devices + device];
+      std::stable_sort(units.begin(), units.end(), [&](WorkUnitId a, WorkUnitId b) {
+        const WorkUnit first = workload.work_unit(a);
+        const WorkUnit second = workload.work_unit(b);
+        return std::pair(key_value(workload, first), first.q_block) <
+               std::pair(key_value(workload, second), second.q_block);
+      });
+      double total = 0;
+      for (const WorkUnitId w : units) total += static_cast<double>(workload.work_unit(w).pairs);
+      double done = 0;
+      for (const WorkUnitId w : units) {
+        const auto pairs = static_cast<double>(workload.work_unit(w).pairs);
+        // The part holding the unit's middle pair.
+        const auto part =
+            std::clamp(static_cast<std::int32_t>((done + pairs / 2) / std::max(1.0, total) * parts),
+                       0, parts - 1);
+        schedule.unit_stage[static_cast<std::size_t>(w)] =
+            1 + static_cast<std::int32_t>(stage - 1) * parts + part;
+        done += pairs;
+      }
+    }
+  }
+  schedule.stages = 1 + (schedule.stages - 1) * parts;
+}
+
 // A static layout's schedule run dcp's way: the same stages and input transfers, but partial
 // outputs routed as dcp routes them (reduced inside a node, crossing nodes once, to their owner;
 // add_partial_transfers) and, with `kept` (backward), no kv transfer that keeping makes
 // unnecessary: none to a device that keeps the value, then (until none is left) none to a device
 // that neither reads the value nor passes it on. If the inputs left all come from their owners,
-// they all go in launch 0 and stages 1.. run in reverse order (see below).
+// they all go in launch 0, stages 1.. run in reverse order (see below) and each is cut into
+// `stage_parts` stages (split_stages); otherwise the stages stay as they are.
 PassSchedule routed_dcps_way(const Workload& workload, const Placement& placement,
-                             PassSchedule schedule, const KeptKv* kept) {
+                             PassSchedule schedule, const KeptKv* kept,
+                             std::int32_t stage_parts = 1) {
   std::erase_if(schedule.transfers, [](const Transfer& t) { return is_output(t.value.kind); });
   if (kept != nullptr) {
     const auto keeps = [&](DeviceId d, const ValueKey& v) {
@@ -172,6 +217,7 @@ PassSchedule routed_dcps_way(const Workload& workload, const Placement& placemen
         if (stage > 0) stage = schedule.stages - stage;
       }
       for (Transfer& t : schedule.transfers) t.launch = 0;
+      if (stage_parts > 1) split_stages(workload, placement, schedule, stage_parts);
     }
   }
   add_partial_transfers(workload, placement, schedule, PartialRouting::kReduceInNode);
@@ -195,16 +241,40 @@ BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
   built.kept = choose_kept_kv(built.workload, built.placement, built.plan.header, kKeepAllKv);
   layout.forward =
       routed_dcps_way(built.workload, built.placement, std::move(layout.forward), nullptr);
-  layout.backward =
-      routed_dcps_way(built.workload, built.placement, std::move(layout.backward), &built.kept);
+  // The backward pass with each stage cut into parts where its inputs all come from their owners
+  // (split_stages): as many as asked, or 1, 2 or 4, the lowest estimate (a cut only where lower by
+  // more than 0.5 %, noise in the model). A layout of few long stages (hybrid's ring of four
+  // nodes) otherwise sends a stage's kv gradients across nodes only after the next stage, and at
+  // the end those of the last remote one.
+  validate(options.schedule);
+  const std::int32_t asked = options.schedule.structured_stage_parts;
+  PassSchedule backward = routed_dcps_way(built.workload, built.placement, layout.backward,
+                                          &built.kept, std::max(asked, 1));
+  if (backward.stages != layout.backward.stages) built.backward.stage_parts = asked;
+  built.backward.estimate =
+      estimate(built.workload, built.placement, options.cluster, built.plan.header, backward);
+  for (const std::int32_t parts : {2, 4}) {
+    if (asked != 0) break;
+    PassSchedule cut =
+        routed_dcps_way(built.workload, built.placement, layout.backward, &built.kept, parts);
+    if (cut.stages == layout.backward.stages) break;  // not cut: inputs from other devices
+    ScheduleEstimate cut_estimate =
+        estimate(built.workload, built.placement, options.cluster, built.plan.header, cut);
+    if (cut_estimate.seconds < built.backward.estimate.seconds * 0.995) {
+      backward = std::move(cut);
+      built.backward.estimate = std::move(cut_estimate);
+      built.backward.stage_parts = parts;
+    }
+  }
+  layout.backward = std::move(backward);
   // Each pass with its last stage's own outputs last where the estimate finds that faster. (Running
   // the units of the first ring step that need nothing from the all-to-all in stage 0, while it
   // travels, lowered no estimate: the shorter first step leaves less time to hide the next step's
   // kv, and forced, the LongAlign batch 29586, 74186 on h100-dgx ran 5 % slower.)
+  built.forward.estimate =
+      estimate(built.workload, built.placement, options.cluster, built.plan.header, layout.forward);
   for (const auto& [schedule, summary] :
        {std::pair{&layout.forward, &built.forward}, std::pair{&layout.backward, &built.backward}}) {
-    summary->estimate =
-        estimate(built.workload, built.placement, options.cluster, built.plan.header, *schedule);
     summary->own_outputs_last =
         options.schedule.own_outputs_last &&
         keep_own_outputs_last_if_faster(built.workload, built.placement, options.cluster,

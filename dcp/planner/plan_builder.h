@@ -73,6 +73,7 @@ struct ScheduleSummary {
   bool balanced = false;            // dcp: whether each stage's compute per device was capped
   ScheduleEstimate estimate;        // under PlanOptions::cluster
   bool own_outputs_last = false;    // dcp: whether own_outputs_last's schedule was kept
+  std::int32_t stage_parts = 1;     // structured backward: stages each layout stage was cut into
 };
 
 // How Strategy::kDcp chose its plan: every candidate's simulated time under PlanOptions::cluster

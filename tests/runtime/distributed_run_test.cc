@@ -147,6 +147,31 @@ TEST(StructuredCandidates, MatchDenseFp64AttentionForwardAndBackward) {
   }
 }
 
+// The structured candidates with each backward stage cut into 2 and 4 parts (split_stages in
+// plan_builder.cc; the estimate cuts where a layout's stages are few and long, here it is forced on
+// a small batch) compute the same attention on 2 x 4 local ranks.
+TEST(StructuredCandidates, WithBackwardStagesCutMatchDenseFp64Attention) {
+  std::uint64_t seed = 81;
+  for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kLambda}) {
+    const Workload workload = runtime_workload(seed, kind);
+    for (const std::int32_t parts : {2, 4}) {
+      PlanOptions options = runtime_plan_options(Strategy::kDcpPure, {2, 4});
+      options.schedule.structured_stage_parts = parts;
+      for (const Strategy layout : kStructuredLayouts) {
+        const std::string name = std::string(to_string(layout)) + " layout, " +
+                                 std::string(to_string(kind)) + ", " + std::to_string(parts) +
+                                 " parts";
+        const BuiltPlan built = build_structured(layout, workload, options);
+        ASSERT_EQ(built.backward.stage_parts, parts) << name;
+        const VerifyReport report = verify(built.plan);
+        ASSERT_TRUE(report.ok) << name << ": " << describe(report);
+        expect_within(run_built(workload, built, seed).errors, 1e-4, name);
+      }
+    }
+    ++seed;
+  }
+}
+
 // LoongTrain with its outer hops spread over their rounds' launches (spread_outer_hops; plans keep
 // that schedule where the estimate finds it faster), compiled, verified and run on 2 x 4 local
 // ranks (two rounds of a ring of 4 head groups, windows of 2), matches dense fp64 attention.

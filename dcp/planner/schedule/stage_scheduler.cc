@@ -25,6 +25,12 @@ void validate(const ScheduleOptions& options) {
     throw InvalidInput("the most stages to try must be in [1, 64], got " +
                        std::to_string(options.max_fetch_launches));
   }
+  if (options.structured_stage_parts < 0 || options.structured_stage_parts > 64) {
+    throw InvalidInput(
+        "structured stage parts must be in [0, 64] (0: chosen by the cost model), "
+        "got " +
+        std::to_string(options.structured_stage_parts));
+  }
 }
 
 namespace {

@@ -28,6 +28,10 @@ struct ScheduleOptions {
   // Backward: also try the kept schedule with own_outputs_last (below); structured candidates:
   // try it in both passes (build_structured).
   bool own_outputs_last = true;
+  // Structured candidates' backward pass, where its inputs all come from their owners (kv kept):
+  // how many stages each of the layout's stages is cut into (build_structured). 0: 1, 2 or 4,
+  // the lowest estimate.
+  std::int32_t structured_stage_parts = 0;
 };
 
 // Throws InvalidInput naming the field for S < 0, max < 1 or S > 64.

@@ -239,51 +239,65 @@ BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
       {}};
   built.plan.header = strategy_header(built.workload, options);
   built.kept = choose_kept_kv(built.workload, built.placement, built.plan.header, kKeepAllKv);
-  layout.forward =
-      routed_dcps_way(built.workload, built.placement, std::move(layout.forward), nullptr);
-  // The backward pass with each stage cut into parts where its inputs all come from their owners
-  // (split_stages): as many as asked, or 1, 2 or 4, the lowest estimate (a cut only where lower by
-  // more than 0.5 %, noise in the model). A layout of few long stages (hybrid's ring of four
-  // nodes) otherwise sends a stage's kv gradients across nodes only after the next stage, and at
-  // the end those of the last remote one.
-  validate(options.schedule);
-  const std::int32_t asked = options.schedule.structured_stage_parts;
-  PassSchedule backward = routed_dcps_way(built.workload, built.placement, layout.backward,
-                                          &built.kept, std::max(asked, 1));
-  if (backward.stages != layout.backward.stages) built.backward.stage_parts = asked;
-  built.backward.estimate =
-      estimate(built.workload, built.placement, options.cluster, built.plan.header, backward);
-  for (const std::int32_t parts : {2, 4}) {
-    if (asked != 0) break;
-    PassSchedule cut =
-        routed_dcps_way(built.workload, built.placement, layout.backward, &built.kept, parts);
-    if (cut.stages == layout.backward.stages) break;  // not cut: inputs from other devices
-    ScheduleEstimate cut_estimate =
-        estimate(built.workload, built.placement, options.cluster, built.plan.header, cut);
-    if (cut_estimate.seconds < built.backward.estimate.seconds * 0.995) {
-      backward = std::move(cut);
-      built.backward.estimate = std::move(cut_estimate);
-      built.backward.stage_parts = parts;
-    }
-  }
-  layout.backward = std::move(backward);
   // Each pass with its last stage's own outputs last where the estimate finds that faster. (Running
   // the units of the first ring step that need nothing from the all-to-all in stage 0, while it
   // travels, lowered no estimate: the shorter first step leaves less time to hide the next step's
   // kv, and forced, the LongAlign batch 29586, 74186 on h100-dgx ran 5 % slower.)
-  built.forward.estimate =
-      estimate(built.workload, built.placement, options.cluster, built.plan.header, layout.forward);
-  for (const auto& [schedule, summary] :
-       {std::pair{&layout.forward, &built.forward}, std::pair{&layout.backward, &built.backward}}) {
-    summary->own_outputs_last =
+  const auto finish = [&](PassSchedule& schedule, ScheduleSummary& summary) {
+    summary.estimate =
+        estimate(built.workload, built.placement, options.cluster, built.plan.header, schedule);
+    summary.own_outputs_last =
         options.schedule.own_outputs_last &&
         keep_own_outputs_last_if_faster(built.workload, built.placement, options.cluster,
-                                        built.plan.header, *schedule, summary->estimate,
-                                        schedule->stages - 1);
-    summary->stages = schedule->stages;
+                                        built.plan.header, schedule, summary.estimate,
+                                        schedule.stages - 1);
+    summary.stages = schedule.stages;
+  };
+  layout.forward =
+      routed_dcps_way(built.workload, built.placement, std::move(layout.forward), nullptr);
+  finish(layout.forward, built.forward);
+  // The backward pass with each stage cut into parts where its inputs all come from their owners
+  // (split_stages): as many as asked, or else 1, 2 or 4. A layout of few long stages (hybrid's ring
+  // of four nodes) otherwise sends a stage's kv gradients across nodes only after the next stage,
+  // and at the end those of the last remote one. The estimate picks the parts (a cut only where
+  // lower by more than 0.5 %, noise in the model); where it picks a cut, the cut and the whole
+  // stages are both compiled and the simulator keeps the faster (on some batches of the H200
+  // calibration the estimate's cut was the slower).
+  validate(options.schedule);
+  const std::int32_t asked = options.schedule.structured_stage_parts;
+  const auto cut_backward = [&](std::int32_t parts, ScheduleSummary& summary) {
+    PassSchedule schedule =
+        routed_dcps_way(built.workload, built.placement, layout.backward, &built.kept, parts);
+    summary.stage_parts = schedule.stages != layout.backward.stages ? parts : 1;
+    finish(schedule, summary);
+    return schedule;
+  };
+  PassSchedule backward = cut_backward(std::max(asked, 1), built.backward);
+  std::optional<std::pair<PassSchedule, ScheduleSummary>> whole;
+  for (const std::int32_t parts : {2, 4}) {
+    if (asked != 0) break;
+    ScheduleSummary summary;
+    PassSchedule cut = cut_backward(parts, summary);
+    if (summary.stage_parts == 1) break;  // not cut: inputs from other devices
+    if (summary.estimate.seconds < built.backward.estimate.seconds * 0.995) {
+      if (!whole) whole.emplace(std::move(backward), built.backward);
+      backward = std::move(cut);
+      built.backward = summary;
+    }
   }
   built.timings.partition_ms = ms_since(start);
-  compile_passes(built, layout.forward, layout.backward, &built.kept);
+  compile_passes(built, layout.forward, backward, &built.kept);
+  if (whole) {
+    const auto compile_start = Clock::now();
+    std::vector<Program> programs =
+        compile_pass(built.workload, built.placement, built.plan.header, whole->first, &built.kept);
+    built.timings.compile_ms += ms_since(compile_start);
+    if (sim::simulate(built.plan.header, programs, options.cluster).seconds <
+        sim::simulate(built.plan.header, built.plan.backward, options.cluster).seconds) {
+      built.plan.backward = std::move(programs);
+      built.backward = whole->second;
+    }
+  }
   built.timings.total_ms = ms_since(start);
   return built;
 }

@@ -372,6 +372,19 @@ TEST(PlanCommand, ReportsWhetherTheBackwardRunsOwnOutputsLast) {
   EXPECT_EQ(json_value(r.out.substr(backward), "own_outputs_last"), "true");
 }
 
+// `dcp plan --json` says per pass into how many stages each of a structured layout's stages was
+// cut: on one long causal sequence on 2 x 4, dcp keeps the hybrid layout with its backward cut in
+// 2 (the planner's tests check why); the forward is never cut.
+TEST(PlanCommand, ReportsTheStructuredBackwardsStageParts) {
+  const Result r = run({"plan", "--seqlens", "24576", "--nodes", "2", "--devices-per-node", "4",
+                        "--strategy", "dcp-pure", "--json", "-"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::size_t backward = r.out.find("\"backward\": {");
+  ASSERT_NE(backward, std::string::npos) << r.out;
+  EXPECT_EQ(json_value(r.out.substr(0, backward), "stage_parts"), "1");
+  EXPECT_EQ(json_value(r.out.substr(backward), "stage_parts"), "2");
+}
+
 // dcp's own plans send partials in the storage dtype unless told otherwise, static strategies
 // in fp32 (unless told otherwise); in bf16 the partial messages, and only they, are half as
 // long.

@@ -479,7 +479,7 @@ bool keep_own_outputs_last_if_faster(const Workload& workload, const Placement& 
   if (!moved) return false;
   ScheduleEstimate moved_estimate = estimate(workload, placement, cluster, header, *moved);
   // Kept only if lower by more than noise in the model.
-  if (moved_estimate.seconds >= schedule_estimate.seconds * 0.995) return false;
+  if (moved_estimate.seconds >= schedule_estimate.seconds * kEstimateGainShare) return false;
   schedule = std::move(*moved);
   schedule_estimate = std::move(moved_estimate);
   return true;
@@ -514,7 +514,7 @@ ScheduledPass schedule_pass(const Workload& workload, const Placement& placement
       candidate.balanced = balanced;
       // A longer pipeline, or a balanced one, must beat the one before by more than noise in the
       // model.
-      if (!have || candidate.estimate.seconds < best.estimate.seconds * 0.995) {
+      if (!have || candidate.estimate.seconds < best.estimate.seconds * kEstimateGainShare) {
         best = std::move(candidate);
         have = true;
       }

@@ -29,12 +29,16 @@ struct ScheduleOptions {
   // try it in both passes (build_structured).
   bool own_outputs_last = true;
   // Structured candidates' backward pass, where its inputs all come from their owners (kv kept):
-  // how many stages each of the layout's stages is cut into (build_structured). 0: 1, 2 or 4,
-  // the lowest estimate.
+  // how many stages each of the layout's stages is cut into. 0: chosen (build_structured).
   std::int32_t structured_stage_parts = 0;
 };
 
-// Throws InvalidInput naming the field for S < 0, max < 1 or S > 64.
+// A schedule that the estimate finds faster replaces another only where its estimate is below
+// this share of the other's: smaller gains are noise in the model.
+inline constexpr double kEstimateGainShare = 0.995;
+
+// Throws InvalidInput naming the field for S < 0, max < 1, S > 64, or structured stage parts
+// outside [0, 64].
 void validate(const ScheduleOptions& options);
 
 struct ScheduledPass {

@@ -15,6 +15,7 @@
 #include "dcp/core/timing.h"
 
 #include "dcp/planner/compile/compiler.h"
+#include "dcp/program/program_stats.h"
 #include "dcp/sim/simulator.h"
 
 namespace dcp {
@@ -353,6 +354,18 @@ bool longest_is_dense(const Workload& workload) {
   return false;
 }
 
+// The share of a pass's bytes that are partial outputs (what fp32 partials would double).
+double partial_share(const PassTraffic& traffic) {
+  std::int64_t partials = 0;
+  for (std::size_t kind = 0; kind < kSlotKindCount; ++kind) {
+    if (is_output(static_cast<SlotKind>(kind))) {
+      partials += traffic.inter_node_by_kind[kind] + traffic.intra_node_by_kind[kind];
+    }
+  }
+  const std::int64_t total = traffic.inter_node + traffic.intra_node;
+  return total == 0 ? 0.0 : static_cast<double>(partials) / static_cast<double>(total);
+}
+
 // dcp's own plan: on the workload's blocks, or the fastest under the simulator of those at
 // options.block_sizes (its own_candidates then hold every candidate's simulated times).
 BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
@@ -387,13 +400,17 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
       best = std::move(built);
       kept_index = tried.size() - 1;
       fp32_may_gain = false;
-      for (const sim::PassSimulation* pass : {&simulation.forward, &simulation.backward}) {
+      for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+        const sim::PassSimulation& simulated =
+            pass == Pass::kForward ? simulation.forward : simulation.backward;
         double convert = 0;
-        for (const sim::DeviceTimeline& device : pass->devices) {
+        for (const sim::DeviceTimeline& device : simulated.devices) {
           convert = std::max(convert, device.convert_seconds);
         }
-        fp32_may_gain |= convert >= kFp32PartialsMinGain * candidate.seconds() &&
-                         convert > pass->critical_transfer_seconds;
+        fp32_may_gain |=
+            convert >= kFp32PartialsMinGain * candidate.seconds() &&
+            convert > simulated.critical_transfer_seconds *
+                          partial_share(pass_traffic(best->plan.header, best->plan.programs(pass)));
       }
     }
   };
@@ -440,7 +457,10 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
   // that moves them; where a pass is compute-bound that costs more than the bytes save. So the
   // fastest plan is also tried with partials in fp32 (its placement kept), unless the dtype was
   // asked for, or in no pass its busiest device's conversions take both kFp32PartialsMinGain of
-  // its time and longer than the transfers on the pass's critical path (which fp32 lengthens).
+  // its time and longer than the part of the pass's critical-path transfers that fp32 lengthens:
+  // those transfers times the pass's share of partial bytes (partial_share). (Against the whole
+  // critical transfers, as until the twelfth session, the retry was not tried on batches of the
+  // H200 calibration where it wins, docs/scheduling.md.)
   if (!options.partial_dtype && storage != DType::kFp32 && fp32_may_gain &&
       sends_partials(best->plan)) {
     OwnCandidate fp32 = tried[kept_index];

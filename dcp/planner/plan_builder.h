@@ -114,7 +114,8 @@ struct OwnCandidate {
 };
 // dcp's fastest plan is also tried with partials in fp32 (PlanOptions::partial_dtype unset) where,
 // in a pass, its busiest device's conversions of partials take at least this share of its
-// simulated time, and longer than the transfers on that pass's critical path.
+// simulated time, and longer than the transfers on that pass's critical path times the pass's
+// share of partial bytes (what fp32 would lengthen).
 inline constexpr double kFp32PartialsMinGain = 0.01;
 // dcp's kRetryPartitions fastest partitions are placed again at this compute balance (device
 // compute <= 1.2 x the mean) where PlacementOptions::eps_compute allows more, and kept if faster

@@ -321,6 +321,47 @@ TEST(PlanBuilder, TriesFp32PartialsWhereConversionsCostMoreThanBytes) {
   }
 }
 
+// The retry is tried where a pass's conversions take longer than the part of its critical-path
+// transfers that fp32 would lengthen: the critical transfers times the pass's share of partial
+// bytes. On the H200 calibration (docs/gpu_h200/cost_model/h200_device.cluster, 44.66 us per
+// kernel) with one causal sequence of 32768 tokens, the kept plan's backward converts for less than
+// its critical transfers (so the retry was not tried before) but for more than their partial share;
+// the fp32 retry is then tried, kept and faster (3.48 against 3.61 ms, simulated).
+TEST(PlanBuilder, TriesFp32PartialsWhereConversionsOutlastThePartialShareOfTransfers) {
+  const ClusterSpec h200 = parse_cluster_text(
+      "name = gpu-calibrated\nnodes = 4\ndevices_per_node = 8\nintra_node_gbps = 450\n"
+      "intra_node_latency_us = 8\ninter_node_gbps = 400\ninter_node_latency_us = 20\n"
+      "forward_tflops = 222.1\nbackward_tflops = 140.6\nkernel_overhead_us = 44.66\n"
+      "memory_gbps = 3906\nsoftmax_share = 0.9369\nfp32_kernel_factor = 4\n"
+      "partial_subtile_extra = 0\nsubtile_overhead_us = 0\ntile_setup_tokens = 46.61\n"
+      "launch_overhead_us = 8\nlaunch_peer_overhead_us = 2\nintra_node_stream_gbps = 0\n"
+      "inter_node_stream_gbps = 0\nforward_subtile_q = 64\nforward_subtile_kv = 64\n"
+      "backward_subtile_q = 64\nbackward_subtile_kv = 32\nnics_per_node = 8\n"
+      "whole_subtiles = 1\nintra_node_efficiency = 65536:0.15, 1048576:0.6, 16777216:0.9\n"
+      "inter_node_efficiency = 65536:0.1, 1048576:0.5, 16777216:0.85\n",
+      "test");
+  AttentionShape shape;
+  shape.head_dim = 128;
+  const SequenceBatch batch({32768});
+  const Workload workload(shape, batch, build_batch_mask(small_spec(MaskKind::kCausal), batch),
+                          2048, 1);
+  PlanOptions options;
+  options.strategy = Strategy::kDcpPure;
+  options.cluster = h200;
+  options.block_sizes = {1024, 2048, 4096};  // as dcp plan's automatic block size
+  const BuiltPlan built = build_plan(workload, options);
+  const OwnCandidate& retried = built.own_candidates.back();
+  ASSERT_EQ(retried.partial_dtype, DType::kFp32);
+  const auto bf16 = std::find_if(
+      built.own_candidates.begin(), built.own_candidates.end(), [&](const OwnCandidate& c) {
+        return c.partial_dtype == DType::kBf16 && c.layout == retried.layout &&
+               c.block_size == retried.block_size && c.tighter_balance == retried.tighter_balance;
+      });
+  ASSERT_NE(bf16, built.own_candidates.end());
+  EXPECT_LT(retried.seconds(), bf16->seconds());
+  EXPECT_EQ(built.plan.header.partial_dtype, DType::kFp32);
+}
+
 TEST(PlanBuilder, BinaryRoundTripKeepsEveryField) {
   const Workload workload = make(random_batch(4), MaskKind::kSharedQuestion, 8, 2);
   const BuiltPlan built = build_plan(workload, options_for(Strategy::kDcpPure, {2, 2}));

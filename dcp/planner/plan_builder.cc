@@ -130,9 +130,8 @@ Workload reblocked(const Workload& workload, TokenCount block_size) {
 
 // Each device's work units of each stage s >= 1 of `schedule`, sorted by kv value (then q block),
 // with their unmasked pairs: what split_stages cuts, computed once for every number of parts.
-struct StageUnits {
-  std::vector<std::vector<std::pair<WorkUnitId, PairCount>>> of;  // [stage * devices + device]
-};
+// Indexed [stage * devices + device].
+using StageUnits = std::vector<std::vector<std::pair<WorkUnitId, PairCount>>>;
 
 StageUnits units_by_kv(const Workload& workload, const Placement& placement,
                        const PassSchedule& schedule) {
@@ -148,12 +147,11 @@ StageUnits units_by_kv(const Workload& workload, const Placement& placement,
     sorted[stage * devices + device].emplace_back(key_value(workload, unit), unit.q_block, w,
                                                   unit.pairs);
   }
-  StageUnits units;
-  units.of.resize(sorted.size());
+  StageUnits units(sorted.size());
   for (std::size_t i = 0; i < sorted.size(); ++i) {
     std::sort(sorted[i].begin(), sorted[i].end());
-    units.of[i].reserve(sorted[i].size());
-    for (const auto& [kv, q_block, w, pairs] : sorted[i]) units.of[i].emplace_back(w, pairs);
+    units[i].reserve(sorted[i].size());
+    for (const auto& [kv, q_block, w, pairs] : sorted[i]) units[i].emplace_back(w, pairs);
   }
   return units;
 }
@@ -167,13 +165,13 @@ StageUnits units_by_kv(const Workload& workload, const Placement& placement,
 void split_stages(const StageUnits& units, PassSchedule& schedule, std::int32_t parts) {
   assert(std::all_of(schedule.transfers.begin(), schedule.transfers.end(),
                      [](const Transfer& t) { return t.launch == 0 && !is_output(t.value.kind); }));
-  const std::size_t devices = units.of.size() / static_cast<std::size_t>(schedule.stages);
-  for (std::size_t i = devices; i < units.of.size(); ++i) {
+  const std::size_t devices = units.size() / static_cast<std::size_t>(schedule.stages);
+  for (std::size_t i = devices; i < units.size(); ++i) {
     const auto stage = static_cast<std::int32_t>(i / devices);
     double total = 0;
-    for (const auto& [w, pairs] : units.of[i]) total += static_cast<double>(pairs);
+    for (const auto& [w, pairs] : units[i]) total += static_cast<double>(pairs);
     double done = 0;
-    for (const auto& [w, pairs] : units.of[i]) {
+    for (const auto& [w, pairs] : units[i]) {
       // The part holding the unit's middle pair.
       const auto part =
           std::clamp(static_cast<std::int32_t>((done + static_cast<double>(pairs) / 2) /

@@ -85,7 +85,9 @@ std::array<double, 2> run_variant(const PaperOptions& options,
     plan_options.static_data_parallel = options.static_data_parallel;
     if (mask.kind != MaskKind::kCausal) plan_options.masked_tiles = MaskedTiles::kCompute;
   }
-  return simulate_plan(workload_of(options, lengths, mask, 0), plan_options, options.cluster);
+  return simulate_plan(
+      workload_of(options, lengths, mask, 0), plan_options, options.cluster,
+      splits_sequences_on_host(variant.strategy) ? options.zigzag_baselines : sim::ExecutorModel{});
 }
 
 // The inner-ring sizes the paper searched for LoongTrain on the whole cluster (it reports the
@@ -99,6 +101,10 @@ std::vector<std::int32_t> windows_of(const PaperOptions& options, const std::str
 }
 
 }  // namespace
+
+bool splits_sequences_on_host(const std::string& strategy) {
+  return strategy == "zigzag" || strategy == "loongtrain" || strategy == "te";
+}
 
 std::vector<std::vector<TokenCount>> paper_batches(const PaperOptions& options,
                                                    const std::string& dataset, double scale) {
@@ -181,67 +187,6 @@ std::vector<PaperRecord> run_paper_suite(const PaperOptions& options, std::ostre
 }
 
 PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress) {
-  // Build every fitted cell's plans once: per (scale, strategy, window), one per batch. LoongTrain
-  // cells keep the window that is fastest under the starting constants, per cell, as the paper
-  // reported LoongTrain's best window.
-  struct Target {
-    double paper_ms = 0;
-    int pass = 0;
-    std::vector<std::size_t> plans;
-  };
-  std::vector<Plan> built;
-  std::map<std::tuple<double, std::string, std::int32_t>, std::vector<std::size_t>> plans_of;
-  std::vector<std::array<double, 2>> start_seconds;
-  const auto plans_for = [&](const PaperCell& cell, std::int32_t window) {
-    auto [it, fresh] = plans_of.try_emplace({cell.scale, cell.strategy, window});
-    if (!fresh) return it->second;
-    for (const auto& lengths : paper_batches(options, cell.dataset, cell.scale)) {
-      PlanOptions plan_options;
-      plan_options.strategy = parse_strategy(cell.strategy);
-      plan_options.static_data_parallel = options.static_data_parallel;
-      plan_options.loongtrain_window = window;
-      plan_options.cluster = options.cluster;
-      plan_options.seed = options.seed;
-      const MaskSpec mask = parse_mask_spec(cell.mask);
-      built.push_back(build_plan(workload_of(options, lengths, mask, 0), plan_options).plan);
-      const sim::PlanSimulation s = sim::simulate(built.back(), options.cluster);
-      start_seconds.push_back({s.forward.seconds, s.backward.seconds});
-      it->second.push_back(built.size() - 1);
-    }
-    progress << "fit: planned " << cell.strategy
-             << (window > 0 ? " window " + std::to_string(window) : std::string()) << " "
-             << format_scale(cell.scale) << "\n"
-             << std::flush;
-    return it->second;
-  };
-  std::vector<Target> targets;
-  for (const PaperCell& cell : paper_cells()) {
-    if (!cell.fitted || cell.outlier) continue;
-    const int pass = cell.pass == "forward" ? 0 : 1;
-    Target target{cell.paper_ms, pass, {}};
-    double best = std::numeric_limits<double>::infinity();
-    for (const std::int32_t window : windows_of(options, cell.strategy)) {
-      const std::vector<std::size_t> ids = plans_for(cell, window);
-      double sum = 0;
-      for (const std::size_t i : ids) sum += start_seconds[i][static_cast<std::size_t>(pass)];
-      if (sum < best) {
-        best = sum;
-        target.plans = ids;
-      }
-    }
-    targets.push_back(target);
-  }
-  // Keep only the plans a target uses.
-  std::vector<Plan> plans;
-  std::map<std::size_t, std::size_t> kept;
-  for (Target& target : targets) {
-    for (std::size_t& i : target.plans) {
-      auto [it, fresh] = kept.try_emplace(i, plans.size());
-      if (fresh) plans.push_back(std::move(built[i]));
-      i = it->second;
-    }
-  }
-  built.clear();
   // The parameters, each a positive value changed multiplicatively, with bounds.
   struct Parameter {
     const char* name;
@@ -272,28 +217,124 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
                                              : spec.nic_bandwidth()) /
            1e9,
        0.1, 1000},
+      {"sequence_overhead_us", std::max(0.1, options.zigzag_baselines.sequence_overhead * 1e6), 0.1,
+       1000},
   };
+  for (const std::string& name : options.fit_parameters) {
+    if (std::none_of(parameters.begin(), parameters.end(),
+                     [&](const Parameter& p) { return name == p.name; })) {
+      std::string names;
+      for (const Parameter& p : parameters)
+        names += std::string(names.empty() ? "" : ", ") + p.name;
+      throw InvalidInput("no fitted constant named '" + name + "' (the constants: " + names + ")");
+    }
+  }
+  const auto moves = [&](const Parameter& p) {
+    return options.fit_parameters.empty() ||
+           std::find(options.fit_parameters.begin(), options.fit_parameters.end(), p.name) !=
+               options.fit_parameters.end();
+  };
+  // Build every fitted cell's plans once: per (scale, strategy, window), one per batch. LoongTrain
+  // cells keep the window that is fastest under the starting constants, per cell, as the paper
+  // reported LoongTrain's best window.
+  struct Target {
+    double paper_ms = 0;
+    int pass = 0;
+    bool splits = false;  // its system splits sequences on the host (zigzag_baselines prices it)
+    std::vector<std::size_t> plans;
+  };
+  std::vector<Plan> built;
+  std::map<std::tuple<double, std::string, std::int32_t>, std::vector<std::size_t>> plans_of;
+  std::vector<std::array<double, 2>> start_seconds;
+  const auto plans_for = [&](const PaperCell& cell, std::int32_t window) {
+    auto [it, fresh] = plans_of.try_emplace({cell.scale, cell.strategy, window});
+    if (!fresh) return it->second;
+    for (const auto& lengths : paper_batches(options, cell.dataset, cell.scale)) {
+      PlanOptions plan_options;
+      plan_options.strategy = parse_strategy(cell.strategy);
+      plan_options.static_data_parallel = options.static_data_parallel;
+      plan_options.loongtrain_window = window;
+      plan_options.cluster = options.cluster;
+      plan_options.seed = options.seed;
+      const MaskSpec mask = parse_mask_spec(cell.mask);
+      built.push_back(build_plan(workload_of(options, lengths, mask, 0), plan_options).plan);
+      const sim::PlanSimulation s =
+          sim::simulate(built.back(), options.cluster,
+                        splits_sequences_on_host(cell.strategy) ? options.zigzag_baselines
+                                                                : sim::ExecutorModel{});
+      start_seconds.push_back({s.forward.seconds, s.backward.seconds});
+      it->second.push_back(built.size() - 1);
+    }
+    progress << "fit: planned " << cell.strategy
+             << (window > 0 ? " window " + std::to_string(window) : std::string()) << " "
+             << format_scale(cell.scale) << "\n"
+             << std::flush;
+    return it->second;
+  };
+  std::vector<Target> targets;
+  for (const PaperCell& cell : paper_cells()) {
+    if (!cell.fitted || cell.outlier) continue;
+    const int pass = cell.pass == "forward" ? 0 : 1;
+    Target target{cell.paper_ms, pass, splits_sequences_on_host(cell.strategy), {}};
+    double best = std::numeric_limits<double>::infinity();
+    for (const std::int32_t window : windows_of(options, cell.strategy)) {
+      const std::vector<std::size_t> ids = plans_for(cell, window);
+      double sum = 0;
+      for (const std::size_t i : ids) sum += start_seconds[i][static_cast<std::size_t>(pass)];
+      if (sum < best) {
+        best = sum;
+        target.plans = ids;
+      }
+    }
+    targets.push_back(target);
+  }
+  // Keep only the plans a target uses.
+  std::vector<Plan> plans;
+  std::vector<bool> splits;  // per kept plan: priced with zigzag_baselines
+  std::map<std::size_t, std::size_t> kept;
+  for (Target& target : targets) {
+    for (std::size_t& i : target.plans) {
+      auto [it, fresh] = kept.try_emplace(i, plans.size());
+      if (fresh) {
+        plans.push_back(std::move(built[i]));
+        splits.push_back(target.splits);
+      }
+      i = it->second;
+    }
+  }
+  built.clear();
+  // The spec and executor with the parameters' values; constants held keep their exact values.
   const auto apply = [&](const std::vector<Parameter>& p) {
     ClusterSpec c = options.cluster;
-    c.forward_flops = p[0].value * 1e12;
-    c.backward_flops = p[1].value * 1e12;
-    c.tile_setup_tokens = p[2].value;
-    c.kernel_overhead = p[3].value * 1e-6;
-    c.launch_overhead = p[4].value * 1e-6;
-    c.launch_peer_overhead = p[5].value * 1e-6;
-    c.intra_node_efficiency = half_rate_curve(p[6].value);
-    c.inter_node_efficiency = half_rate_curve(p[7].value);
-    c.intra_node_stream_bandwidth = p[8].value * 1e9;
-    c.inter_node_stream_bandwidth = p[9].value * 1e9;
+    const auto set = [&](std::size_t k, auto& field, auto value_of) {
+      if (moves(p[k])) field = value_of(p[k].value);
+    };
+    set(0, c.forward_flops, [](double v) { return v * 1e12; });
+    set(1, c.backward_flops, [](double v) { return v * 1e12; });
+    set(2, c.tile_setup_tokens, [](double v) { return v; });
+    set(3, c.kernel_overhead, [](double v) { return v * 1e-6; });
+    set(4, c.launch_overhead, [](double v) { return v * 1e-6; });
+    set(5, c.launch_peer_overhead, [](double v) { return v * 1e-6; });
+    set(6, c.intra_node_efficiency, half_rate_curve);
+    set(7, c.inter_node_efficiency, half_rate_curve);
+    set(8, c.intra_node_stream_bandwidth, [](double v) { return v * 1e9; });
+    set(9, c.inter_node_stream_bandwidth, [](double v) { return v * 1e9; });
     return c;
+  };
+  const auto executor_of = [&](const std::vector<Parameter>& p) {
+    sim::ExecutorModel e = options.zigzag_baselines;
+    if (moves(p[10])) e.sequence_overhead = p[10].value * 1e-6;
+    return e;
   };
   PaperFit fit;
   const auto objective = [&](const std::vector<Parameter>& p) {
     const ClusterSpec c = apply(p);
+    const sim::ExecutorModel zigzag = executor_of(p);
     std::vector<std::array<double, 2>> seconds(plans.size());
     ThreadPool pool(options.threads);
     pool.parallel_for(plans.size(), [&](std::size_t i, int) {
-      const sim::PlanSimulation s = sim::simulate(plans[i], c);
+      const sim::PlanSimulation s =
+          sim::simulate(plans[i], c, splits[i] ? zigzag : sim::ExecutorModel{});
       seconds[i] = {s.forward.seconds, s.backward.seconds};
     });
     double sum = 0;
@@ -313,6 +354,7 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
     while (improved) {
       improved = false;
       for (Parameter& parameter : parameters) {
+        if (!moves(parameter)) continue;
         for (const double step : {factor, 1 / factor}) {
           const double old = parameter.value;
           parameter.value = std::clamp(old * step, parameter.lo, parameter.hi);
@@ -333,6 +375,7 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
   }
   fit.rms_log_error_after = best;
   fit.cluster = apply(parameters);
+  fit.zigzag_baselines = executor_of(parameters);
   return fit;
 }
 
@@ -374,8 +417,11 @@ std::string paper_markdown(const PaperOptions& options, const std::vector<PaperR
                       ? std::string("automatic per batch")
                       : std::to_string(options.static_data_parallel)) +
                  ", ") +
-      "TransformerEngine computing "
-      "every tile of a sparse mask. "
+      "TransformerEngine computing every tile of a sparse mask, and zigzag, LoongTrain and "
+      "TransformerEngine paying " +
+      format_fixed(options.zigzag_baselines.sequence_overhead * 1e6, 1) +
+      " us of host time per sequence and pass (`sim::zigzag_baseline_executor`: their "
+      "implementations cut every sequence into zigzag halves on the host). "
       "`dcp-reference` is dcp's planner at the reference's best block size (1024, 2048, 4096) "
       "standing in for the reference's planner (without the backward schedule that runs a "
       "device's own outputs last, which the reference's scheduler lacks), run by a model of the "

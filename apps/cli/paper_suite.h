@@ -52,7 +52,15 @@ struct PaperOptions {
   // measured figures agree: no baseline is faster at x0.5 than at x1 (ring 28.3 vs 26.9 ms, TE
   // 24.4 vs 15.5), where d = 2 would halve each ring.
   std::int32_t static_data_parallel = 1;
+  // What the zigzag-style baselines' implementations add (sim::zigzag_baseline_executor; the fit
+  // replaces it).
+  sim::ExecutorModel zigzag_baselines = sim::zigzag_baseline_executor();
+  // The constants the fit moves (their names as the fit prints them); empty: all of them.
+  std::vector<std::string> fit_parameters;
 };
+// Whether the paper's implementation of a baseline cuts every sequence into zigzag halves, building
+// per-sequence indices on the host (zigzag, loongtrain, te).
+bool splits_sequences_on_host(const std::string& strategy);
 
 // A cell with the simulator's figure (mean over the batches), and dcp's own plan on the same
 // batches (strategy "dcp", paper_ms: the paper's DCP for comparison, never fitted).
@@ -74,11 +82,13 @@ std::vector<PaperRecord> run_paper_suite(const PaperOptions& options, std::ostre
 // LongDataCollections causal baselines, outliers left out): forward and backward kernel rates,
 // tile set-up, kernel overhead, launch set-up per launch and per peer, the half-bandwidth
 // message sizes of the two links' efficiency curves (efficiency s / (s + half) at s bytes) and
-// the two links' stream bandwidths. It
+// the two links' stream bandwidths, and the zigzag-style baselines' host time per sequence. It
 // minimises the sum of squared log errors by coordinate search in log space over plans built once,
-// and returns the spec with the fitted values.
+// and returns the spec and executor model with the fitted values. Only options.fit_parameters move
+// where it names any; a name that is none of the constants throws InvalidInput listing them.
 struct PaperFit {
   ClusterSpec cluster;
+  sim::ExecutorModel zigzag_baselines;
   double rms_log_error_before = 0;
   double rms_log_error_after = 0;
   std::int32_t evaluations = 0;

@@ -94,6 +94,18 @@ ExecutorModel reference_executor() {
   return model;
 }
 
+ExecutorModel zigzag_baseline_executor() {
+  ExecutorModel model;
+  // zhuzilin's zigzag varlen attention builds each half's token index in a Python loop over the
+  // batch's sequences; the three baselines' measured times grow with the number of sequences
+  // where the simulated ones do not (docs/cost_model.md). Fitted to the paper's
+  // LongDataCollections causal baseline cells with the a100-p4de constants held
+  // (`dcp bench --suite paper --fit --fit-parameters sequence_overhead_us --batches 3`,
+  // 2026-11-27: 16.5995 us, rms log error 0.145 -> 0.128).
+  model.sequence_overhead = 16.6e-6;
+  return model;
+}
+
 CostModel::CostModel(const ClusterSpec& spec, const PlanHeader& header) : spec_(spec) {
   validate(spec_);
   // FLOPs per pair and q head: 4 d forward (QK^T, PV), 10 d backward (the recomputed S, dV, dP,

@@ -49,9 +49,17 @@ struct ExecutorModel {
   // each, batched like the others, and an instruction). dcp's executor copies nothing: it
   // receives a kept value into the kept tensor and reads it there (runtime/lowering.h).
   bool copies_kept = false;
+  // Host time per sequence of the batch, once per pass before the pass's first instruction on
+  // every device: an implementation that builds per-sequence indices on the host (Python loops
+  // over the batch's sequences) before its first kernel.
+  double sequence_overhead = 0;
 };
 // The DCP paper's reference executor, with its constants and their sources (docs/cost_model.md).
 ExecutorModel reference_executor();
+// The DCP paper's baselines that cut every sequence into zigzag halves (zigzag, LoongTrain,
+// TransformerEngine) as it ran them: host time per sequence per pass, fitted (docs/cost_model.md).
+// Its ring baseline keeps every sequence whole on a device and builds no per-sequence index.
+ExecutorModel zigzag_baseline_executor();
 
 class CostModel {
  public:

@@ -94,6 +94,7 @@ class Simulation {
       state.slot_tokens.assign(programs[d].slots.size(), 0);
       state.converts = partial_conversions(header, programs[d]);
       state.mask_cost.assign(programs[d].masks.size(), std::nan(""));
+      state.time = executor.sequence_overhead * header.sequences;  // the host's set-up first
     }
     sends_posted_.assign(devices * devices, 0);
     recvs_posted_.assign(devices * devices, 0);

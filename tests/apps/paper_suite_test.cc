@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -78,11 +79,53 @@ TEST(PaperSuite, GivesThePapersDcpSpeedUpOverItsFastestMeasuredBaseline) {
   EXPECT_FALSE(paper_dcp_speedup("ldc", 8, "causal", "forward"));
 }
 
+TEST(PaperSuite, FitMovesOnlyTheNamedConstants) {
+  PaperOptions options;
+  options.batches = 1;
+  options.tokens = 2048;
+  options.shape.head_dim = 32;
+  options.cluster =
+      parse_cluster_text("preset = a100-p4de\nnodes = 2\ndevices_per_node = 2\n", "test");
+  options.fit_parameters = {"sequence_overhead_us"};
+  std::ostringstream progress;
+  const PaperFit fit = fit_paper_constants(options, progress);
+  EXPECT_LT(fit.rms_log_error_after, fit.rms_log_error_before);
+  EXPECT_EQ(to_cluster_text(fit.cluster), to_cluster_text(options.cluster));
+  // Miniature batches run far below the paper's milliseconds, so the host time per sequence of
+  // the zigzag-style baselines rises; nothing else may move.
+  EXPECT_GT(fit.zigzag_baselines.sequence_overhead, options.zigzag_baselines.sequence_overhead);
+  EXPECT_EQ(fit.zigzag_baselines.instruction_overhead, 0);
+  EXPECT_NE(progress.str().find("fit: sequence_overhead_us "), std::string::npos);
+  EXPECT_EQ(progress.str().find("fit: forward_tflops "), std::string::npos);
+
+  options.fit_parameters = {"sequence_overhead"};
+  try {
+    fit_paper_constants(options, progress);
+    ADD_FAILURE() << "an unknown constant was accepted";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("no fitted constant named 'sequence_overhead'"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("inter_stream_gbps, sequence_overhead_us"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(PaperSuite, PricesHostTimePerSequenceOnlyForTheZigzagStyleBaselines) {
+  for (const char* s : {"zigzag", "loongtrain", "te"}) EXPECT_TRUE(splits_sequences_on_host(s));
+  for (const char* s : {"ring", "dcp-reference", "dcp-pure", "hybrid", "ulysses"}) {
+    EXPECT_FALSE(splits_sequences_on_host(s)) << s;
+  }
+}
+
 TEST(PaperSuite, RefusesFlagsItsCellsFix) {
   expect_usage_error({"bench", "--suite", "paper", "--masks", "causal"},
                      "--masks does not apply to --suite paper");
   expect_usage_error({"bench", "--suite", "micro", "--fit"}, "--fit applies to --suite paper");
   expect_usage_error({"bench", "--suite", "calibration", "--fit"}, "--fit applies to");
+  expect_usage_error({"bench", "--suite", "paper", "--fit-parameters", "forward_tflops"},
+                     "--fit-parameters applies with --fit");
 }
 
 }  // namespace

@@ -252,6 +252,29 @@ TEST(Simulator, TheReferenceExecutorPaysPerInstructionPacksAndTalksToTheWholeGro
   EXPECT_EQ(reference_executor().launches_whole_group, true);
 }
 
+TEST(Simulator, HostTimePerSequenceDelaysEveryDevicesFirstInstructionOnce) {
+  const ClusterShape shape{1, 4};
+  PlanHeader h = test_header(shape, 1, 1000);
+  h.sequences = 5;
+  const ClusterSpec spec = test_cluster(shape);
+  const auto programs = transfers(h, {{0, 1}, {2, 3}}, {1000, 1000});
+  const PassSimulation plain = simulate(h, programs, spec);
+  ExecutorModel executor;
+  executor.sequence_overhead = 3e-6;
+  const PassSimulation delayed = simulate(h, programs, spec, executor);
+  // 5 sequences x 3 us before anything is issued, on every device; nothing else changes.
+  EXPECT_NEAR(delayed.seconds, plain.seconds + 15e-6, 1e-14);
+  for (std::size_t t = 0; t < plain.transfers.size(); ++t) {
+    EXPECT_NEAR(delayed.transfers[t].posted, plain.transfers[t].posted + 15e-6, 1e-14);
+  }
+  for (std::size_t d = 0; d < plain.devices.size(); ++d) {
+    EXPECT_DOUBLE_EQ(delayed.devices[d].compute_seconds, plain.devices[d].compute_seconds);
+  }
+  EXPECT_EQ(ExecutorModel{}.sequence_overhead, 0);
+  EXPECT_EQ(reference_executor().sequence_overhead, 0);
+  EXPECT_GT(zigzag_baseline_executor().sequence_overhead, 0);
+}
+
 TEST(Simulator, ReceiverSideIsSharedToo) {
   const ClusterShape shape{1, 3};
   const PlanHeader h = test_header(shape, 1, 1000);

@@ -52,11 +52,17 @@ Workload workload_of(const PaperOptions& options, const std::vector<TokenCount>&
 
 std::array<double, 2> simulate_plan(const Workload& workload, PlanOptions plan_options,
                                     const ClusterSpec& cluster,
-                                    const sim::ExecutorModel& executor = {}) {
+                                    const sim::ExecutorModel& executor) {
   plan_options.cluster = cluster;
   const BuiltPlan built = build_plan(workload, plan_options);
   const sim::PlanSimulation simulation = sim::simulate(built.plan, cluster, executor);
   return {simulation.forward.seconds, simulation.backward.seconds};
+}
+
+// What a system's implementation adds to dcp's executor, as the paper ran it.
+sim::ExecutorModel executor_of(const PaperOptions& options, const std::string& strategy) {
+  if (strategy == "dcp-reference") return sim::reference_executor();
+  return splits_sequences_on_host(strategy) ? options.zigzag_baselines : sim::ExecutorModel{};
 }
 
 // One variant on one batch, as the paper ran it: static systems with data parallelism where the
@@ -70,9 +76,9 @@ std::array<double, 2> run_variant(const PaperOptions& options,
   if (variant.strategy == "dcp-reference") {
     std::array<double, 2> best = {std::numeric_limits<double>::infinity(), 0};
     for (const TokenCount block : kReferenceBlockSizes) {
-      const std::array<double, 2> s = simulate_plan(workload_of(options, lengths, mask, block),
-                                                    reference_stand_in_options(options.seed),
-                                                    options.cluster, sim::reference_executor());
+      const std::array<double, 2> s = simulate_plan(
+          workload_of(options, lengths, mask, block), reference_stand_in_options(options.seed),
+          options.cluster, executor_of(options, variant.strategy));
       if (s[0] + s[1] < best[0] + best[1]) best = s;
     }
     return best;
@@ -85,9 +91,8 @@ std::array<double, 2> run_variant(const PaperOptions& options,
     plan_options.static_data_parallel = options.static_data_parallel;
     if (mask.kind != MaskKind::kCausal) plan_options.masked_tiles = MaskedTiles::kCompute;
   }
-  return simulate_plan(
-      workload_of(options, lengths, mask, 0), plan_options, options.cluster,
-      splits_sequences_on_host(variant.strategy) ? options.zigzag_baselines : sim::ExecutorModel{});
+  return simulate_plan(workload_of(options, lengths, mask, 0), plan_options, options.cluster,
+                       executor_of(options, variant.strategy));
 }
 
 // The inner-ring sizes the paper searched for LoongTrain on the whole cluster (it reports the
@@ -192,7 +197,7 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
     const char* name;
     double value, lo, hi;
   };
-  ClusterSpec spec = options.cluster;
+  const ClusterSpec& spec = options.cluster;
   const auto half_of = [](const std::vector<SizeEfficiency>& curve) {
     // Recover the half size from the curve's 1 MiB point (s / (s + h) = e => h = s (1 - e) / e).
     const double e = size_efficiency(curve, 1 << 20);
@@ -259,9 +264,7 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
       const MaskSpec mask = parse_mask_spec(cell.mask);
       built.push_back(build_plan(workload_of(options, lengths, mask, 0), plan_options).plan);
       const sim::PlanSimulation s =
-          sim::simulate(built.back(), options.cluster,
-                        splits_sequences_on_host(cell.strategy) ? options.zigzag_baselines
-                                                                : sim::ExecutorModel{});
+          sim::simulate(built.back(), options.cluster, executor_of(options, cell.strategy));
       start_seconds.push_back({s.forward.seconds, s.backward.seconds});
       it->second.push_back(built.size() - 1);
     }
@@ -321,7 +324,7 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
     set(9, c.inter_node_stream_bandwidth, [](double v) { return v * 1e9; });
     return c;
   };
-  const auto executor_of = [&](const std::vector<Parameter>& p) {
+  const auto zigzag_of = [&](const std::vector<Parameter>& p) {
     sim::ExecutorModel e = options.zigzag_baselines;
     if (moves(p[10])) e.sequence_overhead = p[10].value * 1e-6;
     return e;
@@ -329,7 +332,7 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
   PaperFit fit;
   const auto objective = [&](const std::vector<Parameter>& p) {
     const ClusterSpec c = apply(p);
-    const sim::ExecutorModel zigzag = executor_of(p);
+    const sim::ExecutorModel zigzag = zigzag_of(p);
     std::vector<std::array<double, 2>> seconds(plans.size());
     ThreadPool pool(options.threads);
     pool.parallel_for(plans.size(), [&](std::size_t i, int) {
@@ -375,7 +378,7 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
   }
   fit.rms_log_error_after = best;
   fit.cluster = apply(parameters);
-  fit.zigzag_baselines = executor_of(parameters);
+  fit.zigzag_baselines = zigzag_of(parameters);
   return fit;
 }
 

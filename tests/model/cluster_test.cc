@@ -88,6 +88,11 @@ TEST(Cluster, BadFilesNameTheLineAndKey) {
             std::string::npos);
   EXPECT_NE(error_of(p + "launch_peer_overhead_us = -1\n").find("must not be negative"),
             std::string::npos);
+  // A slow rate that a busy debug build measures (0.75 GFLOP/s) reads back, as the calibration
+  // that wrote it needs; a rate below 1 MFLOP/s is refused.
+  EXPECT_DOUBLE_EQ(parse_cluster_text(p + "forward_tflops = 0.00075\n", "t").forward_flops, 0.75e9);
+  EXPECT_NE(error_of(p + "forward_tflops = 0.0000005\n").find("must be at least 0.000001"),
+            std::string::npos);
   // An empty curve clears the preset's.
   EXPECT_TRUE(
       parse_cluster_text(p + "inter_node_efficiency =\n", "t").inter_node_efficiency.empty());

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The binary plan file's fixed layout (docs/plan_format.md), shared by its writer
-// (plan_file_write.cc) and its reader (plan_file_read.cc): offsets, the smallest encodings of list
-// items, opcodes, and little-endian fields at fixed offsets. Not part of the API.
+// (plan_file_write.cc) and its reader (plan_file_read.cc): offsets, limits, opcodes, and
+// little-endian fields at fixed offsets. Not part of the API.
 #pragma once
 
 #include <cstddef>
@@ -45,18 +45,6 @@ static_assert(std::is_same_v<std::variant_alternative_t<9, Instruction>, Keep>);
 static_assert(std::is_same_v<std::variant_alternative_t<10, Instruction>, Restore>);
 inline constexpr int kOpcodeCount = 11;
 
-// Smallest encodings of list items, so that a count can be checked against the bytes left
-// before anything is allocated for it.
-inline constexpr std::size_t kBlockInfoBytes = 20;
-inline constexpr std::size_t kOutputBytes = 21;
-inline constexpr std::size_t kKeptValueBytes = 9;
-inline constexpr std::size_t kSlotBytes = 5;
-inline constexpr std::size_t kMinMaskBytes = 16;
-inline constexpr std::size_t kMinInstructionBytes = 5;
-inline constexpr std::size_t kCommOpBytes = 17;
-inline constexpr std::size_t kMinRowBytes = 13;
-inline constexpr std::size_t kAttnKvBytes = 13;
-
 inline std::uint64_t load_u64(std::string_view bytes, std::size_t at) {
   std::uint64_t value = 0;
   for (std::size_t i = 0; i < 8; ++i) {
@@ -80,7 +68,7 @@ inline void store_u64(std::string& bytes, std::size_t at, std::uint64_t value) {
 }
 
 template <typename E>
-inline constexpr std::uint8_t code(E value) {
+constexpr std::uint8_t code(E value) {
   return static_cast<std::uint8_t>(value);
 }
 

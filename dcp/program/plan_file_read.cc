@@ -18,6 +18,18 @@ namespace {
 
 using namespace plan_file_detail;
 
+// Smallest encodings of list items, so that a count can be checked against the bytes left
+// before anything is allocated for it.
+constexpr std::size_t kBlockInfoBytes = 20;
+constexpr std::size_t kOutputBytes = 21;
+constexpr std::size_t kKeptValueBytes = 9;
+constexpr std::size_t kSlotBytes = 5;
+constexpr std::size_t kMinMaskBytes = 16;
+constexpr std::size_t kMinInstructionBytes = 5;
+constexpr std::size_t kCommOpBytes = 17;
+constexpr std::size_t kMinRowBytes = 13;
+constexpr std::size_t kAttnKvBytes = 13;
+
 // Bounds-checked little-endian reads from `data`, which starts at byte `base` of the file.
 // Every failure names the file, the part being read, the field and the byte offset.
 class Reader {

@@ -11,10 +11,15 @@ import torch.distributed as dist
 
 import dcp
 from dcp import _core
+from dcp.torch import ops
 from dcp.torch._group import resolve_group
 from dcp.torch._transport import LocalTransport, TorchTransport
 
 _STORAGE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class NotPreparedError(RuntimeError, ValueError):
+    """Attention on an executor that has no plan yet (prepare(plan) first)."""
 
 
 def _describe(t) -> str:
@@ -102,8 +107,10 @@ class DCPExecutor:
         self.plan: dcp.Plan | None = None
         self._failed: str | None = None
         self._kept_after_failure: list[torch.Tensor] = []
-        self.generation = 0  # counts prepare() calls; an autograd node checks it in backward
+        self.generation = 0  # counts prepare() calls; the backward op checks it
         self.local_tokens = 0
+        # Names this executor in dcp's custom ops (compiled graphs hold the key, not the object).
+        self.key = ops.register_executor(self)
 
     def prepare(self, plan: dcp.Plan) -> None:
         """Takes this rank's Programs of `plan`. Raises ValueError if the plan is for another
@@ -172,7 +179,7 @@ class DCPExecutor:
 
     def _expect_prepared(self) -> None:
         if self.plan is None:
-            raise RuntimeError("DCPExecutor: call prepare(plan) before attention")
+            raise NotPreparedError("DCPExecutor: call prepare(plan) before attention")
 
     def _check(self, name: str, t: torch.Tensor, heads: int, dtype: torch.dtype | None = None):
         if not isinstance(t, torch.Tensor):

@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: Apache-2.0
+"""transformers models on dcp: what the multi-process tests run on every rank, and the one-process
+sdpa baseline they are compared with (importable by spawned processes)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import dcp.torch as dcpt
+from dist_cases import shape_of
+
+HF_TRAIN = dict(steps=10, tokens_per_batch=384, max_len=256, block_size=32, seed=0, lr=3e-3)
+
+
+def text_dataset():
+    """Packed real text: byte samples of the license texts (examples/text_corpus.py)."""
+    import text_corpus
+    return text_corpus.ByteSequenceDataset(text_corpus.load_corpus(), max_len=HF_TRAIN["max_len"],
+                                           min_len=8, seed=0, mean_len=96)
+
+
+def _all_reduce_grads(model: torch.nn.Module) -> None:
+    import torch.distributed as dist
+    for p in model.parameters():
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+
+
+def train_hf_dcp(rank: int, size: int, families: list[str]) -> dict:
+    """HF_TRAIN["steps"] AdamW steps of each family's tiny model on dcp (attn_implementation
+    "dcp", the model's own loss with dcp.torch.hf.loss_kwargs), data parallel over the group.
+    Returns per family the global loss of every step, the batches, the first step's summed
+    gradients, and the largest gap between the model's loss and F.cross_entropy's."""
+    import hf_models
+    import torch.distributed as dist
+
+    import dcp.torch.hf as dcphf
+    dcphf.register()
+    nodes, _ = shape_of(size)
+    dataset = text_dataset()
+    out = {}
+    for family in families:
+        model = hf_models.build_model(family, "dcp", seed=HF_TRAIN["seed"])
+        model.train()
+        loader = dcpt.DCPDataloader(dataset, tokens_per_batch=HF_TRAIN["tokens_per_batch"],
+                                    dtype=torch.float32, block_size=HF_TRAIN["block_size"],
+                                    cluster="cpu-local", nodes=nodes, seed=HF_TRAIN["seed"],
+                                    **dcphf.plan_options(model.config))
+        executor = dcpt.DCPExecutor(threads=1)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=HF_TRAIN["lr"])
+        losses, batches, gap, first_grads = [], [], 0.0, None
+        for step, (lb, plan) in enumerate(loader):
+            if step == HF_TRAIN["steps"]:
+                break
+            executor.prepare(plan)
+            result = model(input_ids=lb.input_ids[None], position_ids=lb.position_ids[None],
+                           dcp_executor=executor, use_cache=False, **dcphf.loss_kwargs(lb))
+            summed = F.cross_entropy(result.logits[0].float(), lb.labels, ignore_index=-100,
+                                     reduction="sum") / lb.loss_tokens
+            gap = max(gap, abs(result.loss.item() - summed.item()))
+            optimizer.zero_grad()
+            result.loss.backward()
+            _all_reduce_grads(model)
+            if first_grads is None:
+                first_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+            optimizer.step()
+            total = result.loss.detach().clone()
+            dist.all_reduce(total)
+            losses.append(total.item())
+            batches.append(lb.batch_indices)
+        out[family] = {"losses": losses, "batches": batches, "gap": gap,
+                       "grads": first_grads if rank == 0 else {}}
+    return out
+
+
+def train_hf_dense(family: str, batches: list[list[int]]) -> dict:
+    """The same model, seed and batches on one process with attn_implementation="sdpa", fed each
+    packed batch with position ids that restart at every document (transformers then builds the
+    block-diagonal mask itself)."""
+    import gpt_model
+    import hf_models
+    dataset = text_dataset()
+    model = hf_models.build_model(family, "sdpa", seed=HF_TRAIN["seed"])
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=HF_TRAIN["lr"])
+    losses, first_grads = [], None
+    for indices in batches:
+        samples = [dataset[i] for i in indices]
+        seqlens = [s.numel() for s in samples]
+        tokens = torch.cat(samples)
+        labels = gpt_model.make_labels(tokens, seqlens)
+        logits = model(input_ids=tokens[None], position_ids=gpt_model.make_positions(seqlens)[None],
+                       use_cache=False).logits[0]
+        loss = gpt_model.loss_fn(logits, labels, int((labels != -100).sum()))
+        optimizer.zero_grad()
+        loss.backward()
+        if first_grads is None:
+            first_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        optimizer.step()
+        losses.append(loss.item())
+    return {"losses": losses, "grads": first_grads}

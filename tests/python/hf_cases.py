@@ -100,3 +100,77 @@ def train_hf_dense(family: str, batches: list[list[int]]) -> dict:
         optimizer.step()
         losses.append(loss.item())
     return {"losses": losses, "grads": first_grads}
+
+
+COMPILE = dict(batches=10, tokens_per_batch=256, block_size=16, seed=0, lr=1e-3)
+
+
+def _compile_counters() -> dict:
+    from torch._dynamo.utils import counters
+    return {"graph_breaks": sum(counters["graph_break"].values()),
+            "graphs": counters["stats"]["unique_graphs"],
+            "frames": counters["stats"]["calls_captured"] > 0}
+
+
+def compiled_against_eager(rank: int, size: int) -> dict:
+    """dcp's example GPT and a transformers Llama, each trained COMPILE["batches"] AdamW steps on
+    dcp twice from the same weights over batches of different sizes: eagerly, and compiled with
+    torch.compile(fullgraph=True, dynamic=True) on inductor. Returns both runs' local losses and
+    the compiled run's graph and graph-break counts."""
+    import gpt_model
+    import hf_models
+    import torch._dynamo
+
+    import dcp.torch.hf as dcphf
+    dcphf.register()
+    nodes, _ = shape_of(size)
+    dataset = text_dataset()
+    out = {}
+    for name in ("gpt", "llama"):
+        def build():
+            if name == "gpt":
+                torch.manual_seed(COMPILE["seed"])
+                return gpt_model.GPT(gpt_model.GPTConfig(dim=64, layers=2, heads=4, kv_heads=2))
+            return hf_models.build_model(name, "dcp", seed=COMPILE["seed"])
+
+        if name == "gpt":
+            options = dict(heads=4, kv_heads=2, head_dim=16)
+        else:
+            options = dcphf.plan_options(hf_models.tiny_config(name))
+        loader = dcpt.DCPDataloader(dataset, tokens_per_batch=COMPILE["tokens_per_batch"],
+                                    dtype=torch.float32, block_size=COMPILE["block_size"],
+                                    cluster="cpu-local", nodes=nodes, seed=COMPILE["seed"],
+                                    **options)
+        batches = []
+        for step, item in enumerate(loader):
+            if step == COMPILE["batches"]:
+                break
+            batches.append(item)
+        executor = dcpt.DCPExecutor(threads=1)
+        attn = lambda q, k, v: dcpt.attention(executor, q, k, v)  # noqa: E731
+
+        def run(model) -> list[float]:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=COMPILE["lr"])
+            losses = []
+            for lb, plan in batches:
+                executor.prepare(plan)
+                if name == "gpt":
+                    logits = model(lb.input_ids, lb.position_ids, attn)
+                else:
+                    logits = model(input_ids=lb.input_ids[None], position_ids=lb.position_ids[None],
+                                   dcp_executor=executor, use_cache=False).logits[0]
+                loss = gpt_model.loss_fn(logits, lb.labels, lb.loss_tokens)
+                optimizer.zero_grad()
+                loss.backward()
+                _all_reduce_grads(model)
+                optimizer.step()
+                losses.append(loss.item())
+            return losses
+
+        eager = run(build())
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        compiled = run(torch.compile(build(), fullgraph=True, dynamic=True))
+        out[name] = {"eager": eager, "compiled": compiled, **_compile_counters(),
+                     "tokens": sorted({lb.input_ids.numel() for lb, _ in batches})}
+    return out

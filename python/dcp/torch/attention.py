@@ -13,9 +13,18 @@ from dcp.torch import ops
 from dcp.torch.executor import DCPExecutor
 
 
-def _key(executor: DCPExecutor) -> int:
+def _key(executor: DCPExecutor, **tensors) -> int:
+    """The executor's key for the ops. Eagerly, also refuses what the dispatcher would route
+    elsewhere before the executor's own checks ran: non-tensors and tensors on other devices."""
     if not isinstance(executor, DCPExecutor):
         raise TypeError(f"executor is a {type(executor).__name__}, not a dcp.torch.DCPExecutor")
+    if not torch.compiler.is_compiling():
+        for name, t in tensors.items():
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} is a {type(t).__name__}, not a torch.Tensor")
+            if t.device != executor.device:
+                raise ValueError(f"{name} is on {t.device}; this executor runs on "
+                                 f"{executor.device}")
     return executor.key
 
 
@@ -26,7 +35,7 @@ def attention(executor: DCPExecutor, q: torch.Tensor, k: torch.Tensor, v: torch.
     softmax_scale None means the plan's (1/sqrt(d) unless planned otherwise). Returns o, and
     with return_lse also lse (float32, (q heads, local tokens), natural log; no gradient flows
     through it)."""
-    o, lse, _, _ = ops.attention_forward(q, k, v, _key(executor), softmax_scale)
+    o, lse, _, _ = ops.attention_forward(q, k, v, _key(executor, q=q, k=k, v=v), softmax_scale)
     return (o, lse) if return_lse else o
 
 

@@ -154,8 +154,9 @@ def batch_crc(indices) -> int:
     return zlib.crc32(",".join(str(int(i)) for i in indices).encode())
 
 
-def dense_batches(dcpt, dataset: ByteSequenceDataset, args: argparse.Namespace):
-    """The dataloader's batches (same packing, seed + epoch per epoch), as whole packed batches."""
+def packed_batches(dcpt, dataset: ByteSequenceDataset, args: argparse.Namespace):
+    """The dataloader's batches (same packing, seed + epoch per epoch), as whole packed batches
+    with position ids that restart at every sequence."""
     lengths = dataset.lengths()
     epoch = 0
     while True:
@@ -166,13 +167,42 @@ def dense_batches(dcpt, dataset: ByteSequenceDataset, args: argparse.Namespace):
             input_ids = torch.cat(samples)
             yield dict(input_ids=input_ids, position_ids=make_positions(seqlens),
                        labels=make_labels(input_ids, seqlens), loss_tokens=sum(seqlens) - len(seqlens),
-                       seqlens=seqlens, indices=list(indices), attn=dense_attention(seqlens, args.mask))
+                       seqlens=seqlens, indices=list(indices))
         epoch += 1
+
+
+def dense_batches(dcpt, dataset: ByteSequenceDataset, args: argparse.Namespace):
+    """packed_batches with dense attention over each batch's mask."""
+    for batch in packed_batches(dcpt, dataset, args):
+        yield dict(batch, attn=dense_attention(batch["seqlens"], args.mask))
 
 
 def read_loss_csv(path: str) -> list[float]:
     with open(path, newline="") as f:
         return [float(row["loss"]) for row in csv.DictReader(f)]
+
+
+def write_outputs(args: argparse.Namespace, rows: list[dict], series: dict[str, list[float]],
+                  elapsed: float, title: str) -> None:
+    """loss.csv (one row a step) and loss.svg (this run's losses and those of --compare) in
+    --out, and the closing line."""
+    os.makedirs(args.out, exist_ok=True)
+    csv_path = os.path.join(args.out, "loss.csv")
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    series = dict(series)
+    for other in args.compare:
+        label, _, path = other.rpartition("=")
+        label = label or os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+        series[label] = read_loss_csv(path)
+    svg_path = os.path.join(args.out, "loss.svg")
+    write_loss_svg(svg_path, series, title=title)
+    tokens = sum(int(r["tokens"]) for r in rows)
+    losses = next(iter(series.values()))
+    print(f"done: {len(rows)} steps in {elapsed:.1f} s ({tokens / elapsed:.0f} tokens/s); "
+          f"final loss {losses[-1]:.4f}; wrote {csv_path} and {svg_path}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -293,24 +323,10 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
     elapsed = time.perf_counter() - start
 
     if lead and rows:
-        os.makedirs(args.out, exist_ok=True)
-        csv_path = os.path.join(args.out, "loss.csv")
-        with open(csv_path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        series = {"dense, 1 process" if args.dense else
-                  f"{args.strategy}, {world} ranks": losses}
-        for other in args.compare:
-            label, _, path = other.rpartition("=")
-            label = label or os.path.basename(os.path.dirname(os.path.abspath(path))) or path
-            series[label] = read_loss_csv(path)
-        svg_path = os.path.join(args.out, "loss.svg")
-        write_loss_svg(svg_path, series, title=f"byte-level GPT, {model.num_parameters():,} "
-                       f"parameters, {args.tokens_per_batch} tokens per batch, mask {args.mask}")
-        tokens = sum(int(r["tokens"]) for r in rows)
-        print(f"done: {len(rows)} steps in {elapsed:.1f} s ({tokens / elapsed:.0f} tokens/s); "
-              f"final loss {losses[-1]:.4f}; wrote {csv_path} and {svg_path}", flush=True)
+        label = "dense, 1 process" if args.dense else f"{args.strategy}, {world} ranks"
+        write_outputs(args, rows, {label: losses}, elapsed,
+                      title=f"byte-level GPT, {model.num_parameters():,} parameters, "
+                      f"{args.tokens_per_batch} tokens per batch, mask {args.mask}")
     return 0
 
 

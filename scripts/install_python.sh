@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs the Python package dcp (pip install .) with what it builds and tests with: PyTorch,
-# NumPy and pytest from PyPI, scikit-build-core and nanobind to build. Skips what is there.
+# NumPy, pytest and transformers (the optional extra dcp[hf]) from PyPI, scikit-build-core and
+# nanobind to build. Skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python=${PYTHON:-python3}
 need=()
-for module in torch numpy pytest nanobind scikit_build_core; do
+for module in torch numpy pytest nanobind scikit_build_core transformers; do
   "$python" -c "import $module" 2>/dev/null || need+=("${module//_/-}")
 done
 if [ ${#need[@]} -gt 0 ]; then

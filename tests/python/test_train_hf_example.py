@@ -1,0 +1,49 @@
+# SPDX-License-Identifier: Apache-2.0
+"""examples/train_hf.py as a user runs it: torchrun on 2 gloo ranks with dcp, and the one-process
+sdpa baseline (--dense) on the same batches, give the same losses; bad flags exit 2."""
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("transformers")
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train_hf.py")
+FLAGS = ["--model", "mistral", "--steps", "4", "--tokens-per-batch", "768", "--block-size", "64"]
+
+
+def rows(out: str) -> list[dict]:
+    with open(os.path.join(out, "loss.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_two_ranks_train_like_the_dense_baseline(tmp_path) -> None:
+    dcp_out, dense_out = str(tmp_path / "dcp"), str(tmp_path / "dense")
+    launched = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", EXAMPLE,
+         *FLAGS, "--out", dcp_out], capture_output=True, text=True, timeout=300)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    assert "attention: sliding_window:window=48" in launched.stdout
+    dense = subprocess.run([sys.executable, EXAMPLE, *FLAGS, "--dense", "--out", dense_out],
+                           capture_output=True, text=True, timeout=300)
+    assert dense.returncode == 0, dense.stderr[-3000:]
+    got, want = rows(dcp_out), rows(dense_out)
+    assert len(got) == len(want) == 4
+    for a, b in zip(got, want):
+        assert a["batch_crc"] == b["batch_crc"]
+        assert abs(float(a["loss"]) - float(b["loss"])) <= 1e-4 * abs(float(b["loss"]))
+    assert os.path.getsize(os.path.join(dcp_out, "loss.svg")) > 0
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--model", "nosuchfamily"], "neither a family"),
+    (["--steps", "0"], "--steps 0"),
+])
+def test_bad_flags_exit_2(flags, words, tmp_path) -> None:
+    run = subprocess.run([sys.executable, EXAMPLE, *flags, "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and words in run.stderr, run.stderr

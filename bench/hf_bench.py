@@ -8,8 +8,14 @@
 2. torch.compile: a training step (forward, backward, AdamW) of a Llama-style model compiled with
    torch.compile(fullgraph=True, dynamic=True) against the same step eager, interleaved over the
    same batches of different sizes, after the compiled model has seen every size once.
+3. dcp against transformers' own attention: the same model's training step (same weights, the
+   same packed batch of several documents, position ids restarting at each) with
+   attn_implementation="dcp" on one rank and with each of --baselines, interleaved; tokens/s.
+   With --device cuda: bf16 and dcp's Triton kernels; on the CPU: fp32 and dcp's C++ kernels.
 
-    python3 bench/hf_bench.py [--tokens 4096] [--repeats 7] [--threads 2]
+    python3 bench/hf_bench.py [--measure copies,compile,dense] [--tokens 2048] [--repeats 5]
+    python3 bench/hf_bench.py --measure dense --device cuda --tokens 32768 --hidden 2048 \
+        --layers 16 --heads 16 --kv-heads 8 --head-dim 128 --baselines sdpa,flex_attention
 Prints Markdown rows for docs/benchmarks.md."""
 from __future__ import annotations
 
@@ -72,12 +78,7 @@ def compiled_step(args) -> None:
     import transformers
     from gpt_model import loss_fn
     dcphf.register()
-    config = transformers.LlamaConfig(vocab_size=256, hidden_size=args.hidden,
-                                      intermediate_size=args.hidden * 3,
-                                      num_hidden_layers=args.layers,
-                                      num_attention_heads=args.heads,
-                                      num_key_value_heads=args.kv_heads,
-                                      max_position_embeddings=args.tokens)
+    config = llama_config(args)
     models = []
     for _ in range(2):
         torch.manual_seed(0)
@@ -131,6 +132,70 @@ def compiled_step(args) -> None:
           f"(first pass over the sizes, compiling: {compile_s:.0f} s) |")
 
 
+def llama_config(args):
+    import transformers
+    return transformers.LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden,
+                                    intermediate_size=args.hidden * 3,
+                                    num_hidden_layers=args.layers,
+                                    num_attention_heads=args.heads,
+                                    num_key_value_heads=args.kv_heads, head_dim=args.head_dim,
+                                    max_position_embeddings=args.tokens)
+
+
+def against_dense(args) -> None:
+    import transformers
+    from gpt_model import loss_fn, make_labels, make_positions
+    dcphf.register()
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    config = llama_config(args)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, attn_implementation="dcp", dtype=dtype).to(device)
+    opts = dcphf.plan_options(config)
+    t = args.tokens
+    seqlens = [t // 2, t // 4, t // 8, t - t // 2 - t // 4 - t // 8]
+    plan = dcp.plan(seqlens, opts["mask_fn"](None), heads=opts["heads"], kv_heads=opts["kv_heads"],
+                    head_dim=opts["head_dim"], dtype=dcp.dtype_name(dtype), nodes=1,
+                    devices_per_node=1, block_size=args.block_size, cluster="cpu-local")
+    executor = dcpt.DCPExecutor(device=device, threads=args.threads)
+    executor.prepare(plan)
+    ids = torch.randint(0, args.vocab, (t,))
+    positions, labels = make_positions(seqlens), make_labels(ids, seqlens)
+    local = torch.from_numpy(plan.local_token_positions(0))
+    whole = dict(input_ids=ids[None].to(device), position_ids=positions[None].to(device))
+    mine = dict(input_ids=ids[local][None].to(device), position_ids=positions[local][None].to(device),
+                dcp_executor=executor)
+    targets = {"dcp": labels[local].to(device)}
+    runs = {"dcp": mine}
+    for name in args.baselines.split(","):
+        runs[name] = whole
+        targets[name] = labels.to(device)
+
+    def step(name):
+        model.set_attn_implementation(name)
+        model.zero_grad(set_to_none=True)
+        logits = model(**runs[name], use_cache=False).logits[0]
+        loss_fn(logits, targets[name], t).backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    times = {name: [] for name in runs}
+    for name in runs:
+        step(name)  # warm-up
+    for _ in range(args.repeats):
+        for name in runs:
+            times[name].append(seconds(lambda: step(name)))
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    best = min((n for n in medians if n != "dcp"), key=medians.get)
+    params = sum(p.numel() for p in model.parameters())
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    row = " | ".join(f"{n} {t / medians[n]:,.0f} tokens/s" for n in medians)
+    print(f"| training step (forward + backward), Llama-style {params / 1e6:.0f}M parameters, "
+          f"{t} packed tokens in {len(seqlens)} documents, {where}, {str(dtype)[6:]} | {row} | "
+          f"dcp / best ({best}) {medians[best] / medians['dcp']:.2f}x |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tokens", type=int, default=2048)
@@ -143,10 +208,19 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=4)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--baselines", default="sdpa",
+                   help="transformers attn_implementations to compare with (comma-separated)")
+    p.add_argument("--measure", default="copies,compile,dense",
+                   help="comma-separated: copies, compile, dense")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    layout_copies(args)
-    compiled_step(args)
+    measures = {"copies": layout_copies, "compile": compiled_step, "dense": against_dense}
+    for name in args.measure.split(","):
+        if name not in measures:
+            p.error(f"--measure {name!r} is not one of {', '.join(measures)}")
+        measures[name](args)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,11 @@
 #   4. the cost model against the GPU: `python -m dcp.calibrate --device-only` times this GPU's
 #      kernels into a cluster file (DIR/gpu.cluster), then bench/gpu_distributed.py plans and
 #      simulates batches on that file beside their measured times;
-#   5. compute-sanitizer racecheck and memcheck on the kernel tests, if the tool is there.
+#   5. a transformers Llama-style model (~1B parameters, 32768 packed tokens) on dcp against the
+#      same model on transformers' sdpa and flex_attention paths (bench/hf_bench.py);
+#   6. compute-sanitizer racecheck and memcheck on the kernel tests, if the tool is there.
 # Logs and JSON records go to DIR (default gpu_results/). Exit status: 1 if any step failed.
-# STEPS (default all) picks some of gpu_tests, gpu_attention, gpu_executor, cost_model,
+# STEPS (default all) picks some of gpu_tests, gpu_attention, gpu_executor, cost_model, hf_step,
 # sanitizer; the build always runs.
 #
 #   bash scripts/gpu_check.sh [DIR [STEP...]]
@@ -20,12 +22,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu_results}
 shift || true
-steps=" ${*:-gpu_tests gpu_attention gpu_executor cost_model sanitizer} "
+steps=" ${*:-gpu_tests gpu_attention gpu_executor cost_model hf_step sanitizer} "
 for wanted in $steps; do
   case $wanted in
-    gpu_tests | gpu_attention | gpu_executor | cost_model | sanitizer) ;;
+    gpu_tests | gpu_attention | gpu_executor | cost_model | hf_step | sanitizer) ;;
     *) echo "error: step '$wanted' is not one of gpu_tests gpu_attention gpu_executor" \
-         "cost_model sanitizer" >&2; exit 2 ;;
+         "cost_model hf_step sanitizer" >&2; exit 2 ;;
   esac
 done
 wants() { [[ $steps == *" $1 "* ]]; }
@@ -90,6 +92,9 @@ if wants cost_model; then
     done
   fi
 fi
+wants hf_step && step hf_step 180 "$python" bench/hf_bench.py --measure dense --device cuda \
+  --tokens 32768 --vocab 32000 --hidden 2048 --layers 16 --heads 16 --kv-heads 8 --head-dim 128 \
+  --block-size 4096 --repeats 3 --baselines sdpa,flex_attention
 if wants sanitizer && command -v compute-sanitizer >/dev/null; then
   for tool in racecheck memcheck; do
     step "sanitizer_$tool" 300 env DCP_TRITON_INTERPRETER_CHILD=1 DCP_TRITON_KERNEL_DEVICE=cuda \

@@ -8,10 +8,10 @@ parts, checks the result against the same two caps (compute and memory), and pri
 table of medians per (dataset, mask).
 
 Mt-KaHyPar balances one vertex weight, so it is run two ways:
-- folded, as the DCP reference system does (dcp_reference.md section 4.2): both weights folded into
-  one where memory dominates, each part's target weight its share of a largest-first packing of the
-  memory weights plus the compute tolerance. Memory comes out balanced; compute does not (a part
-  short of its memory share takes that much more compute).
+- folded, as the DCP reference system does (dcp/graph_partition/graph.py in its repository): both
+  weights folded into one where memory dominates, each part's target weight its share of a
+  largest-first packing of the memory weights plus the compute tolerance. Memory comes out
+  balanced; compute does not (a part short of its memory share takes that much more compute).
 - two-phase, so that both caps hold: the token blocks stay where the folded run put them (fixed
   vertices) and the work units are partitioned again with compute weights alone and the compute
   epsilon. This is the result compared with dcp's.

@@ -54,16 +54,18 @@ std::string command_line(std::span<const std::string> argv) {
   return line;
 }
 
+// Reports go only where --out-dir says: a run without it writes none (the repository's own reports
+// are regenerated with --out-dir docs, as docs/benchmarks.md gives the commands).
 void write_report(const Args& args, const std::string& name, const std::string& text,
                   std::ostream& out) {
-  const std::string dir = args.get_or("--report-dir", "docs");
-  if (dir.empty()) return;
-  const std::string path = dir + "/" + name;
-  with_flag("--report-dir " + dcp::quoted(dir), [&] { write_file_atomically(path, text); });
+  const auto dir = args.get("--out-dir");
+  if (!dir || dir->empty()) return;
+  const std::string path = *dir + "/" + name;
+  with_flag("--out-dir " + dcp::quoted(*dir), [&] { write_file_atomically(path, text); });
   out << "wrote " << path << "\n";
 }
 
-// Creates the folders --report-dir and --json write into before a suite runs, so that a run of
+// Creates the folders --out-dir and --json write into before a suite runs, so that a run of
 // minutes does not end at a folder that is not there; one that cannot be made is an error naming
 // its flag, before anything runs.
 void prepare_outputs(const Args& args) {
@@ -79,8 +81,7 @@ void prepare_outputs(const Args& args) {
   if (const auto json = args.get("--json")) {
     make("--json " + dcp::quoted(*json), std::filesystem::path(*json).parent_path());
   }
-  const std::string dir = args.get_or("--report-dir", "docs");
-  make("--report-dir " + dcp::quoted(dir), dir);
+  if (const auto dir = args.get("--out-dir")) make("--out-dir " + dcp::quoted(*dir), *dir);
 }
 
 // --threads, by default every hardware thread.
@@ -145,8 +146,8 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
       {"--dtype", "T", "bf16 | fp16 | fp32 [bf16]"},
       {"--seed", "S", "seed of the sampled batches and the planner [0]"},
       {"--threads", "N", "micro, balance: batches planned at once [hardware threads]"},
-      {"--report-dir", "DIR",
-       "where the Markdown report (and micro's SVG charts) go; empty for none [docs]"},
+      {"--out-dir", "DIR",
+       "write the Markdown report (and micro's SVG charts) into DIR [none: no report]"},
       {"--json", "FILE", "micro, paper, e2e, planning, balance: write the records as JSON"},
       {"--fit", "",
        "paper: fit the cluster's constants no datasheet fixes to the paper's fitted cells, print "
@@ -162,19 +163,18 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
         "dcp bench --suite micro|paper|e2e|calibration|planning|balance [flags]",
         "micro: the DCP paper's attention micro-benchmark under the simulator: datasets x "
         "length scales x masks x strategies on 4 x 8 A100s (a100-p4de), 131072-token batches; "
-        "writes docs/micro_bench.md and two SVG charts. paper: every cell the DCP paper measured "
+        "reports micro_bench.md and two SVG charts. paper: every cell the DCP paper measured "
         "(ring, zigzag, loongtrain, te and its DCP, causal and sparse masks) next to the "
-        "simulated time on a100-p4de, with the error; writes docs/paper_bench.md. e2e: an estimate "
-        "of "
-        "the paper's end-to-end training iterations (GPT 8B, TP 4, 8 x 8 A100) from the simulated "
-        "attention and a step model fitted to its Megatron causal cells, next to the measured "
-        "times; writes docs/e2e_estimate.md. calibration: "
-        "real runs of the CPU "
-        "runtime on local ranks next to the simulator's prediction under cpu-local; writes "
-        "docs/calibration.md with the error distribution. planning: the wall-clock time of "
-        "planning each batch with dcp-pure and dcp on one thread, as median, p90 and max; writes "
-        "docs/planning_time.md. balance: dcp-pure's plan of each batch at several compute balances "
-        "(bytes between nodes, imbalance, simulated time); writes docs/balance_bench.md. "
+        "simulated time on a100-p4de, with the error; reports paper_bench.md. e2e: an estimate "
+        "of the paper's end-to-end training iterations (GPT 8B, TP 4, 8 x 8 A100) from the "
+        "simulated attention and a step model fitted to its Megatron causal cells, next to the "
+        "measured times; reports e2e_estimate.md. calibration: real runs of the CPU runtime on "
+        "local ranks next to the simulator's prediction under cpu-local; reports "
+        "calibration.md with the error distribution. planning: the wall-clock time of "
+        "planning each batch with dcp-pure and dcp on one thread, as median, p90 and max; reports "
+        "planning_time.md. balance: dcp-pure's plan of each batch at several compute balances "
+        "(bytes between nodes, imbalance, simulated time); reports balance_bench.md. "
+        "Reports are written only into --out-dir (the repository's own: --out-dir docs). "
         "Progress goes to stderr.",
         specs);
     return 0;

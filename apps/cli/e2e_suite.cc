@@ -23,8 +23,8 @@ namespace {
 
 // Seconds per iteration, masks in the order causal, lambda, causal_blockwise, shared_question.
 // Source: the reference system's shipped end-to-end figures (docs/figures/reference in its
-// artifact), read from the bar heights, as collected in dcp_reference.md §13.6; block sizes from
-// its best configurations (scripts/artifact_evaluation/best_configs.json, §13.4).
+// artifact), read from the bar heights; block sizes from its best configurations
+// (scripts/artifact_evaluation/best_configs.json).
 struct Row {
   const char* dataset;
   TokenCount max_seq_len;

@@ -11,8 +11,7 @@ namespace {
 constexpr std::array<double, 4> kScales = {0.5, 1, 2, 4};
 
 // ms per 131072-token batch, one value per scale (0.5, 1, 2, 4). Source: the reference system's
-// shipped figures (docs/figures/reference in its artifact), read from the bar heights, as
-// collected in the research notes (dcp_reference.md §13.6).
+// shipped figures (docs/figures/reference in its artifact), read from the bar heights.
 struct Row {
   const char* dataset;
   const char* mask;
@@ -86,8 +85,8 @@ std::vector<PaperCell> paper_cells() {
       // Fitted: the baselines' causal cells of LongDataCollections; every other cell validates.
       cell.fitted =
           cell.dataset == "ldc" && cell.mask == "causal" && cell.strategy != "dcp-reference";
-      // The paper's own outliers (dcp_reference.md §13.6): Ring LDC x1 forward and DCP LDC x1
-      // lambda forward are far off their neighbours.
+      // The paper's own outliers: Ring LDC x1 forward and DCP LDC x1 lambda forward are far off
+      // their neighbours in its figures.
       cell.outlier = (cell.strategy == "ring" && cell.dataset == "ldc" && cell.scale == 1 &&
                       cell.mask == "causal" && cell.pass == "forward") ||
                      (cell.strategy == "dcp-reference" && cell.dataset == "ldc" &&

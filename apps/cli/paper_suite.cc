@@ -459,7 +459,7 @@ std::string paper_markdown(const PaperOptions& options, const std::vector<PaperR
         " | " + std::to_string(within) + " |\n";
   }
   md +=
-      "\nTargets (issue 15): median |error| ≤ 15 %, no cell beyond 35 %. The paper's two "
+      "\nTargets: median |error| ≤ 15 %, no cell beyond 35 %. The paper's two "
       "outliers (Ring LDC ×1 forward, DCP LDC ×1 lambda forward) are listed but left out of "
       "the fit and the summary.\n\n";
   md +=

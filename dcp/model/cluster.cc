@@ -274,9 +274,9 @@ std::vector<std::string> cluster_presets() { return {"a100-p4de", "h100-dgx", "c
 namespace {
 
 // This repository's machine (2 cores of an AMD EPYC Zen 4, one rank per core, one kernel thread
-// per rank, the local communicator), as measured by `dcp calibrate` on 2026-11-21; every value
-// is that command's output (docs/cost_model.md). Other machines: run `dcp calibrate --out FILE`
-// and pass the file as --cluster.
+// per rank, the local communicator), as measured by `dcp calibrate`; every value is that
+// command's output (docs/cost_model.md). Other machines: run `dcp calibrate --out FILE` and pass
+// the file as --cluster.
 ClusterSpec cpu_local_preset() {
   ClusterSpec spec;
   spec.name = "cpu-local";
@@ -315,10 +315,9 @@ ClusterSpec cluster_preset(std::string_view name) {
     // AWS p4de.24xlarge, the DCP paper's testbed (DCP §7.1): 8 x A100 80 GB per node. The values
     // marked "fitted" are what no datasheet fixes, fitted to the paper's measured
     // LongDataCollections causal cells of ring, zigzag, LoongTrain and TransformerEngine
-    // (`dcp bench --suite paper --fit --batches 1`, 2026-11-25, LoongTrain at its best inner ring:
-    // rms log error 0.61 -> 0.12 over 31 cells; docs/paper_bench.md). They describe the paper's
-    // baselines as they ran (Python loops over NCCL send/recv and FlashAttention-2 calls), not the
-    // hardware's peaks.
+    // (`dcp bench --suite paper --fit --batches 1`, LoongTrain at its best inner ring;
+    // docs/paper_bench.md). They describe the paper's baselines as they ran (Python loops over
+    // NCCL send/recv and FlashAttention-2 calls), not the hardware's peaks.
     spec.name = "a100-p4de";
     spec.shape = {4, 8};
     spec.intra_node_bandwidth = 300e9;  // NVSwitch 600 GB/s bidirectional per GPU (NVLink 3)
@@ -326,8 +325,7 @@ ClusterSpec cluster_preset(std::string_view name) {
     spec.inter_node_bandwidth = 50e9;   // 4 x 100 Gb/s EFA per node
     spec.inter_node_latency = 30e-6;    // EFA (SRD) round trip plus NCCL proxy, estimate
     // Forward: the low end of FlashAttention-2's published 50-73% of 312 TFLOP/s (the fitted
-    // cells barely pin it: docs/cost_model.md, fifth fit). Backward: fitted, the runs' effective
-    // rate.
+    // cells barely pin it: docs/cost_model.md). Backward: fitted, the runs' effective rate.
     spec.forward_flops = 156e12;
     spec.backward_flops = 135e12;
     spec.kernel_overhead = 1e-6;     // fitted (at the fit's lower bound)
@@ -341,7 +339,7 @@ ClusterSpec cluster_preset(std::string_view name) {
     spec.backward_subtile_q = 64;  // FA2 sm80 hdim128 backward: 64 x 128 blocks
     spec.backward_subtile_kv = 128;
     spec.whole_subtiles = true;  // FA2 computes whole blocks and masks the rows/keys past the end
-    spec.tile_setup_tokens = 224.5;  // fitted with the forward rate above (fifth fit)
+    spec.tile_setup_tokens = 224.5;  // fitted with the forward rate above
     spec.nics_per_node = 4;          // 4 EFA interfaces, two GPUs each (p4de topology)
     // Fitted half-rate message sizes h (efficiency s / (s + h)): 3.04 MB inside a node, 1.34 MB
     // between nodes.
@@ -352,17 +350,17 @@ ClusterSpec cluster_preset(std::string_view name) {
     spec.launch_overhead = 29.3e-6;             // fitted: the Python and NCCL set-up of a step
     spec.launch_peer_overhead = 0.1e-6;         // fitted (at the fit's lower bound)
   } else if (name == "h100-dgx") {
-    // NVIDIA DGX H100: 8 x H100 SXM per node (anchors §D.4).
+    // NVIDIA DGX H100: 8 x H100 SXM per node (NVIDIA's DGX H100 specifications).
     spec.name = "h100-dgx";
     spec.shape = {4, 8};
     spec.intra_node_bandwidth = 450e9;  // NVLink 4: 900 GB/s bidirectional per GPU
     spec.intra_node_latency = 8e-6;     // estimate
     spec.inter_node_bandwidth = 400e9;  // 8 x ConnectX-7 400 Gb/s per node
     spec.inter_node_latency = 20e-6;    // InfiniBand NDR plus NCCL proxy, estimate
-    spec.forward_flops = 580e12;        // FlashAttention-3 varlen causal fwd, bf16 (anchors §D.2)
-    spec.backward_flops = 425e12;       // FlashAttention-3 varlen causal bwd (anchors §D.2)
+    spec.forward_flops = 580e12;        // FlashAttention-3 varlen causal fwd, bf16 (MagiAttention)
+    spec.backward_flops = 425e12;       // FlashAttention-3 varlen causal bwd (MagiAttention)
     spec.kernel_overhead = 6e-6;        // estimate
-    spec.memory_bandwidth = 2.7e12;     // 3.35 TB/s HBM3 (anchors §D.4), ~80% sustained
+    spec.memory_bandwidth = 2.7e12;     // 3.35 TB/s HBM3 (H100 SXM), ~80% sustained
     spec.softmax_share = 0.25;          // as FA2; FA3 overlaps softmax with matmul, estimate
     spec.fp32_kernel_factor = 2;        // TF32 tensor peak is half the bf16 peak
     spec.partial_subtile_extra = 0.1;   // estimate

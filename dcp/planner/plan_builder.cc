@@ -250,10 +250,9 @@ BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
       {}};
   built.plan.header = strategy_header(built.workload, options);
   built.kept = choose_kept_kv(built.workload, built.placement, built.plan.header, kKeepAllKv);
-  // Each pass with its last stage's own outputs last where the estimate finds that faster. (Running
-  // the units of the first ring step that need nothing from the all-to-all in stage 0, while it
-  // travels, lowered no estimate: the shorter first step leaves less time to hide the next step's
-  // kv, and forced, the LongAlign batch 29586, 74186 on h100-dgx ran 5 % slower.)
+  // Each pass with its last stage's own outputs last where the estimate finds that faster. (The
+  // units of the first ring step that need nothing from the all-to-all do not run in stage 0,
+  // while it travels: the shorter first step would leave less time to hide the next step's kv.)
   const auto finish = [&](PassSchedule& schedule, ScheduleSummary& summary) {
     summary.estimate =
         estimate(built.workload, built.placement, options.cluster, built.plan.header, schedule);
@@ -457,8 +456,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
   // asked for, or in no pass its busiest device's conversions take both kFp32PartialsMinGain of
   // its time and longer than the part of the pass's critical-path transfers that fp32 lengthens:
   // those transfers times the pass's share of partial bytes (partial_share). (Against the whole
-  // critical transfers, as until the twelfth session, the retry was not tried on batches of the
-  // H200 calibration where it wins, docs/scheduling.md.)
+  // critical transfers, the retry would be skipped on batches where it wins, docs/scheduling.md.)
   if (!options.partial_dtype && storage != DType::kFp32 && fp32_may_gain &&
       sends_partials(best->plan)) {
     OwnCandidate fp32 = tried[kept_index];

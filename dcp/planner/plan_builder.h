@@ -121,29 +121,21 @@ inline constexpr double kFp32PartialsMinGain = 0.01;
 // compute <= 1.2 x the mean) where PlacementOptions::eps_compute allows more, and kept if faster
 // and within their bounds: the default balance lets the partitioner keep a sequence's rows together
 // and move fewer bytes, which wins on most batches, but on some a tighter balance is the faster
-// step (docs/partitioner.md). The fastest at the default balance need not be the fastest at the
-// tighter one: on h100-dgx a LongAlign x2 batch of 48718, 37112 and 20216 tokens runs 4.62 ms at
-// 1024-token blocks and 4.75 at 4096, but 5.01 and 3.74 ms retried at 1.1 x. Retried at 1.2 x
-// instead of 1.1 x, the micro-benchmark's steps are 1.9 % (a100-p4de) and 0.7 % (h100-dgx) faster
-// on its 160 batches, and 0.7 % and 0.4 % on 160 others (seed 1); 1.15 x was slower than 1.2 x on
-// both clusters, 1.25 x on a100-p4de (docs/partitioner.md).
+// step. More than one partition is retried since the fastest at the default balance need not be
+// the fastest at the tighter one. Of the balances tried (1.1 x to 1.25 x), 1.2 x gives the fastest
+// micro-benchmark steps over both presets (docs/partitioner.md).
 inline constexpr double kRetryEpsCompute = 0.2;
 inline constexpr std::size_t kRetryPartitions = 2;
 inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::kLoongTrain};
 // A few long sequences: at most kStructuredMaxSequences with one holding half the batch's tokens,
 // or at most kStructuredDenseMaxSequences whose longest leaves at least kDenseSequenceDensity of
 // its pairs (causal, full). A ring layout cuts every sequence into two chunks per device, so with
-// many short sequences beside the long one it is slow to build (planning a 4 x 8
-// LongDataCollections batch of one long and 62 short sequences took 2.9 s with them, 12.8 s on 8
-// x 8) and the partition places the short ones better (no such batch kept a structured
-// candidate). The dense rule brings in LongAlign causal batches of three or four sequences of
-// 20K-60K tokens (and, their longest being dense, drops their 1024-token partition, so the
-// tighter-balance retry reaches the 4096-token one): of the micro-benchmark's 160 batches per
-// cluster, 3 are faster on the H200 calibration of dcp's own kernels (LongAlign x1 causal forward
-// 0.925 -> 0.965 of hybrid), 1 on h100-dgx, none on a100-p4de, none slower. Up to 8 sequences
-// with the longest holding a quarter gained no more and cost 8 x 8 LongAlign causal planning 11 %
-// (4 of 50 batches over 1 s); under every mask, 30-50 % on LongAlign's sparse masks
-// (docs/benchmarks.md).
+// many short sequences beside the long one it is slow to build and the partition places the short
+// ones better. The dense rule brings in LongAlign causal batches of three or four sequences of
+// 20K-60K tokens, where a ring layout can be the fastest (and, their longest being dense, drops
+// their 1024-token partition, so the tighter-balance retry reaches the 4096-token one). Wider
+// rules (more sequences, a smaller share for the longest) gain no faster steps and cost planning
+// time (docs/benchmarks.md).
 inline constexpr std::int32_t kStructuredMaxSequences = 8;
 inline constexpr std::int32_t kStructuredDenseMaxSequences = 4;
 bool few_long_sequences(const Workload& workload);

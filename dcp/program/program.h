@@ -29,12 +29,14 @@ std::string_view to_string(Pass pass);
 // kv_heads_per_block kv heads; t = the value's token count (at most the slot's capacity).
 //   kQ      q            [t][h][d]                     storage dtype
 //   kKV     k, v         [2][t][hk][d]                 storage dtype
-//   kOut    o, lse       [t][h][d] + [h][t]            partial dtype, lse fp32
+//   kOut    o, lse       [t][h][d] + [h][t]            fp32, lse fp32
 //   kQGrad  q, do, lse, delta = rowsum(do * o)
 //                        [t][h][d] x 2 + [h][t] x 2    storage dtype, lse and delta fp32
-//   kDQ     dq           [t][h][d]                     partial dtype
-//   kDKV    dk, dv       [2][t][hk][d]                 partial dtype
-// kQ, kKV and kQGrad are inputs; kOut, kDQ and kDKV are (partial) outputs.
+//   kDQ     dq           [t][h][d]                     fp32
+//   kDKV    dk, dv       [2][t][hk][d]                 fp32
+// kQ, kKV and kQGrad are inputs; kOut, kDQ and kDKV are (partial) outputs, accumulated in fp32 in
+// their slots (slot_bytes); between devices their o, dq, dk and dv travel in the partial dtype
+// (value_bytes, narrows_partials).
 enum class SlotKind : std::uint8_t { kQ, kKV, kOut, kQGrad, kDQ, kDKV };
 inline constexpr int kSlotKindCount = 6;
 std::string_view to_string(SlotKind kind);

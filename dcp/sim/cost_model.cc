@@ -100,9 +100,8 @@ ExecutorModel zigzag_baseline_executor() {
   // batch's sequences; the three baselines' measured times grow with the number of sequences
   // where the simulated ones do not (docs/cost_model.md). Fitted to the paper's
   // LongDataCollections causal baseline cells with the a100-p4de constants held
-  // (`dcp bench --suite paper --fit --fit-parameters sequence_overhead_us --batches 3`,
-  // 2026-11-27: 16.5995 us, rms log error 0.145 -> 0.128; refitted with the fifth fit's
-  // constants on 2026-11-28, it does not move).
+  // (`dcp bench --suite paper --fit --fit-parameters sequence_overhead_us --batches 3`, which
+  // gives 16.5995 us).
   model.sequence_overhead = 16.6e-6;
   return model;
 }

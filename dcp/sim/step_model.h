@@ -37,7 +37,8 @@ struct TransformerConfig {
 };
 
 // The GPT "8B" of the DCP paper's end-to-end runs: 32 layers, hidden 4096, 32 heads, 8 kv
-// groups, FFN 14336, TP 4, bf16, full recomputation (dcp_reference.md §13.4).
+// groups, FFN 14336, TP 4, bf16, full recomputation (the reference system's
+// benchmark/mlm/run_experiments.py).
 TransformerConfig paper_gpt_8b();
 
 // Throws InvalidInput naming the field unless every size is positive, heads divides hidden,

@@ -19,7 +19,7 @@ TEST(BalanceSuite, PlansEveryBatchAtEveryBalanceAndComparesWithTheFirst) {
   std::filesystem::remove_all(dir);
   const Result r = run({"bench", "--suite", "balance", "--batches", "2", "--tokens", "16384",
                         "--head-dim", "32", "--datasets", "longalign", "--scales", "1",
-                        "--balances", "0.1,3", "--report-dir", dir, "--json", json});
+                        "--balances", "0.1,3", "--out-dir", dir, "--json", json});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string records = read_all(json);
   // 1 dataset x 1 scale x 1 mask (causal) x 2 batches x 2 balances.

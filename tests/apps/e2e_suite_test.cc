@@ -35,7 +35,7 @@ TEST(E2eSuite, EstimatesEveryCellForEverySystemAndFitsOnlyMegatronsCausalCells) 
   const std::string json = temp_path("e2e.json");
   std::filesystem::remove_all(dir);
   const Result r = run({"bench", "--suite", "e2e", "--batches", "1", "--tokens", "1024",
-                        "--threads", "2", "--report-dir", dir, "--json", json});
+                        "--threads", "2", "--out-dir", dir, "--json", json});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string records = read_all(json);
   std::size_t count = 0, fitted = 0;

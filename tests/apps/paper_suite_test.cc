@@ -47,7 +47,7 @@ TEST(PaperSuite, ReportsEveryCellWithItsSimulatedTimeAndError) {
   std::filesystem::remove_all(dir);
   const Result r =
       run({"bench", "--suite", "paper", "--batches", "1", "--tokens", "2048", "--head-dim", "32",
-           "--cluster", cluster, "--report-dir", dir, "--json", json});
+           "--cluster", cluster, "--out-dir", dir, "--json", json});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string records = read_all(json);
   // One record per cell, plus dcp's own plan beside each of the reference's cells.

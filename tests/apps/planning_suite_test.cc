@@ -19,7 +19,7 @@ TEST(PlanningSuite, TimesEveryBatchWithBothStrategiesAndSummarisesThem) {
   std::filesystem::remove_all(dir);
   const Result r = run({"bench", "--suite", "planning", "--batches", "3", "--tokens", "4096",
                         "--head-dim", "32", "--shapes", "1x4,2x2", "--masks", "causal,lambda",
-                        "--datasets", "ldc", "--report-dir", dir, "--json", json});
+                        "--datasets", "ldc", "--out-dir", dir, "--json", json});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string records = read_all(json);
   // 2 shapes x 1 dataset x 2 masks x 3 batches x 2 strategies.

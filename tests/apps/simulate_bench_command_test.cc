@@ -74,7 +74,7 @@ TEST(BenchCommand, MicroSuiteWritesRecordsReportAndCharts) {
   const Result r = run(
       {"bench",    "--suite",   "micro",   "--batches",     "1",        "--datasets", "ldc",
        "--scales", "0.5",       "--masks", "causal,lambda", "--tokens", "8192",       "--cluster",
-       cluster,    "--threads", "2",       "--report-dir",  dir,        "--json",     json});
+       cluster,    "--threads", "2",       "--out-dir",  dir,        "--json",     json});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string records = read_all(json);
   // 2 masks x 2 passes x 8 strategies, every strategy feasible on 4 devices.
@@ -135,7 +135,7 @@ TEST(BenchCommand, CalibrationSuiteComparesMeasuredAndSimulatedTimes) {
   std::filesystem::remove_all(dir);
   const Result r =
       run({"bench", "--suite", "calibration", "--batches", "1", "--tokens", "600", "--masks",
-           "causal", "--strategies", "dcp,ring", "--head-dim", "16", "--report-dir", dir});
+           "causal", "--strategies", "dcp,ring", "--head-dim", "16", "--out-dir", dir});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string markdown = read_all(dir + "/calibration.md");
   EXPECT_NE(markdown.find("| samples | median |error|"), std::string::npos);
@@ -157,7 +157,7 @@ TEST(BenchCommand, CalibrationSuiteComparesMeasuredAndSimulatedTimes) {
   std::filesystem::remove_all(dir);
 }
 
-// The folders --json and --report-dir name are made before the suite runs; one that cannot be
+// The folders --json and --out-dir name are made before the suite runs; one that cannot be
 // made (a file is in the way) is a usage error naming its flag, raised before anything runs.
 TEST(BenchCommand, MakesItsOutputFoldersFirstAndRefusesOnesThatCannotBeMade) {
   const std::string root = temp_path("bench_outputs");
@@ -166,7 +166,7 @@ TEST(BenchCommand, MakesItsOutputFoldersFirstAndRefusesOnesThatCannotBeMade) {
       "bench", "--suite",    "balance",   "--batches", "1", "--tokens",   "8192", "--head-dim",
       "16",    "--datasets", "longalign", "--scales",  "1", "--balances", "0.3"};
   std::vector<std::string> args = suite;
-  for (const std::string& a : {std::string("--report-dir"), root + "/report/a",
+  for (const std::string& a : {std::string("--out-dir"), root + "/report/a",
                                std::string("--json"), root + "/json/b/records.json"}) {
     args.push_back(a);
   }
@@ -178,14 +178,14 @@ TEST(BenchCommand, MakesItsOutputFoldersFirstAndRefusesOnesThatCannotBeMade) {
   const std::string file = root + "/file";
   { std::ofstream(file) << "not a folder"; }
   args = suite;
-  for (const std::string& a : {std::string("--report-dir"), std::string(""), std::string("--json"),
+  for (const std::string& a : {std::string("--out-dir"), std::string(""), std::string("--json"),
                                file + "/records.json"}) {
     args.push_back(a);
   }
   expect_usage_error(args, "--json '" + file + "/records.json': cannot create the folder");
   args = suite;
-  for (const std::string& a : {std::string("--report-dir"), file + "/report"}) args.push_back(a);
-  expect_usage_error(args, "--report-dir '" + file + "/report': cannot create the folder");
+  for (const std::string& a : {std::string("--out-dir"), file + "/report"}) args.push_back(a);
+  expect_usage_error(args, "--out-dir '" + file + "/report': cannot create the folder");
   EXPECT_FALSE(std::filesystem::exists(file + "/report"));
   std::filesystem::remove_all(root);
 }

@@ -325,8 +325,8 @@ TEST(PlanBuilder, TriesFp32PartialsWhereConversionsCostMoreThanBytes) {
 // transfers that fp32 would lengthen: the critical transfers times the pass's share of partial
 // bytes. On the H200 calibration (docs/gpu_h200/cost_model/h200_device.cluster, 44.66 us per
 // kernel) with one causal sequence of 32768 tokens, the kept plan's backward converts for less than
-// its critical transfers (so the retry was not tried before) but for more than their partial share;
-// the fp32 retry is then tried, kept and faster (3.48 against 3.61 ms, simulated).
+// its critical transfers (which alone would not try the retry) but for more than their partial
+// share; the fp32 retry is then tried, kept and faster (3.48 against 3.61 ms, simulated).
 TEST(PlanBuilder, TriesFp32PartialsWhereConversionsOutlastThePartialShareOfTransfers) {
   const ClusterSpec h200 = parse_cluster_text(
       "name = gpu-calibrated\nnodes = 4\ndevices_per_node = 8\nintra_node_gbps = 450\n"

@@ -201,9 +201,9 @@ std::int64_t values_made_on_several_devices_of_a_remote_node(const Workload& wor
   return several;
 }
 
-// The batch traced in the issue that asked for in-node reduction, at a test's size: partials of
-// one block made on several devices of a remote node. Sending each device's partial straight to
-// the owner moves more than the placement priced, and the verifier names the second crossing.
+// The case in-node reduction exists for (docs/scheduling.md), at a test's size: partials of one
+// block made on several devices of a remote node. Sending each device's partial straight to the
+// owner moves more than the placement priced, and the verifier names the second crossing.
 TEST(InNodeReduction, DirectPartialsCrossTwiceAndTheVerifierNamesIt) {
   const Workload workload = workload_of(LengthDistributionKind::kLongDataCollections,
                                         "causal_blockwise:block=64,local=2", 11);

@@ -11,8 +11,9 @@
 
 namespace dcp::testing {
 
-// allowed[i * L + j]: query row i may attend key j. Written straight from the formulas,
-// independent of MaskBuilder and of mask_spec.cc's row-range decomposition.
+// allowed[i * L + j]: query row i may attend key j. Written straight from the masks' definitions
+// (docs/block_model.md), independent of MaskBuilder and of mask_spec.cc's row-range
+// decomposition.
 inline std::vector<char> dense_mask(const MaskSpec& spec, TokenCount L) {
   std::vector<char> allowed(static_cast<std::size_t>(L * L), 0);
   const auto set_range = [&](TokenCount i, TokenCount s, TokenCount e) {

@@ -74,7 +74,7 @@ TEST(BenchCommand, MicroSuiteWritesRecordsReportAndCharts) {
   const Result r = run(
       {"bench",    "--suite",   "micro",   "--batches",     "1",        "--datasets", "ldc",
        "--scales", "0.5",       "--masks", "causal,lambda", "--tokens", "8192",       "--cluster",
-       cluster,    "--threads", "2",       "--out-dir",  dir,        "--json",     json});
+       cluster,    "--threads", "2",       "--out-dir",     dir,        "--json",     json});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string records = read_all(json);
   // 2 masks x 2 passes x 8 strategies, every strategy feasible on 4 devices.
@@ -166,8 +166,8 @@ TEST(BenchCommand, MakesItsOutputFoldersFirstAndRefusesOnesThatCannotBeMade) {
       "bench", "--suite",    "balance",   "--batches", "1", "--tokens",   "8192", "--head-dim",
       "16",    "--datasets", "longalign", "--scales",  "1", "--balances", "0.3"};
   std::vector<std::string> args = suite;
-  for (const std::string& a : {std::string("--out-dir"), root + "/report/a",
-                               std::string("--json"), root + "/json/b/records.json"}) {
+  for (const std::string& a : {std::string("--out-dir"), root + "/report/a", std::string("--json"),
+                               root + "/json/b/records.json"}) {
     args.push_back(a);
   }
   const Result r = run(args);
@@ -178,8 +178,8 @@ TEST(BenchCommand, MakesItsOutputFoldersFirstAndRefusesOnesThatCannotBeMade) {
   const std::string file = root + "/file";
   { std::ofstream(file) << "not a folder"; }
   args = suite;
-  for (const std::string& a : {std::string("--out-dir"), std::string(""), std::string("--json"),
-                               file + "/records.json"}) {
+  for (const std::string& a :
+       {std::string("--out-dir"), std::string(""), std::string("--json"), file + "/records.json"}) {
     args.push_back(a);
   }
   expect_usage_error(args, "--json '" + file + "/records.json': cannot create the folder");

@@ -182,6 +182,50 @@ def read_loss_csv(path: str) -> list[float]:
         return [float(row["loss"]) for row in csv.DictReader(f)]
 
 
+def training_loop(args: argparse.Namespace, model: torch.nn.Module,
+                  optimizer: torch.optim.Optimizer, batches, distributed: bool, say,
+                  progress: Progress, step_loss) -> tuple[list[dict], list[float], float]:
+    """args.steps optimizer steps over `batches` (dicts with labels, seqlens and indices), the
+    loss of each from step_loss(batch): learning-rate schedule, backward, the gradients summed
+    over the group, clipping. Prints and draws each step on the lead rank; returns the CSV rows,
+    the global losses and the seconds taken."""
+    lead = not distributed or dist.get_rank() == 0
+    rows, losses = [], []
+    start = time.perf_counter()
+    try:
+        for step in range(args.steps):
+            step_start = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                say(f"the data ran out after {step} steps")
+                break
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(args, step)
+            optimizer.zero_grad(set_to_none=True)
+            loss = step_loss(batch)
+            loss.backward()
+            total_loss = sum_over_group(model, loss) if distributed else loss.item()
+            if args.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+            optimizer.step()
+            seconds = time.perf_counter() - step_start
+            tokens = sum(batch["seqlens"])
+            losses.append(total_loss)
+            rows.append(dict(step=step + 1, loss=f"{total_loss:.6f}", tokens=tokens,
+                             sequences=len(batch["seqlens"]), seconds=f"{seconds:.4f}",
+                             tokens_per_s=f"{tokens / seconds:.1f}",
+                             batch_crc=batch_crc(batch["indices"])))
+            say(f"step {step + 1:4d}/{args.steps}  loss {total_loss:.4f}  tokens/s "
+                f"{tokens / seconds:8.0f}  ({tokens} tokens, {len(batch['seqlens'])} seqs, "
+                f"{seconds * 1000:.0f} ms)")
+            if lead:
+                progress.draw(step + 1, f"loss {total_loss:.4f}")
+    finally:
+        if lead:
+            progress.clear()
+    return rows, losses, time.perf_counter() - start
+
+
 def write_outputs(args: argparse.Namespace, rows: list[dict], series: dict[str, list[float]],
                   elapsed: float, title: str) -> None:
     """loss.csv (one row a step) and loss.svg (this run's losses and those of --compare) in
@@ -283,44 +327,14 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
 
         batches = dcp_batches()
 
-    rows = []
-    losses = []
-    start = time.perf_counter()
     try:
-        for step in range(args.steps):
-            step_start = time.perf_counter()
-            batch = next(batches, None)
-            if batch is None:
-                say(f"the data ran out after {step} steps")
-                break
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(args, step)
-            optimizer.zero_grad(set_to_none=True)
-            logits = model(batch["input_ids"], batch["position_ids"], batch["attn"])
-            loss = loss_fn(logits, batch["labels"], batch["loss_tokens"])
-            loss.backward()
-            total_loss = sum_over_group(model, loss) if distributed else loss.item()
-            if args.clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-            optimizer.step()
-            seconds = time.perf_counter() - step_start
-            tokens = sum(batch["seqlens"])
-            losses.append(total_loss)
-            rows.append(dict(step=step + 1, loss=f"{total_loss:.6f}", tokens=tokens,
-                             sequences=len(batch["seqlens"]), seconds=f"{seconds:.4f}",
-                             tokens_per_s=f"{tokens / seconds:.1f}",
-                             batch_crc=batch_crc(batch["indices"])))
-            say(f"step {step + 1:4d}/{args.steps}  loss {total_loss:.4f}  tokens/s "
-                f"{tokens / seconds:8.0f}  ({tokens} tokens, {len(batch['seqlens'])} seqs, "
-                f"{seconds * 1000:.0f} ms)")
-            if lead:
-                progress.draw(step + 1, f"loss {total_loss:.4f}")
+        rows, losses, elapsed = training_loop(
+            args, model, optimizer, batches, distributed, say, progress,
+            lambda batch: loss_fn(model(batch["input_ids"], batch["position_ids"], batch["attn"]),
+                                  batch["labels"], batch["loss_tokens"]))
     finally:
-        if iterator is not None and hasattr(iterator, "close"):
+        if iterator is not None:
             iterator.close()
-        if lead:
-            progress.clear()
-    elapsed = time.perf_counter() - start
 
     if lead and rows:
         label = "dense, 1 process" if args.dense else f"{args.strategy}, {world} ranks"

@@ -18,7 +18,6 @@ import argparse
 import math
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -28,8 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_model import loss_fn  # noqa: E402
 from hf_models import FAMILIES, build_model  # noqa: E402
 from text_corpus import ByteSequenceDataset, load_corpus  # noqa: E402
-from train_gpt import Progress, batch_crc, block_size_arg, import_dcp_torch, learning_rate, \
-    make_optimizer, packed_batches, sum_over_group, write_outputs  # noqa: E402
+from train_gpt import Progress, block_size_arg, import_dcp_torch, make_optimizer, \
+    packed_batches, training_loop, write_outputs  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -143,10 +142,7 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
 
     iterator = None
     if args.dense:
-        def dense():
-            for b in packed_batches(dcpt, dataset, args):
-                yield b, {}
-        batches = dense()
+        batches = (dict(b, model_kwargs={}) for b in packed_batches(dcpt, dataset, args))
     else:
         options = dcphf.plan_options(model.config)
         say(f"attention: {options['mask_fn'].spec}, heads {options['heads']}/"
@@ -164,49 +160,21 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
                 executor.prepare(plan)
                 yield dict(input_ids=lb.input_ids, position_ids=lb.position_ids,
                            labels=lb.labels, loss_tokens=lb.loss_tokens, seqlens=lb.seqlens,
-                           indices=lb.batch_indices), {"dcp_executor": executor}
+                           indices=lb.batch_indices, model_kwargs={"dcp_executor": executor})
         batches = planned()
 
-    rows, losses = [], []
-    start = time.perf_counter()
+    def step_loss(batch):
+        logits = forward(input_ids=batch["input_ids"][None].to(device),
+                         position_ids=batch["position_ids"][None].to(device), use_cache=False,
+                         **batch["model_kwargs"]).logits[0]
+        return loss_fn(logits, batch["labels"].to(device), batch["loss_tokens"])
+
     try:
-        for step in range(args.steps):
-            step_start = time.perf_counter()
-            item = next(batches, None)
-            if item is None:
-                say(f"the data ran out after {step} steps")
-                break
-            batch, extra = item
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(args, step)
-            optimizer.zero_grad(set_to_none=True)
-            logits = forward(input_ids=batch["input_ids"][None].to(device),
-                             position_ids=batch["position_ids"][None].to(device),
-                             use_cache=False, **extra).logits[0]
-            loss = loss_fn(logits, batch["labels"].to(device), batch["loss_tokens"])
-            loss.backward()
-            total_loss = sum_over_group(model, loss) if distributed else loss.item()
-            if args.clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
-            optimizer.step()
-            seconds = time.perf_counter() - step_start
-            tokens = sum(batch["seqlens"])
-            losses.append(total_loss)
-            rows.append(dict(step=step + 1, loss=f"{total_loss:.6f}", tokens=tokens,
-                             sequences=len(batch["seqlens"]), seconds=f"{seconds:.4f}",
-                             tokens_per_s=f"{tokens / seconds:.1f}",
-                             batch_crc=batch_crc(batch["indices"])))
-            say(f"step {step + 1:4d}/{args.steps}  loss {total_loss:.4f}  tokens/s "
-                f"{tokens / seconds:8.0f}  ({tokens} tokens, {len(batch['seqlens'])} seqs, "
-                f"{seconds * 1000:.0f} ms)")
-            if lead:
-                progress.draw(step + 1, f"loss {total_loss:.4f}")
+        rows, losses, elapsed = training_loop(args, model, optimizer, batches, distributed, say,
+                                              progress, step_loss)
     finally:
         if iterator is not None:
             iterator.close()
-        if lead:
-            progress.clear()
-    elapsed = time.perf_counter() - start
     if lead and rows:
         write_outputs(args, rows, {mode + (", compiled" if args.compile else ""): losses},
                       elapsed, title=f"{args.model} ({parameters:,} parameters), "

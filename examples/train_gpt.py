@@ -40,22 +40,17 @@ def block_size_arg(text: str):
     return value
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+def training_parser(doc: str, steps: int, out: str, dense_help: str) -> argparse.ArgumentParser:
+    """The flags train_gpt.py and train_hf.py share: the schedule, the data, dcp's plan, outputs."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--steps", type=int, default=60, help="optimizer steps (global batches)")
+    p.add_argument("--steps", type=int, default=steps, help="optimizer steps (global batches)")
     p.add_argument("--tokens-per-batch", type=int, default=2048, help="tokens of a global batch")
-    p.add_argument("--dim", type=int, default=256)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW peak learning rate")
     p.add_argument("--warmup", type=int, default=5, help="linear warm-up steps, then cosine")
     p.add_argument("--weight-decay", type=float, default=0.1, help="on weight matrices only")
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clip (0: none)")
     p.add_argument("--seed", type=int, default=0, help="weights, samples, packing and plans")
-    p.add_argument("--mask", default="causal",
-                   help="dcp mask spec of every sample, e.g. 'lambda:sink=16,window=256'")
     p.add_argument("--strategy", default="dcp",
                    help="dcp, dcp-pure, ring, zigzag, ulysses or hybrid")
     p.add_argument("--block-size", type=block_size_arg, default=256,
@@ -68,22 +63,37 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--mean-len", type=int, default=256, help="mean sample length, bytes")
     p.add_argument("--max-len", type=int, default=None,
                    help="longest sample, bytes (default: --tokens-per-batch)")
-    p.add_argument("--out", default="train_gpt_out", help="directory for loss.csv and loss.svg")
+    p.add_argument("--out", default=out, help="directory for loss.csv and loss.svg")
     p.add_argument("--compare", action="append", default=[], metavar="[LABEL=]CSV",
                    help="another run's loss.csv to draw in loss.svg too (repeatable; the label "
                    "defaults to the CSV's directory name)")
-    p.add_argument("--dense", action="store_true",
-                   help="one process, dense attention over the same batches (no dcp executor)")
-    p.add_argument("--checkpoint", action="store_true",
-                   help="activation checkpointing on every layer")
+    p.add_argument("--dense", action="store_true", help=dense_help)
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    args = p.parse_args(argv)
+    return p
+
+
+def check_training_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.max_len is None:
         args.max_len = args.tokens_per_batch
     if args.max_len > args.tokens_per_batch:
         p.error(f"--max-len {args.max_len} exceeds --tokens-per-batch {args.tokens_per_batch}")
     if args.steps < 1:
         p.error(f"--steps {args.steps} is not positive")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = training_parser(__doc__, steps=60, out="train_gpt_out", dense_help="one process, dense "
+                        "attention over the same batches (no dcp executor)")
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--mask", default="causal",
+                   help="dcp mask spec of every sample, e.g. 'lambda:sink=16,window=256'")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="activation checkpointing on every layer")
+    args = p.parse_args(argv)
+    check_training_args(p, args)
     return args
 
 
@@ -249,16 +259,17 @@ def write_outputs(args: argparse.Namespace, rows: list[dict], series: dict[str, 
           f"final loss {losses[-1]:.4f}; wrote {csv_path} and {svg_path}", flush=True)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def launch(script: str, args: argparse.Namespace, train, backend: str = "gloo") -> int:
+    """Runs train(args, distributed): under torchrun on a process group of `backend` (the dcp
+    path), else in this one process (--dense, or a plain python launch)."""
     torch.set_num_threads(args.threads)
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if args.dense and launched and int(os.environ["WORLD_SIZE"]) > 1:
-        sys.exit("train_gpt.py: --dense is the single-process baseline; run it with python, "
+        sys.exit(f"{script}: --dense is the single-process baseline; run it with python, "
                  "not torchrun")
     distributed = launched and not args.dense
     if distributed:
-        dist.init_process_group("gloo")
+        dist.init_process_group(backend)
     try:
         return train(args, distributed)
     finally:
@@ -266,17 +277,27 @@ def main(argv=None) -> int:
             dist.destroy_process_group()
 
 
-def train(args: argparse.Namespace, distributed: bool) -> int:
-    rank = dist.get_rank() if distributed else 0
-    world = dist.get_world_size() if distributed else 1
-    lead = rank == 0
+def lead_printer(distributed: bool, progress: Progress):
+    """say(*parts): prints on rank 0 only, clearing the progress bar first."""
+    lead = not distributed or dist.get_rank() == 0
 
     def say(*parts) -> None:
         if lead:
             progress.clear()
             print(*parts, flush=True)
+    return say
 
+
+def main(argv=None) -> int:
+    return launch("train_gpt.py", parse_args(argv), train)
+
+
+def train(args: argparse.Namespace, distributed: bool) -> int:
+    rank = dist.get_rank() if distributed else 0
+    world = dist.get_world_size() if distributed else 1
+    lead = rank == 0
     progress = Progress(args.steps)
+    say = lead_printer(distributed, progress)
     if args.dense:
         try:
             spec_mask(args.mask, 4)  # a malformed mask fails here, before any work

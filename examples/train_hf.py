@@ -27,50 +27,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_model import loss_fn  # noqa: E402
 from hf_models import FAMILIES, build_model  # noqa: E402
 from text_corpus import ByteSequenceDataset, load_corpus  # noqa: E402
-from train_gpt import Progress, block_size_arg, import_dcp_torch, make_optimizer, \
-    packed_batches, training_loop, write_outputs  # noqa: E402
+from train_gpt import Progress, check_training_args, import_dcp_torch, launch, lead_printer, \
+    make_optimizer, packed_batches, training_loop, training_parser, write_outputs  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = training_parser(__doc__, steps=40, out="train_hf_out", dense_help="one process, "
+                        "transformers' sdpa attention over the same batches")
     p.add_argument("--model", default="llama",
                    help=f"a family ({', '.join(FAMILIES)}) or a checkpoint directory")
-    p.add_argument("--steps", type=int, default=40, help="optimizer steps (global batches)")
-    p.add_argument("--tokens-per-batch", type=int, default=2048, help="tokens of a global batch")
-    p.add_argument("--lr", type=float, default=3e-3, help="AdamW peak learning rate")
-    p.add_argument("--warmup", type=int, default=5, help="linear warm-up steps, then cosine")
-    p.add_argument("--weight-decay", type=float, default=0.1, help="on weight matrices only")
-    p.add_argument("--clip", type=float, default=1.0, help="gradient norm clip (0: none)")
-    p.add_argument("--seed", type=int, default=0, help="weights, samples, packing and plans")
-    p.add_argument("--strategy", default="dcp", help="dcp, dcp-pure, ring, zigzag, ...")
-    p.add_argument("--block-size", type=block_size_arg, default=256,
-                   help="dcp token block size ('auto': chosen by dcp)")
-    p.add_argument("--nodes", type=int, default=1, help="nodes the group's ranks are split into")
-    p.add_argument("--cluster", default="cpu-local", help="dcp cost-model preset or file")
-    p.add_argument("--corpus", default=None,
-                   help="text file to train on (default: /usr/share/common-licenses)")
-    p.add_argument("--min-len", type=int, default=16, help="shortest sample, bytes")
-    p.add_argument("--mean-len", type=int, default=256, help="mean sample length, bytes")
-    p.add_argument("--max-len", type=int, default=None,
-                   help="longest sample, bytes (default: --tokens-per-batch)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cpu: gloo, fp32; cuda: NCCL, bf16, one GPU per rank")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile(model, fullgraph=True, dynamic=True)")
-    p.add_argument("--dense", action="store_true",
-                   help="one process, transformers' sdpa attention over the same batches")
-    p.add_argument("--out", default="train_hf_out", help="directory for loss.csv and loss.svg")
-    p.add_argument("--compare", action="append", default=[], metavar="[LABEL=]CSV",
-                   help="another run's loss.csv to draw in loss.svg too (repeatable)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     args = p.parse_args(argv)
-    if args.max_len is None:
-        args.max_len = args.tokens_per_batch
-    if args.max_len > args.tokens_per_batch:
-        p.error(f"--max-len {args.max_len} exceeds --tokens-per-batch {args.tokens_per_batch}")
-    if args.steps < 1:
-        p.error(f"--steps {args.steps} is not positive")
+    check_training_args(p, args)
     if args.model not in FAMILIES and not os.path.isdir(args.model):
         p.error(f"--model {args.model!r} is neither a family ({', '.join(FAMILIES)}) nor a "
                 "checkpoint directory")
@@ -81,21 +52,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if args.dense and launched and int(os.environ["WORLD_SIZE"]) > 1:
-        sys.exit("train_hf.py: --dense is the single-process baseline; run it with python, "
-                 "not torchrun")
-    distributed = launched and not args.dense
     if args.device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    if distributed:
-        dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
-    try:
-        return train(args, distributed)
-    finally:
-        if distributed and dist.is_initialized():
-            dist.destroy_process_group()
+    return launch("train_hf.py", args, train, "nccl" if args.device == "cuda" else "gloo")
 
 
 def train(args: argparse.Namespace, distributed: bool) -> int:
@@ -103,11 +62,7 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
     world = dist.get_world_size() if distributed else 1
     lead = rank == 0
     progress = Progress(args.steps)
-
-    def say(*parts) -> None:
-        if lead:
-            progress.clear()
-            print(*parts, flush=True)
+    say = lead_printer(distributed, progress)
 
     dcpt = import_dcp_torch(args.dense)
     import dcp.torch.hf as dcphf

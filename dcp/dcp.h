@@ -11,6 +11,8 @@
 #include "dcp/model/attention_shape.h"
 #include "dcp/model/block_size_heuristic.h"
 #include "dcp/model/cluster.h"
+#include "dcp/model/cluster_file.h"
+#include "dcp/model/cluster_presets.h"
 #include "dcp/model/mask_file.h"
 #include "dcp/model/mask_spec.h"
 #include "dcp/model/sequence_batch.h"

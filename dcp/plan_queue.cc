@@ -20,11 +20,14 @@ BuiltPlan plan_request(const PlanRequest& request) {
   BuiltWorkload built =
       make_workload(request.shape, SequenceBatch(request.lengths), request.masks, options);
   PlanOptions plan = request.plan;
-  // An automatic block size lets dcp plan at each size of the sweep and keep the fastest.
-  if (request.block_size == 0 && is_dcp(plan.strategy) && plan.block_sizes.empty()) {
+  sweep_block_sizes_when_automatic(plan, request.block_size == 0);
+  return build_plan(built.workload, plan);
+}
+
+void sweep_block_sizes_when_automatic(PlanOptions& plan, bool automatic_block_size) {
+  if (automatic_block_size && is_dcp(plan.strategy) && plan.block_sizes.empty()) {
     plan.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
   }
-  return build_plan(built.workload, plan);
 }
 
 PlanQueue::PlanQueue(std::int32_t threads) {

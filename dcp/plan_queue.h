@@ -31,6 +31,11 @@ struct PlanRequest {
   PlanOptions plan;
 };
 
+// With an automatic block size, dcp's own strategies plan at each size of kBlockSizeSweep and keep
+// the fastest under the simulator (unless `plan` names its block sizes already). The one home of
+// this rule, for the command line and the plan queue alike.
+void sweep_block_sizes_when_automatic(PlanOptions& plan, bool automatic_block_size);
+
 // The block model of the request, then its plan (make_workload, then build_plan). Throws
 // InvalidInput for an invalid shape, mask, block size or cluster.
 BuiltPlan plan_request(const PlanRequest& request);

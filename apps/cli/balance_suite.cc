@@ -34,7 +34,7 @@ std::vector<BalanceSample> run_balance_suite(const BalanceOptions& options,
       plan_options.strategy = Strategy::kDcpPure;
       plan_options.cluster = options.cluster;
       plan_options.seed = options.seed;
-      plan_options.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
+      sweep_block_sizes_when_automatic(plan_options, true);
       plan_options.placement.eps_compute = options.balances[i];
       plan_options.retry_tighter_balance = false;  // each balance as it is
       const PlanFigures figures = plan_figures(build_plan(workload, plan_options), options.cluster);

@@ -15,6 +15,7 @@
 #include "dcp/core/parse.h"
 
 #include "dcp/model/cluster.h"
+#include "dcp/model/cluster_file.h"
 
 #include "dcp/comm/comm_kind.h"
 #include "dcp/runtime/calibration.h"

@@ -94,7 +94,7 @@ std::array<double, 2> simulate_attention(const E2eOptions& options, const Cluste
     if (mask.kind != MaskKind::kCausal) plan_options.masked_tiles = MaskedTiles::kCompute;
   } else if (system == "dcp") {
     plan_options.strategy = Strategy::kDcpPure;
-    plan_options.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
+    sweep_block_sizes_when_automatic(plan_options, true);
   }
   const BuiltPlan built = build_plan(workload, plan_options);
   const sim::PlanSimulation s =

@@ -41,9 +41,7 @@ PlanOptions plan_options_of(Strategy strategy, const MicroOptions& options,
   plan_options.seed = options.seed;
   plan_options.static_data_parallel = options.static_data_parallel;
   // The workload's blocks are automatic: dcp plans at each size of the sweep.
-  if (is_dcp(strategy)) {
-    plan_options.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
-  }
+  sweep_block_sizes_when_automatic(plan_options, true);
   return plan_options;
 }
 

@@ -85,9 +85,8 @@ std::array<double, 2> run_variant(const PaperOptions& options,
   }
   plan_options.strategy = parse_strategy(variant.strategy);
   plan_options.loongtrain_window = variant.window;
-  if (is_dcp(plan_options.strategy)) {
-    plan_options.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
-  } else {
+  sweep_block_sizes_when_automatic(plan_options, true);
+  if (!is_dcp(plan_options.strategy)) {
     plan_options.static_data_parallel = options.static_data_parallel;
     if (mask.kind != MaskKind::kCausal) plan_options.masked_tiles = MaskedTiles::kCompute;
   }

@@ -83,7 +83,7 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
       static_cast<std::int32_t>(args.get_int("--devices-per-node", 8, 1, 1 << 16));
   with_flag("--nodes/--devices-per-node", [&] { validate(options.cluster); });
   options.eps_compute = eps_flag(args, "--eps-compute", kDefaultEpsCompute);
-  options.eps_memory = eps_flag(args, "--eps-memory", 0.2);
+  options.eps_memory = eps_flag(args, "--eps-memory", kDefaultEpsMemory);
   options.node_eps_compute =
       args.has("--node-eps-compute") ? eps_flag(args, "--node-eps-compute", 0) : -1;
   options.seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));

@@ -3,7 +3,6 @@
 // that plans: plan, run, attention, demo.
 #include "apps/cli/plan_flags.h"
 
-#include <iterator>
 #include <string>
 
 #include "dcp/core/parse.h"
@@ -59,9 +58,9 @@ const std::vector<FlagSpec>& plan_flags() {
 
 PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
   PlanOptions options;
-  options.cluster = with_flag("--cluster " + quoted(args.get_or("--cluster", "a100-p4de")), [&] {
-    return resolve_cluster(args.get_or("--cluster", "a100-p4de"));
-  });
+  const std::string cluster = args.get_or("--cluster", std::string(kDefaultCluster));
+  options.cluster =
+      with_flag("--cluster " + quoted(cluster), [&] { return resolve_cluster(cluster); });
   options.cluster.shape.nodes =
       static_cast<std::int32_t>(args.get_int("--nodes", options.cluster.shape.nodes, 1, 1 << 16));
   options.cluster.shape.devices_per_node = static_cast<std::int32_t>(
@@ -103,7 +102,7 @@ PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
     options.masked_tiles = MaskedTiles::kCompute;
   }
   options.placement.eps_compute = args.get_double("--eps-compute", kDefaultEpsCompute);
-  options.placement.eps_memory = args.get_double("--eps-memory", 0.2);
+  options.placement.eps_memory = args.get_double("--eps-memory", kDefaultEpsMemory);
   with_flag("--eps-compute/--eps-memory", [&] {
     PlacementOptions check = options.placement;
     check.cluster = options.cluster.shape;
@@ -112,10 +111,7 @@ PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
   if (const auto keep = args.get("--keep-kv")) {
     options.kept_kv_budget = with_flag("--keep-kv", [&] { return parse_kept_kv_budget(*keep); });
   }
-  // An automatic block size lets dcp plan at each size of the sweep and keep the fastest.
-  if (is_dcp(options.strategy) && args.get_or("--block-size", "auto") == "auto") {
-    options.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
-  }
+  sweep_block_sizes_when_automatic(options, args.get_or("--block-size", "auto") == "auto");
   options.partial_dtype = partial_dtype_from_flags(args);
   options.seed = seed;
   return options;

@@ -63,7 +63,7 @@ std::vector<PlanningSample> run_planning_suite(const PlanningOptions& options,
             plan_options.cluster = options.cluster;
             plan_options.cluster.shape = shape;
             plan_options.seed = options.seed;
-            plan_options.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
+            sweep_block_sizes_when_automatic(plan_options, true);
             // The workload is part of planning: blocks sized for the devices, masks built.
             const auto start = Clock::now();
             WorkloadOptions workload_options;

@@ -129,7 +129,7 @@ int run_simulate(std::span<const std::string> argv, std::ostream& out) {
   const std::string& path = args.positional()[0];
   const std::int64_t steps = args.get_int("--steps", 12, 0, 1 << 20);
   const Plan plan = read_plan_file(path);
-  const std::string cluster_name = args.get_or("--cluster", "a100-p4de");
+  const std::string cluster_name = args.get_or("--cluster", std::string(kDefaultCluster));
   const ClusterSpec cluster = with_flag("--cluster " + dcp::quoted(cluster_name), [&] {
     return cluster_for(cluster_name, plan.header.cluster);
   });

@@ -14,6 +14,8 @@
 #include "dcp/core/error.h"
 #include "dcp/core/rng.h"
 
+#include "dcp/model/cluster_file.h"
+
 #include "dcp/comm/local/local_communicator.h"
 #include "dcp/kernels/attention_kernels.h"
 #include "dcp/kernels/cpu/cpu_attention.h"

@@ -60,21 +60,15 @@ def _masks(mask: Any) -> Any:
     return _mask_array(mask, "mask")
 
 
-def _request(seqlens: Sequence[int], mask: Any = "causal", *, heads: int = 8, kv_heads: int = 2,
-             head_dim: int = 128, dtype: Any = "bf16", softmax_scale: float | None = None,
-             block_size: int | None = None, head_block_size: int = 1,
-             cluster: str = "a100-p4de", nodes: int | None = None,
-             devices_per_node: int | None = None, strategy: str = "dcp", stages: int = 0,
-             eps_compute: float = 0.3, eps_memory: float = 0.2,
-             compute_masked_tiles: bool = False, keep_kv: Any = "all",
-             partial_dtype: Any = None, seed: int = 0) -> Any:
-    lengths = [int(n) for n in seqlens]
-    return _core.make_request(
-        lengths, _masks(mask), int(heads), int(kv_heads), int(head_dim), dtype_name(dtype),
-        float(softmax_scale or 0.0), int(block_size or 0), int(head_block_size), str(cluster),
-        int(nodes or 0), int(devices_per_node or 0), str(strategy), int(stages),
-        float(eps_compute), float(eps_memory), bool(compute_masked_tiles),
-        str(keep_kv), "" if partial_dtype is None else dtype_name(partial_dtype), int(seed))
+def _request(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Any:
+    """A plan request. The options and their defaults are the C++ planner's (an option left out
+    or None keeps its default); only dtypes are translated here, torch's to dcp's names."""
+    for name in ("dtype", "partial_dtype"):
+        if options.get(name) is not None:
+            options[name] = dtype_name(options[name])
+    if options.get("keep_kv") is not None:
+        options["keep_kv"] = str(options["keep_kv"])  # 'all', 'none' or MiB
+    return _core.make_request([int(n) for n in seqlens], _masks(mask), options)
 
 
 def plan(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Plan:

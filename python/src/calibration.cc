@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "dcp/model/cluster_file.h"
+
 #include "dcp/runtime/cluster_calibration.h"
 
 #include "python/src/bindings.h"

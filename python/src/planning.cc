@@ -3,6 +3,9 @@
 // the background queue, plan files, verification, simulation, masks as interval arrays, packing.
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,21 +87,66 @@ std::vector<SequenceMask> batch_masks(nb::handle masks, const SequenceBatch& bat
   return masks_from_array(to_npy(array), batch, "mask array");
 }
 
+// The planner's options given by name, as dcp.plan(**options) and DCPDataloader pass them. An
+// option not given, or given as None, keeps PlanRequest's default: the defaults live in the C++
+// structs alone (the command line's flags default to the same fields).
+class NamedOptions {
+ public:
+  explicit NamedOptions(nb::dict options) {
+    for (auto [key, value] : options) {
+      if (!value.is_none()) given_.emplace(nb::cast<std::string>(key), value);
+    }
+  }
+
+  template <typename T>
+  std::optional<T> get(const std::string& name) {
+    const auto it = given_.find(name);
+    if (it == given_.end()) return std::nullopt;
+    T value;
+    if (!nb::try_cast(it->second, value)) {
+      throw nb::type_error((name + " is a " + std::string(nb::inst_name(it->second).c_str()) +
+                            ", which this option does not take")
+                               .c_str());
+    }
+    given_.erase(it);
+    return value;
+  }
+
+  // Refuses options nobody asked for, naming them and the known ones.
+  void expect_all_used(std::initializer_list<const char*> known) const {
+    if (given_.empty()) return;
+    std::string names, all;
+    for (const auto& [name, value] : given_) names += (names.empty() ? "" : ", ") + name;
+    for (const char* name : known) all += (all.empty() ? "" : ", ") + std::string(name);
+    throw nb::type_error(
+        ("unknown planner option(s) " + names + "; the options are " + all).c_str());
+  }
+
+ private:
+  std::map<std::string, nb::handle> given_;
+};
+
+template <typename T>
+T at_least(std::optional<T> value, T fallback, T low, const char* name) {
+  if (!value) return fallback;
+  if (*value < low) {
+    throw InvalidInput(std::string(name) + " " + std::to_string(*value) + " is below " +
+                       std::to_string(low));
+  }
+  return *value;
+}
+
 PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle masks,
-                         std::int32_t heads, std::int32_t kv_heads, std::int32_t head_dim,
-                         const std::string& dtype, double softmax_scale, TokenCount block_size,
-                         std::int32_t head_block_size, const std::string& cluster,
-                         std::int32_t nodes, std::int32_t devices_per_node,
-                         const std::string& strategy, std::int32_t stages, double eps_compute,
-                         double eps_memory, bool compute_masked_tiles, const std::string& keep_kv,
-                         const std::string& partial_dtype, std::uint64_t seed) {
+                         nb::dict option_dict) {
+  NamedOptions options(option_dict);
   PlanRequest request;
-  request.shape.q_heads = heads;
-  request.shape.kv_heads = kv_heads;
-  request.shape.head_dim = head_dim;
-  request.shape.dtype = parse_dtype(dtype);
-  request.shape.softmax_scale = softmax_scale;
-  validate(request.shape);
+  AttentionShape& shape = request.shape;
+  shape.q_heads = at_least(options.get<std::int32_t>("heads"), shape.q_heads, 1, "heads");
+  shape.kv_heads = at_least(options.get<std::int32_t>("kv_heads"), shape.kv_heads, 1, "kv_heads");
+  shape.head_dim = at_least(options.get<std::int32_t>("head_dim"), shape.head_dim, 1, "head_dim");
+  if (const auto dtype = options.get<std::string>("dtype")) shape.dtype = parse_dtype(*dtype);
+  if (const auto scale = options.get<double>("softmax_scale")) shape.softmax_scale = *scale;
+  validate(shape);
   if (seqlens.empty()) {
     throw InvalidInput("seqlens is empty: a batch needs at least one sequence");
   }
@@ -110,41 +158,51 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
   }
   request.lengths = seqlens;
   request.masks = batch_masks(masks, SequenceBatch(seqlens));
-  if (block_size < 0) {
-    throw InvalidInput("block_size " + std::to_string(block_size) + " is negative");
-  }
-  request.block_size = block_size;
-  request.head_block_size = head_block_size;
-  request.plan.cluster = resolve_cluster(cluster);
-  if (nodes > 0) request.plan.cluster.shape.nodes = nodes;
-  if (devices_per_node > 0) request.plan.cluster.shape.devices_per_node = devices_per_node;
-  validate(request.plan.cluster.shape);
-  request.plan.strategy = parse_strategy(strategy);
-  if (stages < 0) {
-    throw InvalidInput("stages " + std::to_string(stages) + " is negative");
-  }
-  request.plan.schedule.fetch_launches = stages;
-  request.plan.placement.eps_compute = eps_compute;
-  request.plan.placement.eps_memory = eps_memory;
-  if (compute_masked_tiles) {
-    if (is_dcp(request.plan.strategy)) {
-      throw InvalidInput("compute_masked_tiles applies to static strategies, not " + strategy);
+  request.block_size =
+      at_least<TokenCount>(options.get<TokenCount>("block_size"), 0, 0, "block_size");
+  request.head_block_size = at_least(options.get<std::int32_t>("head_block_size"),
+                                     request.head_block_size, 1, "head_block_size");
+  PlanOptions& plan = request.plan;
+  plan.cluster =
+      resolve_cluster(options.get<std::string>("cluster").value_or(std::string(kDefaultCluster)));
+  plan.cluster.shape.nodes =
+      at_least(options.get<std::int32_t>("nodes"), plan.cluster.shape.nodes, 1, "nodes");
+  plan.cluster.shape.devices_per_node =
+      at_least(options.get<std::int32_t>("devices_per_node"), plan.cluster.shape.devices_per_node,
+               1, "devices_per_node");
+  validate(plan.cluster.shape);
+  const auto strategy = options.get<std::string>("strategy");
+  if (strategy) plan.strategy = parse_strategy(*strategy);
+  plan.schedule.fetch_launches =
+      at_least(options.get<std::int32_t>("stages"), plan.schedule.fetch_launches, 0, "stages");
+  if (const auto eps = options.get<double>("eps_compute")) plan.placement.eps_compute = *eps;
+  if (const auto eps = options.get<double>("eps_memory")) plan.placement.eps_memory = *eps;
+  if (options.get<bool>("compute_masked_tiles").value_or(false)) {
+    if (is_dcp(plan.strategy)) {
+      throw InvalidInput("compute_masked_tiles applies to static strategies, not " +
+                         std::string(to_string(plan.strategy)));
     }
-    request.plan.masked_tiles = MaskedTiles::kCompute;
+    plan.masked_tiles = MaskedTiles::kCompute;
   }
-  try {
-    request.plan.kept_kv_budget = parse_kept_kv_budget(keep_kv);
-  } catch (const InvalidInput& e) {
-    throw InvalidInput(std::string("keep_kv: ") + e.what());
-  }
-  if (!partial_dtype.empty()) {
+  if (const auto keep = options.get<std::string>("keep_kv")) {
     try {
-      request.plan.partial_dtype = parse_dtype(partial_dtype);
+      plan.kept_kv_budget = parse_kept_kv_budget(*keep);
+    } catch (const InvalidInput& e) {
+      throw InvalidInput(std::string("keep_kv: ") + e.what());
+    }
+  }
+  if (const auto dtype = options.get<std::string>("partial_dtype")) {
+    try {
+      plan.partial_dtype = parse_dtype(*dtype);
     } catch (const InvalidInput& e) {
       throw InvalidInput(std::string("partial_dtype: ") + e.what());
     }
   }
-  request.plan.seed = seed;
+  plan.seed = options.get<std::uint64_t>("seed").value_or(plan.seed);
+  options.expect_all_used({"heads", "kv_heads", "head_dim", "dtype", "softmax_scale", "block_size",
+                           "head_block_size", "cluster", "nodes", "devices_per_node", "strategy",
+                           "stages", "eps_compute", "eps_memory", "compute_masked_tiles", "keep_kv",
+                           "partial_dtype", "seed"});
   return request;
 }
 
@@ -198,12 +256,9 @@ PlanHandle loaded(Plan plan) {
 void bind_planning(nb::module_& m) {
   nb::class_<PlanRequest>(m, "PlanRequest",
                           "A batch with its masks, attention shape, cluster and planner options");
-  m.def("make_request", &make_request, nb::arg("seqlens"), nb::arg("masks"), nb::arg("heads"),
-        nb::arg("kv_heads"), nb::arg("head_dim"), nb::arg("dtype"), nb::arg("softmax_scale"),
-        nb::arg("block_size"), nb::arg("head_block_size"), nb::arg("cluster"), nb::arg("nodes"),
-        nb::arg("devices_per_node"), nb::arg("strategy"), nb::arg("stages"), nb::arg("eps_compute"),
-        nb::arg("eps_memory"), nb::arg("compute_masked_tiles"), nb::arg("keep_kv"),
-        nb::arg("partial_dtype"), nb::arg("seed"));
+  m.def("make_request", &make_request, nb::arg("seqlens"), nb::arg("masks"), nb::arg("options"),
+        "A plan request: the batch, its masks and the planner options given by name (None or "
+        "absent: the planner's default).");
   m.def(
       "plan_request",
       [](const PlanRequest& request) {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "dcp/model/cluster.h"
+#include "dcp/model/cluster_file.h"
 
 #include "apps/cli/command_table.h"
 #include "tests/apps/cli_testing.h"

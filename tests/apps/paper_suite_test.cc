@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "dcp/model/cluster_file.h"
+
 #include "tests/apps/cli_testing.h"
 
 namespace dcp::cli {

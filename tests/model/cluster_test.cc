@@ -10,6 +10,9 @@
 
 #include "dcp/core/error.h"
 
+#include "dcp/model/cluster_file.h"
+#include "dcp/model/cluster_presets.h"
+
 namespace dcp {
 namespace {
 

@@ -12,6 +12,8 @@
 #include "dcp/core/error.h"
 #include "dcp/core/rng.h"
 
+#include "dcp/model/cluster_file.h"
+#include "dcp/model/cluster_presets.h"
 #include "dcp/model/mask_spec.h"
 
 #include "dcp/planner/plan_builder.h"

@@ -16,6 +16,7 @@
 
 #include "dcp/core/rng.h"
 
+#include "dcp/model/cluster_presets.h"
 #include "dcp/model/mask_file.h"
 #include "dcp/model/mask_spec.h"
 

@@ -121,11 +121,35 @@ def test_workload_summary() -> None:
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "partial_dtype": "fp16"}), ValueError,
      "partials travel in fp32 or the storage dtype (bf16), not fp16"),
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "partial_dtype": "fp8"}), TypeError, "fp8"),
+    (lambda: dcp.plan([64], "causal", **{**OPTIONS, "eps_computer": 0.1}), TypeError,
+     "unknown planner option(s) eps_computer; the options are heads, kv_heads"),
+    (lambda: dcp.plan([64], "causal", **{**OPTIONS, "heads": "8"}), TypeError,
+     "heads is a str, which this option does not take"),
+    (lambda: dcp.plan([64], "causal", **{**OPTIONS, "head_block_size": 0}), ValueError,
+     "head_block_size 0 is below 1"),
+    (lambda: dcp.plan([64], "causal", **{**OPTIONS, "block_size": -1}), ValueError,
+     "block_size -1 is below 0"),
+    (lambda: dcp.plan([64], "causal", **{**OPTIONS, "stages": -2}), ValueError,
+     "stages -2 is below 0"),
 ])
 def test_bad_input_raises_naming_the_value(call, error, words) -> None:
     with pytest.raises(error) as info:
         call()
     assert words in str(info.value)
+
+
+def test_options_left_out_or_none_are_the_planners_defaults() -> None:
+    """The defaults live in the C++ planner alone: leaving an option out, passing None and passing
+    the documented default give the same plan bytes."""
+    seqlens = [300, 100]
+    left_out = dcp.plan(seqlens, "causal", nodes=1, devices_per_node=2).to_bytes()
+    nones = dcp.plan(seqlens, "causal", nodes=1, devices_per_node=2, cluster=None,
+                     strategy=None, eps_compute=None, keep_kv=None, block_size=None).to_bytes()
+    spelled = dcp.plan(seqlens, "causal", nodes=1, devices_per_node=2, cluster="a100-p4de",
+                       strategy="dcp", eps_compute=0.3, eps_memory=0.2, keep_kv="all", heads=8,
+                       kv_heads=2, head_dim=128, dtype="bf16", head_block_size=1, stages=0,
+                       seed=0).to_bytes()
+    assert left_out == nones == spelled
 
 
 def test_damaged_plan_bytes_are_refused() -> None:

@@ -12,6 +12,8 @@
 
 #include "dcp/core/error.h"
 
+#include "dcp/model/cluster_file.h"
+
 #include "dcp/kernels/cpu/cpu_attention.h"
 
 namespace dcp::runtime {

@@ -13,6 +13,9 @@
 
 #include "dcp/core/error.h"
 
+#include "dcp/model/cluster_file.h"
+#include "dcp/model/cluster_presets.h"
+
 #include "dcp/comm/local/local_communicator.h"
 #include "dcp/sim/cost_model.h"
 

@@ -7,6 +7,7 @@
 
 #include "dcp/core/rng.h"
 
+#include "dcp/model/cluster_presets.h"
 #include "dcp/model/mask_builder.h"
 #include "dcp/model/mask_spec.h"
 #include "dcp/model/workload.h"

@@ -14,6 +14,7 @@
 #include "dcp/core/error.h"
 #include "dcp/core/rng.h"
 
+#include "dcp/model/cluster_presets.h"
 #include "dcp/model/mask_spec.h"
 #include "dcp/model/workload.h"
 

@@ -9,6 +9,8 @@
 
 #include "dcp/core/error.h"
 
+#include "dcp/model/cluster_presets.h"
+
 namespace dcp::sim {
 namespace {
 

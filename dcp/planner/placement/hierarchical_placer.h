@@ -14,11 +14,13 @@ namespace dcp {
 // 1.1 x (geometric mean over the 64 configuration x pass cells): where the network bounds a pass, a
 // device allowed more than its share moves fewer bytes (docs/partitioner.md).
 inline constexpr double kDefaultEpsCompute = 0.3;
+// The default memory balance: a device holds at most 1.2 x the mean (or the LPT packing bound).
+inline constexpr double kDefaultEpsMemory = 0.2;
 
 struct PlacementOptions {
   ClusterShape cluster;
   double eps_compute = kDefaultEpsCompute;  // device compute <= (1 + eps) x mean
-  double eps_memory = 0.2;  // device memory <= (1 + eps) x mean, or the LPT packing bound
+  double eps_memory = kDefaultEpsMemory;    // device memory <= (1 + eps) x mean, or LPT's bound
   // Node compute <= (1 + eps) x mean node compute; negative means eps_compute. A node allowed more
   // than its share moves fewer bytes between nodes, and its devices get (1 + eps_compute) x the
   // node's own mean instead of the global one (reported as the compute bound).

@@ -73,10 +73,10 @@ class DCPDataloader:
     def __init__(self, dataset, mask_fn: Callable[[Any], Any] | None = None, *, group=None,
                  tokens_per_batch: int, heads: int, kv_heads: int, head_dim: int,
                  dtype: Any = torch.bfloat16, softmax_scale: float | None = None,
-                 block_size: int | None = None, head_block_size: int = 1,
-                 strategy: str = "dcp", cluster: str = "a100-p4de", nodes: int = 1,
-                 devices_per_node: int | None = None, stages: int = 0, keep_kv: Any = "all",
-                 partial_dtype: Any = None, seed: int = 0,
+                 block_size: int | None = None, head_block_size: int | None = None,
+                 strategy: str | None = None, cluster: str | None = None, nodes: int = 1,
+                 devices_per_node: int | None = None, stages: int | None = None,
+                 keep_kv: Any = None, partial_dtype: Any = None, seed: int = 0,
                  shuffle: bool = True, prefetch: int = 2, planner_threads: int = 1,
                  epochs: int = 1, pool_size: int = 1024):
         _, self.rank, self.world_size = resolve_group(group, "DCPDataloader")

@@ -160,6 +160,18 @@ def test_softcapping_is_refused_at_the_call() -> None:
         call(model, executor)
 
 
+def test_attention_sinks_and_bidirectional_layers_are_refused() -> None:
+    model = hf_models.build_model("llama", "dcp")
+    executor = prepared(model.config)
+    q = torch.randn(1, 4, sum(SEQLENS), 16)
+    kv = torch.randn(1, 2, sum(SEQLENS), 16)
+    layer = model.model.layers[0].self_attn
+    with pytest.raises(ValueError, match="layer 0: learned attention sinks"):
+        dcphf.dcp_attention(layer, q, kv, kv, None, dcp_executor=executor, s_aux=torch.zeros(4))
+    with pytest.raises(ValueError, match="layer 0: bidirectional attention"):
+        dcphf.dcp_attention(layer, q, kv, kv, None, dcp_executor=executor, is_causal=False)
+
+
 def test_the_models_own_loss_with_loss_kwargs() -> None:
     """model(..., **loss_kwargs(lb)) is the sum of the local token losses over the batch's loss
     tokens, labels taken as already shifted."""

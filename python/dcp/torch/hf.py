@@ -90,6 +90,12 @@ def dcp_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
     if dropout:
         raise ValueError(f"{layer}: attention dropout {dropout} is not supported by dcp; set the "
                          "config's attention_dropout to 0")
+    if kwargs.get("s_aux") is not None:
+        raise ValueError(f"{layer}: learned attention sinks (s_aux) are not supported by dcp's "
+                         "kernels")
+    if kwargs.get("is_causal") is False or getattr(module, "is_causal", True) is False:
+        raise ValueError(f"{layer}: bidirectional attention (is_causal=False); dcp.torch.hf runs "
+                         "causal language models")
     if kwargs.get("output_attentions") or getattr(getattr(module, "config", None),
                                                    "output_attentions", False):
         raise ValueError(f"{layer}: output_attentions=True asks for attention weights, which dcp "

@@ -17,9 +17,9 @@
 #include "dcp/model/cluster.h"
 #include "dcp/model/cluster_file.h"
 
+#include "dcp/calibration/calibration.h"
+#include "dcp/calibration/cluster_calibration.h"
 #include "dcp/comm/comm_kind.h"
-#include "dcp/runtime/calibration.h"
-#include "dcp/runtime/cluster_calibration.h"
 
 #include "apps/cli/args.h"
 #include "apps/cli/command_table.h"
@@ -54,13 +54,13 @@ constexpr FlagSpec kFlags[] = {
     {"--help", "", "show this help"},
 };
 
-void print_report(std::ostream& out, const runtime::CalibrationReport& report,
+void print_report(std::ostream& out, const calibration::CalibrationReport& report,
                   const std::optional<std::string>& path) {
   char line[256];
   std::snprintf(line, sizeof line, "%-52s %12s  %-24s %12s\n", "measurement", "seconds", "constant",
                 "value");
   out << line;
-  for (const runtime::CalibrationMeasurement& m : report.measurements) {
+  for (const calibration::CalibrationMeasurement& m : report.measurements) {
     std::snprintf(line, sizeof line, "%-52s %12.4e  %-24s %12.4g %s\n", m.name.c_str(), m.seconds,
                   m.derives.c_str(), m.value, m.unit.c_str());
     out << line;
@@ -96,7 +96,7 @@ int run_local(const Args& args, std::ostream& out, const std::optional<std::stri
                            "--group-peers", "--name", "--timeout"}) {
     if (args.has(flag)) throw UsageError(std::string(flag) + ": applies with --comm mpi only");
   }
-  runtime::CalibrationOptions options;
+  calibration::CalibrationOptions options;
   options.devices = static_cast<std::int32_t>(args.get_int("--devices", options.devices, 1, 256));
   options.repeats = static_cast<std::int32_t>(args.get_int("--repeats", options.repeats, 1, 1000));
   options.min_seconds = args.get_double("--timing-seconds", options.min_seconds);
@@ -116,7 +116,7 @@ int run_local(const Args& args, std::ostream& out, const std::optional<std::stri
   }
   options.progress = [](std::string_view line) { std::cerr << "dcp calibrate: " << line << "\n"; };
 
-  const runtime::CalibrationReport report = runtime::calibrate_cpu_local(options);
+  const calibration::CalibrationReport report = calibration::calibrate_cpu_local(options);
   if (path) {
     with_flag("--out " + dcp::quoted(*path),
               [&] { write_file_atomically(*path, to_cluster_text(report.spec)); });
@@ -125,19 +125,19 @@ int run_local(const Args& args, std::ostream& out, const std::optional<std::stri
   return 0;
 }
 
-runtime::ClusterCalibrationOptions cluster_options(const Args& args) {
+calibration::ClusterCalibrationOptions cluster_options(const Args& args) {
   if (args.has("--devices") || args.has("--message-bytes")) {
     throw UsageError(std::string(args.has("--devices") ? "--devices" : "--message-bytes") +
                      ": applies with --comm local only (with mpi, the ranks are the devices)");
   }
-  runtime::ClusterCalibrationOptions options;
+  calibration::ClusterCalibrationOptions options;
   options.name = args.get_or("--name", options.name);
   if (options.name.empty() || options.name.find_first_of("#\n") != std::string::npos) {
     throw UsageError("--name " + dcp::quoted(options.name) +
                      ": must be non-empty, without '#' or newlines");
   }
-  runtime::DeviceCalibrationOptions& device = options.device;
-  runtime::LinkCalibrationOptions& links = options.links;
+  calibration::DeviceCalibrationOptions& device = options.device;
+  calibration::LinkCalibrationOptions& links = options.links;
   device.repeats = static_cast<std::int32_t>(args.get_int("--repeats", device.repeats, 1, 1000));
   links.repeats = device.repeats;
   device.min_seconds = args.get_double("--timing-seconds", device.min_seconds);
@@ -171,11 +171,11 @@ ClusterShape job_shape(const Args& args, comm::Communicator& communicator) {
   const std::int64_t nodes = args.get_int("--nodes", 0, 1, 65536);
   const std::int64_t per_node = args.get_int("--devices-per-node", 0, 1, 65536);
   if (nodes == 0 && per_node == 0) {
-    const std::vector<runtime::LauncherPlacement> placements =
-        runtime::exchange_placements(communicator, {environment_int("OMPI_COMM_WORLD_LOCAL_SIZE"),
-                                                    environment_int("OMPI_COMM_WORLD_LOCAL_RANK")});
+    const std::vector<calibration::LauncherPlacement> placements = calibration::exchange_placements(
+        communicator, {environment_int("OMPI_COMM_WORLD_LOCAL_SIZE"),
+                       environment_int("OMPI_COMM_WORLD_LOCAL_RANK")});
     return with_flag("--devices-per-node", [&] {
-      return runtime::shape_from_placements(placements, "OMPI_COMM_WORLD_LOCAL_SIZE");
+      return calibration::shape_from_placements(placements, "OMPI_COMM_WORLD_LOCAL_SIZE");
     });
   }
   std::string flags;
@@ -189,13 +189,13 @@ ClusterShape job_shape(const Args& args, comm::Communicator& communicator) {
   }
   const ClusterShape shape{static_cast<std::int32_t>(nodes > 0 ? nodes : world / given),
                            static_cast<std::int32_t>(per_node > 0 ? per_node : world / given)};
-  with_flag(flags, [&] { runtime::check_calibration_world(shape, world); });
+  with_flag(flags, [&] { calibration::check_calibration_world(shape, world); });
   return shape;
 }
 #endif
 
 int run_mpi(const Args& args, std::ostream& out, const std::optional<std::string>& path) {
-  runtime::ClusterCalibrationOptions options = cluster_options(args);
+  calibration::ClusterCalibrationOptions options = cluster_options(args);
   comm::CommOptions comm_options;
   comm_options.timeout_seconds = args.get_double("--timeout", 60.0);
   if (!(comm_options.timeout_seconds > 0) || !std::isfinite(comm_options.timeout_seconds)) {
@@ -210,7 +210,7 @@ int run_mpi(const Args& args, std::ostream& out, const std::optional<std::string
   // that a bad flag ends every rank alike with exit status 2.
   const ClusterShape shape = job_shape(args, communicator);
   const std::string problem = root && path ? out_problem(*path) : "";
-  runtime::CommunicatorSync sync(communicator);
+  calibration::CommunicatorSync sync(communicator);
   if (sync.max_over_ranks(problem.empty() ? 0.0 : 1.0) > 0) {
     throw UsageError(root ? problem
                           : "--out " + dcp::quoted(path.value_or("")) +
@@ -222,8 +222,8 @@ int run_mpi(const Args& args, std::ostream& out, const std::optional<std::string
     };
   }
   try {
-    const runtime::CalibrationReport report =
-        runtime::calibrate_cluster(communicator, shape, options);
+    const calibration::CalibrationReport report =
+        calibration::calibrate_cluster(communicator, shape, options);
     if (root) {
       if (path) write_file_atomically(*path, to_cluster_text(report.spec));
       print_report(out, report, path);

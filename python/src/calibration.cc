@@ -2,7 +2,7 @@
 // Calibration from Python (dcp.calibrate): timing over a Python rank sync (torch.distributed),
 // the cpu device's timings, the calls a GPU device times, and the one fit of measurements into a
 // cluster file (dcp/runtime/cluster_calibration.h).
-#include "dcp/runtime/calibration.h"
+#include "dcp/calibration/calibration.h"
 
 #include <cstdint>
 #include <string>
@@ -12,7 +12,7 @@
 
 #include "dcp/model/cluster_file.h"
 
-#include "dcp/runtime/cluster_calibration.h"
+#include "dcp/calibration/cluster_calibration.h"
 
 #include "python/src/bindings.h"
 #include <nanobind/nanobind.h>
@@ -26,11 +26,11 @@ namespace nb = nanobind;
 namespace dcp::python {
 namespace {
 
-using runtime::DeviceCalibrationOptions;
+using calibration::DeviceCalibrationOptions;
 
 // A RankSync whose barrier() and max_over_ranks(value) a Python object provides; called with the
 // GIL released, it takes the GIL for each call.
-class PythonRankSync final : public runtime::RankSync {
+class PythonRankSync final : public calibration::RankSync {
  public:
   explicit PythonRankSync(nb::object sync) : sync_(std::move(sync)) {}
   void barrier() override {
@@ -55,22 +55,22 @@ DeviceCalibrationOptions device_options(std::int32_t repeats, std::int32_t tile_
   options.tile_tokens = tile_tokens;
   options.copy_bytes = copy_bytes;
   options.min_seconds = min_seconds;
-  runtime::device_calls(options);  // checks them
+  calibration::device_calls(options);  // checks them
   return options;
 }
 
-std::vector<runtime::MessageTime> messages(
+std::vector<calibration::MessageTime> messages(
     const std::vector<std::pair<std::int64_t, double>>& items) {
-  std::vector<runtime::MessageTime> out;
+  std::vector<calibration::MessageTime> out;
   for (const auto& [bytes, seconds] : items) out.push_back({bytes, seconds});
   return out;
 }
 
 // A fit's report as Python sees it: the cluster file's text, the table's rows (name, seconds,
 // key, value, unit) and the notes.
-nb::dict report_dict(const runtime::CalibrationReport& report) {
+nb::dict report_dict(const calibration::CalibrationReport& report) {
   nb::list rows;
-  for (const runtime::CalibrationMeasurement& r : report.measurements) {
+  for (const calibration::CalibrationMeasurement& r : report.measurements) {
     rows.append(nb::make_tuple(r.name, r.seconds, r.derives, r.value, r.unit));
   }
   nb::dict d;
@@ -83,12 +83,12 @@ nb::dict report_dict(const runtime::CalibrationReport& report) {
 }  // namespace
 
 void bind_calibration(nb::module_& m) {
-  m.attr("SMALL_MESSAGE_BYTES") = runtime::kSmallMessageBytes;
+  m.attr("SMALL_MESSAGE_BYTES") = calibration::kSmallMessageBytes;
   m.def(
       "time_operations",
       [](nb::object sync, const std::vector<nb::object>& operations, std::int32_t repeats,
          double min_seconds) {
-        std::vector<runtime::TimedOperation> timed;
+        std::vector<calibration::TimedOperation> timed;
         for (const nb::object& op : operations) {
           if (op.is_none()) {
             timed.emplace_back();
@@ -101,7 +101,7 @@ void bind_calibration(nb::module_& m) {
         }
         PythonRankSync rank_sync(std::move(sync));
         nb::gil_scoped_release release;
-        return runtime::time_operations(rank_sync, timed, repeats, min_seconds);
+        return calibration::time_operations(rank_sync, timed, repeats, min_seconds);
       },
       nb::arg("sync"), nb::arg("operations"), nb::arg("repeats"), nb::arg("min_seconds"),
       "Seconds per call of each operation ([operation][repeat]) on this rank, every rank at once "
@@ -111,12 +111,12 @@ void bind_calibration(nb::module_& m) {
       [](std::int32_t repeats, std::int32_t tile_tokens, std::int64_t copy_bytes,
          double min_seconds, std::int32_t heads) {
         nb::list calls;
-        for (const runtime::DeviceCall& c : runtime::device_calls(
+        for (const calibration::DeviceCall& c : calibration::device_calls(
                  device_options(repeats, tile_tokens, copy_bytes, min_seconds, heads))) {
           nb::dict d;
-          d["kind"] = c.kind == runtime::DeviceCall::Kind::kForward    ? "forward"
-                      : c.kind == runtime::DeviceCall::Kind::kBackward ? "backward"
-                                                                       : "copy";
+          d["kind"] = c.kind == calibration::DeviceCall::Kind::kForward    ? "forward"
+                      : c.kind == calibration::DeviceCall::Kind::kBackward ? "backward"
+                                                                           : "copy";
           d["name"] = c.name;
           d["heads"] = c.heads;
           d["rows"] = c.rows;
@@ -141,37 +141,37 @@ void bind_calibration(nb::module_& m) {
             device_options(repeats, tile_tokens, copy_bytes, min_seconds, heads);
         PythonRankSync rank_sync(std::move(sync));
         nb::gil_scoped_release release;
-        return runtime::time_cpu_device(rank_sync, rank, options);
+        return calibration::time_cpu_device(rank_sync, rank, options);
       },
       nb::arg("sync"), nb::arg("rank"), nb::arg("repeats"), nb::arg("tile_tokens"),
       nb::arg("copy_bytes"), nb::arg("min_seconds"), nb::arg("heads") = 1);
   m.def("cpu_subtiles", [] {
-    const runtime::KernelSubtiles s = runtime::cpu_kernel_subtiles();
+    const calibration::KernelSubtiles s = calibration::cpu_kernel_subtiles();
     return std::make_tuple(s.forward_q, s.forward_kv, s.backward_q, s.backward_kv, s.whole);
   });
   m.def(
       "sweep_sizes",
       [](std::int64_t min_bytes, std::int64_t max_bytes) {
-        runtime::LinkCalibrationOptions options;
+        calibration::LinkCalibrationOptions options;
         options.min_bytes = min_bytes;
         options.max_bytes = max_bytes;
-        return runtime::sweep_sizes(options);
+        return calibration::sweep_sizes(options);
       },
       nb::arg("min_bytes"), nb::arg("max_bytes"));
   m.def(
       "shape_from_placements",
       [](const std::vector<std::pair<std::int32_t, std::int32_t>>& placements,
          const std::string& variable) {
-        std::vector<runtime::LauncherPlacement> p;
+        std::vector<calibration::LauncherPlacement> p;
         for (const auto& [size, rank] : placements) p.push_back({size, rank});
-        const ClusterShape shape = runtime::shape_from_placements(p, variable);
+        const ClusterShape shape = calibration::shape_from_placements(p, variable);
         return std::make_pair(shape.nodes, shape.devices_per_node);
       },
       nb::arg("placements"), nb::arg("variable"));
   m.def(
       "check_calibration_world",
       [](std::int32_t nodes, std::int32_t devices_per_node, std::int32_t ranks) {
-        runtime::check_calibration_world({nodes, devices_per_node}, ranks);
+        calibration::check_calibration_world({nodes, devices_per_node}, ranks);
       },
       nb::arg("nodes"), nb::arg("devices_per_node"), nb::arg("ranks"));
   m.def(
@@ -185,7 +185,7 @@ void bind_calibration(nb::module_& m) {
          std::int32_t tile_tokens, std::int64_t copy_bytes, double min_seconds,
          std::tuple<std::int32_t, std::int32_t, std::int32_t, std::int32_t, bool> subtiles,
          const std::string& name, std::int32_t heads) {
-        runtime::LinkMeasurements links;
+        calibration::LinkMeasurements links;
         links.shape = {nodes, devices_per_node};
         links.intra_node = messages(intra_node);
         links.inter_node = messages(inter_node);
@@ -194,7 +194,7 @@ void bind_calibration(nb::module_& m) {
         }
         links.aggregate = {aggregate.first, aggregate.second};
         const auto [fq, fkv, bq, bkv, whole] = subtiles;
-        return report_dict(runtime::fit_cluster(
+        return report_dict(calibration::fit_cluster(
             links, device_timings,
             device_options(repeats, tile_tokens, copy_bytes, min_seconds, heads),
             {fq, fkv, bq, bkv, whole}, name));
@@ -203,7 +203,8 @@ void bind_calibration(nb::module_& m) {
       nb::arg("groups"), nb::arg("aggregate"), nb::arg("device_timings"), nb::arg("repeats"),
       nb::arg("tile_tokens"), nb::arg("copy_bytes"), nb::arg("min_seconds"), nb::arg("subtiles"),
       nb::arg("name"), nb::arg("heads") = 1,
-      "The cluster file of the measurements (dcp::runtime::fit_cluster): a dict of its text, the "
+      "The cluster file of the measurements (dcp::calibration::fit_cluster): a dict of its text, "
+      "the "
       "table's rows (name, seconds, key, value, unit) and notes.");
   m.def(
       "cluster_text",
@@ -219,7 +220,7 @@ void bind_calibration(nb::module_& m) {
          std::tuple<std::int32_t, std::int32_t, std::int32_t, std::int32_t, bool> subtiles,
          const std::string& name, std::int32_t heads) {
         const auto [fq, fkv, bq, bkv, whole] = subtiles;
-        return report_dict(runtime::fit_device_onto(
+        return report_dict(calibration::fit_device_onto(
             resolve_cluster(base), timings,
             device_options(repeats, tile_tokens, copy_bytes, min_seconds, heads),
             {fq, fkv, bq, bkv, whole}, name));
@@ -227,7 +228,8 @@ void bind_calibration(nb::module_& m) {
       nb::arg("base"), nb::arg("device_timings"), nb::arg("repeats"), nb::arg("tile_tokens"),
       nb::arg("copy_bytes"), nb::arg("min_seconds"), nb::arg("subtiles"), nb::arg("name"),
       nb::arg("heads") = 1,
-      "The cluster file of a device timed alone (dcp::runtime::fit_device_onto): the base preset "
+      "The cluster file of a device timed alone (dcp::calibration::fit_device_onto): the base "
+      "preset "
       "or file with the fitted device constants; a dict as fit_cluster's.");
 }
 

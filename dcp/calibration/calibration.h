@@ -12,9 +12,9 @@
 
 #include "dcp/model/cluster.h"
 
-#include "dcp/runtime/rank_timing.h"
+#include "dcp/calibration/rank_timing.h"
 
-namespace dcp::runtime {
+namespace dcp::calibration {
 
 // `value` rounded to 4 significant digits in `unit` (the cluster file's), back in SI units.
 double round4(double value, double unit);
@@ -135,4 +135,4 @@ struct CalibrationReport {
 // for an option out of range.
 CalibrationReport calibrate_cpu_local(const CalibrationOptions& options);
 
-}  // namespace dcp::runtime
+}  // namespace dcp::calibration

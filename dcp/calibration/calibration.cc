@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Calibration of the cost model's constants for the cpu kernels and the local communicator.
-#include "dcp/runtime/calibration.h"
+#include "dcp/calibration/calibration.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,7 +22,7 @@
 #include "dcp/program/program.h"
 #include "dcp/sim/cost_model.h"
 
-namespace dcp::runtime {
+namespace dcp::calibration {
 namespace {
 
 using kernels::ElementType;
@@ -630,4 +630,4 @@ CalibrationReport calibrate_cpu_local(const CalibrationOptions& options) {
   return report;
 }
 
-}  // namespace dcp::runtime
+}  // namespace dcp::calibration

@@ -13,10 +13,10 @@
 
 #include "dcp/model/cluster.h"
 
+#include "dcp/calibration/calibration.h"
 #include "dcp/comm/communicator.h"
-#include "dcp/runtime/calibration.h"
 
-namespace dcp::runtime {
+namespace dcp::calibration {
 
 // The small message whose one-way time gives a link's latency.
 inline constexpr std::int64_t kSmallMessageBytes = 8;
@@ -149,4 +149,4 @@ struct ClusterCalibrationOptions {
 CalibrationReport calibrate_cluster(comm::Communicator& communicator, const ClusterShape& shape,
                                     const ClusterCalibrationOptions& options);
 
-}  // namespace dcp::runtime
+}  // namespace dcp::calibration

@@ -2,7 +2,7 @@
 // The cpu-local calibration: a valid spec with constants of the right order of magnitude (wide
 // enough for a sanitized debug build, narrow enough to catch a unit mistake), and its option
 // errors. Small tiles and buffers keep it fast; it never checks timings against each other.
-#include "dcp/runtime/calibration.h"
+#include "dcp/calibration/calibration.h"
 
 #include <algorithm>
 #include <string>
@@ -16,7 +16,7 @@
 
 #include "dcp/kernels/cpu/cpu_attention.h"
 
-namespace dcp::runtime {
+namespace dcp::calibration {
 namespace {
 
 CalibrationOptions fast_options() {
@@ -132,4 +132,4 @@ TEST(CalibrateCpuLocal, RejectsBadOptionsNamingThem) {
 }
 
 }  // namespace
-}  // namespace dcp::runtime
+}  // namespace dcp::calibration

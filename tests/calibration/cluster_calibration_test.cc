@@ -2,7 +2,7 @@
 // The cluster calibration's fit recovers the constants of a known spec from the measurements that
 // spec predicts, refuses bad measurements naming them, and the measurement runs end to end over
 // local ranks (validity only: it never checks timings against each other).
-#include "dcp/runtime/cluster_calibration.h"
+#include "dcp/calibration/cluster_calibration.h"
 
 #include <cmath>
 #include <limits>
@@ -19,7 +19,7 @@
 #include "dcp/comm/local/local_communicator.h"
 #include "dcp/sim/cost_model.h"
 
-namespace dcp::runtime {
+namespace dcp::calibration {
 namespace {
 
 // A cluster with every link constant set: 2 nodes x 4 devices, 2 interfaces per node.
@@ -490,4 +490,4 @@ TEST(CalibrateCluster, RefusesAShapeThatDoesNotMatchTheRanksOnEveryRank) {
 }
 
 }  // namespace
-}  // namespace dcp::runtime
+}  // namespace dcp::calibration

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Calibration of a cluster between real ranks: link measurements over a Communicator and their fit.
-#include "dcp/runtime/cluster_calibration.h"
+#include "dcp/calibration/cluster_calibration.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "dcp/core/error.h"
 #include "dcp/core/timing.h"
 
-namespace dcp::runtime {
+namespace dcp::calibration {
 namespace {
 
 using Kind = comm::TransferOp::Kind;
@@ -588,4 +588,4 @@ CalibrationReport calibrate_cluster(comm::Communicator& communicator, const Clus
   return fit_cluster(links, device, options.device, cpu_kernel_subtiles(), options.name);
 }
 
-}  // namespace dcp::runtime
+}  // namespace dcp::calibration

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Timing operations on several ranks at once.
-#include "dcp/runtime/rank_timing.h"
+#include "dcp/calibration/rank_timing.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "dcp/core/timing.h"
 
-namespace dcp::runtime {
+namespace dcp::calibration {
 namespace {
 
 constexpr std::int64_t kMaxIterations = 10000;
@@ -83,4 +83,4 @@ std::vector<std::vector<double>> time_operations(RankSync& sync,
   return seconds;
 }
 
-}  // namespace dcp::runtime
+}  // namespace dcp::calibration

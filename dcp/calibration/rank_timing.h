@@ -10,7 +10,7 @@
 
 #include "dcp/comm/communicator.h"
 
-namespace dcp::runtime {
+namespace dcp::calibration {
 
 // What timing on several ranks at once needs from them.
 class RankSync {
@@ -47,4 +47,4 @@ std::vector<std::vector<double>> time_operations(RankSync& sync,
                                                  std::span<const TimedOperation> operations,
                                                  std::int32_t repeats, double min_seconds);
 
-}  // namespace dcp::runtime
+}  // namespace dcp::calibration

@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: Apache-2.0
+// dcp's own plan search: the block sizes of the sweep, the retries at a tighter compute balance,
+// the structured layouts where a few sequences are long, and partials in fp32; the fastest under
+// the simulator is kept.
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "dcp/core/error.h"
+#include "dcp/core/timing.h"
+
+#include "dcp/planner/compile/compiler.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/planner/plan_builder_internal.h"
+#include "dcp/program/program_stats.h"
+#include "dcp/sim/simulator.h"
+
+namespace dcp {
+namespace plan_building {
+namespace {
+
+// The workload with every sequence cut into blocks of `block_size` tokens.
+Workload reblocked(const Workload& workload, TokenCount block_size) {
+  std::vector<SequenceMask> masks;
+  masks.reserve(static_cast<std::size_t>(workload.batch().size()));
+  for (SeqIndex seq = 0; seq < workload.batch().size(); ++seq) masks.push_back(workload.mask(seq));
+  return Workload(workload.shape(), workload.batch(), std::move(masks), block_size,
+                  workload.heads().head_block_size());
+}
+
+// Whether any Program of the plan sends a partial output (o, dq, dk, dv) to another device.
+bool sends_partials(const Plan& plan) {
+  for (const auto* programs : {&plan.forward, &plan.backward}) {
+    for (const Program& program : *programs) {
+      for (const Instruction& instruction : program.instructions) {
+        const auto* launch = std::get_if<Launch>(&instruction);
+        if (launch == nullptr) continue;
+        for (const CommOp& op : launch->ops) {
+          if (op.direction == CommOp::Direction::kSend &&
+              is_output(program.slots[static_cast<std::size_t>(op.slot)].kind)) {
+            return true;
+          }
+        }
+      }
+    }
+  }
+  return false;
+}
+
+// Whether the batch's (first) longest sequence leaves at least kDenseSequenceDensity of its pairs.
+bool longest_is_dense(const Workload& workload) {
+  const SequenceBatch& batch = workload.batch();
+  for (SeqIndex seq = 0; seq < batch.size(); ++seq) {
+    if (batch.length(seq) == batch.max_length()) {
+      return workload.density(seq) >= kDenseSequenceDensity;
+    }
+  }
+  return false;
+}
+
+// The share of a pass's bytes that are partial outputs (what fp32 partials would double).
+double partial_share(const PassTraffic& traffic) {
+  std::int64_t partials = 0;
+  for (std::size_t kind = 0; kind < kSlotKindCount; ++kind) {
+    if (is_output(static_cast<SlotKind>(kind))) {
+      partials += traffic.inter_node_by_kind[kind] + traffic.intra_node_by_kind[kind];
+    }
+  }
+  const std::int64_t total = traffic.inter_node + traffic.intra_node;
+  return total == 0 ? 0.0 : static_cast<double>(partials) / static_cast<double>(total);
+}
+
+}  // namespace
+
+BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
+  if (options.block_sizes.empty()) return build_one(workload, options);
+  const auto top = static_cast<TokenCount>(std::bit_ceil(
+      static_cast<std::uint64_t>(std::max<TokenCount>(1, workload.batch().max_length()))));
+  std::vector<TokenCount> sizes;
+  for (const TokenCount size : options.block_sizes) {
+    if (size < 1) throw InvalidInput("block size " + std::to_string(size) + " is not positive");
+    const TokenCount effective = std::min(size, top);
+    if (std::find(sizes.begin(), sizes.end(), effective) == sizes.end()) sizes.push_back(effective);
+  }
+  const bool structured = options.structured_layouts && options.kept_kv_budget == kKeepAllKv &&
+                          few_long_sequences(workload);
+  if (structured && longest_is_dense(workload) &&
+      std::any_of(sizes.begin(), sizes.end(),
+                  [](TokenCount size) { return size >= kDenseMinBlockSize; })) {
+    std::erase_if(sizes, [](TokenCount size) { return size < kDenseMinBlockSize; });
+  }
+  const DType storage = workload.shape().dtype;
+  std::optional<BuiltPlan> best;
+  std::vector<OwnCandidate> tried;
+  std::size_t kept_index = 0;
+  // Whether fp32 partials may make the kept plan faster (see below), from its simulation.
+  bool fp32_may_gain = false;
+  const auto consider = [&](BuiltPlan built, OwnCandidate candidate) {
+    const sim::PlanSimulation simulation = sim::simulate(built.plan, options.cluster);
+    candidate.forward_seconds = simulation.forward.seconds;
+    candidate.backward_seconds = simulation.backward.seconds;
+    tried.push_back(candidate);
+    if (!best || candidate.seconds() < tried[kept_index].seconds()) {
+      best = std::move(built);
+      kept_index = tried.size() - 1;
+      fp32_may_gain = false;
+      for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+        const sim::PassSimulation& simulated =
+            pass == Pass::kForward ? simulation.forward : simulation.backward;
+        double convert = 0;
+        for (const sim::DeviceTimeline& device : simulated.devices) {
+          convert = std::max(convert, device.convert_seconds);
+        }
+        fp32_may_gain |=
+            convert >= kFp32PartialsMinGain * candidate.seconds() &&
+            convert > simulated.critical_transfer_seconds *
+                          partial_share(pass_traffic(best->plan.header, best->plan.programs(pass)));
+      }
+    }
+  };
+  for (const TokenCount size : sizes) {
+    std::optional<Workload> cut;
+    try {
+      cut.emplace(reblocked(workload, size));
+    } catch (const InvalidInput&) {
+      // Too many blocks or tiles at this size (kMaxBatchTokens and the tile limits): a larger
+      // size may still fit.
+      if (size == sizes.back() && !best) throw;
+      continue;
+    }
+    consider(build_one(*cut, options), {"partition", size, storage, false, 0, 0});
+  }
+  if (best && options.retry_tighter_balance && options.placement.eps_compute > kRetryEpsCompute) {
+    // The fastest kRetryPartitions partitions, fastest first (all of `tried` are partitions here).
+    std::vector<OwnCandidate> fastest = tried;
+    std::stable_sort(fastest.begin(), fastest.end(),
+                     [](const auto& a, const auto& b) { return a.seconds() < b.seconds(); });
+    fastest.resize(std::min(fastest.size(), kRetryPartitions));
+    PlanOptions tighter = options;
+    tighter.placement.eps_compute = kRetryEpsCompute;
+    for (const OwnCandidate& partition : fastest) {
+      const TokenCount size = partition.block_size;
+      BuiltPlan built = build_one(reblocked(workload, size), tighter);
+      if (built.placement_within_bounds) {
+        consider(std::move(built), {"partition", size, storage, true, 0, 0});
+      }
+    }
+  }
+  if (structured) {
+    for (const Strategy layout : kStructuredLayouts) {
+      std::optional<BuiltPlan> built;
+      try {
+        built.emplace(build_structured(layout, workload, options));
+      } catch (const InvalidInput&) {
+        continue;  // the layout cannot run on the cluster (e.g. hybrid with too few heads)
+      }
+      consider(std::move(*built), {std::string(to_string(layout)), 0, storage, false, 0, 0});
+    }
+  }
+  // Narrow partials halve their bytes but cost a conversion kernel on each side of every launch
+  // that moves them; where a pass is compute-bound that costs more than the bytes save. So the
+  // fastest plan is also tried with partials in fp32 (its placement kept), unless the dtype was
+  // asked for, or in no pass its busiest device's conversions take both kFp32PartialsMinGain of
+  // its time and longer than the part of the pass's critical-path transfers that fp32 lengthens:
+  // those transfers times the pass's share of partial bytes (partial_share). (Against the whole
+  // critical transfers, the retry would be skipped on batches where it wins, docs/scheduling.md.)
+  if (!options.partial_dtype && storage != DType::kFp32 && fp32_may_gain &&
+      sends_partials(best->plan)) {
+    OwnCandidate fp32 = tried[kept_index];
+    fp32.partial_dtype = DType::kFp32;
+    if (fp32.layout == "partition") {
+      BuiltPlan built{Plan{},
+                      best->workload,
+                      best->placement,
+                      best->placement_within_bounds,
+                      {},
+                      {},
+                      {},
+                      {},
+                      {},
+                      {}};
+      const auto start = Clock::now();
+      built.timings.partition_ms = best->timings.partition_ms;  // the placement it reuses
+      schedule_and_compile(built, options, DType::kFp32);
+      built.timings.total_ms = built.timings.partition_ms + ms_since(start);
+      consider(std::move(built), fp32);
+    } else {
+      PlanOptions fp32_options = options;
+      fp32_options.partial_dtype = DType::kFp32;
+      consider(build_structured(parse_strategy(fp32.layout), workload, fp32_options), fp32);
+    }
+  }
+  best->own_candidates = std::move(tried);
+  return std::move(*best);
+}
+
+}  // namespace plan_building
+
+bool few_long_sequences(const Workload& workload) {
+  const SequenceBatch& batch = workload.batch();
+  if (batch.size() > kStructuredMaxSequences) return false;
+  return 2 * batch.max_length() >= batch.total_tokens() ||
+         (batch.size() <= kStructuredDenseMaxSequences &&
+          plan_building::longest_is_dense(workload));
+}
+
+}  // namespace dcp

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+// dcp's selection: its own plan against every static strategy's, screened by estimates and
+// their lower bounds, the rest compiled and simulated; the fastest kept.
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "dcp/core/error.h"
+#include "dcp/core/timing.h"
+
+#include "dcp/planner/compile/compiler.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/planner/plan_builder_internal.h"
+#include "dcp/sim/simulator.h"
+
+namespace dcp {
+namespace plan_building {
+namespace {
+
+PlanCandidate simulated(const BuiltPlan& built, std::string strategy, const ClusterSpec& cluster) {
+  const sim::PlanSimulation simulation = sim::simulate(built.plan, cluster);
+  return {std::move(strategy),        true, "", true, 0, simulation.forward.seconds,
+          simulation.backward.seconds};
+}
+
+}  // namespace
+
+BuiltPlan select_static(const Workload& workload, const PlanOptions& options, BuiltPlan best,
+                        Clock::time_point start) {
+  const std::vector<OwnCandidate> own_candidates = best.own_candidates;
+  const auto select_start = Clock::now();
+  PlanSelection selection;
+  if (own_candidates.empty()) {  // one block size: not simulated yet
+    selection.candidates.push_back(simulated(best, "dcp", options.cluster));
+  } else {  // the kept one: the first fastest
+    const auto kept =
+        std::min_element(own_candidates.begin(), own_candidates.end(),
+                         [](const auto& a, const auto& b) { return a.seconds() < b.seconds(); });
+    selection.candidates.push_back(
+        {"dcp", true, "", true, 0, kept->forward_seconds, kept->backward_seconds});
+  }
+  double best_seconds = selection.candidates.front().seconds();
+  for (const Strategy strategy : kStaticStrategies) {
+    PlanOptions static_options = options;
+    static_options.strategy = strategy;
+    const std::string name(to_string(strategy));
+    const auto static_start = Clock::now();
+    // Screen from the strategy's structure first: a bound of its estimate needs no layout.
+    double bound = 0;
+    try {
+      bound = static_plan_lower_bound(workload, static_options);
+    } catch (const InvalidInput& e) {
+      selection.candidates.push_back({name, false, e.what(), false, 0, 0, 0});
+      continue;
+    }
+    if (bound >= kScreenFactor * best_seconds) {
+      PlanCandidate screened{name, true, "", false, bound, 0, 0};
+      screened.bounded = true;
+      selection.candidates.push_back(screened);
+      continue;
+    }
+    std::optional<StaticPlan> layout;
+    PassEstimates estimates;
+    try {
+      layout.emplace(static_layout(workload, static_options, &estimates));
+    } catch (const InvalidInput& e) {
+      selection.candidates.push_back({name, false, e.what(), false, 0, 0, 0});
+      continue;
+    }
+    // Screen: a static plan whose schedule estimate is far above dcp's simulated time is not
+    // compiled and simulated (docs/cost_model.md; the estimate is within a few percent of the
+    // simulation for static plans, whose time is transfers and whole-tile kernels).
+    const double estimated = estimates.seconds();
+    if (estimated >= kScreenFactor * best_seconds) {
+      selection.candidates.push_back({name, true, "", false, estimated, 0, 0});
+      continue;
+    }
+    BuiltPlan candidate =
+        compile_static(std::move(*layout), static_options, static_start, estimates);
+    PlanCandidate simulated_candidate = simulated(candidate, name, options.cluster);
+    simulated_candidate.estimate_seconds = estimated;
+    selection.candidates.push_back(simulated_candidate);
+    if (simulated_candidate.seconds() < best_seconds) {
+      best_seconds = simulated_candidate.seconds();
+      selection.kept = name;
+      best = std::move(candidate);
+      best.plan.header.strategy = "dcp/" + name;
+    }
+  }
+  selection.simulate_ms = ms_since(select_start);
+  best.selection = std::move(selection);
+  best.own_candidates = own_candidates;
+  best.timings.total_ms = ms_since(start);
+  return best;
+}
+
+}  // namespace plan_building
+
+using plan_building::select_static;
+
+BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, BuiltPlan own) {
+  if (options.strategy != Strategy::kDcp) {
+    throw InvalidInput("select_plan is dcp's selection; the options name " +
+                       std::string(to_string(options.strategy)));
+  }
+  validate(options.cluster);
+  const auto start = Clock::now();
+  own.plan.header.strategy = std::string(to_string(Strategy::kDcp));
+  return select_static(workload, options, std::move(own), start);
+}
+
+}  // namespace dcp

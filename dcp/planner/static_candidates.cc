@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+// The static strategies' pipeline: layout (with a double ring's outer hops placed by the
+// estimate), estimates and their lower bound, and Programs.
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "dcp/core/error.h"
+#include "dcp/core/timing.h"
+
+#include "dcp/planner/compile/compiler.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/planner/plan_builder_internal.h"
+
+namespace dcp {
+namespace {
+
+StaticOptions static_options_of(const PlanOptions& options) {
+  StaticOptions static_options;
+  static_options.masked_tiles = options.masked_tiles;
+  static_options.data_parallel = options.static_data_parallel;
+  static_options.loongtrain_window = options.loongtrain_window;
+  return static_options;
+}
+
+}  // namespace
+
+namespace plan_building {
+
+BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start,
+                         const PassEstimates& estimates) {
+  BuiltPlan built{
+      Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {},
+      {}};
+  built.data_parallel = layout.data_parallel;
+  built.timings.partition_ms = ms_since(start);
+  built.plan.header = strategy_header(built.workload, options);
+  compile_passes(built, layout.forward, layout.backward, nullptr);
+  built.forward = {layout.forward.stages, 0, false, estimates.forward};
+  built.backward = {layout.backward.stages, 0, false, estimates.backward};
+  built.timings.total_ms = ms_since(start);
+  return built;
+}
+
+}  // namespace plan_building
+
+using plan_building::compile_static;
+using plan_building::strategy_header;
+
+PassEstimates static_plan_estimate(const StaticPlan& layout, const PlanOptions& options) {
+  const PlanHeader header = strategy_header(layout.workload, options);
+  return {estimate(layout.workload, layout.placement, options.cluster, header, layout.forward),
+          estimate(layout.workload, layout.placement, options.cluster, header, layout.backward)};
+}
+
+double static_plan_lower_bound(const Workload& workload, const PlanOptions& options) {
+  return static_estimate_lower_bound(options.strategy, workload, options.cluster,
+                                     static_options_of(options),
+                                     strategy_header(workload, options));
+}
+
+StaticPlan static_layout(const Workload& workload, const PlanOptions& options,
+                         PassEstimates* estimates) {
+  StaticPlan plan =
+      static_plan(options.strategy, workload, options.cluster.shape, static_options_of(options));
+  // A double ring's outer hops: in the round's first launch (static_plan's), or spread over the
+  // round's launches, per pass whichever the estimate finds faster (spread_outer_hops).
+  const bool double_ring = plan.ring.window > 1 && plan.ring.window < plan.ring.ring_size();
+  if (!double_ring) {
+    if (estimates != nullptr) *estimates = static_plan_estimate(plan, options);
+    return plan;
+  }
+  const PlanHeader header = strategy_header(plan.workload, options);
+  PassEstimates kept;
+  for (const auto& [schedule, kept_estimate] :
+       {std::pair{&plan.forward, &kept.forward}, std::pair{&plan.backward, &kept.backward}}) {
+    *kept_estimate = estimate(plan.workload, plan.placement, options.cluster, header, *schedule);
+    PassSchedule other = spread_outer_hops(plan.workload, plan.placement, plan.ring, *schedule);
+    ScheduleEstimate other_estimate =
+        estimate(plan.workload, plan.placement, options.cluster, header, other);
+    if (other_estimate.seconds < kept_estimate->seconds) {
+      *schedule = std::move(other);
+      *kept_estimate = std::move(other_estimate);
+    }
+  }
+  if (estimates != nullptr) *estimates = std::move(kept);
+  return plan;
+}
+
+BuiltPlan build_static(StaticPlan layout, const PlanOptions& options,
+                       const PassEstimates& estimates) {
+  return compile_static(std::move(layout), options, Clock::now(), estimates);
+}
+
+}  // namespace dcp

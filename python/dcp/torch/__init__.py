@@ -13,7 +13,7 @@
 docs/python.md describes the design."""
 from dcp.torch.attention import DCPAttn, attention
 from dcp.torch.dataloader import IGNORE_INDEX, DCPDataloader, LocalBatch, pack_batches
-from dcp.torch.executor import DCPExecutor
+from dcp.torch.executor import DCPExecutor, NotPreparedError
 
-__all__ = ["DCPAttn", "DCPDataloader", "DCPExecutor", "IGNORE_INDEX", "LocalBatch", "attention",
-           "pack_batches"]
+__all__ = ["DCPAttn", "DCPDataloader", "DCPExecutor", "IGNORE_INDEX", "LocalBatch", "NotPreparedError",
+           "attention", "pack_batches"]

@@ -277,15 +277,18 @@ def launch(script: str, args: argparse.Namespace, train, backend: str = "gloo") 
             dist.destroy_process_group()
 
 
-def lead_printer(distributed: bool, progress: Progress):
-    """say(*parts): prints on rank 0 only, clearing the progress bar first."""
+def run_context(args: argparse.Namespace, distributed: bool):
+    """(world size, whether this is the lead rank, the progress bar, say): say(*parts) prints on
+    the lead rank (rank 0) only, clearing the progress bar first."""
+    world = dist.get_world_size() if distributed else 1
     lead = not distributed or dist.get_rank() == 0
+    progress = Progress(args.steps)
 
     def say(*parts) -> None:
         if lead:
             progress.clear()
             print(*parts, flush=True)
-    return say
+    return world, lead, progress, say
 
 
 def main(argv=None) -> int:
@@ -293,11 +296,7 @@ def main(argv=None) -> int:
 
 
 def train(args: argparse.Namespace, distributed: bool) -> int:
-    rank = dist.get_rank() if distributed else 0
-    world = dist.get_world_size() if distributed else 1
-    lead = rank == 0
-    progress = Progress(args.steps)
-    say = lead_printer(distributed, progress)
+    world, lead, progress, say = run_context(args, distributed)
     if args.dense:
         try:
             spec_mask(args.mask, 4)  # a malformed mask fails here, before any work

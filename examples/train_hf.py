@@ -27,8 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_model import loss_fn  # noqa: E402
 from hf_models import FAMILIES, build_model  # noqa: E402
 from text_corpus import ByteSequenceDataset, load_corpus  # noqa: E402
-from train_gpt import Progress, check_training_args, import_dcp_torch, launch, lead_printer, \
-    make_optimizer, packed_batches, training_loop, training_parser, write_outputs  # noqa: E402
+from train_gpt import check_training_args, import_dcp_torch, launch, make_optimizer, \
+    packed_batches, run_context, training_loop, training_parser, write_outputs  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -58,11 +58,7 @@ def main(argv=None) -> int:
 
 
 def train(args: argparse.Namespace, distributed: bool) -> int:
-    rank = dist.get_rank() if distributed else 0
-    world = dist.get_world_size() if distributed else 1
-    lead = rank == 0
-    progress = Progress(args.steps)
-    say = lead_printer(distributed, progress)
+    world, lead, progress, say = run_context(args, distributed)
 
     dcpt = import_dcp_torch(args.dense)
     import dcp.torch.hf as dcphf

@@ -88,7 +88,9 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
 
 }  // namespace plan_building
 
-using namespace plan_building;
+using plan_building::build_one;
+using plan_building::build_own;
+using plan_building::select_static;
 
 DType partial_dtype_of(const PlanOptions& options, DType storage) {
   if (options.partial_dtype) return *options.partial_dtype;

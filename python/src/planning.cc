@@ -3,7 +3,6 @@
 // the background queue, plan files, verification, simulation, masks as interval arrays, packing.
 #include <cstdint>
 #include <cstring>
-#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -100,6 +99,7 @@ class NamedOptions {
 
   template <typename T>
   std::optional<T> get(const std::string& name) {
+    asked_.push_back(name);
     const auto it = given_.find(name);
     if (it == given_.end()) return std::nullopt;
     T value;
@@ -112,18 +112,19 @@ class NamedOptions {
     return value;
   }
 
-  // Refuses options nobody asked for, naming them and the known ones.
-  void expect_all_used(std::initializer_list<const char*> known) const {
+  // Refuses the options no get() asked for, naming them and the ones asked for.
+  void expect_all_used() const {
     if (given_.empty()) return;
     std::string names, all;
     for (const auto& [name, value] : given_) names += (names.empty() ? "" : ", ") + name;
-    for (const char* name : known) all += (all.empty() ? "" : ", ") + std::string(name);
+    for (const std::string& name : asked_) all += (all.empty() ? "" : ", ") + name;
     throw nb::type_error(
         ("unknown planner option(s) " + names + "; the options are " + all).c_str());
   }
 
  private:
   std::map<std::string, nb::handle> given_;
+  std::vector<std::string> asked_;  // every name get() was called with, in order
 };
 
 template <typename T>
@@ -158,8 +159,8 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
   }
   request.lengths = seqlens;
   request.masks = batch_masks(masks, SequenceBatch(seqlens));
-  request.block_size =
-      at_least<TokenCount>(options.get<TokenCount>("block_size"), 0, 0, "block_size");
+  request.block_size = at_least(options.get<TokenCount>("block_size"), request.block_size,
+                                TokenCount{0}, "block_size");
   request.head_block_size = at_least(options.get<std::int32_t>("head_block_size"),
                                      request.head_block_size, 1, "head_block_size");
   PlanOptions& plan = request.plan;
@@ -199,10 +200,7 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
     }
   }
   plan.seed = options.get<std::uint64_t>("seed").value_or(plan.seed);
-  options.expect_all_used({"heads", "kv_heads", "head_dim", "dtype", "softmax_scale", "block_size",
-                           "head_block_size", "cluster", "nodes", "devices_per_node", "strategy",
-                           "stages", "eps_compute", "eps_memory", "compute_masked_tiles", "keep_kv",
-                           "partial_dtype", "seed"});
+  options.expect_all_used();
   return request;
 }
 

@@ -19,21 +19,13 @@ def text_dataset():
                                            min_len=8, seed=0, mean_len=96)
 
 
-def _all_reduce_grads(model: torch.nn.Module) -> None:
-    import torch.distributed as dist
-    for p in model.parameters():
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        dist.all_reduce(p.grad)
-
-
 def train_hf_dcp(rank: int, size: int, families: list[str]) -> dict:
     """HF_TRAIN["steps"] AdamW steps of each family's tiny model on dcp (attn_implementation
     "dcp", the model's own loss with dcp.torch.hf.loss_kwargs), data parallel over the group.
     Returns per family the global loss of every step, the batches, the first step's summed
     gradients, and the largest gap between the model's loss and F.cross_entropy's."""
     import hf_models
-    import torch.distributed as dist
+    from train_gpt import sum_over_group
 
     import dcp.torch.hf as dcphf
     dcphf.register()
@@ -61,13 +53,11 @@ def train_hf_dcp(rank: int, size: int, families: list[str]) -> dict:
             gap = max(gap, abs(result.loss.item() - summed.item()))
             optimizer.zero_grad()
             result.loss.backward()
-            _all_reduce_grads(model)
+            total = sum_over_group(model, result.loss)  # the gradients too
             if first_grads is None:
                 first_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
             optimizer.step()
-            total = result.loss.detach().clone()
-            dist.all_reduce(total)
-            losses.append(total.item())
+            losses.append(total)
             batches.append(lb.batch_indices)
         out[family] = {"losses": losses, "batches": batches, "gap": gap,
                        "grads": first_grads if rank == 0 else {}}
@@ -120,6 +110,7 @@ def compiled_against_eager(rank: int, size: int) -> dict:
     import gpt_model
     import hf_models
     import torch._dynamo
+    from train_gpt import sum_over_group
 
     import dcp.torch.hf as dcphf
     dcphf.register()
@@ -162,7 +153,7 @@ def compiled_against_eager(rank: int, size: int) -> dict:
                 loss = gpt_model.loss_fn(logits, lb.labels, lb.loss_tokens)
                 optimizer.zero_grad()
                 loss.backward()
-                _all_reduce_grads(model)
+                sum_over_group(model, loss)
                 optimizer.step()
                 losses.append(loss.item())
             return losses

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs the Python package dcp (pip install .) with what it builds and tests with: PyTorch,
-# NumPy, pytest and transformers (the optional extra dcp[hf]) from PyPI, scikit-build-core and
-# nanobind to build. Skips what is there.
+# NumPy, pytest with pytest-xdist (the tests run on every core) and transformers (the optional
+# extra dcp[hf]) from PyPI, scikit-build-core and nanobind to build. Skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python=${PYTHON:-python3}
 need=()
-for module in torch numpy pytest nanobind scikit_build_core transformers; do
-  "$python" -c "import $module" 2>/dev/null || need+=("${module//_/-}")
+# module:package
+for pair in torch:torch numpy:numpy pytest:pytest xdist:pytest-xdist nanobind:nanobind \
+    scikit_build_core:scikit-build-core transformers:transformers; do
+  "$python" -c "import ${pair%%:*}" 2>/dev/null || need+=("${pair#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing from PyPI: ${need[*]} (PyTorch takes a few minutes)" >&2

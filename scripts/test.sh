@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The test command: installs what is missing, checks formatting, builds with ASan+UBSan and runs
-# ctest, then installs the Python package (pip install .) and runs its tests (pytest).
+# ctest, then installs the Python package (pip install .) and runs its tests (pytest, on every core).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,4 +12,4 @@ cmake --build --preset ci -j "$(nproc)"
 ctest --preset ci -j "$(nproc)"
 
 bash scripts/install_python.sh
-python3 -m pytest tests/python -q -p no:cacheprovider
+python3 -m pytest tests/python -q -p no:cacheprovider -n "$(nproc)"

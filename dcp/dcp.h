@@ -43,6 +43,7 @@
 #include "dcp/runtime/distributed_run.h"
 #include "dcp/runtime/executor.h"
 #include "dcp/runtime/local_layout.h"
+#include "dcp/selection/plan_search.h"
 #include "dcp/sim/chrome_trace.h"
 #include "dcp/sim/cost_model.h"
 #include "dcp/sim/simulator.h"

@@ -16,7 +16,7 @@
 #include "dcp/model/attention_shape.h"
 #include "dcp/model/sequence_mask.h"
 
-#include "dcp/planner/plan_builder.h"
+#include "dcp/selection/plan_search.h"
 
 namespace dcp {
 

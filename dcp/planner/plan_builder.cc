@@ -1,18 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// The planner's entry: one plan of a strategy, built and timed per phase; for dcp, its own search
-// and then the selection among candidates.
+// One plan of a strategy, built and timed per phase: dcp's placement, schedules and Programs, or a
+// static strategy's layout and Programs.
 #include "dcp/planner/plan_builder.h"
 
-#include <algorithm>
-#include <bit>
-#include <cassert>
-#include <optional>
-#include <set>
 #include <string>
-#include <tuple>
 #include <utility>
 
-#include "dcp/core/error.h"
 #include "dcp/core/timing.h"
 
 #include "dcp/planner/compile/compiler.h"
@@ -27,23 +20,8 @@ ScheduleSummary summarize(const ScheduledPass& scheduled) {
           scheduled.estimate, scheduled.own_outputs_last};
 }
 
-}  // namespace
-
-PlanHeader strategy_header(const Workload& workload, const PlanOptions& options) {
-  return plan_header(workload, options.cluster.shape, std::string(to_string(options.strategy)),
-                     options.seed, partial_dtype_of(options, workload.shape().dtype));
-}
-
-void compile_passes(BuiltPlan& built, const PassSchedule& forward, const PassSchedule& backward,
-                    const KeptKv* kept) {
-  const auto compile_start = Clock::now();
-  built.plan.forward =
-      compile_pass(built.workload, built.placement, built.plan.header, forward, kept);
-  built.plan.backward =
-      compile_pass(built.workload, built.placement, built.plan.header, backward, kept);
-  built.timings.compile_ms = ms_since(compile_start);
-}
-
+// dcp's own plan on built's workload and placement, its partials travelling in `partial_dtype`:
+// the header, the kv kept, both passes' schedules and Programs (timed).
 void schedule_and_compile(BuiltPlan& built, const PlanOptions& options, DType partial_dtype) {
   built.plan.header =
       plan_header(built.workload, options.cluster.shape, std::string(to_string(options.strategy)),
@@ -64,7 +42,37 @@ void schedule_and_compile(BuiltPlan& built, const PlanOptions& options, DType pa
   built.backward = summarize(passes[1]);
 }
 
-BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
+}  // namespace
+
+PlanHeader strategy_header(const Workload& workload, const PlanOptions& options) {
+  return plan_header(workload, options.cluster.shape, std::string(to_string(options.strategy)),
+                     options.seed, partial_dtype_of(options, workload.shape().dtype));
+}
+
+void compile_passes(BuiltPlan& built, const PassSchedule& forward, const PassSchedule& backward,
+                    const KeptKv* kept) {
+  const auto compile_start = Clock::now();
+  built.plan.forward =
+      compile_pass(built.workload, built.placement, built.plan.header, forward, kept);
+  built.plan.backward =
+      compile_pass(built.workload, built.placement, built.plan.header, backward, kept);
+  built.timings.compile_ms = ms_since(compile_start);
+}
+
+}  // namespace plan_building
+
+using plan_building::schedule_and_compile;
+
+DType partial_dtype_of(const PlanOptions& options, DType storage) {
+  if (options.partial_dtype) return *options.partial_dtype;
+  // TransformerEngine's p2p ring sends dk and dv in kv's own dtype (its dkv buffers are
+  // torch.empty_like(kv)); the other systems accumulate and send them in fp32.
+  return is_dcp(options.strategy) || options.strategy == Strategy::kTe ? storage : DType::kFp32;
+}
+
+BuiltPlan build_one_plan(const Workload& workload, const PlanOptions& options) {
+  validate(options.cluster);
+  validate(options.schedule);
   const auto start = Clock::now();
   if (is_dcp(options.strategy)) {
     PlacementOptions placement_options = options.placement;
@@ -83,34 +91,19 @@ BuiltPlan build_one(const Workload& workload, const PlanOptions& options) {
   }
   PassEstimates estimates;
   StaticPlan layout = static_layout(workload, options, &estimates);
-  return compile_static(std::move(layout), options, start, estimates);
+  return build_static(std::move(layout), options, estimates, start);
 }
 
-}  // namespace plan_building
-
-using plan_building::build_one;
-using plan_building::build_own;
-using plan_building::select_static;
-
-DType partial_dtype_of(const PlanOptions& options, DType storage) {
-  if (options.partial_dtype) return *options.partial_dtype;
-  // TransformerEngine's p2p ring sends dk and dv in kv's own dtype (its dkv buffers are
-  // torch.empty_like(kv)); the other systems accumulate and send them in fp32.
-  return is_dcp(options.strategy) || options.strategy == Strategy::kTe ? storage : DType::kFp32;
-}
-
-BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
-  validate(options.cluster);
-  // Here, so that build_own cannot take a bad option for a layout that cannot run.
-  validate(options.schedule);
-  if (!is_dcp(options.strategy)) return build_one(workload, options);
+BuiltPlan build_on_placement(const BuiltPlan& placed, const PlanOptions& options,
+                             DType partial_dtype) {
+  BuiltPlan built{
+      Plan{}, placed.workload, placed.placement, placed.placement_within_bounds, {}, {}, {}, {}, {},
+      {}};
   const auto start = Clock::now();
-  BuiltPlan best = build_own(workload, options);
-  if (options.strategy == Strategy::kDcpPure) {
-    best.timings.total_ms = ms_since(start);
-    return best;
-  }
-  return select_static(workload, options, std::move(best), start);
+  built.timings.partition_ms = placed.timings.partition_ms;  // the placement it reuses
+  schedule_and_compile(built, options, partial_dtype);
+  built.timings.total_ms = built.timings.partition_ms + ms_since(start);
+  return built;
 }
 
 }  // namespace dcp

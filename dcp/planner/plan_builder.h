@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// The whole planner: placement, forward and backward schedules, compilation into a Plan.
+// One plan of a strategy: placement, forward and backward schedules, compilation into a Plan; and
+// the options, plans and candidates that dcp's search above the planner (dcp/selection/) shares.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "dcp/core/timing.h"
 
 #include "dcp/model/cluster.h"
 #include "dcp/model/workload.h"
@@ -31,9 +34,10 @@ struct PlanOptions {
   std::int32_t loongtrain_window = 0;
   std::uint64_t seed = 0;
   // dcp, dcp-pure: token block sizes to plan dcp's own placement at, the workload re-cut at each
-  // (sizes above the longest sequence's next power of two collapse into one); the fastest under
-  // the simulator is kept. Empty: the workload's own blocks only. kBlockSizeSweep is what an
-  // automatic block size means to planning (the block sizes the DCP paper found best).
+  // (sizes above the longest sequence's next power of two collapse into one); dcp's search
+  // (dcp/selection/plan_search.h) keeps the fastest under the simulator. Empty: the workload's
+  // own blocks only. kBlockSizeSweep is what an automatic block size means to planning (the block
+  // sizes the DCP paper found best).
   std::vector<TokenCount> block_sizes;
   // dcp, dcp-pure with block_sizes given: where a few sequences are long (few_long_sequences: at
   // most 8 with one holding half the batch's tokens, or at most 4 under a dense mask), dcp also
@@ -76,8 +80,9 @@ struct ScheduleSummary {
   std::int32_t stage_parts = 1;     // structured backward: stages each layout stage was cut into
 };
 
-// How Strategy::kDcp chose its plan: every candidate's simulated time under PlanOptions::cluster
-// (dcp's own plan first, then each static strategy), and which one it kept.
+// How Strategy::kDcp chose its plan (dcp/selection/plan_search.h): every candidate's simulated
+// time under PlanOptions::cluster (dcp's own plan first, then each static strategy), and which one
+// it kept.
 struct PlanCandidate {
   std::string strategy;
   bool feasible = true;  // false: the strategy cannot run on the cluster (`reason`)
@@ -93,14 +98,13 @@ struct PlanCandidate {
   bool bounded = false;
   double seconds() const { return forward_seconds + backward_seconds; }
 };
-inline constexpr double kScreenFactor = 1.25;
-inline constexpr TokenCount kBlockSizeSweep[] = {1024, 2048, 4096};
 
-// One plan of dcp's own, simulated: its hypergraph placement at a block size, or a structured
-// candidate: a static strategy's layout (its chunks, placement and ring schedules) run dcp's way,
-// the kv a device reads in the forward pass kept for the backward pass (no kv travels backward)
-// and partials in dcp's dtype. Ring layouts are what a batch dominated by one sequence needs:
-// every step's kv comes from one neighbour, in one large message that the step's compute hides.
+// One plan of dcp's own, simulated by dcp's search (dcp/selection/plan_search.h): its hypergraph
+// placement at a block size, or a structured candidate: a static strategy's layout (its chunks,
+// placement and ring schedules) run dcp's way, the kv a device reads in the forward pass kept for
+// the backward pass (no kv travels backward) and partials in dcp's dtype. Ring layouts are what a
+// batch dominated by one sequence needs: every step's kv comes from one neighbour, in one large
+// message that the step's compute hides.
 struct OwnCandidate {
   std::string layout = "partition";    // "partition", or the static strategy whose layout it runs
   TokenCount block_size = 0;           // partition: its block size
@@ -112,40 +116,7 @@ struct OwnCandidate {
   double backward_seconds = 0;
   double seconds() const { return forward_seconds + backward_seconds; }
 };
-// dcp's fastest plan is also tried with partials in fp32 (PlanOptions::partial_dtype unset) where,
-// in a pass, its busiest device's conversions of partials take at least this share of its
-// simulated time, and longer than the transfers on that pass's critical path times the pass's
-// share of partial bytes (what fp32 would lengthen).
-inline constexpr double kFp32PartialsMinGain = 0.01;
-// dcp's kRetryPartitions fastest partitions are placed again at this compute balance (device
-// compute <= 1.2 x the mean) where PlacementOptions::eps_compute allows more, and kept if faster
-// and within their bounds: the default balance lets the partitioner keep a sequence's rows together
-// and move fewer bytes, which wins on most batches, but on some a tighter balance is the faster
-// step. More than one partition is retried since the fastest at the default balance need not be
-// the fastest at the tighter one. Of the balances tried (1.1 x to 1.25 x), 1.2 x gives the fastest
-// micro-benchmark steps over both presets (docs/partitioner.md).
-inline constexpr double kRetryEpsCompute = 0.2;
-inline constexpr std::size_t kRetryPartitions = 2;
-inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::kLoongTrain};
-// A few long sequences: at most kStructuredMaxSequences with one holding half the batch's tokens,
-// or at most kStructuredDenseMaxSequences whose longest leaves at least kDenseSequenceDensity of
-// its pairs (causal, full). A ring layout cuts every sequence into two chunks per device, so with
-// many short sequences beside the long one it is slow to build and the partition places the short
-// ones better. The dense rule brings in LongAlign causal batches of three or four sequences of
-// 20K-60K tokens, where a ring layout can be the fastest (and, their longest being dense, drops
-// their 1024-token partition, so the tighter-balance retry reaches the 4096-token one). Wider
-// rules (more sequences, a smaller share for the longest) gain no faster steps and cost planning
-// time (docs/benchmarks.md).
-inline constexpr std::int32_t kStructuredMaxSequences = 8;
-inline constexpr std::int32_t kStructuredDenseMaxSequences = 4;
-bool few_long_sequences(const Workload& workload);
-// Where the structured candidates run and the longest sequence's mask leaves at least
-// kDenseSequenceDensity of its L x L pairs (a causal mask leaves about half), dcp's partition is
-// not tried at block sizes below kDenseMinBlockSize, as long as a size of at least that is left:
-// at 1024-token blocks it was never dcp's fastest plan on such batches (a100-p4de and h100-dgx;
-// docs/block_model.md), and it has the most work units to place, schedule and compile.
-inline constexpr double kDenseSequenceDensity = 0.45;
-inline constexpr TokenCount kDenseMinBlockSize = 2048;
+
 struct PlanSelection {
   std::vector<PlanCandidate> candidates;  // empty unless the strategy is kDcp
   std::string kept = "dcp";               // the candidate's strategy
@@ -160,7 +131,7 @@ struct BuiltPlan {
   KeptKv kept;  // empty lists for static strategies
   ScheduleSummary forward;
   ScheduleSummary backward;
-  PlanTimings timings;  // total_ms includes the selection
+  PlanTimings timings;  // total_ms includes the search and selection
   PlanSelection selection;
   // dcp, dcp-pure with PlanOptions::block_sizes: every plan of its own dcp tried, in order (the
   // block sizes, then any structured candidates); dcp's own plan is the fastest (the first on a
@@ -169,38 +140,49 @@ struct BuiltPlan {
   std::int32_t data_parallel = 1;  // static strategies: the data parallel degree used
 };
 
-// kDcp: dcp's own plan (placement, schedules, compile), then every static strategy that can run
-// on the cluster; each is simulated forward and backward under options.cluster (dcp::sim), and
-// the fastest in forward plus backward time is kept (dcp's own on a tie). A static strategy whose
-// schedule estimate is at least kScreenFactor times the best simulated time is not compiled. Since
-// dcp can simulate before it executes, it is never slower than a static strategy under the cost
-// model. The kept plan's header names "dcp" or "dcp/<static strategy>". kDcpPure: dcp's own plan
-// always. dcp's own plan is the fastest of its plans at PlanOptions::block_sizes when given, and
-// of its structured candidates (PlanOptions::structured_layouts).
-// Throws InvalidInput if the cluster spec is invalid, or the strategy cannot run on it.
-BuiltPlan build_plan(const Workload& workload, const PlanOptions& options);
+// options.strategy's plan of the workload as it is: dcp's placement (dcp, dcp-pure) at the
+// workload's blocks, its schedules and Programs; or a static strategy's layout and Programs. No
+// search and no selection: PlanOptions::block_sizes, structured_layouts and retry_tighter_balance
+// are read by dcp's search above the planner (build_plan, dcp/selection/plan_search.h).
+// Throws InvalidInput if the cluster spec or the schedule options are invalid, or the strategy
+// cannot run on the cluster.
+BuiltPlan build_one_plan(const Workload& workload, const PlanOptions& options);
 
-// kDcp's selection given dcp's own plan: `own` is what build_plan returns for `options` with
-// strategy kDcpPure, and the result is what it returns for `options` (strategy kDcp): the same
-// plan and candidates, and timings.total_ms the selection's alone. Lets a caller that wants both
-// place dcp's own plan once (dcp bench --suite micro). Throws InvalidInput unless options.strategy
-// is kDcp, or as build_plan does.
-BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, BuiltPlan own);
+// dcp's own plan on `placed`'s workload and placement (a plan of build_one_plan's for a dcp
+// strategy), scheduled and compiled again with partials travelling in `partial_dtype`: the kv
+// kept, both passes' schedules and Programs. Its timings count `placed`'s placement as its own.
+BuiltPlan build_on_placement(const BuiltPlan& placed, const PlanOptions& options,
+                             DType partial_dtype);
 
 // A structured candidate: dcp's Programs (options.strategy dcp or dcp-pure names the plan) on the
 // layout of static strategy `layout` over all devices (loongtrain: at options.loongtrain_window,
 // its outer hops as static_layout sends them), every kv value a device reads kept for the backward
 // pass, each pass with its last stage's own outputs last where the estimate finds that faster
-// (docs/scheduling.md). Throws InvalidInput as static_plan does.
-BuiltPlan build_structured(Strategy layout, const Workload& workload, const PlanOptions& options);
+// (docs/scheduling.md). The backward pass's stages are cut into
+// ScheduleOptions::structured_stage_parts parts, or where that is 0 into 1, 2 or 4, whichever the
+// estimate finds faster (a cut only where lower by more than noise, kEstimateGainShare). Where
+// the estimate picks a cut, the backward pass with whole stages is compiled too: the estimate's
+// cut is not always the faster, and the planner does not simulate, so the caller chooses
+// (build_structured, dcp/selection/plan_search.h). Throws InvalidInput as static_plan does.
+struct BackwardVariant {
+  std::vector<Program> programs;
+  ScheduleSummary summary;
+  double compile_ms = 0;
+};
+struct StructuredVariants {
+  BuiltPlan built;  // its backward stages cut as asked, or as the estimate picks
+  std::optional<BackwardVariant> whole_stages;  // where the estimate picked a cut
+};
+StructuredVariants build_structured_variants(Strategy layout, const Workload& workload,
+                                             const PlanOptions& options);
 
 // A static strategy (options.strategy) in steps, for callers that rank several of its layouts
 // before compiling one: a lower bound of its estimate from its structure alone
 // (static_estimate_lower_bound), its layout (static_plan with options' static fields; a double
 // ring's passes with their outer hops sent whichever way the estimate finds faster,
 // spread_outer_hops), the schedule estimates of that layout's passes under options.cluster, and the
-// plan build_plan would return for it, given those estimates (timings.partition_ms then excludes
-// the layout).
+// plan build_one_plan would return for it, given those estimates (timings.partition_ms counts from
+// `layout_start`: by default it excludes the layout).
 struct PassEstimates {
   ScheduleEstimate forward;
   ScheduleEstimate backward;
@@ -211,6 +193,7 @@ StaticPlan static_layout(const Workload& workload, const PlanOptions& options,
                          PassEstimates* estimates = nullptr);  // its passes' estimates, if given
 PassEstimates static_plan_estimate(const StaticPlan& layout, const PlanOptions& options);
 BuiltPlan build_static(StaticPlan layout, const PlanOptions& options,
-                       const PassEstimates& estimates);
+                       const PassEstimates& estimates,
+                       Clock::time_point layout_start = Clock::now());
 
 }  // namespace dcp

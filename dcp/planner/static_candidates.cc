@@ -1,19 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The static strategies' pipeline: layout (with a double ring's outer hops placed by the
 // estimate), estimates and their lower bound, and Programs.
-#include <algorithm>
-#include <bit>
-#include <cassert>
-#include <optional>
-#include <set>
-#include <string>
-#include <tuple>
 #include <utility>
 
-#include "dcp/core/error.h"
 #include "dcp/core/timing.h"
 
-#include "dcp/planner/compile/compiler.h"
 #include "dcp/planner/plan_builder.h"
 #include "dcp/planner/plan_builder_internal.h"
 
@@ -30,26 +21,7 @@ StaticOptions static_options_of(const PlanOptions& options) {
 
 }  // namespace
 
-namespace plan_building {
-
-BuiltPlan compile_static(StaticPlan layout, const PlanOptions& options, Clock::time_point start,
-                         const PassEstimates& estimates) {
-  BuiltPlan built{
-      Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {},
-      {}};
-  built.data_parallel = layout.data_parallel;
-  built.timings.partition_ms = ms_since(start);
-  built.plan.header = strategy_header(built.workload, options);
-  compile_passes(built, layout.forward, layout.backward, nullptr);
-  built.forward = {layout.forward.stages, 0, false, estimates.forward};
-  built.backward = {layout.backward.stages, 0, false, estimates.backward};
-  built.timings.total_ms = ms_since(start);
-  return built;
-}
-
-}  // namespace plan_building
-
-using plan_building::compile_static;
+using plan_building::compile_passes;
 using plan_building::strategy_header;
 
 PassEstimates static_plan_estimate(const StaticPlan& layout, const PlanOptions& options) {
@@ -93,8 +65,18 @@ StaticPlan static_layout(const Workload& workload, const PlanOptions& options,
 }
 
 BuiltPlan build_static(StaticPlan layout, const PlanOptions& options,
-                       const PassEstimates& estimates) {
-  return compile_static(std::move(layout), options, Clock::now(), estimates);
+                       const PassEstimates& estimates, Clock::time_point layout_start) {
+  BuiltPlan built{
+      Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {},
+      {}};
+  built.data_parallel = layout.data_parallel;
+  built.timings.partition_ms = ms_since(layout_start);
+  built.plan.header = strategy_header(built.workload, options);
+  compile_passes(built, layout.forward, layout.backward, nullptr);
+  built.forward = {layout.forward.stages, 0, false, estimates.forward};
+  built.backward = {layout.backward.stages, 0, false, estimates.backward};
+  built.timings.total_ms = ms_since(layout_start);
+  return built;
 }
 
 }  // namespace dcp

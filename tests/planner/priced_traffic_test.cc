@@ -95,7 +95,7 @@ TEST_P(PricedTraffic, ProgramsMoveExactlyThePricedBytesPerPassAndLinkClass) {
   const auto& [dist, mask, shape, keep_kv] = GetParam();
   const Workload workload = workload_of(dist, mask, 11);
   const StepPricing pricing{keep_kv, keep_kv ? DType::kBf16 : DType::kFp32};
-  const BuiltPlan built = build_plan(
+  const BuiltPlan built = build_one_plan(
       workload, pure_options(shape, keep_kv ? kKeepAllKv : kKeepNoKv, pricing.partial_dtype));
   EXPECT_EQ(built.plan.header.partial_dtype, pricing.partial_dtype);
   const VerifyReport report = verify(built.plan);
@@ -146,10 +146,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(KeptKv, ABudgetRemovesExactlyTheTransfersOfTheValuesKept) {
   const Workload workload = workload_of(LengthDistributionKind::kLongAlign, "causal", 11);
   const ClusterShape shape{2, 4};
-  const BuiltPlan none = build_plan(workload, pure_options(shape, kKeepNoKv));
-  const BuiltPlan all = build_plan(workload, pure_options(shape, kKeepAllKv));
+  const BuiltPlan none = build_one_plan(workload, pure_options(shape, kKeepNoKv));
+  const BuiltPlan all = build_one_plan(workload, pure_options(shape, kKeepAllKv));
   const std::int64_t budget = all.kept.max_device_bytes() / 3;
-  const BuiltPlan some = build_plan(workload, pure_options(shape, budget));
+  const BuiltPlan some = build_one_plan(workload, pure_options(shape, budget));
   ASSERT_TRUE(verify(some.plan).ok) << describe(verify(some.plan));
   EXPECT_LE(some.kept.max_device_bytes(), budget);
   EXPECT_GT(some.kept.max_device_bytes(), 0);
@@ -208,7 +208,7 @@ std::int64_t values_made_on_several_devices_of_a_remote_node(const Workload& wor
 TEST(InNodeReduction, DirectPartialsCrossTwiceAndTheVerifierNamesIt) {
   const Workload workload = workload_of(LengthDistributionKind::kLongDataCollections,
                                         "causal_blockwise:block=64,local=2", 11);
-  const BuiltPlan built = build_plan(workload, pure_options({4, 8}));
+  const BuiltPlan built = build_one_plan(workload, pure_options({4, 8}));
   ASSERT_GT(
       values_made_on_several_devices_of_a_remote_node(workload, built.placement, Pass::kForward), 0)
       << "the batch no longer exercises in-node reduction";

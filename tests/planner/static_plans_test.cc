@@ -311,7 +311,7 @@ TEST(StaticPlans, SendPartialsInTheDtypeTheirSystemsUse) {
         std::pair{Strategy::kZigzag, DType::kFp32},
         std::pair{Strategy::kLoongTrain, DType::kFp32}}) {
     options.strategy = strategy;
-    EXPECT_EQ(build_plan(workload, options).plan.header.partial_dtype, dtype)
+    EXPECT_EQ(build_one_plan(workload, options).plan.header.partial_dtype, dtype)
         << to_string(strategy);
   }
 }
@@ -324,9 +324,9 @@ TEST(LoongTrainPlan, MovesNoMoreBytesAcrossNodesThanTeInFewerLaunches) {
   options.cluster.shape = cluster;
   options.partial_dtype = DType::kFp32;  // te's default sends dk and dv in bf16: compare alike
   options.strategy = Strategy::kTe;
-  const BuiltPlan te = build_plan(workload, options);
+  const BuiltPlan te = build_one_plan(workload, options);
   options.strategy = Strategy::kLoongTrain;
-  const BuiltPlan loongtrain = build_plan(workload, options);
+  const BuiltPlan loongtrain = build_one_plan(workload, options);
   ASSERT_TRUE(verify(loongtrain.plan).ok);
   for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
     const PassTraffic a = pass_traffic(te.plan.header, te.plan.programs(pass));
@@ -500,7 +500,7 @@ TEST(StaticDataParallel, KeepsEveryTransferInsideItsGroupAndSplitsSequencesGreed
     options.cluster = cluster_preset("a100-p4de");
     options.cluster.shape = cluster;
     options.static_data_parallel = 2;
-    const BuiltPlan built = build_plan(workload, options);
+    const BuiltPlan built = build_one_plan(workload, options);
     EXPECT_EQ(built.data_parallel, 2);
     const VerifyReport report = verify(built.plan);
     EXPECT_TRUE(report.ok) << to_string(strategy) << ": " << describe(report);

@@ -15,6 +15,7 @@
 #include "dcp/planner/compile/compiler.h"
 #include "dcp/planner/schedule/stage_scheduler.h"
 #include "dcp/program/verifier.h"
+#include "dcp/selection/plan_search.h"
 
 #include "tests/runtime/run_fixtures.h"
 
@@ -148,8 +149,8 @@ TEST(StructuredCandidates, MatchDenseFp64AttentionForwardAndBackward) {
 }
 
 // The structured candidates with each backward stage cut into 2 and 4 parts (split_stages in
-// plan_builder.cc; the estimate cuts where a layout's stages are few and long, here it is forced on
-// a small batch) compute the same attention on 2 x 4 local ranks.
+// structured_plan.cc; the estimate cuts where a layout's stages are few and long, here it is forced
+// on a small batch) compute the same attention on 2 x 4 local ranks.
 TEST(StructuredCandidates, WithBackwardStagesCutMatchDenseFp64Attention) {
   std::uint64_t seed = 81;
   for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kLambda}) {

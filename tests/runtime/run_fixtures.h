@@ -12,10 +12,10 @@
 #include "dcp/model/mask_spec.h"
 #include "dcp/model/workload.h"
 
-#include "dcp/planner/plan_builder.h"
 #include "dcp/runtime/batch_tensors.h"
 #include "dcp/runtime/dense_reference.h"
 #include "dcp/runtime/distributed_run.h"
+#include "dcp/selection/plan_search.h"
 
 namespace dcp::testing {
 

@@ -18,7 +18,7 @@
 #include "dcp/model/mask_spec.h"
 #include "dcp/model/workload.h"
 
-#include "dcp/planner/plan_builder.h"
+#include "dcp/selection/plan_search.h"
 #include "dcp/sim/chrome_trace.h"
 #include "dcp/sim/cost_model.h"
 

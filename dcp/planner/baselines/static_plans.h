@@ -15,8 +15,8 @@
 
 namespace dcp {
 
-// kDcp: dcp's plan, or the best static plan when the simulator finds one faster (see build_plan);
-// kDcpPure: dcp's own placement always.
+// kDcp: dcp's plan, or the best static plan when the simulator finds one faster (build_plan,
+// dcp/selection/plan_search.h); kDcpPure: dcp's own placement always.
 enum class Strategy { kDcp, kDcpPure, kRing, kZigzag, kUlysses, kHybrid, kTe, kLoongTrain };
 std::string_view to_string(Strategy strategy);
 bool is_dcp(Strategy strategy);

@@ -27,7 +27,7 @@ struct PlacementOptions {
   double node_eps_compute = -1;
   std::uint64_t seed = 0;
   PartitionerKind partitioner = PartitionerKind::kMultilevel;
-  // How the plan ships the step the placement prices (set by build_plan from PlanOptions).
+  // How the plan ships the step the placement prices (set by build_one_plan from PlanOptions).
   StepPricing pricing;
 };
 

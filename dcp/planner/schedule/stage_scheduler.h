@@ -26,10 +26,11 @@ struct ScheduleOptions {
   std::int32_t max_fetch_launches = 8;
   StageBalance balance = StageBalance::kChoose;
   // Backward: also try the kept schedule with own_outputs_last (below); structured candidates:
-  // try it in both passes (build_structured).
+  // try it in both passes (build_structured_variants).
   bool own_outputs_last = true;
   // Structured candidates' backward pass, where its inputs all come from their owners (kv kept):
-  // how many stages each of the layout's stages is cut into. 0: chosen (build_structured).
+  // how many stages each of the layout's stages is cut into. 0: chosen
+  // (build_structured_variants, then build_structured).
   std::int32_t structured_stage_parts = 0;
 };
 
@@ -59,8 +60,8 @@ struct ScheduledPass {
 // from the forward pass. (In dcp's forward schedule every stage-0 unit's output is its device's
 // own; moving them all would leave launch 0 exposed, and on the 160 a100-p4de micro-benchmark
 // batches the estimate never chose it there.) A structured layout's passes move their last stage
-// (build_structured): there, in the forward pass, a device finishes the outputs of the q it
-// received by all-to-all.
+// (build_structured_variants): there, in the forward pass, a device finishes the outputs of the q
+// it received by all-to-all.
 std::optional<PassSchedule> own_outputs_last(const Workload& workload, const Placement& placement,
                                              const PassSchedule& schedule, std::int32_t from = 0);
 // `schedule` and its `estimate` replaced by own_outputs_last's from stage `from` where that lowers

@@ -4,24 +4,22 @@
 // the simulator is kept.
 #include <algorithm>
 #include <bit>
-#include <cassert>
 #include <optional>
-#include <set>
 #include <string>
-#include <tuple>
 #include <utility>
+#include <variant>
+#include <vector>
 
 #include "dcp/core/error.h"
-#include "dcp/core/timing.h"
 
-#include "dcp/planner/compile/compiler.h"
 #include "dcp/planner/plan_builder.h"
-#include "dcp/planner/plan_builder_internal.h"
 #include "dcp/program/program_stats.h"
+#include "dcp/selection/plan_search.h"
+#include "dcp/selection/plan_search_internal.h"
 #include "dcp/sim/simulator.h"
 
 namespace dcp {
-namespace plan_building {
+namespace plan_search {
 namespace {
 
 // The workload with every sequence cut into blocks of `block_size` tokens.
@@ -78,7 +76,7 @@ double partial_share(const PassTraffic& traffic) {
 }  // namespace
 
 BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
-  if (options.block_sizes.empty()) return build_one(workload, options);
+  if (options.block_sizes.empty()) return build_one_plan(workload, options);
   const auto top = static_cast<TokenCount>(std::bit_ceil(
       static_cast<std::uint64_t>(std::max<TokenCount>(1, workload.batch().max_length()))));
   std::vector<TokenCount> sizes;
@@ -133,7 +131,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
       if (size == sizes.back() && !best) throw;
       continue;
     }
-    consider(build_one(*cut, options), {"partition", size, storage, false, 0, 0});
+    consider(build_one_plan(*cut, options), {"partition", size, storage, false, 0, 0});
   }
   if (best && options.retry_tighter_balance && options.placement.eps_compute > kRetryEpsCompute) {
     // The fastest kRetryPartitions partitions, fastest first (all of `tried` are partitions here).
@@ -145,7 +143,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
     tighter.placement.eps_compute = kRetryEpsCompute;
     for (const OwnCandidate& partition : fastest) {
       const TokenCount size = partition.block_size;
-      BuiltPlan built = build_one(reblocked(workload, size), tighter);
+      BuiltPlan built = build_one_plan(reblocked(workload, size), tighter);
       if (built.placement_within_bounds) {
         consider(std::move(built), {"partition", size, storage, true, 0, 0});
       }
@@ -174,21 +172,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
     OwnCandidate fp32 = tried[kept_index];
     fp32.partial_dtype = DType::kFp32;
     if (fp32.layout == "partition") {
-      BuiltPlan built{Plan{},
-                      best->workload,
-                      best->placement,
-                      best->placement_within_bounds,
-                      {},
-                      {},
-                      {},
-                      {},
-                      {},
-                      {}};
-      const auto start = Clock::now();
-      built.timings.partition_ms = best->timings.partition_ms;  // the placement it reuses
-      schedule_and_compile(built, options, DType::kFp32);
-      built.timings.total_ms = built.timings.partition_ms + ms_since(start);
-      consider(std::move(built), fp32);
+      consider(build_on_placement(*best, options, DType::kFp32), fp32);
     } else {
       PlanOptions fp32_options = options;
       fp32_options.partial_dtype = DType::kFp32;
@@ -199,14 +183,13 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options) {
   return std::move(*best);
 }
 
-}  // namespace plan_building
+}  // namespace plan_search
 
 bool few_long_sequences(const Workload& workload) {
   const SequenceBatch& batch = workload.batch();
   if (batch.size() > kStructuredMaxSequences) return false;
   return 2 * batch.max_length() >= batch.total_tokens() ||
-         (batch.size() <= kStructuredDenseMaxSequences &&
-          plan_building::longest_is_dense(workload));
+         (batch.size() <= kStructuredDenseMaxSequences && plan_search::longest_is_dense(workload));
 }
 
 }  // namespace dcp

@@ -1,25 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
-// dcp's selection: its own plan against every static strategy's, screened by estimates and
-// their lower bounds, the rest compiled and simulated; the fastest kept.
+// The entry of dcp's search, and its selection: its own plan against every static strategy's,
+// screened by estimates and their lower bounds, the rest compiled and simulated; the fastest kept.
 #include <algorithm>
-#include <bit>
-#include <cassert>
 #include <optional>
-#include <set>
 #include <string>
-#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "dcp/core/error.h"
 #include "dcp/core/timing.h"
 
-#include "dcp/planner/compile/compiler.h"
 #include "dcp/planner/plan_builder.h"
-#include "dcp/planner/plan_builder_internal.h"
+#include "dcp/selection/plan_search.h"
+#include "dcp/selection/plan_search_internal.h"
 #include "dcp/sim/simulator.h"
 
 namespace dcp {
-namespace plan_building {
 namespace {
 
 PlanCandidate simulated(const BuiltPlan& built, std::string strategy, const ClusterSpec& cluster) {
@@ -28,8 +24,7 @@ PlanCandidate simulated(const BuiltPlan& built, std::string strategy, const Clus
           simulation.backward.seconds};
 }
 
-}  // namespace
-
+// kDcp's selection from dcp's own plan `best`, as build_own made it.
 BuiltPlan select_static(const Workload& workload, const PlanOptions& options, BuiltPlan best,
                         Clock::time_point start) {
   const std::vector<OwnCandidate> own_candidates = best.own_candidates;
@@ -80,8 +75,7 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
       selection.candidates.push_back({name, true, "", false, estimated, 0, 0});
       continue;
     }
-    BuiltPlan candidate =
-        compile_static(std::move(*layout), static_options, static_start, estimates);
+    BuiltPlan candidate = build_static(std::move(*layout), static_options, estimates, static_start);
     PlanCandidate simulated_candidate = simulated(candidate, name, options.cluster);
     simulated_candidate.estimate_seconds = estimated;
     selection.candidates.push_back(simulated_candidate);
@@ -99,9 +93,21 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
   return best;
 }
 
-}  // namespace plan_building
+}  // namespace
 
-using plan_building::select_static;
+BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
+  validate(options.cluster);
+  // Here, so that build_own cannot take a bad option for a layout that cannot run.
+  validate(options.schedule);
+  if (!is_dcp(options.strategy)) return build_one_plan(workload, options);
+  const auto start = Clock::now();
+  BuiltPlan best = plan_search::build_own(workload, options);
+  if (options.strategy == Strategy::kDcpPure) {
+    best.timings.total_ms = ms_since(start);
+    return best;
+  }
+  return select_static(workload, options, std::move(best), start);
+}
 
 BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, BuiltPlan own) {
   if (options.strategy != Strategy::kDcp) {

@@ -1,22 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// The structured candidates of dcp's search: a static strategy's layout (hybrid, loongtrain) with
-// dcp's routing of inputs and partials, its kept kv, and backward stages cut into parts.
+// A structured candidate's plan: a static strategy's layout (hybrid, loongtrain) with dcp's
+// routing of inputs and partials, its kept kv, and backward stages cut into parts.
 #include <algorithm>
-#include <bit>
 #include <cassert>
 #include <optional>
 #include <set>
-#include <string>
 #include <tuple>
 #include <utility>
 
-#include "dcp/core/error.h"
 #include "dcp/core/timing.h"
 
 #include "dcp/planner/compile/compiler.h"
 #include "dcp/planner/plan_builder.h"
 #include "dcp/planner/plan_builder_internal.h"
-#include "dcp/sim/simulator.h"
 
 namespace dcp {
 namespace {
@@ -132,8 +128,8 @@ bool route_inputs_dcps_way(const Workload& workload, const Placement& placement,
 using plan_building::compile_passes;
 using plan_building::strategy_header;
 
-BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
-                           const PlanOptions& options) {
+StructuredVariants build_structured_variants(Strategy layout_strategy, const Workload& workload,
+                                             const PlanOptions& options) {
   const auto start = Clock::now();
   validate(options.schedule);
   PlanOptions static_options = options;
@@ -167,10 +163,9 @@ BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
   // (split_stages): as many as asked, or else 1, 2 or 4. A layout of few long stages (hybrid's ring
   // of four nodes) otherwise sends a stage's kv gradients across nodes only after the next stage,
   // and at the end those of the last remote one. The estimate picks the parts (a cut only where
-  // lower by more than noise, kEstimateGainShare); where it picks a cut, the cut and the whole
-  // stages are both compiled and simulated and the faster kept, the whole on a tie (on some
-  // batches of the H200 calibration the estimate's cut was the slower). That choice is timed as
-  // the backward pass's scheduling.
+  // lower by more than noise, kEstimateGainShare); where it picks a cut, the whole stages are
+  // compiled too, for the caller to simulate both (on some batches of the H200 calibration the
+  // estimate's cut was the slower).
   const std::int32_t asked = options.schedule.structured_stage_parts;
   const bool cuttable =
       route_inputs_dcps_way(built.workload, built.placement, layout.backward, &built.kept) &&
@@ -200,19 +195,16 @@ BuiltPlan build_structured(Strategy layout_strategy, const Workload& workload,
   }
   built.timings.partition_ms = ms_since(start);
   compile_passes(built, layout.forward, backward, &built.kept);
+  std::optional<BackwardVariant> whole_stages;
   if (whole) {
-    const auto choice_start = Clock::now();
-    std::vector<Program> programs =
-        compile_pass(built.workload, built.placement, built.plan.header, whole->first, &built.kept);
-    if (sim::simulate(built.plan.header, programs, options.cluster).seconds <=
-        sim::simulate(built.plan.header, built.plan.backward, options.cluster).seconds) {
-      built.plan.backward = std::move(programs);
-      built.backward = whole->second;
-    }
-    built.timings.schedule_backward_ms = ms_since(choice_start);
+    const auto compile_start = Clock::now();
+    whole_stages = BackwardVariant{
+        compile_pass(built.workload, built.placement, built.plan.header, whole->first, &built.kept),
+        whole->second, 0};
+    whole_stages->compile_ms = ms_since(compile_start);
   }
   built.timings.total_ms = ms_since(start);
-  return built;
+  return {std::move(built), std::move(whole_stages)};
 }
 
 }  // namespace dcp

@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: Apache-2.0
+// dcp's search under the simulator: its own plans over block sizes, balances, structured
+// candidates and partial dtypes, and the selection against the static strategies; the plan kept
+// is the fastest simulated and the very plan built alone.
+#include "dcp/selection/plan_search.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dcp/core/error.h"
+
+#include "dcp/model/cluster_file.h"
+#include "dcp/model/mask_spec.h"
+
+#include "dcp/planner/plan_builder.h"
+#include "dcp/program/plan_file.h"
+#include "dcp/program/program_stats.h"
+#include "dcp/program/verifier.h"
+#include "dcp/sim/simulator.h"
+
+#include "tests/testing/plan_fixtures.h"
+
+namespace dcp {
+namespace {
+
+using testing::a100_plan_options;
+using testing::random_batch;
+using testing::small_spec;
+using testing::small_workload;
+
+TEST(PlanSearch, SameInputsAndSeedGiveTheSameBytes) {
+  const Workload workload = small_workload(random_batch(3), MaskKind::kLambda, 8, 2);
+  for (const Strategy strategy : {Strategy::kDcp, Strategy::kZigzag, Strategy::kHybrid}) {
+    const std::string a =
+        serialize_plan(build_plan(workload, a100_plan_options(strategy, {2, 4})).plan);
+    const std::string b =
+        serialize_plan(build_plan(workload, a100_plan_options(strategy, {2, 4})).plan);
+    EXPECT_EQ(a, b) << to_string(strategy);
+  }
+}
+
+// Where a few sequences are long (at most 8 with one holding half the tokens, or at most 4 under a
+// dense mask), dcp also runs its Programs on the hybrid and loongtrain layouts: they verify, move
+// no kv in the backward pass, and the fastest of all is kept.
+TEST(PlanSearch, StructuredCandidatesWhereFewLongSequences) {
+  const Workload workload = small_workload(SequenceBatch({900, 120, 40}), MaskKind::kCausal, 8, 2);
+  PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 4});
+  options.block_sizes = {256, 512};
+  options.placement.eps_compute = kRetryEpsCompute;  // no retry at a tighter balance
+  const BuiltPlan built = build_plan(workload, options);
+  ASSERT_EQ(built.own_candidates.size(), 4u);
+  EXPECT_EQ(built.own_candidates[0].block_size, 256);
+  EXPECT_EQ(built.own_candidates[1].block_size, 512);
+  EXPECT_EQ(built.own_candidates[2].layout, "hybrid");
+  EXPECT_EQ(built.own_candidates[3].layout, "loongtrain");
+  double fastest = built.own_candidates.front().seconds();
+  for (const OwnCandidate& c : built.own_candidates) fastest = std::min(fastest, c.seconds());
+  EXPECT_DOUBLE_EQ(sim::simulate(built.plan, options.cluster).seconds(), fastest);
+  for (const Strategy layout : kStructuredLayouts) {
+    const BuiltPlan structured = build_structured(layout, workload, options);
+    const VerifyReport verified = verify(structured.plan);
+    EXPECT_TRUE(verified.ok) << to_string(layout) << ": " << describe(verified);
+    EXPECT_EQ(structured.plan.header.strategy, "dcp-pure");
+    const BuiltPlan layout_plan = build_plan(workload, a100_plan_options(layout, {2, 4}));
+    const PassTraffic static_backward =
+        pass_traffic(layout_plan.plan.header, layout_plan.plan.backward);
+    std::int64_t kv_received = 0;
+    for (const Program& program : structured.plan.backward) {
+      for (const Instruction& instruction : program.instructions) {
+        if (const auto* launch = std::get_if<Launch>(&instruction)) {
+          for (const CommOp& op : launch->ops) {
+            if (op.direction == CommOp::Direction::kRecv &&
+                program.slots[static_cast<std::size_t>(op.slot)].kind == SlotKind::kKV) {
+              kv_received += op.bytes;
+            }
+          }
+        }
+      }
+    }
+    EXPECT_EQ(kv_received, 0) << to_string(layout);
+    const PassTraffic backward = pass_traffic(structured.plan.header, structured.plan.backward);
+    EXPECT_LT(backward.inter_node + backward.intra_node,
+              static_backward.inter_node + static_backward.intra_node)
+        << to_string(layout);
+  }
+  // Four sequences, none holding half the tokens: enough under a dense mask, not under a sparse
+  // one (lambda: a window of 200 on 1200 tokens); five are not, even under a dense one.
+  const SequenceBatch four({1200, 1100, 1000, 1000});
+  EXPECT_EQ(
+      build_plan(small_workload(four, MaskKind::kCausal, 8, 2), options).own_candidates.size(), 4u);
+  EXPECT_EQ(
+      build_plan(small_workload(four, MaskKind::kLambda, 8, 2), options).own_candidates.size(), 2u);
+  const Workload five =
+      small_workload(SequenceBatch({1200, 1100, 1000, 1000, 900}), MaskKind::kCausal, 8, 2);
+  EXPECT_EQ(build_plan(five, options).own_candidates.size(), 2u);
+  // Nor beside too many sequences, or without kept kv.
+  std::vector<TokenCount> many(kStructuredMaxSequences, 20);
+  many.push_back(900);  // holds most tokens, but beside too many sequences
+  EXPECT_EQ(build_plan(small_workload(SequenceBatch(many), MaskKind::kCausal, 8, 2), options)
+                .own_candidates.size(),
+            2u);
+  options.kept_kv_budget = kKeepNoKv;
+  EXPECT_EQ(build_plan(workload, options).own_candidates.size(), 2u);
+}
+
+// A structured layout of few long backward stages has each cut into parts where the estimate and
+// then the simulator gain (ScheduleOptions::structured_stage_parts, 0 by default): on one causal
+// sequence of 24576 tokens (d = 128, bf16) on 2 x 4, hybrid's ring of two nodes is cut in 2,
+// loongtrain's ring of four head groups is not. The cut plan verifies, its backward is faster under
+// the simulator than the uncut one (parts = 1), and its forward pass is the same. Parts asked for
+// are cut as asked.
+TEST(PlanSearch, StructuredBackwardStagesCutWhereTheEstimateAndTheSimulatorGain) {
+  AttentionShape shape;
+  shape.q_heads = 8;
+  shape.kv_heads = 2;
+  shape.head_dim = 128;
+  shape.dtype = DType::kBf16;
+  const SequenceBatch batch({24576});
+  const Workload workload(shape, batch, build_batch_mask(small_spec(MaskKind::kCausal), batch),
+                          2048, 1);
+  PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 4});
+  const BuiltPlan cut = build_structured(Strategy::kHybrid, workload, options);
+  const BuiltPlan loongtrain = build_structured(Strategy::kLoongTrain, workload, options);
+  options.schedule.structured_stage_parts = 1;
+  const BuiltPlan uncut = build_structured(Strategy::kHybrid, workload, options);
+  ASSERT_EQ(cut.backward.stage_parts, 2);
+  EXPECT_EQ(uncut.backward.stage_parts, 1);
+  EXPECT_EQ(loongtrain.backward.stage_parts, 1);
+  for (const BuiltPlan* built : {&cut, &uncut, &loongtrain}) {
+    EXPECT_EQ(built->plan.backward.front().stages, built->backward.stages);
+  }
+  EXPECT_EQ(cut.backward.stages - cut.backward.own_outputs_last,
+            1 + (uncut.backward.stages - uncut.backward.own_outputs_last - 1) * 2);
+  const VerifyReport verified = verify(cut.plan);
+  EXPECT_TRUE(verified.ok) << describe(verified);
+  EXPECT_LT(cut.backward.estimate.seconds, uncut.backward.estimate.seconds);
+  const sim::PlanSimulation cut_time = sim::simulate(cut.plan, options.cluster);
+  const sim::PlanSimulation uncut_time = sim::simulate(uncut.plan, options.cluster);
+  EXPECT_LT(cut_time.backward.seconds, uncut_time.backward.seconds);
+  EXPECT_EQ(cut_time.forward.seconds, uncut_time.forward.seconds);
+  options.schedule.structured_stage_parts = 4;
+  const BuiltPlan four = build_structured(Strategy::kHybrid, workload, options);
+  EXPECT_EQ(four.backward.stage_parts, 4);
+  EXPECT_TRUE(verify(four.plan).ok);
+  options.schedule.structured_stage_parts = 65;
+  EXPECT_THROW(build_structured(Strategy::kHybrid, workload, options), InvalidInput);
+  EXPECT_THROW(build_plan(workload, options), InvalidInput);
+}
+
+// Whatever the estimate picks, a structured candidate's backward is never slower under the
+// simulator than with its stages whole.
+TEST(PlanSearch, StructuredBackwardNeverSlowerThanItsWholeStages) {
+  AttentionShape shape;
+  shape.head_dim = 128;
+  for (const std::vector<TokenCount>& lengths :
+       {std::vector<TokenCount>{16384}, {12288, 6144}, {20000, 3000, 1000}}) {
+    const SequenceBatch batch(lengths);
+    const Workload workload(shape, batch, build_batch_mask(small_spec(MaskKind::kCausal), batch),
+                            2048, 1);
+    for (const Strategy layout : kStructuredLayouts) {
+      PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 4});
+      const BuiltPlan chosen = build_structured(layout, workload, options);
+      options.schedule.structured_stage_parts = 1;
+      const BuiltPlan whole = build_structured(layout, workload, options);
+      EXPECT_LE(sim::simulate(chosen.plan, options.cluster).backward.seconds,
+                sim::simulate(whole.plan, options.cluster).backward.seconds)
+          << to_string(layout) << ", " << lengths.size() << " sequences";
+    }
+  }
+}
+
+// Where one sequence dominates under a mask as dense as causal, the partition at blocks below
+// kDenseMinBlockSize is not tried when a larger size is; under a sparse mask it is.
+TEST(PlanSearch, NoFineBlocksWhereOneDenseSequenceDominates) {
+  const SequenceBatch batch({2500, 300});
+  PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 4});
+  options.block_sizes = {1024, kDenseMinBlockSize};
+  options.placement.eps_compute = kRetryEpsCompute;  // no retry at a tighter balance
+  const auto sizes = [&](MaskKind kind) {
+    std::vector<std::string> tried;
+    for (const OwnCandidate& c :
+         build_plan(small_workload(batch, kind, 8, 2), options).own_candidates) {
+      tried.push_back(c.layout == "partition" ? std::to_string(c.block_size) : c.layout);
+    }
+    return tried;
+  };
+  const std::string dense = std::to_string(kDenseMinBlockSize);
+  EXPECT_EQ(sizes(MaskKind::kCausal), (std::vector<std::string>{dense, "hybrid", "loongtrain"}));
+  EXPECT_EQ(sizes(MaskKind::kLambda),
+            (std::vector<std::string>{"1024", dense, "hybrid", "loongtrain"}));
+  // Only fine sizes asked for: they are tried.
+  options.block_sizes = {512, 1024};
+  EXPECT_EQ(sizes(MaskKind::kCausal),
+            (std::vector<std::string>{"512", "1024", "hybrid", "loongtrain"}));
+}
+
+// Where converting partials costs more than their bytes (slow kernels to launch, fast links), dcp
+// also tries its fastest plan with partials in fp32 and keeps that if it is faster; a dtype asked
+// for is kept as asked, and fast conversions are not worth a retry.
+TEST(PlanSearch, TriesFp32PartialsWhereConversionsCostMoreThanBytes) {
+  const Workload workload = small_workload(SequenceBatch({900, 120, 40}), MaskKind::kCausal, 8, 2);
+  PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 4});
+  options.block_sizes = {256};
+  options.cluster.kernel_overhead = 200e-6;  // each conversion kernel: 0.2 ms
+  options.cluster.intra_node_bandwidth *= 100;
+  options.cluster.inter_node_bandwidth *= 100;
+  options.cluster.intra_node_stream_bandwidth = 0;
+  options.cluster.inter_node_stream_bandwidth = 0;
+  const BuiltPlan built = build_plan(workload, options);
+  ASSERT_GE(built.own_candidates.size(), 2u);
+  const OwnCandidate& retried = built.own_candidates.back();
+  EXPECT_EQ(retried.partial_dtype, DType::kFp32);
+  const auto bf16 = std::find_if(
+      built.own_candidates.begin(), built.own_candidates.end(), [&](const OwnCandidate& c) {
+        return c.partial_dtype == DType::kBf16 && c.layout == retried.layout &&
+               c.block_size == retried.block_size;
+      });
+  ASSERT_NE(bf16, built.own_candidates.end());
+  EXPECT_LT(retried.seconds(), bf16->seconds());
+  EXPECT_EQ(built.plan.header.partial_dtype, DType::kFp32);
+  EXPECT_DOUBLE_EQ(sim::simulate(built.plan, options.cluster).seconds(), retried.seconds());
+  EXPECT_TRUE(verify(built.plan).ok);
+
+  PlanOptions asked = options;
+  asked.partial_dtype = DType::kBf16;
+  const BuiltPlan as_asked = build_plan(workload, asked);
+  EXPECT_EQ(as_asked.plan.header.partial_dtype, DType::kBf16);
+  for (const OwnCandidate& c : as_asked.own_candidates) EXPECT_EQ(c.partial_dtype, DType::kBf16);
+
+  PlanOptions cheap = a100_plan_options(Strategy::kDcpPure, {2, 4});  // a100-p4de: 1 us per kernel
+  cheap.block_sizes = {256};
+  for (const OwnCandidate& c : build_plan(workload, cheap).own_candidates) {
+    EXPECT_EQ(c.partial_dtype, DType::kBf16);
+  }
+}
+
+// The retry is tried where a pass's conversions take longer than the part of its critical-path
+// transfers that fp32 would lengthen: the critical transfers times the pass's share of partial
+// bytes. On the H200 calibration (docs/gpu_h200/cost_model/h200_device.cluster, 44.66 us per
+// kernel) with one causal sequence of 32768 tokens, the kept plan's backward converts for less than
+// its critical transfers (which alone would not try the retry) but for more than their partial
+// share; the fp32 retry is then tried, kept and faster (3.48 against 3.61 ms, simulated).
+TEST(PlanSearch, TriesFp32PartialsWhereConversionsOutlastThePartialShareOfTransfers) {
+  const ClusterSpec h200 = parse_cluster_text(
+      "name = gpu-calibrated\nnodes = 4\ndevices_per_node = 8\nintra_node_gbps = 450\n"
+      "intra_node_latency_us = 8\ninter_node_gbps = 400\ninter_node_latency_us = 20\n"
+      "forward_tflops = 222.1\nbackward_tflops = 140.6\nkernel_overhead_us = 44.66\n"
+      "memory_gbps = 3906\nsoftmax_share = 0.9369\nfp32_kernel_factor = 4\n"
+      "partial_subtile_extra = 0\nsubtile_overhead_us = 0\ntile_setup_tokens = 46.61\n"
+      "launch_overhead_us = 8\nlaunch_peer_overhead_us = 2\nintra_node_stream_gbps = 0\n"
+      "inter_node_stream_gbps = 0\nforward_subtile_q = 64\nforward_subtile_kv = 64\n"
+      "backward_subtile_q = 64\nbackward_subtile_kv = 32\nnics_per_node = 8\n"
+      "whole_subtiles = 1\nintra_node_efficiency = 65536:0.15, 1048576:0.6, 16777216:0.9\n"
+      "inter_node_efficiency = 65536:0.1, 1048576:0.5, 16777216:0.85\n",
+      "test");
+  AttentionShape shape;
+  shape.head_dim = 128;
+  const SequenceBatch batch({32768});
+  const Workload workload(shape, batch, build_batch_mask(small_spec(MaskKind::kCausal), batch),
+                          2048, 1);
+  PlanOptions options;
+  options.strategy = Strategy::kDcpPure;
+  options.cluster = h200;
+  options.block_sizes = {1024, 2048, 4096};  // as dcp plan's automatic block size
+  const BuiltPlan built = build_plan(workload, options);
+  const OwnCandidate& retried = built.own_candidates.back();
+  ASSERT_EQ(retried.partial_dtype, DType::kFp32);
+  const auto bf16 = std::find_if(
+      built.own_candidates.begin(), built.own_candidates.end(), [&](const OwnCandidate& c) {
+        return c.partial_dtype == DType::kBf16 && c.layout == retried.layout &&
+               c.block_size == retried.block_size && c.tighter_balance == retried.tighter_balance;
+      });
+  ASSERT_NE(bf16, built.own_candidates.end());
+  EXPECT_LT(retried.seconds(), bf16->seconds());
+  EXPECT_EQ(built.plan.header.partial_dtype, DType::kFp32);
+}
+
+TEST(PlanSearch, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
+  const Workload workload =
+      small_workload(SequenceBatch({700, 300, 90, 5}), MaskKind::kCausal, 8, 2);
+  PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
+  // 2048 and 4096 both collapse to 1024, the next power of two above the longest sequence.
+  options.block_sizes = {128, 2048, 64, 4096};
+  options.structured_layouts = false;  // (one sequence holds most tokens: see the next test)
+  options.placement.eps_compute = kRetryEpsCompute;  // no retry (the test after the next)
+  const BuiltPlan swept = build_plan(workload, options);
+  ASSERT_EQ(swept.own_candidates.size(), 3u);
+  EXPECT_EQ(swept.own_candidates[0].block_size, 128);
+  EXPECT_EQ(swept.own_candidates[1].block_size, 1024);
+  EXPECT_EQ(swept.own_candidates[2].block_size, 64);
+  // The kept plan is the fastest, and the very plan dcp builds at that block size alone.
+  const auto fastest = std::min_element(
+      swept.own_candidates.begin(), swept.own_candidates.end(),
+      [](const OwnCandidate& a, const OwnCandidate& b) { return a.seconds() < b.seconds(); });
+  EXPECT_EQ(swept.workload.blocks().block_size(), fastest->block_size);
+  PlanOptions alone = options;
+  alone.block_sizes.clear();
+  const Workload cut(workload.shape(), workload.batch(),
+                     build_batch_mask(small_spec(MaskKind::kCausal), workload.batch()),
+                     fastest->block_size, 1);
+  const BuiltPlan direct = build_plan(cut, alone);
+  EXPECT_EQ(serialize_plan(swept.plan), serialize_plan(direct.plan));
+  const sim::PlanSimulation simulated = sim::simulate(swept.plan, options.cluster);
+  EXPECT_DOUBLE_EQ(simulated.seconds(), fastest->seconds());
+  EXPECT_TRUE(verify(swept.plan).ok);
+  // With selection, dcp's candidate is its fastest block size.
+  options.strategy = Strategy::kDcp;
+  const BuiltPlan selected = build_plan(workload, options);
+  EXPECT_DOUBLE_EQ(selected.selection.candidates.front().seconds(), fastest->seconds());
+  // A size that is not positive is refused, naming it.
+  options.block_sizes = {0};
+  try {
+    build_plan(workload, options);
+    FAIL() << "block size 0";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("block size 0"), std::string::npos) << e.what();
+  }
+}
+
+// dcp's kRetryPartitions fastest partitions are placed again at the tighter balance
+// kRetryEpsCompute: the retries are listed after the block sizes, at the fastest ones' sizes,
+// fastest first; the kept plan is the fastest of all and the very plan dcp builds at that size and
+// balance alone. A balance already that tight or tighter is not retried (a retry must not break
+// the bound asked for).
+TEST(PlanSearch, RetriesItsFastestPartitionsAtATighterBalance) {
+  const Workload workload =
+      small_workload(SequenceBatch({400, 350, 300, 250, 200, 90, 5}), MaskKind::kCausal, 8, 2);
+  PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
+  options.block_sizes = {64, 128, 256};
+  ASSERT_GT(options.placement.eps_compute, kRetryEpsCompute);
+  const BuiltPlan built = build_plan(workload, options);
+  ASSERT_GE(built.own_candidates.size(), 3u);
+  const auto& tried = built.own_candidates;
+  std::vector<OwnCandidate> by_time(tried.begin(), tried.begin() + 3);
+  std::stable_sort(by_time.begin(), by_time.end(),
+                   [](const auto& a, const auto& b) { return a.seconds() < b.seconds(); });
+  ASSERT_EQ(kRetryPartitions, 2u);
+  ASSERT_EQ(tried.size(), 5u) << "a retry was outside its bounds";
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_FALSE(tried[i].tighter_balance);
+    EXPECT_TRUE(tried[3 + i].tighter_balance);
+    EXPECT_EQ(tried[3 + i].block_size, by_time[i].block_size);
+  }
+  const auto kept = std::min_element(tried.begin(), tried.end(), [](const auto& a, const auto& b) {
+    return a.seconds() < b.seconds();
+  });
+  EXPECT_DOUBLE_EQ(sim::simulate(built.plan, options.cluster).seconds(), kept->seconds());
+  PlanOptions alone = options;
+  alone.block_sizes.clear();
+  if (kept->tighter_balance) alone.placement.eps_compute = kRetryEpsCompute;
+  const Workload cut(workload.shape(), workload.batch(),
+                     build_batch_mask(small_spec(MaskKind::kCausal), workload.batch()),
+                     kept->block_size, 1);
+  EXPECT_EQ(serialize_plan(build_plan(cut, alone).plan), serialize_plan(built.plan));
+  options.placement.eps_compute = kRetryEpsCompute;
+  EXPECT_EQ(build_plan(workload, options).own_candidates.size(), 3u);
+}
+
+// dcp's selection from dcp-pure's plan is build_plan's dcp plan: the same bytes, own candidates and
+// selection, whichever plan is kept (a fast network makes a static one win on some batches).
+TEST(PlanSearch, SelectingFromDcpPuresPlanGivesBuildPlansDcpPlan) {
+  std::set<std::string> kept;
+  for (const bool fast : {false, true}) {
+    for (std::uint64_t seed = 40; seed < 43; ++seed) {
+      const Workload workload = small_workload(random_batch(seed), MaskKind::kCausal, 8, 2);
+      PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 2});
+      options.block_sizes = {64, 128};
+      if (fast) {
+        options.cluster.inter_node_bandwidth *= 50;
+        options.cluster.inter_node_stream_bandwidth *= 50;
+      }
+      const BuiltPlan whole = build_plan(workload, options);
+      PlanOptions pure = options;
+      pure.strategy = Strategy::kDcpPure;
+      const BuiltPlan selected = select_plan(workload, options, build_plan(workload, pure));
+      EXPECT_EQ(serialize_plan(selected.plan), serialize_plan(whole.plan)) << seed;
+      EXPECT_EQ(selected.selection.kept, whole.selection.kept);
+      ASSERT_EQ(selected.selection.candidates.size(), whole.selection.candidates.size());
+      for (std::size_t i = 0; i < whole.selection.candidates.size(); ++i) {
+        EXPECT_EQ(selected.selection.candidates[i].strategy,
+                  whole.selection.candidates[i].strategy);
+        EXPECT_DOUBLE_EQ(selected.selection.candidates[i].seconds(),
+                         whole.selection.candidates[i].seconds());
+      }
+      EXPECT_EQ(selected.own_candidates.size(), whole.own_candidates.size());
+      kept.insert(whole.selection.kept);
+    }
+  }
+  EXPECT_GT(kept.size(), 1u);  // dcp's own plan and a static one
+  PlanOptions pure = a100_plan_options(Strategy::kDcpPure, {2, 2});
+  const Workload workload = small_workload(random_batch(40), MaskKind::kCausal, 8, 2);
+  try {
+    select_plan(workload, pure, build_plan(workload, pure));
+    FAIL() << "select_plan with dcp-pure's options";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("dcp-pure"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PlanSearch, DcpKeepsTheFastestOfItsOwnAndTheStaticPlansUnderTheSimulator) {
+  std::uint64_t seed = 21;
+  std::set<std::string> kept;
+  for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kFull, MaskKind::kLambda}) {
+    const Workload workload = small_workload(random_batch(seed++), kind, 8, 2);
+    PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 2});
+    // A fast network makes static plans competitive on some batches.
+    options.cluster.inter_node_bandwidth *= 50;
+    options.cluster.inter_node_stream_bandwidth *= 50;
+    const BuiltPlan best = build_plan(workload, options);
+    ASSERT_EQ(best.selection.candidates.size(), 7u);  // dcp and the six static strategies
+    const sim::PlanSimulation kept_time = sim::simulate(best.plan, options.cluster);
+    for (const PlanCandidate& candidate : best.selection.candidates) {
+      ASSERT_TRUE(candidate.feasible) << candidate.reason;
+      // Each candidate's time is that of the plan its strategy builds on its own.
+      options.strategy =
+          candidate.strategy == "dcp" ? Strategy::kDcpPure : parse_strategy(candidate.strategy);
+      const sim::PlanSimulation alone =
+          sim::simulate(build_plan(workload, options).plan, options.cluster);
+      if (candidate.simulated) {
+        EXPECT_DOUBLE_EQ(candidate.forward_seconds, alone.forward.seconds);
+        EXPECT_DOUBLE_EQ(candidate.backward_seconds, alone.backward.seconds);
+      } else {
+        // Screened out by its schedule estimate, which was far above the kept plan's time.
+        EXPECT_GE(candidate.estimate_seconds, kScreenFactor * kept_time.seconds());
+      }
+      EXPECT_LE(kept_time.seconds(), alone.seconds()) << candidate.strategy;
+    }
+    options.strategy = Strategy::kDcp;
+    EXPECT_EQ(best.plan.header.strategy,
+              best.selection.kept == "dcp" ? "dcp" : "dcp/" + best.selection.kept);
+    EXPECT_TRUE(verify(best.plan).ok);
+    kept.insert(best.selection.kept);
+  }
+  // With a network this fast, a static plan wins at least once (these batches: Ulysses).
+  EXPECT_TRUE(kept.size() > 1 || *kept.begin() != "dcp");
+  // Ulysses cannot split 8 q heads over 16 devices: a candidate that is not feasible.
+  const Workload workload = small_workload(random_batch(30), MaskKind::kCausal, 8, 2);
+  const BuiltPlan wide = build_plan(workload, a100_plan_options(Strategy::kDcp, {2, 8}));
+  const auto ulysses =
+      std::find_if(wide.selection.candidates.begin(), wide.selection.candidates.end(),
+                   [](const PlanCandidate& c) { return c.strategy == "ulysses"; });
+  ASSERT_NE(ulysses, wide.selection.candidates.end());
+  EXPECT_FALSE(ulysses->feasible);
+  EXPECT_NE(ulysses->reason.find("head"), std::string::npos);
+  // dcp-pure never selects.
+  EXPECT_TRUE(build_plan(workload, a100_plan_options(Strategy::kDcpPure, {2, 2}))
+                  .selection.candidates.empty());
+}
+
+}  // namespace
+}  // namespace dcp

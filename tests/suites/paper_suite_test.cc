@@ -3,8 +3,6 @@
 // end to end on a small cluster and small batches.
 #include "dcp/suites/paper_suite.h"
 
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>

@@ -1,23 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
-// `dcp bench --suite micro|calibration`: the benchmark suites, their reports and records.
+// `dcp bench --suite ...`: the flags of the benchmark suites (dcp::suites), and where their
+// reports and records go.
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <vector>
 
 #include "dcp/core/npy.h"
 #include "dcp/core/parse.h"
 
+#include "dcp/suites/balance_suite.h"
+#include "dcp/suites/calibration_suite.h"
+#include "dcp/suites/e2e_suite.h"
+#include "dcp/suites/micro_suite.h"
+#include "dcp/suites/paper_suite.h"
+#include "dcp/suites/planning_suite.h"
+#include "dcp/suites/reports.h"
+
 #include "apps/cli/args.h"
-#include "apps/cli/balance_suite.h"
-#include "apps/cli/bench_suites.h"
 #include "apps/cli/command_table.h"
-#include "apps/cli/e2e_suite.h"
-#include "apps/cli/paper_suite.h"
-#include "apps/cli/planning_suite.h"
 #include "apps/cli/workload_flags.h"
 
 namespace dcp::cli {
@@ -60,8 +63,8 @@ void write_report(const Args& args, const std::string& name, const std::string& 
                   std::ostream& out) {
   const auto dir = args.get("--out-dir");
   if (!dir || dir->empty()) return;
-  const std::string path = *dir + "/" + name;
-  with_flag("--out-dir " + dcp::quoted(*dir), [&] { write_file_atomically(path, text); });
+  const std::string path = with_flag("--out-dir " + dcp::quoted(*dir),
+                                     [&] { return suites::write_report(*dir, name, text); });
   out << "wrote " << path << "\n";
 }
 
@@ -69,19 +72,13 @@ void write_report(const Args& args, const std::string& name, const std::string& 
 // minutes does not end at a folder that is not there; one that cannot be made is an error naming
 // its flag, before anything runs.
 void prepare_outputs(const Args& args) {
-  const auto make = [](const std::string& flag, const std::filesystem::path& dir) {
-    if (dir.empty()) return;
-    std::error_code error;
-    std::filesystem::create_directories(dir, error);
-    if (error || !std::filesystem::is_directory(dir)) {
-      throw UsageError(flag + ": cannot create the folder " + dcp::quoted(dir.string()) +
-                       (error ? ": " + error.message() : ""));
-    }
-  };
   if (const auto json = args.get("--json")) {
-    make("--json " + dcp::quoted(*json), std::filesystem::path(*json).parent_path());
+    with_flag("--json " + dcp::quoted(*json),
+              [&] { suites::create_folder(std::filesystem::path(*json).parent_path()); });
   }
-  if (const auto dir = args.get("--out-dir")) make("--out-dir " + dcp::quoted(*dir), *dir);
+  if (const auto dir = args.get("--out-dir")) {
+    with_flag("--out-dir " + dcp::quoted(*dir), [&] { suites::create_folder(*dir); });
+  }
 }
 
 // --threads, by default every hardware thread.
@@ -187,7 +184,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const auto batches = static_cast<std::int32_t>(args.get_int("--batches", 3, 1, 10000));
   if (suite == "micro") {
     if (args.has("--fit")) throw UsageError("--fit applies to --suite paper");
-    MicroOptions options;
+    suites::MicroOptions options;
     options.datasets = list_flag<LengthDistributionKind>(args, "--datasets", "ldc,longalign",
                                                          parse_length_distribution);
     options.scales = scales_from(args);
@@ -206,14 +203,16 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
               << options.datasets.size() * options.scales.size() * options.masks.size()
               << " configurations x " << options.batches << " batches x "
               << options.strategies.size() << " strategies on " << options.cluster.name << "\n";
-    const std::vector<MicroRecord> records = run_micro_suite(options, std::cerr);
+    const std::vector<suites::MicroRecord> records = suites::run_micro_suite(options, std::cerr);
     const std::string command = command_line(argv);
-    const std::string markdown = micro_markdown(options, records, command);
+    const std::string markdown = suites::micro_markdown(options, records, command);
     write_json(
-        args, [&] { return micro_records_json(records); }, out);
+        args, [&] { return suites::micro_records_json(records); }, out);
     write_report(args, "micro_bench.md", markdown, out);
-    write_report(args, "micro_bench_forward.svg", micro_svg(options, records, "forward"), out);
-    write_report(args, "micro_bench_backward.svg", micro_svg(options, records, "backward"), out);
+    write_report(args, "micro_bench_forward.svg", suites::micro_svg(options, records, "forward"),
+                 out);
+    write_report(args, "micro_bench_backward.svg", suites::micro_svg(options, records, "backward"),
+                 out);
     out << markdown;
     return 0;
   }
@@ -224,7 +223,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
                          " does not apply to --suite paper (its cells fix them)");
       }
     }
-    PaperOptions options;
+    suites::PaperOptions options;
     set_batch_flags(options, args, batches, seed);
     if (const auto degree = args.get("--static-dp")) {
       options.static_data_parallel =
@@ -237,8 +236,8 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
         options.fit_parameters = list_flag<std::string>(
             args, "--fit-parameters", "", [](std::string_view name) { return std::string(name); });
       }
-      const PaperFit fit =
-          with_flag("--fit-parameters", [&] { return fit_paper_constants(options, std::cerr); });
+      const suites::PaperFit fit = with_flag(
+          "--fit-parameters", [&] { return suites::fit_paper_constants(options, std::cerr); });
       std::cerr << "fit: " << fit.evaluations << " evaluations, rms log error "
                 << fit.rms_log_error_before << " -> " << fit.rms_log_error_after << "\n";
       out << to_cluster_text(fit.cluster) << "\n"
@@ -248,12 +247,13 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
       options.cluster = fit.cluster;
       options.zigzag_baselines = fit.zigzag_baselines;
     }
-    std::cerr << "dcp bench paper: " << paper_cells().size() << " cells, " << options.batches
-              << " batches per dataset and scale, on " << options.cluster.name << "\n";
-    const std::vector<PaperRecord> records = run_paper_suite(options, std::cerr);
-    const std::string markdown = paper_markdown(options, records, command_line(argv));
+    std::cerr << "dcp bench paper: " << suites::paper_cells().size() << " cells, "
+              << options.batches << " batches per dataset and scale, on " << options.cluster.name
+              << "\n";
+    const std::vector<suites::PaperRecord> records = suites::run_paper_suite(options, std::cerr);
+    const std::string markdown = suites::paper_markdown(options, records, command_line(argv));
     write_json(
-        args, [&] { return paper_records_json(records); }, out);
+        args, [&] { return suites::paper_records_json(records); }, out);
     write_report(args, "paper_bench.md", markdown, out);
     out << markdown;
     return 0;
@@ -266,7 +266,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
         throw UsageError(std::string(flag) + " does not apply to --suite e2e (its model fixes it)");
       }
     }
-    E2eOptions options;
+    suites::E2eOptions options;
     options.batches = static_cast<std::int32_t>(args.get_int("--batches", 2, 1, 10000));
     options.tokens = args.get_int("--tokens", 131072, 1024, 131072);
     const std::string cluster = args.get_or("--cluster", "a100-p4de");
@@ -275,13 +275,14 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     options.seed = seed;
     options.threads = threads_from(args);
     prepare_outputs(args);
-    std::cerr << "dcp bench e2e: " << e2e_cells().size() << " cells, " << options.batches
+    std::cerr << "dcp bench e2e: " << suites::e2e_cells().size() << " cells, " << options.batches
               << " batches per dataset and length, on " << options.gpus.name << "\n";
-    const E2eResult result = with_flag("--cluster " + dcp::quoted(cluster),
-                                       [&] { return run_e2e_suite(options, std::cerr); });
-    const std::string markdown = e2e_markdown(options, result, command_line(argv));
+    const suites::E2eResult result = with_flag("--cluster " + dcp::quoted(cluster), [&] {
+      return suites::run_e2e_suite(options, std::cerr);
+    });
+    const std::string markdown = suites::e2e_markdown(options, result, command_line(argv));
     write_json(
-        args, [&] { return e2e_records_json(result); }, out);
+        args, [&] { return suites::e2e_records_json(result); }, out);
     write_report(args, "e2e_estimate.md", markdown, out);
     out << markdown;
     return 0;
@@ -293,7 +294,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
         throw UsageError(std::string(flag) + " applies to --suite micro or paper");
       }
     }
-    CalibrationSuiteOptions options;
+    suites::CalibrationSuiteOptions options;
     options.masks = masks_from(args);
     options.strategies = list_flag<Strategy>(
         args, "--strategies", "dcp,ring,zigzag,ulysses,hybrid,te,loongtrain", parse_strategy);
@@ -305,8 +306,9 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     options.shape = shape_from_flags(args);
     options.seed = seed;
     prepare_outputs(args);
-    const std::vector<CalibrationSample> samples = run_calibration_suite(options, std::cerr);
-    const std::string markdown = calibration_markdown(options, samples, command_line(argv));
+    const std::vector<suites::CalibrationSample> samples =
+        suites::run_calibration_suite(options, std::cerr);
+    const std::string markdown = suites::calibration_markdown(options, samples, command_line(argv));
     write_report(args, "calibration.md", markdown, out);
     out << markdown;
     return 0;
@@ -317,7 +319,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
         throw UsageError(std::string(flag) + " does not apply to --suite balance (dcp-pure)");
       }
     }
-    BalanceOptions options;
+    suites::BalanceOptions options;
     options.datasets = list_flag<LengthDistributionKind>(args, "--datasets", "ldc,longalign",
                                                          parse_length_distribution);
     options.scales = scales_from(args);
@@ -334,10 +336,11 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
               << options.scales.size() << " scales x " << options.masks.size() << " masks x "
               << options.batches << " batches x " << options.balances.size() << " balances on "
               << options.cluster.name << "\n";
-    const std::vector<BalanceSample> samples = run_balance_suite(options, std::cerr);
-    const std::string markdown = balance_markdown(options, samples, command_line(argv));
+    const std::vector<suites::BalanceSample> samples =
+        suites::run_balance_suite(options, std::cerr);
+    const std::string markdown = suites::balance_markdown(options, samples, command_line(argv));
     write_json(
-        args, [&] { return balance_samples_json(samples); }, out);
+        args, [&] { return suites::balance_samples_json(samples); }, out);
     write_report(args, "balance_bench.md", markdown, out);
     out << markdown;
     return 0;
@@ -349,7 +352,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
                          " does not apply to --suite planning (dcp-pure and dcp, one thread)");
       }
     }
-    PlanningOptions options;
+    suites::PlanningOptions options;
     options.shapes =
         list_flag<ClusterShape>(args, "--shapes", "4x8,8x8", [](std::string_view text) {
           const std::size_t x = text.find('x');
@@ -372,10 +375,11 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     std::cerr << "dcp bench planning: " << options.shapes.size() << " shapes x "
               << options.datasets.size() << " datasets x " << options.masks.size() << " masks x "
               << options.batches << " batches, dcp-pure and dcp, one thread\n";
-    const std::vector<PlanningSample> samples = run_planning_suite(options, std::cerr);
-    const std::string markdown = planning_markdown(options, samples, command_line(argv));
+    const std::vector<suites::PlanningSample> samples =
+        suites::run_planning_suite(options, std::cerr);
+    const std::string markdown = suites::planning_markdown(options, samples, command_line(argv));
     write_json(
-        args, [&] { return planning_samples_json(samples); }, out);
+        args, [&] { return suites::planning_samples_json(samples); }, out);
     write_report(args, "planning_time.md", markdown, out);
     out << markdown;
     return 0;

@@ -49,13 +49,4 @@ inline std::string read_all(const std::string& path) {
   return text.str();
 }
 
-// How often `what` occurs in `text`.
-inline std::size_t count_of(const std::string& text, const std::string& what) {
-  std::size_t count = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
-    ++count;
-  }
-  return count;
-}
-
 }  // namespace dcp::cli

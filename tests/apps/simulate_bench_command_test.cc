@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// `dcp simulate` and `dcp bench` end to end, on small batches.
+// `dcp simulate` and `dcp bench` end to end, on small batches, and the flags each suite refuses.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -199,6 +199,39 @@ TEST(BenchCommand, RejectsBadFlagsWithExitStatus2) {
   expect_usage_error({"bench", "--suite", "calibration", "--json", "x.json"},
                      "--json applies to --suite micro");
   expect_usage_error({"bench", "--batches", "0"}, "--batches");
+}
+
+TEST(PaperSuite, RefusesFlagsItsCellsFix) {
+  expect_usage_error({"bench", "--suite", "paper", "--masks", "causal"},
+                     "--masks does not apply to --suite paper");
+  expect_usage_error({"bench", "--suite", "micro", "--fit"}, "--fit applies to --suite paper");
+  expect_usage_error({"bench", "--suite", "calibration", "--fit"}, "--fit applies to");
+  expect_usage_error({"bench", "--suite", "paper", "--fit-parameters", "forward_tflops"},
+                     "--fit-parameters applies with --fit");
+}
+
+TEST(E2eSuite, RefusesFlagsItsModelFixes) {
+  expect_usage_error({"bench", "--suite", "e2e", "--masks", "causal"},
+                     "--masks does not apply to --suite e2e");
+  expect_usage_error({"bench", "--suite", "e2e", "--heads", "4"}, "--heads does not apply");
+  expect_usage_error({"bench", "--suite", "e2e", "--tokens", "100"}, "--tokens");
+}
+
+TEST(BalanceSuite, RefusesBadBalancesAndFlagsItFixes) {
+  expect_usage_error({"bench", "--suite", "balance", "--balances", "0.1,-1"},
+                     "a balance must be in [0, 1000]");
+  expect_usage_error({"bench", "--suite", "balance", "--strategies", "ring"},
+                     "--strategies does not apply to --suite balance");
+}
+
+TEST(PlanningSuite, RefusesBadShapesAndFlagsItFixes) {
+  expect_usage_error({"bench", "--suite", "planning", "--shapes", "4by8"},
+                     "a shape is NODESxDEVICES, got '4by8'");
+  expect_usage_error({"bench", "--suite", "planning", "--shapes", "0x8"}, "--shapes");
+  expect_usage_error({"bench", "--suite", "planning", "--strategies", "ring"},
+                     "--strategies does not apply to --suite planning");
+  expect_usage_error({"bench", "--suite", "nope"},
+                     "expected micro, paper, e2e, calibration, planning or balance");
 }
 
 }  // namespace

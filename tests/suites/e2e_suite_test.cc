@@ -1,17 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// `dcp bench --suite e2e`: the paper's end-to-end cells, and the estimate end to end on a
-// miniature of its batches.
-#include "apps/cli/e2e_suite.h"
+// The e2e suite: the paper's end-to-end cells, and the estimate end to end on a miniature of its
+// batches.
+#include "dcp/suites/e2e_suite.h"
 
-#include <filesystem>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "tests/apps/cli_testing.h"
-
-namespace dcp::cli {
+namespace dcp::suites {
 namespace {
 
 TEST(E2eSuite, HoldsEveryMeasuredCellOnceWithTheReferencesBlockSizes) {
@@ -31,13 +29,15 @@ TEST(E2eSuite, HoldsEveryMeasuredCellOnceWithTheReferencesBlockSizes) {
 }
 
 TEST(E2eSuite, EstimatesEveryCellForEverySystemAndFitsOnlyMegatronsCausalCells) {
-  const std::string dir = temp_path("e2e_report");
-  const std::string json = temp_path("e2e.json");
-  std::filesystem::remove_all(dir);
-  const Result r = run({"bench", "--suite", "e2e", "--batches", "1", "--tokens", "1024",
-                        "--threads", "2", "--out-dir", dir, "--json", json});
-  ASSERT_EQ(r.status, 0) << r.err;
-  const std::string records = read_all(json);
+  E2eOptions options;
+  options.batches = 1;
+  options.tokens = 1024;
+  options.gpus = cluster_preset("a100-p4de");
+  options.gpus.shape = {8, 8};  // the paper's 8 x p4d
+  options.threads = 2;
+  std::ostringstream progress;
+  const E2eResult result = run_e2e_suite(options, progress);
+  const std::string records = e2e_records_json(result);
   std::size_t count = 0, fitted = 0;
   for (std::size_t at = records.find("\"estimated_seconds\""); at != std::string::npos;
        at = records.find("\"estimated_seconds\"", at + 1)) {
@@ -55,20 +55,11 @@ TEST(E2eSuite, EstimatesEveryCellForEverySystemAndFitsOnlyMegatronsCausalCells) 
     EXPECT_NE(records.find(field), std::string::npos) << field;
   }
   EXPECT_EQ(records.find("\"estimated_seconds\": 0,"), std::string::npos);
-  const std::string markdown = read_all(dir + "/e2e_estimate.md");
+  const std::string markdown = e2e_markdown(options, result, "dcp bench --suite e2e");
   EXPECT_NE(markdown.find("**An estimate, not a measurement.**"), std::string::npos);
   EXPECT_NE(markdown.find("| fitted: Megatron causal | 8 |"), std::string::npos);
   EXPECT_NE(markdown.find("| ldc | 128K | causal | 3.033 |"), std::string::npos);
-  std::filesystem::remove_all(dir);
-  std::filesystem::remove(json);
-}
-
-TEST(E2eSuite, RefusesFlagsItsModelFixes) {
-  expect_usage_error({"bench", "--suite", "e2e", "--masks", "causal"},
-                     "--masks does not apply to --suite e2e");
-  expect_usage_error({"bench", "--suite", "e2e", "--heads", "4"}, "--heads does not apply");
-  expect_usage_error({"bench", "--suite", "e2e", "--tokens", "100"}, "--tokens");
 }
 
 }  // namespace
-}  // namespace dcp::cli
+}  // namespace dcp::suites

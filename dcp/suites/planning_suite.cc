@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The planning-time suite: every batch planned with dcp-pure and dcp on one thread, timed.
-#include "apps/cli/planning_suite.h"
+#include "dcp/suites/planning_suite.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,9 +11,9 @@
 #include "dcp/core/json_writer.h"
 #include "dcp/core/timing.h"
 
-#include "apps/cli/bench_suites.h"
+#include "dcp/suites/reports.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 namespace {
 
 std::string shape_name(const ClusterShape& shape) {
@@ -164,4 +164,4 @@ std::string planning_markdown(const PlanningOptions& options,
   return md;
 }
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

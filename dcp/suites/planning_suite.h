@@ -10,7 +10,7 @@
 
 #include "dcp/dcp.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 
 struct PlanningOptions {
   std::vector<ClusterShape> shapes;  // 4 x 8 and 8 x 8 by default
@@ -48,4 +48,4 @@ std::string planning_markdown(const PlanningOptions& options,
                               const std::vector<PlanningSample>& samples,
                               const std::string& command);
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

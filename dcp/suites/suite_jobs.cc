@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // The bench suites' jobs (run in parallel, one progress line each as it finishes) and the figures
 // of a plan they report.
+#include "dcp/suites/suite_jobs.h"
+
 #include <cstdio>
 #include <mutex>
 
 #include "dcp/core/thread_pool.h"
 #include "dcp/core/timing.h"
 
-#include "apps/cli/bench_suites.h"
+#include "dcp/suites/reports.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 
 void run_jobs(std::size_t count, int threads, std::ostream& progress,
               const std::function<std::string(std::size_t)>& job) {
@@ -88,4 +90,4 @@ PlanFigures plan_figures(const BuiltPlan& built, const ClusterSpec& cluster) {
   return figures;
 }
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The attention micro-benchmark of the DCP paper under the simulator: datasets x length scales x
 // masks x strategies on a described cluster.
+#include "dcp/suites/micro_suite.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
@@ -15,9 +17,9 @@
 #include "dcp/core/thread_pool.h"
 #include "dcp/core/timing.h"
 
-#include "apps/cli/bench_suites.h"
+#include "dcp/suites/suite_jobs.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 namespace {
 
 // One strategy's figures on one batch.
@@ -274,4 +276,4 @@ std::string micro_records_json(const std::vector<MicroRecord>& records) {
   return json.str() + "\n";
 }
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The paper suite: every measured cell of the DCP paper's micro-benchmark under the simulator.
-#include "apps/cli/paper_suite.h"
+#include "dcp/suites/paper_suite.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,12 +13,13 @@
 #include <tuple>
 
 #include "dcp/core/json_writer.h"
-#include "dcp/core/thread_pool.h"
 #include "dcp/core/timing.h"
 
-#include "apps/cli/bench_suites.h"
+#include "dcp/calibration/plan_time_fit.h"
+#include "dcp/suites/reports.h"
+#include "dcp/suites/suite_jobs.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 namespace {
 
 // The reference's DCP block sizes (its micro-benchmark sweeps these and reports the best).
@@ -191,61 +192,14 @@ std::vector<PaperRecord> run_paper_suite(const PaperOptions& options, std::ostre
 }
 
 PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress) {
-  // The parameters, each a positive value changed multiplicatively, with bounds.
-  struct Parameter {
-    const char* name;
-    double value, lo, hi;
-  };
-  const ClusterSpec& spec = options.cluster;
-  const auto half_of = [](const std::vector<SizeEfficiency>& curve) {
-    // Recover the half size from the curve's 1 MiB point (s / (s + h) = e => h = s (1 - e) / e).
-    const double e = size_efficiency(curve, 1 << 20);
-    return std::max(1.0, (1 << 20) * (1 - e) / e);
-  };
-  std::vector<Parameter> parameters = {
-      {"forward_tflops", spec.forward_flops / 1e12, 50, 312},
-      {"backward_tflops", spec.backward_flops / 1e12, 40, 312},
-      {"tile_setup_tokens", std::max(1.0, spec.tile_setup_tokens), 1, 4096},
-      {"kernel_overhead_us", std::max(1.0, spec.kernel_overhead * 1e6), 1, 100},
-      {"launch_overhead_us", std::max(1.0, spec.launch_overhead * 1e6), 1, 500},
-      {"launch_peer_overhead_us", std::max(0.1, spec.launch_peer_overhead * 1e6), 0.1, 100},
-      {"intra_half_bytes", half_of(spec.intra_node_efficiency), 1e3, 1e8},
-      {"inter_half_bytes", half_of(spec.inter_node_efficiency), 1e3, 1e8},
-      {"intra_stream_gbps",
-       (spec.intra_node_stream_bandwidth > 0 ? spec.intra_node_stream_bandwidth
-                                             : spec.intra_node_bandwidth) /
-           1e9,
-       1, 1000},
-      {"inter_stream_gbps",
-       (spec.inter_node_stream_bandwidth > 0 ? spec.inter_node_stream_bandwidth
-                                             : spec.nic_bandwidth()) /
-           1e9,
-       0.1, 1000},
-      {"sequence_overhead_us", std::max(0.1, options.zigzag_baselines.sequence_overhead * 1e6), 0.1,
-       1000},
-  };
-  for (const std::string& name : options.fit_parameters) {
-    if (std::none_of(parameters.begin(), parameters.end(),
-                     [&](const Parameter& p) { return name == p.name; })) {
-      std::string names;
-      for (const Parameter& p : parameters)
-        names += std::string(names.empty() ? "" : ", ") + p.name;
-      throw InvalidInput("no fitted constant named '" + name + "' (the constants: " + names + ")");
-    }
-  }
-  const auto moves = [&](const Parameter& p) {
-    return options.fit_parameters.empty() ||
-           std::find(options.fit_parameters.begin(), options.fit_parameters.end(), p.name) !=
-               options.fit_parameters.end();
-  };
+  // An unknown name fails before minutes of planning.
+  calibration::check_plan_time_fit_constants(options.fit_parameters);
   // Build every fitted cell's plans once: per (scale, strategy, window), one per batch. LoongTrain
   // cells keep the window that is fastest under the starting constants, per cell, as the paper
   // reported LoongTrain's best window.
   struct Target {
-    double paper_ms = 0;
-    int pass = 0;
+    calibration::MeasuredPlanTime measured;
     bool splits = false;  // its system splits sequences on the host (zigzag_baselines prices it)
-    std::vector<std::size_t> plans;
   };
   std::vector<Plan> built;
   std::map<std::tuple<double, std::string, std::int32_t>, std::vector<std::size_t>> plans_of;
@@ -277,7 +231,8 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
   for (const PaperCell& cell : paper_cells()) {
     if (!cell.fitted || cell.outlier) continue;
     const int pass = cell.pass == "forward" ? 0 : 1;
-    Target target{cell.paper_ms, pass, splits_sequences_on_host(cell.strategy), {}};
+    Target target{{cell.paper_ms, pass == 0 ? Pass::kForward : Pass::kBackward, {}},
+                  splits_sequences_on_host(cell.strategy)};
     double best = std::numeric_limits<double>::infinity();
     for (const std::int32_t window : windows_of(options, cell.strategy)) {
       const std::vector<std::size_t> ids = plans_for(cell, window);
@@ -285,100 +240,33 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
       for (const std::size_t i : ids) sum += start_seconds[i][static_cast<std::size_t>(pass)];
       if (sum < best) {
         best = sum;
-        target.plans = ids;
+        target.measured.plans = ids;
       }
     }
     targets.push_back(target);
   }
   // Keep only the plans a target uses.
-  std::vector<Plan> plans;
-  std::vector<bool> splits;  // per kept plan: priced with zigzag_baselines
+  calibration::PlanTimeFitInput input;
   std::map<std::size_t, std::size_t> kept;
   for (Target& target : targets) {
-    for (std::size_t& i : target.plans) {
-      auto [it, fresh] = kept.try_emplace(i, plans.size());
+    for (std::size_t& i : target.measured.plans) {
+      auto [it, fresh] = kept.try_emplace(i, input.plans.size());
       if (fresh) {
-        plans.push_back(std::move(built[i]));
-        splits.push_back(target.splits);
+        input.plans.push_back(std::move(built[i]));
+        input.priced_with_executor.push_back(target.splits);
       }
       i = it->second;
     }
+    input.measured.push_back(std::move(target.measured));
   }
   built.clear();
-  // The spec and executor with the parameters' values; constants held keep their exact values.
-  const auto apply = [&](const std::vector<Parameter>& p) {
-    ClusterSpec c = options.cluster;
-    const auto set = [&](std::size_t k, auto& field, auto value_of) {
-      if (moves(p[k])) field = value_of(p[k].value);
-    };
-    set(0, c.forward_flops, [](double v) { return v * 1e12; });
-    set(1, c.backward_flops, [](double v) { return v * 1e12; });
-    set(2, c.tile_setup_tokens, [](double v) { return v; });
-    set(3, c.kernel_overhead, [](double v) { return v * 1e-6; });
-    set(4, c.launch_overhead, [](double v) { return v * 1e-6; });
-    set(5, c.launch_peer_overhead, [](double v) { return v * 1e-6; });
-    set(6, c.intra_node_efficiency, half_rate_curve);
-    set(7, c.inter_node_efficiency, half_rate_curve);
-    set(8, c.intra_node_stream_bandwidth, [](double v) { return v * 1e9; });
-    set(9, c.inter_node_stream_bandwidth, [](double v) { return v * 1e9; });
-    return c;
-  };
-  const auto zigzag_of = [&](const std::vector<Parameter>& p) {
-    sim::ExecutorModel e = options.zigzag_baselines;
-    if (moves(p[10])) e.sequence_overhead = p[10].value * 1e-6;
-    return e;
-  };
-  PaperFit fit;
-  const auto objective = [&](const std::vector<Parameter>& p) {
-    const ClusterSpec c = apply(p);
-    const sim::ExecutorModel zigzag = zigzag_of(p);
-    std::vector<std::array<double, 2>> seconds(plans.size());
-    ThreadPool pool(options.threads);
-    pool.parallel_for(plans.size(), [&](std::size_t i, int) {
-      const sim::PlanSimulation s =
-          sim::simulate(plans[i], c, splits[i] ? zigzag : sim::ExecutorModel{});
-      seconds[i] = {s.forward.seconds, s.backward.seconds};
-    });
-    double sum = 0;
-    for (const Target& t : targets) {
-      double ms = 0;
-      for (const std::size_t i : t.plans) ms += seconds[i][static_cast<std::size_t>(t.pass)];
-      ms = ms / static_cast<double>(t.plans.size()) * 1e3;
-      sum += std::pow(std::log(ms / t.paper_ms), 2);
-    }
-    ++fit.evaluations;
-    return std::sqrt(sum / static_cast<double>(targets.size()));
-  };
-  double best = objective(parameters);
-  fit.rms_log_error_before = best;
-  for (double factor = 2.0; factor > 1.04; factor = std::sqrt(factor)) {
-    bool improved = true;
-    while (improved) {
-      improved = false;
-      for (Parameter& parameter : parameters) {
-        if (!moves(parameter)) continue;
-        for (const double step : {factor, 1 / factor}) {
-          const double old = parameter.value;
-          parameter.value = std::clamp(old * step, parameter.lo, parameter.hi);
-          if (parameter.value == old) continue;
-          const double value = objective(parameters);
-          if (value < best - 1e-6) {
-            best = value;
-            improved = true;
-            progress << "fit: " << parameter.name << " " << old << " -> " << parameter.value
-                     << ": rms log error " << best << "\n"
-                     << std::flush;
-          } else {
-            parameter.value = old;
-          }
-        }
-      }
-    }
-  }
-  fit.rms_log_error_after = best;
-  fit.cluster = apply(parameters);
-  fit.zigzag_baselines = zigzag_of(parameters);
-  return fit;
+  input.cluster = options.cluster;
+  input.executor = options.zigzag_baselines;
+  input.parameters = options.fit_parameters;
+  input.threads = options.threads;
+  const calibration::PlanTimeFit fit = calibration::fit_plan_times(input, progress);
+  return {fit.cluster, fit.executor, fit.rms_log_error_before, fit.rms_log_error_after,
+          fit.evaluations};
 }
 
 std::string paper_records_json(const std::vector<PaperRecord>& records) {
@@ -478,4 +366,4 @@ std::string paper_markdown(const PaperOptions& options, const std::vector<PaperR
   return md;
 }
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

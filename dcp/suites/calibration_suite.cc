@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The simulator against reality: real runs on local ranks (the CPU runtime) next to the
 // simulator's prediction under a cluster spec measured on this machine (cpu-local).
+#include "dcp/suites/calibration_suite.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,9 +12,9 @@
 
 #include "dcp/core/timing.h"
 
-#include "apps/cli/bench_suites.h"
+#include "dcp/suites/reports.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 namespace {
 
 // The q-th quantile (0..1) of absolute errors, by the nearest rank.
@@ -127,4 +129,4 @@ std::string calibration_markdown(const CalibrationSuiteOptions& options,
   return md;
 }
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// `dcp bench --suite paper`: the paper's cells, the baselines' data parallel degree, and the suite
+// The paper suite: the paper's cells, the baselines' data parallel degree, the fit, and the suite
 // end to end on a small cluster and small batches.
-#include "apps/cli/paper_suite.h"
+#include "dcp/suites/paper_suite.h"
 
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -13,9 +11,7 @@
 
 #include "dcp/model/cluster_file.h"
 
-#include "tests/apps/cli_testing.h"
-
-namespace dcp::cli {
+namespace dcp::suites {
 namespace {
 
 TEST(PaperSuite, HoldsEveryMeasuredCellOnceAndFitsOnlyTheLdcCausalBaselines) {
@@ -42,16 +38,16 @@ TEST(PaperSuite, HoldsEveryMeasuredCellOnceAndFitsOnlyTheLdcCausalBaselines) {
 }
 
 TEST(PaperSuite, ReportsEveryCellWithItsSimulatedTimeAndError) {
-  const std::string cluster = temp_path("paper.cluster");
-  std::ofstream(cluster) << "preset = a100-p4de\nnodes = 2\ndevices_per_node = 2\n";
-  const std::string dir = temp_path("paper_report");
-  const std::string json = temp_path("paper.json");
-  std::filesystem::remove_all(dir);
-  const Result r =
-      run({"bench", "--suite", "paper", "--batches", "1", "--tokens", "2048", "--head-dim", "32",
-           "--cluster", cluster, "--out-dir", dir, "--json", json});
-  ASSERT_EQ(r.status, 0) << r.err;
-  const std::string records = read_all(json);
+  PaperOptions options;
+  options.batches = 1;
+  options.tokens = 2048;
+  options.shape.head_dim = 32;
+  options.cluster =
+      parse_cluster_text("preset = a100-p4de\nnodes = 2\ndevices_per_node = 2\n", "test");
+  options.threads = 2;
+  std::ostringstream progress;
+  const std::vector<PaperRecord> paper_records = run_paper_suite(options, progress);
+  const std::string records = paper_records_json(paper_records);
   // One record per cell, plus dcp's own plan beside each of the reference's cells.
   std::size_t count = 0;
   for (std::size_t at = records.find("\"simulated_ms\""); at != std::string::npos;
@@ -65,11 +61,10 @@ TEST(PaperSuite, ReportsEveryCellWithItsSimulatedTimeAndError) {
     EXPECT_NE(records.find(field), std::string::npos) << field;
   }
   EXPECT_EQ(records.find("\"simulated_ms\": 0,"), std::string::npos);
-  const std::string markdown = read_all(dir + "/paper_bench.md");
+  const std::string markdown = paper_markdown(options, paper_records, "dcp bench --suite paper");
   EXPECT_NE(markdown.find("| fitted (LongDataCollections causal baselines) | 31 |"),
             std::string::npos);
   EXPECT_NE(markdown.find("| ldc | x0.5 | causal | forward | ring | 28.3 |"), std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(PaperSuite, GivesThePapersDcpSpeedUpOverItsFastestMeasuredBaseline) {
@@ -121,14 +116,5 @@ TEST(PaperSuite, PricesHostTimePerSequenceOnlyForTheZigzagStyleBaselines) {
   }
 }
 
-TEST(PaperSuite, RefusesFlagsItsCellsFix) {
-  expect_usage_error({"bench", "--suite", "paper", "--masks", "causal"},
-                     "--masks does not apply to --suite paper");
-  expect_usage_error({"bench", "--suite", "micro", "--fit"}, "--fit applies to --suite paper");
-  expect_usage_error({"bench", "--suite", "calibration", "--fit"}, "--fit applies to");
-  expect_usage_error({"bench", "--suite", "paper", "--fit-parameters", "forward_tflops"},
-                     "--fit-parameters applies with --fit");
-}
-
 }  // namespace
-}  // namespace dcp::cli
+}  // namespace dcp::suites

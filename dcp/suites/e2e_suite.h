@@ -12,7 +12,7 @@
 #include "dcp/dcp.h"
 #include "dcp/sim/step_model.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 
 // One measured cell of the paper's end-to-end table: mean seconds per iteration.
 struct E2eCell {
@@ -62,4 +62,4 @@ std::string e2e_records_json(const E2eResult& result);
 std::string e2e_markdown(const E2eOptions& options, const E2eResult& result,
                          const std::string& command);
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

@@ -11,7 +11,7 @@
 
 #include "dcp/dcp.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 
 struct BalanceOptions {
   std::vector<LengthDistributionKind> datasets;
@@ -51,4 +51,4 @@ std::string balance_samples_json(const std::vector<BalanceSample>& samples);
 std::string balance_markdown(const BalanceOptions& options,
                              const std::vector<BalanceSample>& samples, const std::string& command);
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

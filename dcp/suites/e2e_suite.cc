@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The end-to-end estimate: the paper's measured iteration times, and the step model's estimate of
 // the same runs with attention from the simulator.
-#include "apps/cli/e2e_suite.h"
+#include "dcp/suites/e2e_suite.h"
 
 #include <algorithm>
 #include <array>
@@ -16,9 +16,10 @@
 #include "dcp/core/thread_pool.h"
 #include "dcp/core/timing.h"
 
-#include "apps/cli/bench_suites.h"
+#include "dcp/suites/reports.h"
+#include "dcp/suites/suite_jobs.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 namespace {
 
 // Seconds per iteration, masks in the order causal, lambda, causal_blockwise, shared_question.
@@ -337,4 +338,4 @@ std::string e2e_markdown(const E2eOptions& options, const E2eResult& result,
   return md;
 }
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

@@ -8,10 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "apps/cli/bench_suites.h"
-#include "apps/cli/paper_suite.h"
+#include "dcp/suites/micro_suite.h"
+#include "dcp/suites/paper_suite.h"
+#include "dcp/suites/reports.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 namespace {
 
 constexpr const char* kBaselines[] = {"ring", "zigzag", "ulysses", "hybrid", "te", "loongtrain"};
@@ -182,29 +183,6 @@ void targets(const std::vector<MicroRecord>& records, std::string& md) {
   }
 }
 
-}  // namespace
-
-std::string format_scale(double scale) {
-  char text[16];
-  std::snprintf(text, sizeof text, "x%g", scale);
-  return text;
-}
-
-std::string format_fixed(double value, int decimals) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.*f", decimals, value);
-  return text;
-}
-
-std::string format_percent(double fraction) { return format_fixed(100 * fraction, 1) + " %"; }
-
-double median_of(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 // The planner's schedule estimate against the simulation of the same plans, per strategy and
 // pass: where the two models of one schedule disagree (docs/scheduling.md says why).
 void estimate_table(const std::vector<MicroRecord>& records, std::string& md) {
@@ -240,6 +218,8 @@ void estimate_table(const std::vector<MicroRecord>& records, std::string& md) {
   }
   md += "\n";
 }
+
+}  // namespace
 
 std::string micro_markdown(const MicroOptions& options, const std::vector<MicroRecord>& records,
                            const std::string& command) {
@@ -380,4 +360,4 @@ std::string micro_svg(const MicroOptions& options, const std::vector<MicroRecord
   return svg;
 }
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

@@ -3,9 +3,9 @@
 // by cell: the facts `dcp bench --suite paper` compares the simulator with.
 #include <array>
 
-#include "apps/cli/paper_suite.h"
+#include "dcp/suites/paper_suite.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 namespace {
 
 constexpr std::array<double, 4> kScales = {0.5, 1, 2, 4};
@@ -112,4 +112,4 @@ std::optional<double> paper_dcp_speedup(const std::string& dataset, double scale
   return *best / *dcp;
 }
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

@@ -12,7 +12,7 @@
 
 #include "dcp/dcp.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 
 // One measured cell of the paper (dataset, length scale, mask, pass, system).
 struct PaperCell {
@@ -78,14 +78,13 @@ std::vector<std::vector<TokenCount>> paper_batches(const PaperOptions& options,
 
 std::vector<PaperRecord> run_paper_suite(const PaperOptions& options, std::ostream& progress);
 
-// Fits the constants of options.cluster that no datasheet fixes to the fitted cells (the paper's
-// LongDataCollections causal baselines, outliers left out): forward and backward kernel rates,
-// tile set-up, kernel overhead, launch set-up per launch and per peer, the half-bandwidth
-// message sizes of the two links' efficiency curves (efficiency s / (s + half) at s bytes) and
-// the two links' stream bandwidths, and the zigzag-style baselines' host time per sequence. It
-// minimises the sum of squared log errors by coordinate search in log space over plans built once,
-// and returns the spec and executor model with the fitted values. Only options.fit_parameters move
-// where it names any; a name that is none of the constants throws InvalidInput listing them.
+// Fits the constants of options.cluster that no datasheet fixes, and the zigzag-style baselines'
+// host time per sequence, to the fitted cells (the paper's LongDataCollections causal baselines,
+// outliers left out): builds every fitted cell's plans once, one per batch (LoongTrain at its
+// fastest window under the starting constants), and hands them to calibration::fit_plan_times,
+// which names the constants and says how it searches. Only options.fit_parameters move where it
+// names any; a name that is none of the constants throws InvalidInput listing them, before
+// anything is planned.
 struct PaperFit {
   ClusterSpec cluster;
   sim::ExecutorModel zigzag_baselines;
@@ -99,4 +98,4 @@ std::string paper_records_json(const std::vector<PaperRecord>& records);
 std::string paper_markdown(const PaperOptions& options, const std::vector<PaperRecord>& records,
                            const std::string& command);
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The balance suite: dcp-pure's plan of every batch at several compute balances.
-#include "apps/cli/balance_suite.h"
+#include "dcp/suites/balance_suite.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,9 +8,10 @@
 
 #include "dcp/core/json_writer.h"
 
-#include "apps/cli/bench_suites.h"
+#include "dcp/suites/reports.h"
+#include "dcp/suites/suite_jobs.h"
 
-namespace dcp::cli {
+namespace dcp::suites {
 namespace {
 
 std::string format_balance(double eps) { return format_fixed(1 + eps, 2) + " ×"; }
@@ -142,4 +143,4 @@ std::string balance_markdown(const BalanceOptions& options,
   return md;
 }
 
-}  // namespace dcp::cli
+}  // namespace dcp::suites

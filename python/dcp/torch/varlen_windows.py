@@ -59,6 +59,7 @@ def tile_intervals(mask_rows: np.ndarray, mask_intervals: np.ndarray, mask: int,
 
 
 def _merge_adjacent(rows, begins, ends):
+    """Step 1: intervals of a row that meet become one."""
     n = rows.size
     first = np.ones(n, dtype=bool)
     first[1:] = (rows[1:] != rows[:-1]) | (begins[1:] != ends[:-1])
@@ -90,7 +91,7 @@ def _pieces(rows, begins, ends):
     return ranges, piece_rows, lo, hi, cuts.size + 1
 
 
-def _run_starts(ranges, rows, lo, hi, extra_breaks=None):
+def _run_starts(ranges, rows, lo, hi):
     """Step 3: the first piece of every run (a boolean per piece)."""
     m = rows.size
     start = np.ones(m, dtype=bool)
@@ -102,8 +103,6 @@ def _run_starts(ranges, rows, lo, hi, extra_breaks=None):
         # A start that stops moving (step 1 then 0), or an end that starts moving (0 then 1),
         # would no longer be one window's: the run ends before that step.
         start[2:] |= ((d_lo[:-1] == 1) & (d_lo[1:] == 0)) | ((d_hi[:-1] == 0) & (d_hi[1:] == 1))
-    if extra_breaks is not None:
-        start |= extra_breaks
     return start
 
 

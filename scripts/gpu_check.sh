@@ -6,28 +6,33 @@
 #   1. the GPU tests: every Triton kernel against fp64 references compiled for this GPU, the
 #      executor on CUDA against the cpu kernels, the kernel timing of dcp.calibrate;
 #   2. bench/gpu_attention.py: dcp's kernels next to SDPA-flash and FlexAttention;
-#   3. bench/gpu_distributed.py on one rank: the executor end to end on a whole batch;
-#   4. the cost model against the GPU: `python -m dcp.calibrate --device-only` times this GPU's
+#   3. the flash route (docs/gpu.md): its o, lse, dq, dk, dv on torch's FlashAttention kernels
+#      against fp64 for every mask kind, then bench/gpu_attention_routes.py times each attention
+#      instruction shape on the Triton kernels, the route and SDPA-flash into
+#      DIR/attention_timings.json, the table DCPExecutor(attention_kernels="auto") chooses from
+#      (DCP_ATTENTION_TIMINGS=DIR/attention_timings.json);
+#   4. bench/gpu_distributed.py on one rank: the executor end to end on a whole batch;
+#   5. the cost model against the GPU: `python -m dcp.calibrate --device-only` times this GPU's
 #      kernels into a cluster file (DIR/gpu.cluster), then bench/gpu_distributed.py plans and
 #      simulates batches on that file beside their measured times;
-#   5. a transformers Llama-style model (~1B parameters, 32768 packed tokens) on dcp against the
+#   6. a transformers Llama-style model (~1B parameters, 32768 packed tokens) on dcp against the
 #      same model on transformers' sdpa and flex_attention paths (bench/hf_bench.py);
-#   6. compute-sanitizer racecheck and memcheck on the kernel tests, if the tool is there.
+#   7. compute-sanitizer racecheck and memcheck on the kernel tests, if the tool is there.
 # Logs and JSON records go to DIR (default gpu_results/). Exit status: 1 if any step failed.
-# STEPS (default all) picks some of gpu_tests, gpu_attention, gpu_executor, cost_model, hf_step,
-# sanitizer; the build always runs.
+# STEPS (default all) picks some of gpu_tests, gpu_attention, flash_route, gpu_executor,
+# cost_model, hf_step, sanitizer; the build always runs.
 #
 #   bash scripts/gpu_check.sh [DIR [STEP...]]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu_results}
 shift || true
-steps=" ${*:-gpu_tests gpu_attention gpu_executor cost_model hf_step sanitizer} "
+steps=" ${*:-gpu_tests gpu_attention flash_route gpu_executor cost_model hf_step sanitizer} "
 for wanted in $steps; do
   case $wanted in
-    gpu_tests | gpu_attention | gpu_executor | cost_model | hf_step | sanitizer) ;;
-    *) echo "error: step '$wanted' is not one of gpu_tests gpu_attention gpu_executor" \
-         "cost_model hf_step sanitizer" >&2; exit 2 ;;
+    gpu_tests | gpu_attention | flash_route | gpu_executor | cost_model | hf_step | sanitizer) ;;
+    *) echo "error: step '$wanted' is not one of gpu_tests gpu_attention flash_route" \
+         "gpu_executor cost_model hf_step sanitizer" >&2; exit 2 ;;
   esac
 done
 wants() { [[ $steps == *" $1 "* ]]; }
@@ -71,6 +76,12 @@ wants gpu_tests && step gpu_tests 240 "$python" -m pytest -q -p no:cacheprovider
   tests/python/test_calibrate.py::test_the_triton_kernels_are_timed_and_fitted_on_cuda
 wants gpu_attention && step gpu_attention 200 "$python" bench/gpu_attention.py \
   --sizes 512,1024,2048,4096 --repeats 10 --json "$out/gpu_attention.json"
+if wants flash_route; then
+  step flash_route_tests 180 "$python" -m pytest -q -p no:cacheprovider -rs --durations=10 \
+    tests/python/test_varlen_route.py -k cuda
+  step flash_route_bench 180 "$python" bench/gpu_attention_routes.py \
+    --sizes 1024,2048,4096,8192 --json "$out/attention_timings.json"
+fi
 wants gpu_executor && step gpu_executor 120 "$python" -m torch.distributed.run --standalone \
   --nproc-per-node 1 bench/gpu_distributed.py --seqlens 32768,16384,8192,4096,2048,1024,1024 \
   --strategies dcp-pure,ring --repeats 5 --json "$out/gpu_executor.json"

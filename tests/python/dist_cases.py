@@ -23,7 +23,8 @@ def attention_case(rank: int, size: int, case: dict) -> dict:
                     cluster="cpu-local", nodes=nodes, devices_per_node=per_node,
                     strategy=case["strategy"], keep_kv=case.get("keep_kv", "all"),
                     partial_dtype=case.get("partial_dtype"), seed=0)
-    executor = dcpt.DCPExecutor(threads=1, kernels=case.get("kernels"))
+    executor = dcpt.DCPExecutor(threads=1, kernels=case.get("kernels"),
+                                **case.get("executor", {}))
     executor.prepare(plan)
     q, k, v, do = reference.inputs(sum(case["seqlens"]), case["heads"], case["kv_heads"],
                                    case["head_dim"], case["dtype"], case["seed"])
@@ -40,9 +41,13 @@ def attention_case(rank: int, size: int, case: dict) -> dict:
         o, lse = dcpt.attention(executor, ql, kl, vl, return_lse=True)
         o.backward(do[positions].to(dtype))
         dk, dv = kl.grad, vl.grad
-    return {"positions": positions, "o": o.detach(), "lse": lse, "dq": ql.grad, "dk": dk,
-            "dv": dv, "strategy": plan.strategy, "kept_bytes": executor.kept_bytes,
-            "partial_dtype": plan.partial_dtype}
+    result = {"positions": positions, "o": o.detach(), "lse": lse, "dq": ql.grad, "dk": dk,
+              "dv": dv, "strategy": plan.strategy, "kept_bytes": executor.kept_bytes,
+              "partial_dtype": plan.partial_dtype}
+    route = getattr(executor._triton, "route", None)
+    if route is not None:
+        result["route"] = route.summary()
+    return result
 
 
 def attention_cases(rank: int, size: int, cases: list[dict]) -> list[dict]:
@@ -55,6 +60,22 @@ def triton_and_cpu_cases(rank: int, size: int, cases: list[dict]) -> list[tuple[
     os.environ["TRITON_INTERPRET"] = "1"  # before dcp.torch imports triton
     return [(attention_case(rank, size, dict(case, kernels="triton")),
              attention_case(rank, size, dict(case, kernels="cpu"))) for case in cases]
+
+
+def flash_route_cases(rank: int, size: int, cases: list[dict]) -> list[tuple[dict, dict]]:
+    """Each case on the Triton device under Triton's interpreter with the flash route (its kernel
+    the fp64 emulation of FlashAttention's varlen contract, NaN in rows without a key), and on
+    the cpu kernels."""
+    import os
+    os.environ["TRITON_INTERPRET"] = "1"  # before dcp.torch imports triton
+    from dcp.torch.varlen_kernels import EmulatedVarlenKernel
+    out = []
+    for case in cases:
+        flash = dict(case, kernels="triton", executor=dict(
+            attention_kernels="flash", _varlen_kernel=EmulatedVarlenKernel(empty_row="nan")))
+        out.append((attention_case(rank, size, flash),
+                    attention_case(rank, size, dict(case, kernels="cpu"))))
+    return out
 
 
 class AttentionStack(torch.nn.Module):

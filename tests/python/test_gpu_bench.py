@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Smoke tests of the GPU benchmarks (bench/gpu_attention.py, bench/gpu_distributed.py,
-bench/device_dispatch_bench.py, bench/gpu_tile_sweep.py): each runs
+"""Smoke tests of the GPU benchmarks (bench/gpu_attention.py, bench/gpu_attention_routes.py,
+bench/gpu_distributed.py, bench/device_dispatch_bench.py, bench/gpu_tile_sweep.py): each runs
 as a subprocess at tiny sizes on the CPU (Triton's interpreter; gloo with dcp's cpu kernels) and
 must exit 0 and print its table rows. The real-size single-tile run needs CUDA and skips
 elsewhere."""
@@ -16,6 +16,7 @@ import torch
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ATTENTION_BENCH = os.path.join(ROOT, "bench", "gpu_attention.py")
+ROUTES_BENCH = os.path.join(ROOT, "bench", "gpu_attention_routes.py")
 DISTRIBUTED_BENCH = os.path.join(ROOT, "bench", "gpu_distributed.py")
 DISPATCH_BENCH = os.path.join(ROOT, "bench", "device_dispatch_bench.py")
 TILE_SWEEP = os.path.join(ROOT, "bench", "gpu_tile_sweep.py")
@@ -62,6 +63,26 @@ def test_single_tile_bench_under_the_interpreter(tmp_path) -> None:
         assert row[5] == row[6] == "n/a (needs CUDA)", row
     assert "max error" in result.stdout
     assert records.exists()
+
+
+def test_routes_bench_writes_a_table_the_selection_reads(tmp_path) -> None:
+    """Triton under the interpreter and the flash route on its fp64 emulation, checked and
+    timed per tile; the table is what DCPExecutor(attention_kernels="auto") reads."""
+    from dcp.torch import kernel_selection
+    records = tmp_path / "timings.json"
+    result = _run([sys.executable, ROUTES_BENCH, "--device", "cpu", "--sizes", "32",
+                   "--head-dim", "16", "--heads", "2", "--kv-heads", "1", "--repeats", "1",
+                   "--masks", "causal,lambda", "--sink", "4", "--window", "12", "--json",
+                   str(records)], timeout=300, TRITON_INTERPRET="1")
+    rows = _table_rows(result.stdout)
+    assert {(r[1], r[2], r[3]) for r in rows} == {
+        (mask, shape, p) for mask, shape in (("causal", "causal"), ("lambda", "split"))
+        for p in ("forward", "backward")}, result.stdout
+    for row in rows:
+        assert float(row[4]) > 0 and float(row[5]) > 0 and row[6] == "-", row
+    choices = kernel_selection.load_choices(str(records))
+    assert set(choices) == {(p, shape, 32) for p in ("forward", "backward")
+                            for shape in ("causal", "split")}
 
 
 def test_single_tile_bench_refuses_the_cpu_without_the_interpreter() -> None:

@@ -8,7 +8,9 @@ attention instruction; prepare() once per plan with both passes'
 attention and copy tables, begin() and end() around a pass. Every call is one kernel launch on
 the current stream (an attention backward: two, the dq and the dk/dv kernels). Runs on CUDA, or on the CPU under
 TRITON_INTERPRET=1 (how the tests check it without a GPU). Keeps and Restores launch nothing: a kept
-kv value is received into the kept tensor, and the attention kernels read it there."""
+kv value is received into the kept tensor, and the attention kernels read it there. With a route
+(dcp.torch.varlen_route: DCPExecutor(attention_kernels="flash" or "auto")) an attention runs the
+tiles the route takes as FlashAttention varlen calls and the rest on the Triton kernels."""
 from __future__ import annotations
 
 import torch
@@ -22,9 +24,11 @@ _Q, _KV, _OUT, _QGRAD, _DQ, _DKV = range(6)
 
 
 class TritonDevice:
-    def __init__(self, device: torch.device, *, allow_tf32: bool = False):
+    def __init__(self, device: torch.device, *, allow_tf32: bool = False, route=None):
         self.device = device
         self.allow_tf32 = allow_tf32
+        self.route = route  # a VarlenRoute, or None: every tile on the Triton kernels
+        self._host_tables: tuple[dict, dict] | None = None
         self.arenas: list[torch.Tensor] = []
         self._tables: list[dict[str, torch.Tensor]] = []
         self._pass = 0
@@ -45,6 +49,11 @@ class TritonDevice:
         self.kv_heads = plan.kv_heads_per_block
         self.head_dim = plan.head_dim
         self.arenas = arenas
+        if self.route is not None:  # the tables came with prepare(), just before
+            self.route.prepare(*self._host_tables, heads=self.heads, kv_heads=self.kv_heads,
+                               head_dim=self.head_dim, dtype=_TORCH_DTYPES[plan.dtype],
+                               device=self.device)
+            self._host_tables = None
 
     def set_tensors(self, **tensors: torch.Tensor) -> None:
         """The local tensors of the pass about to run: q, k, v, o, lse, kept (forward: outputs
@@ -56,6 +65,8 @@ class TritonDevice:
     def prepare(self, forward: dict, backward: dict) -> None:
         self._tables = [{name: torch.from_numpy(array).to(self.device)
                          for name, array in tables.items()} for tables in (forward, backward)]
+        if self.route is not None:
+            self._host_tables = (forward, backward)
 
     def begin(self, pass_index: int, scale: float) -> None:
         self._pass = pass_index
@@ -104,16 +115,23 @@ class TritonDevice:
         tables = self._tables[self._pass]
         arena = self.arenas[self._pass]
         shape = self._shape
-        if self._pass == 0:
+        routed = None if self.route is None else self.route.launch(self._pass, q_begin, q_end,
+                                                                    kv_begin, kv_end)
+        if routed is not None:  # the Triton kernels run what the route leaves, first
+            tables = None if routed.triton_tables is None else {**tables,
+                                                                **routed.triton_tables}
+        if tables is not None and self._pass == 0:
             tk.attention_forward(arena, tables["entries"], tables["q_groups"][q_begin:q_end],
                                  tables["members"], tables["mask_rows"],
                                  tables["mask_intervals"], max_tokens=max_q_tokens, **shape)
-        else:
+        elif tables is not None:
             tk.attention_backward(arena, tables["entries"], tables["q_groups"][q_begin:q_end],
                                   tables["kv_groups"][kv_begin:kv_end], tables["members"],
                                   tables["mask_rows"], tables["mask_intervals"],
                                   max_q_tokens=max_q_tokens, max_kv_tokens=max_kv_tokens,
                                   **shape)
+        if routed is not None:
+            self.route.run(routed, arena, shape["kept"], shape["scale"])
 
     def memory_run(self, kind: int, row_begin: int, row_end: int, max_count: int) -> None:
         """A run of Merges (kind 0) or Sums (1): rows [row_begin, row_end) of the pass's

@@ -45,11 +45,19 @@ def _default_device(group) -> torch.device:
     return torch.device("cpu")
 
 
-def _triton_device(kernels: str, device: torch.device, allow_tf32: bool):
-    """The Triton device for kernels == "triton", None for the C++ cpu kernels."""
+def _triton_device(kernels: str, device: torch.device, allow_tf32: bool,
+                   attention_kernels: str = "triton", varlen_kernel=None):
+    """The Triton device for kernels == "triton" (with the flash route attention_kernels asks
+    for), None for the C++ cpu kernels."""
+    if attention_kernels not in ("triton", "flash", "auto"):
+        raise ValueError(f"attention_kernels {attention_kernels!r} is not one of 'triton', "
+                         "'flash', 'auto'")
     if kernels == "cpu":
         if device.type != "cpu":
             raise ValueError(f"the cpu kernels run on the CPU, not on {device}")
+        if attention_kernels != "triton":
+            raise ValueError(f"attention_kernels={attention_kernels!r} chooses among the Triton "
+                             "device's attention kernels; kernels='cpu' has none")
         return None
     if kernels != "triton":
         raise ValueError(f"kernels {kernels!r} is neither 'cpu' nor 'triton'")
@@ -59,7 +67,11 @@ def _triton_device(kernels: str, device: torch.device, allow_tf32: bool):
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"the triton kernels run on CUDA devices, not on {device}")
     from dcp.torch._device import TritonDevice  # imports triton only when asked for
-    return TritonDevice(device, allow_tf32=allow_tf32)
+    route = None
+    if attention_kernels != "triton":
+        from dcp.torch.varlen_route import route_for
+        route = route_for(attention_kernels, device, varlen_kernel)
+    return TritonDevice(device, allow_tf32=allow_tf32, route=route)
 
 
 class DCPExecutor:
@@ -78,17 +90,25 @@ class DCPExecutor:
     NCCL, else the CPU). kernels: "cpu" (dcp's C++ kernels, CPU tensors; `threads` of them,
     default torch.get_num_threads()) or "triton" (the GPU kernels; on the CPU only under
     TRITON_INTERPRET=1, for testing); default "triton" on CUDA, "cpu" on the CPU. allow_tf32:
-    fp32 inputs' dots in TF32 on the GPU (default IEEE fp32)."""
+    fp32 inputs' dots in TF32 on the GPU (default IEEE fp32). attention_kernels (with the
+    Triton kernels): "triton" (default), "flash" (every tile whose mask fits on FlashAttention's
+    varlen kernels through torch, the others on Triton; ValueError on a device without them) or
+    "auto" (the tile classes that the timing table named by DCP_ATTENTION_TIMINGS gives to
+    flash); docs/gpu.md, "The flash route"."""
 
     def __init__(self, group=None, *, device: torch.device | str | None = None,
                  kernels: str | None = None, threads: int | None = None,
-                 timeout: datetime.timedelta | float | None = None, allow_tf32: bool = False):
+                 timeout: datetime.timedelta | float | None = None, allow_tf32: bool = False,
+                 attention_kernels: str = "triton", _varlen_kernel=None):
         self.group, self.rank, self.world_size = resolve_group(group, "DCPExecutor")
         self.device = _default_device(self.group) if device is None else torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.kernels = kernels or ("triton" if self.device.type == "cuda" else "cpu")
-        self._triton = _triton_device(self.kernels, self.device, allow_tf32)
+        # _varlen_kernel replaces torch's FlashAttention kernels on the flash route (the tests
+        # run it with an fp64 emulation of their contract on the CPU).
+        self._triton = _triton_device(self.kernels, self.device, allow_tf32, attention_kernels,
+                                      _varlen_kernel)
         if timeout is None:
             timeout = _group_timeout(self.group) if self.group is not None else datetime.timedelta(
                 minutes=30)

@@ -55,7 +55,6 @@ STORAGE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 TOLERANCE = {"bf16": 3e-2, "fp16": 5e-3, "fp32": 1e-4}  # of max |reference|
 MASKS = ("causal", "full", "lambda")
 NEEDS_CUDA = "n/a (needs CUDA)"
-ALIGN = 64  # slot offsets are multiples of 64 bytes (triton_kernels' contract)
 
 
 # --- the tile's mask ----------------------------------------------------------------------------
@@ -126,7 +125,8 @@ class Tile:
         self.off, total = {}, 0
         for name, size in sizes.items():
             self.off[name] = total
-            total += -(-size // ALIGN) * ALIGN
+            align = tk.SLOT_ALIGNMENT
+            total += -(-size // align) * align
         self.arena = torch.zeros(total, dtype=torch.uint8, device=device)
 
         def randn(*shape):
@@ -144,18 +144,24 @@ class Tile:
         self.mask_rows, self.mask_intervals, self.pairs = mask_tables(rows, tokens, device)
         mask = -1 if rows is None else 0
 
-        def table(values):
-            return torch.tensor(values, dtype=torch.int64, device=device)
-
         o = self.off
-        # entries: q_off, kv_off, q_tokens, kv_tokens, mask row start, q group, kv group, 0
-        self.forward_entries = table([[o["q"], o["kv"], tokens, tokens, mask, 0, 0, 0]])
-        self.backward_entries = table([[o["qgrad"], o["kv"], tokens, tokens, mask, 0, 0, 0]])
-        # groups: out_off, tokens, accumulate, member_begin, member_end, input_off
-        self.out_groups = table([[o["out"], tokens, 0, 0, 1, o["q"]]])
-        self.dq_groups = table([[o["dq"], tokens, 0, 0, 1, o["qgrad"]]])
-        self.dkv_groups = table([[o["dkv"], tokens, 0, 0, 1, o["kv"]]])
-        self.members = table([0])
+        arena_buffer = tk.BUFFERS["arena"]
+
+        def entries(q: str):
+            return tk.table("entries", [dict(q_off=o[q], kv_off=o["kv"], q_tokens=tokens,
+                                             kv_tokens=tokens, mask=mask, q_group=0, kv_group=0,
+                                             kv_buffer=arena_buffer)], device)
+
+        def group(name: str, out: str, value: str):
+            return tk.table(name, [dict(out_off=o[out], tokens=tokens, accumulate=0,
+                                        member_begin=0, member_end=1, input_off=o[value])], device)
+
+        self.forward_entries = entries("q")
+        self.backward_entries = entries("qgrad")
+        self.out_groups = group("q_groups", "out", "q")
+        self.dq_groups = group("q_groups", "dq", "qgrad")
+        self.dkv_groups = group("kv_groups", "dkv", "kv")
+        self.members = torch.tensor([0], dtype=torch.int64, device=device)
 
     def _view(self, slot: str, byte: int, count: int, dtype: torch.dtype) -> torch.Tensor:
         start = self.off[slot] + byte
@@ -510,7 +516,7 @@ def main(argv=None) -> int:
     args.inner = args.inner if args.inner is not None else (10 if device.type == "cuda" else 1)
 
     from dcp.torch import triton_kernels as tk  # imports triton: after the environment check
-    for name in ("attention_forward", "attention_backward"):
+    for name in ("attention_forward", "attention_backward", "table"):
         if not hasattr(tk, name):
             print(f"error: the installed dcp ({dcp.__file__}) has no triton_kernels.{name}; "
                   "reinstall it (pip install --no-build-isolation .)", file=sys.stderr)

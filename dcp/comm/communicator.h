@@ -32,6 +32,11 @@ struct TransferOp {
   std::int32_t peer = 0;
   void* data = nullptr;  // read for a send, written for a receive
   std::size_t bytes = 0;
+  // Where `data` lies in the caller's own terms: byte `offset` into its buffer number `buffer`
+  // (-1: not named). A communicator that moves slices of buffers it holds rather than raw memory
+  // (dcp.torch's transport over tensors) reads these; the others read data.
+  std::int32_t buffer = -1;
+  std::int64_t offset = 0;
 };
 
 using GroupId = std::int64_t;

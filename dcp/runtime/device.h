@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The device seam: what the executor asks of the memory and processors that run a pass. The
 // executor interprets the Program (lowered once per prepare, lowering.h) and talks to the
-// communicator; a device runs the lowered calls that touch tensors: the CPU device (host memory,
+// communicator; a device runs the lowered calls that touch tensors, a run of them per call where
+// the lowering groups them (copies, merges and sums, conversions): the CPU device (host memory,
 // an AttentionKernels set) here, the Triton device of dcp.torch on CUDA (python/dcp/torch/
-// _device.py). A device may run its calls asynchronously (a CUDA stream); the communicator then
-// orders transfers against it (the torch transport does, with events).
+// _device.py), which runs each call as one launch. A device may run its calls asynchronously (a
+// CUDA stream); the communicator then orders transfers against it (the torch transport does,
+// with events).
 #pragma once
 
 #include <cstddef>
@@ -32,8 +34,8 @@ struct PassTensors {
   std::byte* out_k = nullptr;       // backward: dk
   std::byte* out_v = nullptr;       // backward: dv
   // The kept tensor (LoweredPass::kept_bytes): the forward pass receives into kept_out, the
-  // backward pass reads kept (what its forward filled). Attention entries with kEntryKvKept read
-  // their kv value there.
+  // backward pass reads kept (what its forward filled). Attention entries whose kEntryKvBuffer
+  // is BufferKind::kKept read their kv value there.
   std::byte* kept_out = nullptr;
   const std::byte* kept = nullptr;
 };
@@ -51,47 +53,18 @@ class Device {
   // sets the outputs to the value of no contribution: o = 0, lse = -inf; dq = dk = dv = 0.
   virtual void begin(Pass pass, std::span<std::byte> arena, const PassTensors& tensors,
                      float softmax_scale) = 0;
-  virtual void load(const LoadCall& call) = 0;
-  virtual void store(const StoreCall& call) = 0;
-  // A run of copies (LoweredPass::copy_runs): its rows of copy_rows (slot offset, first local
-  // token, tokens, head block each). By default one load or store per row; a GPU device runs a
-  // run as one launch.
-  virtual void copy_run(const CopyRun& run, std::span<const std::int64_t> rows) {
-    for (std::size_t i = 0; i + CopyRun::kFields <= rows.size(); i += CopyRun::kFields) {
-      const auto tokens = static_cast<std::int32_t>(rows[i + 2]);
-      const auto head_block = static_cast<std::int32_t>(rows[i + 3]);
-      if (run.store) {
-        store(StoreCall{run.kind, rows[i], rows[i + 1], tokens, head_block});
-      } else {
-        load(LoadCall{run.kind, rows[i], rows[i + 1], tokens, head_block});
-      }
-    }
-  }
+  // A run of copies (LoweredPass::copy_runs), its rows of copy_rows (kCopyFields each): every
+  // Load and Store of a pass is in one such run, so the executor makes no other copy calls.
+  virtual void copy_run(const CopyRun& run, std::span<const std::int64_t> rows) = 0;
   virtual void attention(const AttentionCall& call) = 0;  // of the pass begun
-  virtual void merge(const MergeCall& call) = 0;
-  virtual void sum(const SumCall& call) = 0;
-  // A run of Merges or Sums (LoweredPass::memory_runs); `calls` are its instructions' lowered
-  // calls, Frees, Keeps and Restores among them (NoCalls). By default one merge or sum each; a
-  // GPU device runs the run's rows of memory_rows as one launch.
-  virtual void memory_run(const MemoryRun& run, std::span<const LoweredCall> calls) {
-    (void)run;
-    for (const LoweredCall& call : calls) {
-      if (const auto* merge_call = std::get_if<MergeCall>(&call)) {
-        merge(*merge_call);
-      } else if (const auto* sum_call = std::get_if<SumCall>(&call)) {
-        sum(*sum_call);
-      }
-    }
-  }
-  // A partial between its fp32 slot and its wire buffer in the partial dtype (the plan header's).
-  virtual void convert_partial(const WireCall& call) = 0;
-  // A launch's narrow or widen calls, which are rows [first_row, first_row + calls.size()) of
-  // LoweredPass::wire_rows. By default one convert_partial each; a GPU device runs them as one
-  // launch.
-  virtual void convert_partials(std::span<const WireCall> calls, std::int32_t first_row) {
-    (void)first_row;
-    for (const WireCall& call : calls) convert_partial(call);
-  }
+  // A run of Merges or Sums (LoweredPass::memory_runs): its rows of memory_rows, and `calls`,
+  // its instructions' lowered calls (Frees, Keeps and Restores among them, as NoCalls). Every
+  // Merge and Sum of a pass is in one such run.
+  virtual void memory_run(const MemoryRun& run, std::span<const LoweredCall> calls) = 0;
+  // A launch's narrow or widen calls (partials between their fp32 slots and their wire buffers
+  // in the plan header's partial dtype), which are rows [first_row, first_row + calls.size()) of
+  // LoweredPass::wire_rows.
+  virtual void convert_partials(std::span<const WireCall> calls, std::int32_t first_row) = 0;
   // The pass's calls are all made (the executor calls it however the pass ends).
   virtual void end() {}
 };

@@ -252,10 +252,9 @@ void Executor::run(PassState& state, const PassTensors& tensors, float softmax_s
         next = to_size(copies.end);
         for (std::int32_t r = copies.run_begin; r < copies.run_end; ++r) {
           const CopyRun& run = state.lowered.copy_runs[to_size(r)];
-          device_.copy_run(run,
-                           std::span<const std::int64_t>(state.lowered.copy_rows)
-                               .subspan(to_size(run.row_begin) * CopyRun::kFields,
-                                        to_size(run.row_end - run.row_begin) * CopyRun::kFields));
+          device_.copy_run(run, std::span<const std::int64_t>(state.lowered.copy_rows)
+                                    .subspan(to_size(run.row_begin) * kCopyFields,
+                                             to_size(run.row_end - run.row_begin) * kCopyFields));
         }
       } else {
         call(state, lowered);
@@ -296,23 +295,20 @@ void Executor::call(PassState& state, const LoweredCall& lowered) {
   std::visit(
       [&](const auto& call) {
         using Call = std::decay_t<decltype(call)>;
-        if constexpr (std::is_same_v<Call, LoadCall>) {
-          device_.load(call);
-        } else if constexpr (std::is_same_v<Call, StoreCall>) {
-          device_.store(call);
-        } else if constexpr (std::is_same_v<Call, LaunchCall>) {
+        if constexpr (std::is_same_v<Call, LaunchCall>) {
           launch(state, call);
         } else if constexpr (std::is_same_v<Call, WaitCall>) {
           // Launches complete in issue order, so this also waits for every earlier one.
           wait_through(state, to_size(call.launch) + 1);
         } else if constexpr (std::is_same_v<Call, AttentionCall>) {
           device_.attention(call);
-        } else if constexpr (std::is_same_v<Call, MergeCall>) {
-          device_.merge(call);
-        } else if constexpr (std::is_same_v<Call, SumCall>) {
-          device_.sum(call);
+        } else if constexpr (std::is_same_v<Call, NoCall>) {
+          // A Free, Keep, Restore or Store of no contribution: nothing to run.
         } else {
-          static_assert(std::is_same_v<Call, NoCall>);
+          // Loads and Stores run in copy runs, Merges and Sums in memory runs (run() above).
+          static_assert(std::is_same_v<Call, LoadCall> || std::is_same_v<Call, StoreCall> ||
+                        std::is_same_v<Call, MergeCall> || std::is_same_v<Call, SumCall>);
+          throw Error("a copy, merge or sum outside the lowering's runs");
         }
       },
       lowered);
@@ -325,7 +321,10 @@ void Executor::launch(PassState& state, const LaunchCall& launch) {
   for (const TransferCall& transfer : launch.transfers) {
     comm::TransferOp op;
     op.peer = transfer.peer;
-    op.data = (transfer.kept ? kept_.data() : state.arena.data()) + transfer.offset;
+    const bool kept = transfer.buffer == BufferKind::kKept;
+    op.data = (kept ? kept_.data() : state.arena.data()) + transfer.offset;
+    op.buffer = static_cast<std::int32_t>(transfer.buffer);
+    op.offset = transfer.offset;
     op.bytes = to_size(transfer.bytes);
     op.kind = transfer.send ? comm::TransferOp::Kind::kSend : comm::TransferOp::Kind::kRecv;
     (transfer.send ? state.profile.bytes_sent : state.profile.bytes_received) += transfer.bytes;

@@ -78,14 +78,6 @@ class Executor {
   // Bytes of the kept tensor a forward call fills and its backward call reads (after prepare).
   std::size_t kept_bytes() const;
 
-  // One pass's buffer table: a communicator that moves bytes by its own means (torch.distributed)
-  // finds a transfer's slot in it. Empty after prepare until use_arena lends memory or the first
-  // pass allocates it.
-  std::span<std::byte> arena(Pass pass) { return state(pass).arena; }
-  // The kept tensor of the pass that runs (empty between passes): the forward pass receives the
-  // values it keeps into it, both passes send kept values on from it (never writing it in the
-  // backward pass).
-  std::span<std::byte> kept_tensor() { return kept_; }
   // Bytes the pass's buffer table needs (after prepare).
   std::size_t arena_bytes(Pass pass) const;
   // Runs the pass in `memory` (at least arena_bytes, 64-byte aligned, owned by the caller until
@@ -127,7 +119,10 @@ class Executor {
   LocalLayout layout_;
   PassState forward_;
   PassState backward_;
-  std::span<std::byte> kept_;  // of the pass that runs
+  // The kept tensor of the pass that runs (empty between passes): the forward pass receives the
+  // values it keeps into it, both passes send kept values on from it (never writing it in the
+  // backward pass).
+  std::span<std::byte> kept_;
   bool prepared_ = false;
 };
 

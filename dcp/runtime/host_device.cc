@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "dcp/core/error.h"
@@ -90,7 +92,45 @@ class HostDevice final : public Device {
 
   void end() override { t_ = PassTensors{}; }
 
-  void load(const LoadCall& call) override {
+  // One load or store per row, in order.
+  void copy_run(const CopyRun& run, std::span<const std::int64_t> rows) override {
+    for (std::size_t i = 0; i + kCopyFields <= rows.size(); i += kCopyFields) {
+      const std::int64_t* row = rows.data() + i;
+      const auto tokens = static_cast<std::int32_t>(row[kCopyTokens]);
+      const auto head_block = static_cast<std::int32_t>(row[kCopyHeadBlock]);
+      if (run.store) {
+        store(StoreCall{run.kind, row[kCopySlot], row[kCopyToken], tokens, head_block});
+      } else {
+        load(LoadCall{run.kind, row[kCopySlot], row[kCopyToken], tokens, head_block});
+      }
+    }
+  }
+
+  void attention(const AttentionCall& call) override {
+    if (pass_->pass == Pass::kForward) {
+      forward(call);
+    } else {
+      backward(call);
+    }
+  }
+
+  // One merge or sum per instruction, in order.
+  void memory_run(const MemoryRun&, std::span<const LoweredCall> calls) override {
+    for (const LoweredCall& call : calls) {
+      if (const auto* merge_call = std::get_if<MergeCall>(&call)) {
+        merge(*merge_call);
+      } else if (const auto* sum_call = std::get_if<SumCall>(&call)) {
+        sum(*sum_call);
+      }
+    }
+  }
+
+  void convert_partials(std::span<const WireCall> calls, std::int32_t) override {
+    for (const WireCall& call : calls) convert_partial(call);
+  }
+
+ private:
+  void load(const LoadCall& call) {
     std::byte* data = arena_ + call.slot_offset;
     const std::int32_t t = call.tokens;
     const std::int32_t d = header_.head_dim;
@@ -131,7 +171,7 @@ class HostDevice final : public Device {
     }
   }
 
-  void convert_partial(const WireCall& call) override {
+  void convert_partial(const WireCall& call) {
     auto* slot = reinterpret_cast<float*>(arena_ + call.slot_offset);
     std::byte* wire = arena_ + call.wire_offset;
     const std::size_t elements = to_size(call.elements);
@@ -146,7 +186,7 @@ class HostDevice final : public Device {
     }
   }
 
-  void store(const StoreCall& call) override {
+  void store(const StoreCall& call) {
     const std::int32_t t = call.tokens;
     const bool kv = call.kind == SlotKind::kDKV;
     const std::int32_t heads = kv ? header_.kv_heads_per_block : header_.head_block_size;
@@ -169,15 +209,7 @@ class HostDevice final : public Device {
     }
   }
 
-  void attention(const AttentionCall& call) override {
-    if (pass_->pass == Pass::kForward) {
-      forward(call);
-    } else {
-      backward(call);
-    }
-  }
-
-  void merge(const MergeCall& call) override {
+  void merge(const MergeCall& call) {
     const std::size_t o_elements = q_part(call.tokens);
     auto* dst = reinterpret_cast<float*>(arena_ + call.dst);
     const auto* src = reinterpret_cast<const float*>(arena_ + call.src);
@@ -185,12 +217,11 @@ class HostDevice final : public Device {
                    header_.head_block_size, header_.head_dim);
   }
 
-  void sum(const SumCall& call) override {
+  void sum(const SumCall& call) {
     kernels_.add(reinterpret_cast<float*>(arena_ + call.dst),
                  reinterpret_cast<const float*>(arena_ + call.src), to_size(call.elements));
   }
 
- private:
   std::size_t q_part(std::int64_t tokens) const {
     return to_size(tokens) * to_size(header_.head_block_size) * to_size(header_.head_dim);
   }
@@ -213,9 +244,11 @@ class HostDevice final : public Device {
     return members;
   }
 
-  // An entry's kv value: in its slot, or in the kept tensor (kEntryKvKept).
+  // An entry's kv value: in its slot, or in the kept tensor (kEntryKvBuffer).
   const std::byte* kv_of(const std::int64_t* e) const {
-    if (e[kEntryKvKept] == 0) return arena_ + e[kEntryKv];
+    if (e[kEntryKvBuffer] == static_cast<std::int64_t>(BufferKind::kArena)) {
+      return arena_ + e[kEntryKv];
+    }
     return (pass_ == forward_ ? t_.kept_out : t_.kept) + e[kEntryKv];
   }
 

@@ -93,11 +93,11 @@ class Lowerer {
     return wire;
   }
   // Where the value `id` holds lies: the slot's offset in the arena, or its place in the kept
-  // tensor (kept: true).
-  std::int64_t value_offset(SlotId id, bool* kept) const {
+  // tensor (buffer kKept).
+  std::int64_t value_offset(SlotId id, BufferKind* buffer) const {
     const std::int64_t place = kept_places_[to_size(id)];
-    *kept = place >= 0;
-    return *kept ? place : offset(id);
+    *buffer = place >= 0 ? BufferKind::kKept : BufferKind::kArena;
+    return place >= 0 ? place : offset(id);
   }
   // The receives whose value the forward pass keeps: those a Keep of the same slot follows with
   // no other write of the slot between them. They go straight to the kept tensor (a kept value is
@@ -242,7 +242,7 @@ class Lowerer {
       TransferCall transfer;
       transfer.send = op.direction == CommOp::Direction::kSend;
       transfer.peer = op.peer;
-      transfer.offset = value_offset(op.slot, &transfer.kept);
+      transfer.offset = value_offset(op.slot, &transfer.buffer);
       transfer.bytes = op.bytes;
       if (transfer.send) {
         if (op.bytes != per_token * tokens(op.slot)) {
@@ -259,9 +259,10 @@ class Lowerer {
         }
         tokens_[to_size(op.slot)] = static_cast<std::int32_t>(op.bytes / per_token);
         const auto kept = kept_receives_.find({instruction_, k});
-        transfer.kept = kept != kept_receives_.end();
-        kept_places_[to_size(op.slot)] = transfer.kept ? kept->second : -1;
-        if (transfer.kept) transfer.offset = kept->second;
+        const bool keeps = kept != kept_receives_.end();
+        transfer.buffer = keeps ? BufferKind::kKept : BufferKind::kArena;
+        kept_places_[to_size(op.slot)] = keeps ? kept->second : -1;
+        if (keeps) transfer.offset = kept->second;
       }
       if (narrows_partials(header_) && is_output(s.kind)) {
         const std::int64_t elements = partial_elements(header_, s.kind, tokens(op.slot));
@@ -276,11 +277,14 @@ class Lowerer {
     }
     // The conversions as rows of the wire table, so that a device can run them as one launch.
     const auto table = [&](const std::vector<WireCall>& converts) {
-      const auto first =
-          static_cast<std::int32_t>(out_.wire_rows.size() / LoweredPass::kWireFields);
+      const auto first = static_cast<std::int32_t>(out_.wire_rows.size() / kWireFields);
       for (const WireCall& w : converts) {
-        out_.wire_rows.insert(out_.wire_rows.end(),
-                              {w.slot_offset, w.wire_offset, w.elements, w.tail_bytes});
+        std::array<std::int64_t, kWireFields> row{};
+        row[kWireSlot] = w.slot_offset;
+        row[kWireOffset] = w.wire_offset;
+        row[kWireElements] = w.elements;
+        row[kWireTailBytes] = w.tail_bytes;
+        out_.wire_rows.insert(out_.wire_rows.end(), row.begin(), row.end());
       }
       return first;
     };
@@ -323,10 +327,15 @@ class Lowerer {
     for (const Group& g : groups) {
       const auto begin = static_cast<std::int64_t>(t.members.size());
       for (const std::int64_t m : g.members) t.members.push_back(first_entry + m);
-      bool kept = false;
-      const std::int64_t input = value_offset(g.input, &kept);
-      table.insert(table.end(), {offset(g.out), g.tokens, g.accumulate ? 1 : 0, begin,
-                                 static_cast<std::int64_t>(t.members.size()), input});
+      BufferKind buffer{};
+      std::array<std::int64_t, kGroupFields> row{};
+      row[kGroupOut] = offset(g.out);
+      row[kGroupTokens] = g.tokens;
+      row[kGroupAccumulate] = g.accumulate ? 1 : 0;
+      row[kGroupBegin] = begin;
+      row[kGroupEnd] = static_cast<std::int64_t>(t.members.size());
+      row[kGroupInput] = value_offset(g.input, &buffer);
+      table.insert(table.end(), row.begin(), row.end());
     }
   }
 
@@ -334,8 +343,8 @@ class Lowerer {
     const bool backward = program_.pass == Pass::kBackward;
     AttentionTables& t = out_.tables;
     const auto first_entry = static_cast<std::int64_t>(t.entry_count());
-    const auto first_q_group = static_cast<std::int64_t>(t.q_groups.size()) / t.kGroupFields;
-    const auto first_kv_group = static_cast<std::int64_t>(t.kv_groups.size()) / t.kGroupFields;
+    const auto first_q_group = static_cast<std::int64_t>(t.q_groups.size()) / kGroupFields;
+    const auto first_kv_group = static_cast<std::int64_t>(t.kv_groups.size()) / kGroupFields;
     std::vector<Group> q_groups;
     std::vector<Group> kv_groups;
     AttentionCall call;
@@ -360,12 +369,17 @@ class Lowerer {
           kv_group = first_kv_group + static_cast<std::int64_t>(g);
           tokens_[to_size(kv.dkv)] = kv_tokens;
         }
-        bool kept = false;
-        const std::int64_t kv_offset = value_offset(kv.kv, &kept);
-        t.entries.insert(t.entries.end(), {offset(row.q), kv_offset, q_tokens, kv_tokens,
-                                           mask_row_start(kv.mask, q_tokens, kv_tokens),
-                                           first_q_group + static_cast<std::int64_t>(q_group),
-                                           kv_group, kept ? 1 : 0});
+        BufferKind kv_buffer{};
+        std::array<std::int64_t, kEntryFields> e{};
+        e[kEntryQ] = offset(row.q);
+        e[kEntryKv] = value_offset(kv.kv, &kv_buffer);
+        e[kEntryQTokens] = q_tokens;
+        e[kEntryKvTokens] = kv_tokens;
+        e[kEntryMask] = mask_row_start(kv.mask, q_tokens, kv_tokens);
+        e[kEntryQGroup] = first_q_group + static_cast<std::int64_t>(q_group);
+        e[kEntryKvGroup] = kv_group;
+        e[kEntryKvBuffer] = static_cast<std::int64_t>(kv_buffer);
+        t.entries.insert(t.entries.end(), e.begin(), e.end());
         q_groups[q_group].members.push_back(entry);
         ++entry;
       }
@@ -381,9 +395,9 @@ class Lowerer {
     emit_groups(q_groups, t.q_groups, first_entry);
     emit_groups(kv_groups, t.kv_groups, first_entry);
     call.q_group_begin = static_cast<std::int32_t>(first_q_group);
-    call.q_group_end = static_cast<std::int32_t>(t.q_groups.size() / t.kGroupFields);
+    call.q_group_end = static_cast<std::int32_t>(t.q_groups.size() / kGroupFields);
     call.kv_group_begin = static_cast<std::int32_t>(first_kv_group);
-    call.kv_group_end = static_cast<std::int32_t>(t.kv_groups.size() / t.kGroupFields);
+    call.kv_group_end = static_cast<std::int32_t>(t.kv_groups.size() / kGroupFields);
     return call;
   }
 
@@ -490,14 +504,18 @@ class Lowerer {
         CopyRun run;
         run.store = first.store;
         run.kind = first.kind;
-        run.row_begin = static_cast<std::int32_t>(out_.copy_rows.size() / CopyRun::kFields);
+        run.row_begin = static_cast<std::int32_t>(out_.copy_rows.size() / kCopyFields);
         for (const Copy& c : copies) {
           if (!same(c)) continue;
-          out_.copy_rows.insert(out_.copy_rows.end(),
-                                {c.slot_offset, c.token, c.tokens, c.head_block});
+          std::array<std::int64_t, kCopyFields> row{};
+          row[kCopySlot] = c.slot_offset;
+          row[kCopyToken] = c.token;
+          row[kCopyTokens] = c.tokens;
+          row[kCopyHeadBlock] = c.head_block;
+          out_.copy_rows.insert(out_.copy_rows.end(), row.begin(), row.end());
           run.max_tokens = std::max(run.max_tokens, c.tokens);
         }
-        run.row_end = static_cast<std::int32_t>(out_.copy_rows.size() / CopyRun::kFields);
+        run.row_end = static_cast<std::int32_t>(out_.copy_rows.size() / kCopyFields);
         out_.copy_runs.push_back(run);
       }
       span.run_end = static_cast<std::int32_t>(out_.copy_runs.size());
@@ -546,15 +564,12 @@ class Lowerer {
       const LoweredCall& call = out_.calls[i];
       MemoryRun::Kind kind{};
       std::int64_t dst = 0, src = 0, count = 0;
-      std::array<std::int64_t, MemoryRun::kFields> row{};
       if (const auto* merge = std::get_if<MergeCall>(&call)) {
         kind = MemoryRun::Kind::kMerge;
         dst = merge->dst, src = merge->src, count = merge->tokens;
-        row = {dst, src, count};
       } else if (const auto* sum = std::get_if<SumCall>(&call)) {
         kind = MemoryRun::Kind::kSum;
         dst = sum->dst, src = sum->src, count = sum->elements;
-        row = {dst, src, count};
       } else {
         if (!std::holds_alternative<NoCall>(call)) run = nullptr;
         continue;
@@ -572,12 +587,16 @@ class Lowerer {
         next.kind = kind;
         next.begin = static_cast<std::int32_t>(i);
         next.row_begin = next.row_end =
-            static_cast<std::int32_t>(out_.memory_rows.size() / MemoryRun::kFields);
+            static_cast<std::int32_t>(out_.memory_rows.size() / kMemoryFields);
         out_.memory_runs.push_back(next);
         run = &out_.memory_runs.back();
         written.clear();
         read.clear();
       }
+      std::array<std::int64_t, kMemoryFields> row{};
+      row[kMemoryDst] = dst;
+      row[kMemorySrc] = src;
+      row[kMemoryCount] = count;
       out_.memory_rows.insert(out_.memory_rows.end(), row.begin(), row.end());
       written.push_back(dst);
       read.push_back(src);
@@ -616,6 +635,24 @@ class Lowerer {
 LoweredPass lower_pass(const PlanHeader& header, const Program& program,
                        const LocalLayout& layout) {
   return Lowerer(header, program, layout).run();
+}
+
+const std::vector<std::int64_t>& lowered_rows(const LoweredPass& pass, LoweredTable table) {
+  switch (table) {
+    case LoweredTable::kEntries:
+      return pass.tables.entries;
+    case LoweredTable::kQGroups:
+      return pass.tables.q_groups;
+    case LoweredTable::kKvGroups:
+      return pass.tables.kv_groups;
+    case LoweredTable::kCopyRows:
+      return pass.copy_rows;
+    case LoweredTable::kWireRows:
+      return pass.wire_rows;
+    case LoweredTable::kMemoryRows:
+      break;
+  }
+  return pass.memory_rows;
 }
 
 }  // namespace dcp::runtime

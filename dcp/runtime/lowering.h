@@ -4,7 +4,7 @@
 // known (the lowering tracks which value each slot holds through the instruction list), and each
 // attention instruction becomes rows of int32-sized integer tables that a kernel reads in one
 // launch: the CPU device turns them back into kernel rows, the Triton kernels read them as
-// tensors (python/dcp/torch/triton_kernels.py documents the same layout).
+// tensors. The tables' columns are in lowering_schema.h, which the binding exports to Python.
 //
 // A Program whose instructions are inconsistent (a value read before it is written, sizes that do
 // not match, a store in the wrong pass) is refused here, with the instruction named, before any
@@ -18,6 +18,7 @@
 
 #include "dcp/program/program.h"
 #include "dcp/runtime/local_layout.h"
+#include "dcp/runtime/lowering_schema.h"
 
 namespace dcp::runtime {
 
@@ -41,9 +42,10 @@ struct StoreCall {
 
 struct TransferCall {
   bool send = true;
-  // The offset is into the kept tensor, not the arena: a kv value the forward pass keeps is
-  // received straight into its place there (and sent on from it), a restored one is sent from it.
-  bool kept = false;
+  // kKept: the offset is into the kept tensor, not the arena: a kv value the forward pass keeps
+  // is received straight into its place there (and sent on from it), a restored one is sent from
+  // it.
+  BufferKind buffer = BufferKind::kArena;
   std::int32_t peer = 0;
   std::int64_t offset = 0;  // of the slot in the arena (or of the value in the kept tensor)
   std::int64_t bytes = 0;
@@ -97,32 +99,25 @@ struct SumCall {
 
 // A Free, a Store of no contribution (the outputs start as that value), a Keep or a Restore:
 // nothing to run. A kept value is never copied: the forward pass receives it straight into its
-// place in the kept tensor, and both passes read it there (TransferCall::kept, kEntryKvKept)
-// for as long as the Program's slot holds it.
+// place in the kept tensor, and both passes read it there (TransferCall::buffer and
+// kEntryKvBuffer say BufferKind::kKept) for as long as the Program's slot holds it.
 struct NoCall {};
 
 using LoweredCall = std::variant<LoadCall, StoreCall, LaunchCall, WaitCall, AttentionCall,
                                  MergeCall, SumCall, NoCall>;
 
-// Integer tables of a pass's attention instructions.
-//   entries   kEntryFields per entry: q_off, kv_off, q_tokens, kv_tokens, mask, q_group,
-//             kv_group, kv_kept (q_off: the kQ or kQGrad slot, kv_off: the kKV slot, or with
-//             kv_kept 1 the kv value's place in the kept tensor; mask: -1 for a
-//             full tile, else the row start s in mask_rows: row r's keys are
-//             [mask_intervals[2i], mask_intervals[2i + 1]) for i in [mask_rows[s + r],
-//             mask_rows[s + r + 1]); q_group, kv_group: the groups it contributes to, -1 for
-//             none).
-//   q_groups  kGroupFields per group: out_off, tokens, accumulate, member_begin, member_end,
-//             input_off. One output (kOut forward, kDQ backward) and the entries contributing to
-//             it, members[member_begin, member_end), all reading the q value at input_off.
-//             accumulate: merge into (forward) or add to (backward) what the output holds; else
-//             overwrite it. A group may have no members (an overwriting one writes the value of
-//             no contribution).
+// Integer tables of a pass's attention instructions (columns: lowering_schema.h).
+//   entries   kEntryFields per entry. mask: -1 for a full tile, else the row start s in
+//             mask_rows: row r's keys are [mask_intervals[2i], mask_intervals[2i + 1]) for i in
+//             [mask_rows[s + r], mask_rows[s + r + 1]).
+//   q_groups  kGroupFields per group: one output (kOut forward, kDQ backward) and the entries
+//             contributing to it, members[member_begin, member_end), all reading the q value at
+//             input_off. accumulate: merge into (forward) or add to (backward) what the output
+//             holds; else overwrite it. A group may have no members (an overwriting one writes
+//             the value of no contribution).
 //   kv_groups the same for the backward's kDKV outputs (tokens: kv tokens), all members reading
-//             the kv value at input_off (in the kept tensor where the members' kv_kept says so).
+//             the kv value at input_off (in the kept tensor where the members' kv_buffer says so).
 struct AttentionTables {
-  static constexpr int kEntryFields = 8;
-  static constexpr int kGroupFields = 6;
   std::vector<std::int64_t> entries;
   std::vector<std::int64_t> q_groups;
   std::vector<std::int64_t> kv_groups;
@@ -136,26 +131,6 @@ struct AttentionTables {
   const std::int64_t* kv_group(std::size_t i) const { return kv_groups.data() + i * kGroupFields; }
 };
 
-// Field indices.
-enum EntryField : int {
-  kEntryQ = 0,
-  kEntryKv,
-  kEntryQTokens,
-  kEntryKvTokens,
-  kEntryMask,
-  kEntryQGroup,
-  kEntryKvGroup,
-  kEntryKvKept
-};
-enum GroupField : int {
-  kGroupOut = 0,
-  kGroupTokens,
-  kGroupAccumulate,
-  kGroupBegin,
-  kGroupEnd,
-  kGroupInput
-};
-
 // A span of consecutive Loads and Stores of one stage (Frees and Stores of no contribution may
 // lie between them). Its copies are independent of each other, so a device may run them in any
 // order: a Load writes its own slot from the local inputs (a span never loads one slot twice), a
@@ -164,11 +139,10 @@ enum GroupField : int {
 // copies form one CopyRun per direction and slot kind (in order of first appearance), which a
 // GPU device runs as one launch each. Every Load and Store of a pass is in exactly one span.
 struct CopyRun {
-  static constexpr int kFields = 4;  // per row of LoweredPass::copy_rows
   bool store = false;
   SlotKind kind = SlotKind::kQ;
-  // Rows [row_begin, row_end) of copy_rows: slot offset, first local token, tokens, head block,
-  // one per copy, in instruction order.
+  // Rows [row_begin, row_end) of copy_rows (kCopyFields each), one per copy, in instruction
+  // order.
   std::int32_t row_begin = 0, row_end = 0;
   std::int32_t max_tokens = 0;  // the largest copy's tokens (a launch's grid)
 };
@@ -184,12 +158,11 @@ struct CopySpan {
 // instructions of one opcode, dependent or not: its runs can be longer than these.) Every Merge
 // and Sum is in exactly one run.
 struct MemoryRun {
-  static constexpr int kFields = 3;  // per row of LoweredPass::memory_rows
-  enum class Kind : std::uint8_t { kMerge, kSum };
+  using Kind = MemoryRunKind;
   Kind kind = Kind::kMerge;
   std::int32_t begin = 0, end = 0;  // instructions [begin, end)
-  // Rows [row_begin, row_end) of memory_rows, one per instruction in order. Merge: dst and src
-  // slot offsets, tokens; Sum: dst, src, fp32 elements.
+  // Rows [row_begin, row_end) of memory_rows (kMemoryFields each), one per instruction in
+  // order.
   std::int32_t row_begin = 0, row_end = 0;
   std::int64_t max_count = 0;  // the largest row's third field (a launch's grid)
 };
@@ -204,9 +177,7 @@ struct LoweredPass {
   std::vector<std::int64_t> slot_offsets;
   std::vector<LoweredCall> calls;  // one per instruction
   AttentionTables tables;
-  // Every launch's narrow then widen calls, kWireFields per row: slot offset, wire offset,
-  // elements, tail bytes.
-  static constexpr int kWireFields = 4;
+  // Every launch's narrow then widen calls, kWireFields per row.
   std::vector<std::int64_t> wire_rows;
   std::vector<CopySpan> copy_spans;
   std::vector<CopyRun> copy_runs;
@@ -217,8 +188,8 @@ struct LoweredPass {
   std::vector<std::int32_t> memory_run_starting;  // per instruction: the run it begins, or -1
 };
 
-// Slot offsets are multiples of this from the arena's start, kept values' from the kept tensor's.
-inline constexpr std::int64_t kSlotAlignment = 64;
+// The rows of one of `pass`'s tables (kLoweredTables names them and their columns).
+const std::vector<std::int64_t>& lowered_rows(const LoweredPass& pass, LoweredTable table);
 
 // Lowers `program` (already structurally checked) for the rank whose local tensors are `layout`.
 // Throws Error naming the instruction if the Program's values are inconsistent.

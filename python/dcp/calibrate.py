@@ -304,17 +304,18 @@ def _report(group=None, *, devices_per_node: int | None = None, repeats: int = 5
     peers = min(group_peers, size - 1)
     transport = TorchTransport(group, rank, size, datetime.timedelta(minutes=10))
     small = _core.SMALL_MESSAGE_BYTES
-    transport.set_arenas([torch.ones(sizes[-1], dtype=torch.uint8, device=device),
-                          torch.zeros(sizes[-1], dtype=torch.uint8, device=device),
-                          torch.ones(small * size, dtype=torch.uint8, device=device),
-                          torch.zeros(small * size, dtype=torch.uint8, device=device)])
+    transport.prepare(device)
+    transport.set_buffers([torch.ones(sizes[-1], dtype=torch.uint8, device=device),
+                           torch.zeros(sizes[-1], dtype=torch.uint8, device=device),
+                           torch.ones(small * size, dtype=torch.uint8, device=device),
+                           torch.zeros(small * size, dtype=torch.uint8, device=device)])
     issue: list[list[float]] = [[] for _ in range(peers)]
     operations = _link_operations(transport, rank, nodes, per_node, sizes, peers, issue,
                                   device.type == "cuda")
     links = _core.time_operations(sync, operations, repeats, timing_seconds)
     everything = [None] * size
     dist.all_gather_object(everything, (links, device_timings), group=group)
-    transport.release_arenas()
+    transport.set_buffers([])
     # Rank 0 fits and writes; every rank then gets the report, or raises what rank 0 raised.
     outcome = [None]
     if rank == 0:

@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -25,15 +26,14 @@ namespace {
 using Tensor = nb::ndarray<nb::c_contig>;
 
 // A Communicator whose transfers a Python object carries out: start(ops) -> group id, where ops
-// is a list of (is_send, peer, buffer (0 the forward arena, 1 the backward arena, -1 the running
-// pass's kept tensor), byte offset, bytes), and wait(group), barrier(), abort(reason). Zero-byte
-// transfers are never handed over.
+// is a list of (is_send, peer, buffer, byte offset, bytes) with the buffer and offset as the
+// lowering placed the value (buffer: a LOWERING_SCHEMA["buffers"] value, the running pass's arena
+// or kept tensor), and wait(group), barrier(), abort(reason). Zero-byte transfers are never handed
+// over.
 class TransportCommunicator final : public comm::Communicator {
  public:
   TransportCommunicator(nb::object transport, std::int32_t rank, std::int32_t size)
       : transport_(std::move(transport)), rank_(rank), size_(size) {}
-
-  void attach(runtime::Executor* executor) { executor_ = executor; }
 
   template <typename F>
   auto call(F&& f) {
@@ -55,9 +55,8 @@ class TransportCommunicator final : public comm::Communicator {
     nb::list list;
     for (const comm::TransferOp& op : ops) {
       if (op.bytes == 0) continue;
-      const auto [arena, offset] = locate(op.data, op.bytes);
-      list.append(nb::make_tuple(op.kind == comm::TransferOp::Kind::kSend, op.peer, arena, offset,
-                                 op.bytes));
+      list.append(nb::make_tuple(op.kind == comm::TransferOp::Kind::kSend, op.peer, op.buffer,
+                                 op.offset, op.bytes));
     }
     return call([&] { return nb::cast<comm::GroupId>(transport_.attr("start")(list)); });
   }
@@ -84,25 +83,9 @@ class TransportCommunicator final : public comm::Communicator {
   }
 
  private:
-  std::pair<int, std::size_t> locate(const void* data, std::size_t bytes) const {
-    const auto* p = static_cast<const std::byte*>(data);
-    for (const int arena : {0, 1, -1}) {
-      const std::span<std::byte> span =
-          arena == -1 ? executor_->kept_tensor()
-                      : executor_->arena(arena == 0 ? Pass::kForward : Pass::kBackward);
-      if (!span.empty() && p >= span.data() && p + bytes <= span.data() + span.size()) {
-        return {arena, static_cast<std::size_t>(p - span.data())};
-      }
-    }
-    throw Error("a transfer of " + std::to_string(bytes) +
-                " bytes lies outside the executor's "
-                "buffer tables");
-  }
-
   nb::object transport_;
   std::int32_t rank_;
   std::int32_t size_;
-  runtime::Executor* executor_ = nullptr;
 };
 
 template <typename T>
@@ -116,39 +99,58 @@ nb::ndarray<nb::numpy, T> numpy_copy(const std::vector<T>& values, std::size_t c
   return nb::ndarray<nb::numpy, T>(copy->data(), {rows, columns}, owner);
 }
 
+// A pass's tables by name: those of runtime::kLoweredTables ([rows, columns] each), then the
+// attention tables' members and masks (1-D).
 nb::dict tables_dict(const runtime::LoweredPass& pass) {
-  using T = runtime::AttentionTables;
-  const T& t = pass.tables;
+  const runtime::AttentionTables& t = pass.tables;
   nb::dict d;
-  d["copy_rows"] = numpy_copy(pass.copy_rows, runtime::CopyRun::kFields);
-  d["wire_rows"] = numpy_copy(pass.wire_rows, runtime::LoweredPass::kWireFields);
-  d["memory_rows"] = numpy_copy(pass.memory_rows, runtime::MemoryRun::kFields);
-  d["entries"] = numpy_copy(t.entries, T::kEntryFields);
-  d["q_groups"] = numpy_copy(t.q_groups, T::kGroupFields);
-  d["kv_groups"] = numpy_copy(t.kv_groups, T::kGroupFields);
+  for (const runtime::LoweredTableSchema& table : runtime::kLoweredTables) {
+    d[nb::str(table.name.data(), table.name.size())] =
+        numpy_copy(runtime::lowered_rows(pass, table.table), table.columns.size());
+  }
   d["members"] = numpy_copy(t.members, 0);
   d["mask_rows"] = numpy_copy(t.mask_rows, 0);
   d["mask_intervals"] = numpy_copy(t.mask_intervals, 0);
   return d;
 }
 
-// A Device whose calls a Python object makes (python/dcp/torch/_device.py): prepare(forward
-// tables, backward tables: the attention tables and copy_rows), begin(pass, scale),
-// load/store(kind, slot offset, token, tokens, head block), copy_run(store, kind, row begin, row
-// end, max tokens) if the object has it (else a load or store per copy),
-// convert_partials(narrow, row begin, row end, max values) if it has it (else convert_partial
-// per partial), memory_run(kind 0 merge | 1 sum, row begin, row end, max count) if it has it
-// (else merge or add per instruction), attention(q group begin, end, kv group begin, end, max q
-// tokens, max kv tokens), merge(dst, src, tokens), add(dst, src, elements),
-// convert_partial(narrow, slot, wire, elements, tail bytes), end(). The Python object holds the
-// tensors (the kept tensor among them: entries with kv_kept read their kv value there).
+// The lowering's schema (runtime/lowering_schema.h) for Python: every table's columns by name
+// (their count is the row width), the slot kinds, the buffers a value lies in, the memory run
+// kinds and the slot alignment, each name to its value.
+nb::dict lowering_schema() {
+  const auto name = [](std::string_view s) { return nb::str(s.data(), s.size()); };
+  const auto numbered = [&](const auto& names) {
+    nb::dict d;
+    for (std::size_t i = 0; i < names.size(); ++i) d[name(names[i])] = i;
+    return d;
+  };
+  nb::dict tables;
+  for (const runtime::LoweredTableSchema& table : runtime::kLoweredTables) {
+    tables[name(table.name)] = numbered(table.columns);
+  }
+  nb::dict slot_kinds;
+  for (int kind = 0; kind < kSlotKindCount; ++kind) {
+    slot_kinds[name(to_string(static_cast<SlotKind>(kind)))] = kind;
+  }
+  nb::dict d;
+  d["tables"] = tables;
+  d["slot_kinds"] = slot_kinds;
+  d["buffers"] = numbered(runtime::kBufferKindNames);
+  d["memory_runs"] = numbered(runtime::kMemoryRunKindNames);
+  d["slot_alignment"] = runtime::kSlotAlignment;
+  return d;
+}
+
+// A Device whose calls a Python object makes (python/dcp/torch/_device.py), one per run as the
+// lowering groups them: prepare(forward tables, backward tables: tables_dict's), begin(pass,
+// scale), copy_run(store, slot kind, row begin, row end, max tokens), memory_run(memory run kind,
+// row begin, row end, max count), convert_partials(narrow, row begin, row end, max values),
+// attention(q group begin, end, kv group begin, end, max q tokens, max kv tokens), end(); kinds
+// are LOWERING_SCHEMA's values. The Python object holds the tensors (the kept tensor among them:
+// entries whose kv_buffer is "kept" read their kv value there).
 class PythonDevice final : public runtime::Device {
  public:
-  explicit PythonDevice(nb::object device)
-      : device_(std::move(device)),
-        runs_copies_(nb::hasattr(device_, "copy_run")),
-        converts_runs_(nb::hasattr(device_, "convert_partials")),
-        runs_memory_(nb::hasattr(device_, "memory_run")) {}
+  explicit PythonDevice(nb::object device) : device_(std::move(device)) {}
 
   std::string_view name() const override { return "python"; }
 
@@ -160,34 +162,13 @@ class PythonDevice final : public runtime::Device {
              float softmax_scale) override {
     call("begin", [&] { return std::make_tuple(pass == Pass::kForward ? 0 : 1, softmax_scale); });
   }
-  void load(const runtime::LoadCall& c) override {
-    call("load", [&] {
-      return std::make_tuple(static_cast<int>(c.kind), c.slot_offset, c.token, c.tokens,
-                             c.head_block);
-    });
-  }
-  void store(const runtime::StoreCall& c) override {
-    call("store", [&] {
-      return std::make_tuple(static_cast<int>(c.kind), c.slot_offset, c.token, c.tokens,
-                             c.head_block);
-    });
-  }
-  void copy_run(const runtime::CopyRun& run, std::span<const std::int64_t> rows) override {
-    if (!runs_copies_) {
-      Device::copy_run(run, rows);
-      return;
-    }
+  void copy_run(const runtime::CopyRun& run, std::span<const std::int64_t>) override {
     call("copy_run", [&] {
       return std::make_tuple(run.store, static_cast<int>(run.kind), run.row_begin, run.row_end,
                              run.max_tokens);
     });
   }
-  void memory_run(const runtime::MemoryRun& run,
-                  std::span<const runtime::LoweredCall> calls) override {
-    if (!runs_memory_) {
-      Device::memory_run(run, calls);
-      return;
-    }
+  void memory_run(const runtime::MemoryRun& run, std::span<const runtime::LoweredCall>) override {
     call("memory_run", [&] {
       return std::make_tuple(static_cast<int>(run.kind), run.row_begin, run.row_end, run.max_count);
     });
@@ -198,22 +179,7 @@ class PythonDevice final : public runtime::Device {
                              c.max_q_tokens, c.max_kv_tokens);
     });
   }
-  void merge(const runtime::MergeCall& c) override {
-    call("merge", [&] { return std::make_tuple(c.dst, c.src, c.tokens); });
-  }
-  void sum(const runtime::SumCall& c) override {
-    call("add", [&] { return std::make_tuple(c.dst, c.src, c.elements); });
-  }
-  void convert_partial(const runtime::WireCall& c) override {
-    call("convert_partial", [&] {
-      return std::make_tuple(c.narrow, c.slot_offset, c.wire_offset, c.elements, c.tail_bytes);
-    });
-  }
   void convert_partials(std::span<const runtime::WireCall> calls, std::int32_t first_row) override {
-    if (!converts_runs_) {
-      Device::convert_partials(calls, first_row);
-      return;
-    }
     std::int64_t most = 0;  // items of the largest row: its elements, its tail's 2-byte halves
     for (const runtime::WireCall& c : calls) most = std::max(most, c.elements + c.tail_bytes / 2);
     call("convert_partials", [&] {
@@ -242,9 +208,6 @@ class PythonDevice final : public runtime::Device {
   }
 
   nb::object device_;
-  bool runs_copies_;
-  bool converts_runs_;
-  bool runs_memory_;
 };
 
 std::string dtype_name(const nb::dlpack::dtype& dtype) {
@@ -294,9 +257,7 @@ class TorchExecutor {
         device_(device.is_none() ? runtime::make_host_device(*kernels_)
                                  : std::make_unique<PythonDevice>(std::move(device))),
         on_host_(dynamic_cast<PythonDevice*>(device_.get()) == nullptr),
-        executor_(communicator_, *device_) {
-    communicator_.attach(&executor_);
-  }
+        executor_(communicator_, *device_) {}
 
   void prepare(const PlanHandle& plan) {
     plan_ = plan;  // keeps the plan alive while its Programs run
@@ -379,6 +340,7 @@ nb::dict profile_dict(const runtime::PassProfile& p) {
 }  // namespace
 
 void bind_executor(nb::module_& m) {
+  m.attr("LOWERING_SCHEMA") = lowering_schema();
   nb::class_<TorchExecutor>(m, "Executor")
       .def(nb::init<nb::object, std::int32_t, std::int32_t, std::int32_t, nb::object>(),
            nb::arg("transport"), nb::arg("rank"), nb::arg("size"), nb::arg("threads"),

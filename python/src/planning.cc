@@ -428,8 +428,7 @@ void bind_planning(nb::module_& m) {
              }
              return PlanHandle{std::move(built), nullptr};
            })
-      .def("close", &PlanQueue::close, nb::call_guard<nb::gil_scoped_release>())
-      .def("running_threads", &PlanQueue::running_threads);
+      .def("close", &PlanQueue::close, nb::call_guard<nb::gil_scoped_release>());
 }
 
 }  // namespace dcp::python

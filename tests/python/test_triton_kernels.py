@@ -119,6 +119,24 @@ def read(arena, offset, dtype, *shape):
     return arena[offset:offset + nbytes].view(dtype).reshape(shape).clone()
 
 
+def copy_rows(*copies):
+    """A copy table: (slot_off, token, tokens, head_block) per copy."""
+    return tk.table("copy_rows", [dict(slot_off=slot, token=token, tokens=tokens, head_block=head)
+                                  for slot, token, tokens, head in copies])
+
+
+def memory_rows(*rows):
+    """A memory table: (dst_off, src_off, count) per Merge or Sum."""
+    return tk.table("memory_rows", [dict(dst_off=dst, src_off=src, count=count)
+                                    for dst, src, count in rows])
+
+
+def wire_rows(*rows):
+    """A wire table: (slot_off, wire_off, elements, tail_bytes) per partial."""
+    return tk.table("wire_rows", [dict(slot_off=slot, wire_off=wire, elements=elements,
+                                       tail_bytes=tail) for slot, wire, elements, tail in rows])
+
+
 class Tables:
     """entries, groups, members and CSR masks as the C++ lowering lays them out."""
 
@@ -137,20 +155,23 @@ class Tables:
 
     def entry(self, q_off, kv_off, q_tokens, kv_tokens, rows=None):
         mask = -1 if rows is None else self.mask(rows)
-        self.entries.append([q_off, kv_off, q_tokens, kv_tokens, mask, 0, 0, 0])
+        self.entries.append(dict(q_off=q_off, kv_off=kv_off, q_tokens=q_tokens,
+                                 kv_tokens=kv_tokens, mask=mask, q_group=0, kv_group=0,
+                                 kv_buffer=tk.BUFFERS["arena"]))
         return len(self.entries) - 1
 
-    def groups(self, rows):
-        """rows: (out_off, tokens, accumulate, entry indices)."""
+    def groups(self, rows, name="q_groups"):
+        """rows: (out_off, tokens, accumulate, entry indices); name: q_groups or kv_groups."""
         table = []
         for out_off, tokens, accumulate, members in rows:
-            table.append([out_off, tokens, int(accumulate), len(self.members),
-                          len(self.members) + len(members), 0])
+            table.append(dict(out_off=out_off, tokens=tokens, accumulate=int(accumulate),
+                              member_begin=len(self.members),
+                              member_end=len(self.members) + len(members), input_off=0))
             self.members += list(members)
-        return torch.tensor(table, dtype=torch.int64).reshape(-1, 6)
+        return tk.table(name, table)
 
     def tensors(self):
-        return dict(entries=torch.tensor(self.entries, dtype=torch.int64).reshape(-1, 8),
+        return dict(entries=tk.table("entries", self.entries),
                     members=torch.tensor(self.members, dtype=torch.int64),
                     mask_rows=torch.tensor(self.mask_rows, dtype=torch.int32),
                     mask_intervals=torch.tensor(self.intervals, dtype=torch.int32))
@@ -267,9 +288,10 @@ def test_loads(dtype, head_dim):
     kv_off = layout.reserve(2 * tokens * heads * head_dim * q.element_size())
     grad_off = layout.reserve(2 * tokens * heads * head_dim * q.element_size() + 8 * tokens * heads)
     arena = layout.build()
-    tk.load_q(arena, q_off, q, token, tokens, head, heads)
-    tk.load_kv(arena, kv_off, k, v, token, tokens, head, heads)
-    tk.load_qgrad(arena, grad_off, q, do, o, lse, token, tokens, head, heads)
+    tk.load_q_copies(arena, copy_rows((q_off, token, tokens, head)), q, heads, tokens)
+    tk.load_kv_copies(arena, copy_rows((kv_off, token, tokens, head)), k, v, heads, tokens)
+    tk.load_qgrad_copies(arena, copy_rows((grad_off, token, tokens, head)), q, do, o, lse, heads,
+                         tokens)
     window = (slice(token, token + tokens), slice(head, head + heads))
     shape = (tokens, heads, head_dim)
     value = math.prod(shape)
@@ -302,8 +324,9 @@ def test_stores(dtype, head_dim):
     out = torch.full((T, H, head_dim), 7.0, dtype=dtype)
     local_lse = torch.full((H, T), 7.0)
     grads = [torch.full((T, H, head_dim), 7.0, dtype=dtype) for _ in range(2)]
-    tk.store_q(arena, out_off, out, token, tokens, head, heads, lse=local_lse)
-    tk.store_kv(arena, dkv_off, *grads, token, tokens, head, heads)
+    tk.store_q_copies(arena, copy_rows((out_off, token, tokens, head)), out, heads, tokens,
+                      lse=local_lse)
+    tk.store_kv_copies(arena, copy_rows((dkv_off, token, tokens, head)), *grads, heads, tokens)
     window = (slice(token, token + tokens), slice(head, head + heads))
     expected = torch.full_like(out, 7.0)
     expected[window] = o.to(dtype)  # torch rounds to nearest even, as the GPU does
@@ -315,7 +338,8 @@ def test_stores(dtype, head_dim):
         expected[window] = value.to(dtype)
         assert torch.equal(grad, expected)
     plain = torch.zeros_like(out)
-    tk.store_q(arena, out_off, plain, token, tokens, head, heads)  # kDQ: no lse
+    tk.store_q_copies(arena, copy_rows((out_off, token, tokens, head)), plain, heads,
+                      tokens)  # kDQ: no lse
     assert torch.equal(plain[window], o.to(dtype))
 
 
@@ -338,8 +362,7 @@ def test_copy_tables_run_many_copies_in_one_launch(dtype, head_dim):
     arena = layout.build()
 
     def table(offsets):
-        return torch.tensor([[off, t, n, b] for off, (t, n, b) in zip(offsets, copies)],
-                            dtype=torch.int64)
+        return copy_rows(*((off, t, n, b) for off, (t, n, b) in zip(offsets, copies)))
 
     most = max(n for _, n, _ in copies)
     tk.load_q_copies(arena, table(q_offs), q, h, most, head_scale=h)
@@ -360,8 +383,9 @@ def test_copy_tables_run_many_copies_in_one_launch(dtype, head_dim):
         expected_lse[b * h:b * h + h, t:t + n] = o_lse
     assert torch.equal(out, expected)
     assert torch.equal(lse, expected_lse)
-    for bad, words in ((torch.zeros(2, 3, dtype=torch.int64), "int64 [n, 4]"),
-                       (torch.zeros(2, 4, dtype=torch.int32), "int64 [n, 4]")):
+    width = len(tk.TABLES["copy_rows"])
+    for bad, words in ((torch.zeros(2, width - 1, dtype=torch.int64), f"int64 [n, {width}]"),
+                       (torch.zeros(2, width, dtype=torch.int32), f"int64 [n, {width}]")):
         with pytest.raises(ValueError, match=words.replace("[", r"\[")):
             tk.load_q_copies(arena, bad, q, h, most)
 
@@ -385,9 +409,8 @@ def test_wire_tables_narrow_and_widen_a_launchs_partials_in_one_launch(wire_dtyp
     arena = layout.build()
 
     def table(sources, targets):
-        return torch.tensor([[src, dst, v.numel(), 0 if t is None else 4 * t.numel()]
-                             for src, dst, (v, t) in zip(sources, targets, parts)],
-                            dtype=torch.int64)
+        return wire_rows(*((src, dst, v.numel(), 0 if t is None else 4 * t.numel())
+                           for src, dst, (v, t) in zip(sources, targets, parts)))
 
     most = max(v.numel() + (0 if t is None else 2 * t.numel()) for v, t in parts)  # 2-byte halves
     tk.convert_partials(arena, table(slots, wires), True, wire_dtype, most)
@@ -421,8 +444,8 @@ def test_merge_and_add():
     x, y = randn(g, 1000), randn(g, 1000)
     sum_dst, sum_src = layout.place(x), layout.place(y)
     arena = layout.build()
-    tk.merge(arena, dst, src, tokens, heads, head_dim)
-    tk.add(arena, sum_dst, sum_src, 1000)
+    tk.merge_rows(arena, memory_rows((dst, src, tokens)), heads, head_dim, tokens)
+    tk.add_rows(arena, memory_rows((sum_dst, sum_src, 1000)), 1000)
     lse = torch.logaddexp(lse_a.double(), lse_b.double())
     w_a = torch.exp(lse_a.double() - lse).nan_to_num(0.0).T[..., None]
     w_b = torch.exp(lse_b.double() - lse).nan_to_num(0.0).T[..., None]
@@ -448,13 +471,10 @@ def test_memory_tables_run_many_merges_and_sums_in_one_launch():
     sum_offs = [(layout.place(x), layout.place(y)) for x, y in sums]
     arena = layout.build()
 
-    def table(rows):
-        return torch.tensor(rows, dtype=torch.int64)
-
-    tk.merge_rows(arena, table([[offs[0], offs[1], t] for t, _, offs in merges]), heads, head_dim,
-                  11)
-    tk.add_rows(arena, table([[d, s_, x.numel()] for (d, s_), (x, _) in zip(sum_offs, sums)]),
-                300)
+    tk.merge_rows(arena, memory_rows(*((offs[0], offs[1], t) for t, _, offs in merges)), heads,
+                  head_dim, 11)
+    sum_rows = ((d, s_, x.numel()) for (d, s_), (x, _) in zip(sum_offs, sums))
+    tk.add_rows(arena, memory_rows(*sum_rows), 300)
     for tokens, ((o_a, lse_a), (o_b, lse_b)), offs in merges:
         lse = torch.logaddexp(lse_a.double(), lse_b.double())
         w_a = torch.exp(lse_a.double() - lse).T[..., None]
@@ -465,8 +485,9 @@ def test_memory_tables_run_many_merges_and_sums_in_one_launch():
                      torch.float32, f"lse of {tokens} tokens")
     for (d, _), (x, y) in zip(sum_offs, sums):
         assert torch.equal(read(arena, d, torch.float32, x.numel()), x + y)
-    with pytest.raises(ValueError, match=r"int64 \[n, 3\]"):
-        tk.add_rows(arena, torch.zeros(1, 4, dtype=torch.int64), 1)
+    width = len(tk.TABLES["memory_rows"])
+    with pytest.raises(ValueError, match=rf"int64 \[n, {width}\]"):
+        tk.add_rows(arena, torch.zeros(1, width + 1, dtype=torch.int64), 1)
 
 
 # --- attention --------------------------------------------------------------------------------
@@ -590,7 +611,7 @@ def test_attention_forward_accumulate_and_merge():
     kwargs = dict(**tables.tensors(), **problem.kwargs(), max_tokens=30)
     tk.attention_forward(arena, groups=first, **kwargs)
     tk.attention_forward(arena, groups=second, **kwargs)
-    tk.merge(arena, left, right, 30, 2, 64)
+    tk.merge_rows(arena, memory_rows((left, right, 30)), 2, 64, 30)
     ref_o, ref_lse = problem.forward(0, [e_a, e_b, e_c])
     for offset in (split, left):
         o, lse = read_out(arena, offset, problem, 30)
@@ -661,7 +682,7 @@ def test_attention_backward(case):
                              [(empty_dq, q_tokens[0], False, [])])
     kv_groups = tables.groups([(dkv_offs[j], t, False, problem.entries_of_kv(j))
                                for j, t in enumerate(kv_tokens)] +
-                              [(empty_dkv, kv_tokens[0], False, [])])
+                              [(empty_dkv, kv_tokens[0], False, [])], "kv_groups")
     arena = layout.build()
     tk.attention_backward(arena, q_groups=q_groups, kv_groups=kv_groups, **tables.tensors(),
                           **problem.kwargs(), max_q_tokens=max(q_tokens),
@@ -680,33 +701,36 @@ def test_attention_backward(case):
 
 
 def move_kv_to_kept(arena, entries, problem):
-    """Moves every other distinct kv value the entries read into a kept tensor (at 64-byte
-    multiples, as the lowering places kept values) and marks its entries kv_kept; its bytes in
-    the arena become 0xFF (NaN), so a kernel that reads the slot instead shows up."""
+    """Moves every other distinct kv value the entries read into a kept tensor (at multiples of
+    the slot alignment, as the lowering places kept values) and marks its entries' kv_buffer
+    kept; its bytes in the arena become 0xFF (NaN), so a kernel that reads the slot instead shows
+    up."""
+    column = tk.TABLES["entries"]
+    align = tk.SLOT_ALIGNMENT
     entries = entries.clone()
-    slots = entries[:, 1].clone()
+    slots = entries[:, column["kv_off"]].clone()
     element = torch.empty((), dtype=problem.dtype).element_size()
     moved, size = {}, 0
     for off in sorted(set(slots.tolist()))[::2]:
-        tokens = int(entries[slots == off][0, 3])
+        tokens = int(entries[slots == off][0, column["kv_tokens"]])
         nbytes = 2 * tokens * problem.kv_heads * problem.head_dim * element
         moved[off] = (size, nbytes)
-        size += -(-nbytes // 64) * 64
-    kept = torch.full((size + 64,), 0xFF, dtype=torch.uint8)
+        size += -(-nbytes // align) * align
+    kept = torch.full((size + align,), 0xFF, dtype=torch.uint8)
     for off, (place, nbytes) in moved.items():
         kept[place:place + nbytes] = arena[off:off + nbytes]
         arena[off:off + nbytes] = 0xFF
-        entries[slots == off, 1] = place
-        entries[slots == off, 7] = 1
+        entries[slots == off, column["kv_off"]] = place
+        entries[slots == off, column["kv_buffer"]] = tk.BUFFERS["kept"]
     assert 0 < len(moved) < len(set(slots.tolist()))
     return kept, entries
 
 
 @interpreted
 def test_attention_reads_kept_kv_values_in_the_kept_tensor():
-    """Entries marked kv_kept read their kv value in the kept tensor (where the forward pass
-    receives the values it keeps and the backward pass reads them), the others in the arena:
-    o, lse, dq, dk and dv are those of the values."""
+    """Entries whose kv_buffer is the kept tensor read their kv value there (where the forward
+    pass receives the values it keeps and the backward pass reads them), the others in the
+    arena: o, lse, dq, dk and dv are those of the values."""
     dtype, head_dim, heads, kv_heads = torch.bfloat16, 64, 4, 2
     q_tokens, kv_tokens = (23, 17), (19, 30, 9)
     problem = Problem(11, dtype, head_dim, heads, kv_heads, q_tokens, kv_tokens,
@@ -734,7 +758,7 @@ def test_attention_reads_kept_kv_values_in_the_kept_tensor():
     q_groups = tables.groups([(dq_offs[i], t, False, problem.entries_of_q(i))
                               for i, t in enumerate(q_tokens)])
     kv_groups = tables.groups([(dkv_offs[j], t, False, problem.entries_of_kv(j))
-                               for j, t in enumerate(kv_tokens)])
+                               for j, t in enumerate(kv_tokens)], "kv_groups")
     arena = layout.build()
     t = tables.tensors()
     kept, t["entries"] = move_kv_to_kept(arena, t["entries"], problem)
@@ -764,9 +788,9 @@ def test_attention_backward_accumulate():
     dkv_held = layout.place(held_dkv)
     e_first, e_second = problem.entries_of_q(0)[0], problem.entries_of_q(1)[0]
     first = (tables.groups([(dq_split, 21, False, [e_first])]),
-             tables.groups([(dkv_held, 26, True, [e_first])]))
+             tables.groups([(dkv_held, 26, True, [e_first])], "kv_groups"))
     second = (tables.groups([(dq_split, 21, True, [e_first]), (dq_held, 12, True, [e_second])]),
-              tables.groups([(dkv_held, 26, True, [e_second])]))
+              tables.groups([(dkv_held, 26, True, [e_second])], "kv_groups"))
     arena = layout.build()
     kwargs = dict(**tables.tensors(), **problem.kwargs(), max_q_tokens=21, max_kv_tokens=26)
     for q_groups, kv_groups in (first, second):
@@ -805,25 +829,26 @@ def test_load_attend_store_matches_sdpa():
         backward.append(tables.entry(grad_off, kv_offs[j], rows, split, causal))
     groups = tables.groups([(out_off, rows, False, forward)])
     q_groups = tables.groups([(dq_off, rows, False, backward)])
-    kv_groups = tables.groups([(dkv_offs[j], split, False, [backward[j]]) for j in range(2)])
+    kv_groups = tables.groups([(dkv_offs[j], split, False, [backward[j]]) for j in range(2)],
+                              "kv_groups")
     arena = layout.build()
     t = tables.tensors()
     shape = dict(heads=H, kv_heads=HK, head_dim=D, dtype=torch.float32, scale=scale)
 
     o, lse = torch.zeros(T, H, D), torch.zeros(H, T)
-    tk.load_q(arena, q_off, q, begin, rows, 0, H)
-    for j in range(2):
-        tk.load_kv(arena, kv_offs[j], k, v, j * split, split, 0, HK)
+    tk.load_q_copies(arena, copy_rows((q_off, begin, rows, 0)), q, H, rows)
+    tk.load_kv_copies(arena, copy_rows(*((kv_offs[j], j * split, split, 0) for j in range(2))), k,
+                      v, HK, split)
     tk.attention_forward(arena, groups=groups, **t, **shape, max_tokens=rows)
-    tk.store_q(arena, out_off, o, begin, rows, 0, H, lse=lse)
+    tk.store_q_copies(arena, copy_rows((out_off, begin, rows, 0)), o, H, rows, lse=lse)
 
     dq, dk, dv = torch.zeros(T, H, D), torch.zeros(T, HK, D), torch.zeros(T, HK, D)
-    tk.load_qgrad(arena, grad_off, q, do, o, lse, begin, rows, 0, H)
+    tk.load_qgrad_copies(arena, copy_rows((grad_off, begin, rows, 0)), q, do, o, lse, H, rows)
     tk.attention_backward(arena, q_groups=q_groups, kv_groups=kv_groups, **t, **shape,
                           max_q_tokens=rows, max_kv_tokens=split)
-    tk.store_q(arena, dq_off, dq, begin, rows, 0, H)
-    for j in range(2):
-        tk.store_kv(arena, dkv_offs[j], dk, dv, j * split, split, 0, HK)
+    tk.store_q_copies(arena, copy_rows((dq_off, begin, rows, 0)), dq, H, rows)
+    tk.store_kv_copies(arena, copy_rows(*((dkv_offs[j], j * split, split, 0) for j in range(2))),
+                       dk, dv, HK, split)
 
     leaves = [x.double().requires_grad_() for x in (q, k, v)]
     qd, kd, vd = (x.transpose(0, 1) for x in leaves)  # [heads][tokens][d]

@@ -16,6 +16,7 @@ import torch
 import dist_cases
 import reference
 from dcp.torch import kernel_selection as ks
+from dcp.torch import triton_kernels as tk
 from dcp.torch import varlen_kernels as vk
 from dcp.torch import varlen_route as vr
 from dcp.torch import varlen_runner
@@ -109,7 +110,7 @@ class Scenario:
     def pass_tables(self, backward: bool):
         """(tables as numpy, arena, kept tensor, launches, output offsets)."""
         arena, kept = Arena(), Arena()
-        q_off, out_off, kv_off, kv_kept, dkv_off = {}, {}, {}, {}, {}
+        q_off, out_off, kv_off, kv_buffer, dkv_off = {}, {}, {}, {}, {}
         for i, (a, b) in enumerate(self.q_blocks):
             t = b - a
             q = self.q[a:b].to(self.torch_dtype)
@@ -125,8 +126,9 @@ class Scenario:
                 out_off[i] = arena.reserve(t * self.h * (self.d + 1) * 4)
         for j, (c, d) in enumerate(self.kv_blocks):
             k, v = (x[c:d].to(self.torch_dtype) for x in (self.k, self.v))
-            kv_kept[j] = int(self.kept and j % 2 == 1)
-            kv_off[j] = (kept if kv_kept[j] else arena).place(k, v)
+            in_kept = self.kept and j % 2 == 1
+            kv_buffer[j] = tk.BUFFERS["kept" if in_kept else "arena"]
+            kv_off[j] = (kept if in_kept else arena).place(k, v)
             if backward:
                 dkv_off[j] = arena.reserve(2 * (d - c) * self.hk * self.d * 4)
         mask_rows, intervals = [], []
@@ -169,32 +171,39 @@ class Scenario:
                                                         and self._kv_sequence(j) == s})
                 qg0, kg0, e0 = len(q_groups), len(kv_groups), len(entries)
                 for i, j in part:
-                    entries.append([q_off[i], kv_off[j], self._len(self.q_blocks[i]),
-                                    self._len(self.kv_blocks[j]), mask(i, j),
-                                    qg0 + q_ids.index(i), kg0 + kv_ids.index(j) if backward else -1,
-                                    kv_kept[j]])
+                    entries.append(dict(
+                        q_off=q_off[i], kv_off=kv_off[j], q_tokens=self._len(self.q_blocks[i]),
+                        kv_tokens=self._len(self.kv_blocks[j]), mask=mask(i, j),
+                        q_group=qg0 + q_ids.index(i),
+                        kv_group=kg0 + kv_ids.index(j) if backward else -1,
+                        kv_buffer=kv_buffer[j]))
                 for i in q_ids:
                     mine = [e for e in range(e0, len(entries))
-                            if entries[e][5] == qg0 + q_ids.index(i)]
-                    q_groups.append([out_off[i], self._len(self.q_blocks[i]), int(i in written_q),
-                                     len(members), len(members) + len(mine), q_off[i]])
+                            if entries[e]["q_group"] == qg0 + q_ids.index(i)]
+                    q_groups.append(dict(out_off=out_off[i], tokens=self._len(self.q_blocks[i]),
+                                         accumulate=int(i in written_q),
+                                         member_begin=len(members),
+                                         member_end=len(members) + len(mine), input_off=q_off[i]))
                     members += mine
                     written_q.add(i)
                 if backward:
                     for j in kv_ids:
                         mine = [e for e in range(e0, len(entries))
-                                if entries[e][6] == kg0 + kv_ids.index(j)]
-                        kv_groups.append([dkv_off[j], self._len(self.kv_blocks[j]),
-                                          int(j in written_kv), len(members),
-                                          len(members) + len(mine), kv_off[j]])
+                                if entries[e]["kv_group"] == kg0 + kv_ids.index(j)]
+                        kv_groups.append(dict(out_off=dkv_off[j],
+                                              tokens=self._len(self.kv_blocks[j]),
+                                              accumulate=int(j in written_kv),
+                                              member_begin=len(members),
+                                              member_end=len(members) + len(mine),
+                                              input_off=kv_off[j]))
                         members += mine
                         written_kv.add(j)
                 launches.append((qg0, len(q_groups), kg0, len(kv_groups),
                                  max([self._len(self.q_blocks[i]) for i in q_ids] or [0]),
                                  max([self._len(self.kv_blocks[j]) for j in kv_ids] or [0])))
-        tables = {"entries": np.array(entries, dtype=np.int64).reshape(-1, 8),
-                  "q_groups": np.array(q_groups, dtype=np.int64).reshape(-1, 6),
-                  "kv_groups": np.array(kv_groups, dtype=np.int64).reshape(-1, 6),
+        tables = {"entries": tk.table("entries", entries).numpy(),
+                  "q_groups": tk.table("q_groups", q_groups).numpy(),
+                  "kv_groups": tk.table("kv_groups", kv_groups).numpy(),
                   "members": np.array(members, dtype=np.int64),
                   "mask_rows": np.array(mask_rows, dtype=np.int32),
                   "mask_intervals": np.array(intervals, dtype=np.int32)}
@@ -226,6 +235,15 @@ def _dense_tile(mask_rows, mask_intervals, mask, q_tokens, kv_tokens):
     return tile
 
 
+def _fields(row, table: str, *names: str) -> list[int]:
+    """A table row's values of the columns `names`, by the lowering's schema."""
+    columns = tk.TABLES[table]
+    return [int(row[columns[name]]) for name in names]
+
+
+_GROUP_FIELDS = ("out_off", "tokens", "accumulate", "member_begin", "member_end")
+
+
 class TritonStandIn:
     """triton_kernels.attention_forward / attention_backward in fp64 over the same tables."""
 
@@ -233,7 +251,9 @@ class TritonStandIn:
         self.entries_run = 0
 
     def _entry(self, arena, kept, entries, e, mask_rows, mask_intervals, h, hk, d, dtype):
-        q_off, kv_off, t, kt, mask, _, _, is_kept = (int(x) for x in entries[e])
+        q_off, kv_off, t, kt, mask, buffer = _fields(entries[e], "entries", "q_off", "kv_off",
+                                                     "q_tokens", "kv_tokens", "mask", "kv_buffer")
+        is_kept = buffer == tk.BUFFERS["kept"]
         q = read(arena, q_off, dtype, t, h, d).double()
         source = kept if is_kept and kept is not None and kept.numel() else arena
         k = read(source, kv_off, dtype, kt, hk, d).double().repeat_interleave(h // hk, dim=1)
@@ -247,7 +267,8 @@ class TritonStandIn:
                           heads, kv_heads, head_dim, dtype, scale, max_tokens, allow_tf32=False,
                           kept=None):
         h, d = heads, head_dim
-        for out_off, t, accumulate, begin, end, _ in groups.tolist():
+        for row in groups.tolist():
+            out_off, t, accumulate, begin, end = _fields(row, "q_groups", *_GROUP_FIELDS)
             o_acc = torch.zeros(t, h, d, dtype=torch.float64)
             lse_acc = torch.full((h, t), -math.inf, dtype=torch.float64)
             if accumulate:
@@ -277,7 +298,7 @@ class TritonStandIn:
         def grads(e):
             q, k, v, tile, t, kt = self._entry(arena, kept, entries, e, mask_rows, mask_intervals,
                                                h, hk, d, dtype)
-            q_off = int(entries[e][0])
+            q_off, = _fields(entries[e], "entries", "q_off")
             do = read(arena, q_off + t * h * d * element, dtype, t, h, d).double()
             stats = read(arena, q_off + 2 * t * h * d * element, torch.float32, 2, h, t).double()
             s = (torch.einsum("thd,khd->htk", q, k) * scale).masked_fill(~tile, -math.inf)
@@ -288,13 +309,15 @@ class TritonStandIn:
                     fold(torch.einsum("htk,thd->khd", ds, q) * scale),
                     fold(torch.einsum("htk,thd->khd", p, do)))
 
-        for out_off, t, accumulate, begin, end, _ in q_groups.tolist():
+        for row in q_groups.tolist():
+            out_off, t, accumulate, begin, end = _fields(row, "q_groups", *_GROUP_FIELDS)
             dq = read(arena, out_off, torch.float32, t, h, d).double() if accumulate else \
                 torch.zeros(t, h, d, dtype=torch.float64)
             for e in members[begin:end].tolist():
                 dq += grads(e)[0]
             arena[out_off:out_off + t * h * d * 4] = dq.float().reshape(-1).view(torch.uint8)
-        for out_off, t, accumulate, begin, end, _ in kv_groups.tolist():
+        for row in kv_groups.tolist():
+            out_off, t, accumulate, begin, end = _fields(row, "kv_groups", *_GROUP_FIELDS)
             dkv = read(arena, out_off, torch.float32, 2, t, hk, d).double() if accumulate else \
                 torch.zeros(2, t, hk, d, dtype=torch.float64)
             for e in members[begin:end].tolist():

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iterator>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <variant>
 #include <vector>
@@ -56,28 +57,28 @@ TEST(Lowering, ForwardRowsBecomeOneGroupPerOutput) {
   const Plan plan = testing::sample_plan();
   const runtime::LoweredPass pass = lower(plan, Pass::kForward, 1);
   const runtime::AttentionTables& t = pass.tables;
-  using T = runtime::AttentionTables;
   // Instruction 6: q slot 0 -> new partial in slot 6, q slot 1 merged into slot 5; full tiles.
   const auto& call = std::get<runtime::AttentionCall>(pass.calls[6]);
   ASSERT_EQ(call.q_group_end - call.q_group_begin, 2);
   EXPECT_EQ(call.max_q_tokens, 4);
   EXPECT_EQ(call.max_kv_tokens, 4);
-  const auto g0 = row(t.q_groups, static_cast<std::size_t>(call.q_group_begin), T::kGroupFields);
+  const auto g0 =
+      row(t.q_groups, static_cast<std::size_t>(call.q_group_begin), runtime::kGroupFields);
   const auto g1 =
-      row(t.q_groups, static_cast<std::size_t>(call.q_group_begin) + 1, T::kGroupFields);
+      row(t.q_groups, static_cast<std::size_t>(call.q_group_begin) + 1, runtime::kGroupFields);
   EXPECT_EQ(g0, (std::vector<std::int64_t>{pass.slot_offsets[6], 4, 0, g0[3], g0[3] + 1,
                                            pass.slot_offsets[0]}));
   EXPECT_EQ(g1, (std::vector<std::int64_t>{pass.slot_offsets[5], 4, 1, g1[3], g1[3] + 1,
                                            pass.slot_offsets[1]}));
   const auto e =
       row(t.entries, static_cast<std::size_t>(t.members[static_cast<std::size_t>(g1[3])]),
-          T::kEntryFields);
+          runtime::kEntryFields);
   EXPECT_EQ(e, (std::vector<std::int64_t>{pass.slot_offsets[1], pass.slot_offsets[3], 4, 4, -1,
                                           call.q_group_begin + 1, -1, 0}));
   // The causal mask of instruction 4's tiles, rebased into the pass's mask tables.
   const auto& first = std::get<runtime::AttentionCall>(pass.calls[4]);
   const auto masked =
-      row(t.entries, static_cast<std::size_t>(first.q_group_begin), T::kEntryFields);
+      row(t.entries, static_cast<std::size_t>(first.q_group_begin), runtime::kEntryFields);
   EXPECT_EQ(masked[runtime::kEntryMask], 0);
   EXPECT_EQ(t.mask_rows, (std::vector<std::int32_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(t.mask_intervals, plan.forward[1].masks[0].intervals);
@@ -87,20 +88,20 @@ TEST(Lowering, BackwardEntriesJoinAQGroupAndAKvGroup) {
   const Plan plan = testing::sample_plan();
   const runtime::LoweredPass pass = lower(plan, Pass::kBackward, 0);
   const runtime::AttentionTables& t = pass.tables;
-  using T = runtime::AttentionTables;
   // Instruction 4: two rows (dq slots 3, 4) whose dk, dv both go to slot 5, the first
   // overwriting it, the second adding.
   const auto& call = std::get<runtime::AttentionCall>(pass.calls[4]);
   ASSERT_EQ(call.q_group_end - call.q_group_begin, 2);
   ASSERT_EQ(call.kv_group_end - call.kv_group_begin, 1);
-  const auto kv = row(t.kv_groups, static_cast<std::size_t>(call.kv_group_begin), T::kGroupFields);
+  const auto kv =
+      row(t.kv_groups, static_cast<std::size_t>(call.kv_group_begin), runtime::kGroupFields);
   EXPECT_EQ(kv[runtime::kGroupOut], pass.slot_offsets[5]);
   EXPECT_EQ(kv[runtime::kGroupAccumulate], 0);
   EXPECT_EQ(kv[runtime::kGroupInput], pass.slot_offsets[2]);
   ASSERT_EQ(kv[runtime::kGroupEnd] - kv[runtime::kGroupBegin], 2);
   for (std::int64_t m = kv[runtime::kGroupBegin]; m < kv[runtime::kGroupEnd]; ++m) {
     const auto e = row(t.entries, static_cast<std::size_t>(t.members[static_cast<std::size_t>(m)]),
-                       T::kEntryFields);
+                       runtime::kEntryFields);
     EXPECT_EQ(e[runtime::kEntryKvGroup], call.kv_group_begin);
     EXPECT_EQ(e[runtime::kEntryKv], pass.slot_offsets[2]);
   }
@@ -156,9 +157,9 @@ TEST(Lowering, PartialsInANarrowerDtypeTravelThroughWireBuffers) {
     EXPECT_EQ(convert.wire_offset % runtime::kSlotAlignment, 0);
     EXPECT_GE(pass.arena_bytes, convert.wire_offset + wire_bytes);
     // The launch's conversions as rows of the pass's wire table.
-    ASSERT_EQ(pass.wire_rows.size(), static_cast<std::size_t>(runtime::LoweredPass::kWireFields));
+    ASSERT_EQ(pass.wire_rows.size(), static_cast<std::size_t>(runtime::kWireFields));
     EXPECT_EQ(sends ? launch->narrow_row : launch->widen_row, 0);
-    EXPECT_EQ(row(pass.wire_rows, 0, runtime::LoweredPass::kWireFields),
+    EXPECT_EQ(row(pass.wire_rows, 0, runtime::kWireFields),
               (std::vector<std::int64_t>{convert.slot_offset, convert.wire_offset, convert.elements,
                                          convert.tail_bytes}));
   }
@@ -271,11 +272,12 @@ void expect_copy_spans_cover_the_copies(const Program& program, const runtime::L
       EXPECT_EQ(std::pair(run.store, run.kind), want[r].first);
       EXPECT_EQ(static_cast<std::size_t>(run.row_begin), rows);
       const std::vector<std::int64_t> got(
-          pass.copy_rows.begin() + static_cast<std::ptrdiff_t>(run.row_begin) * CopyRun::kFields,
-          pass.copy_rows.begin() + static_cast<std::ptrdiff_t>(run.row_end) * CopyRun::kFields);
+          pass.copy_rows.begin() +
+              static_cast<std::ptrdiff_t>(run.row_begin) * runtime::kCopyFields,
+          pass.copy_rows.begin() + static_cast<std::ptrdiff_t>(run.row_end) * runtime::kCopyFields);
       EXPECT_EQ(got, want[r].second);
       std::int64_t max_tokens = 0;
-      for (std::size_t k = 2; k < got.size(); k += CopyRun::kFields) {
+      for (std::size_t k = runtime::kCopyTokens; k < got.size(); k += runtime::kCopyFields) {
         max_tokens = std::max(max_tokens, got[k]);
       }
       EXPECT_EQ(run.max_tokens, max_tokens);
@@ -283,7 +285,7 @@ void expect_copy_spans_cover_the_copies(const Program& program, const runtime::L
     }
   }
   EXPECT_EQ(static_cast<std::size_t>(runs), pass.copy_runs.size());
-  EXPECT_EQ(rows * CopyRun::kFields, pass.copy_rows.size());
+  EXPECT_EQ(rows * runtime::kCopyFields, pass.copy_rows.size());
   for (std::size_t i = 0; i < pass.calls.size(); ++i) {
     const bool copy = std::holds_alternative<runtime::LoadCall>(pass.calls[i]) ||
                       std::holds_alternative<runtime::StoreCall>(pass.calls[i]);
@@ -396,7 +398,8 @@ void expect_memory_runs_cover_the_memory_work(const Program& program,
         EXPECT_TRUE(std::holds_alternative<runtime::NoCall>(call)) << "instruction " << i;
         continue;
       }
-      EXPECT_EQ(row(pass.memory_rows, static_cast<std::size_t>(rows), MemoryRun::kFields), want);
+      EXPECT_EQ(row(pass.memory_rows, static_cast<std::size_t>(rows), runtime::kMemoryFields),
+                want);
       EXPECT_EQ(std::count(written.begin(), written.end(), dst), 0) << "instruction " << i;
       EXPECT_EQ(std::count(read.begin(), read.end(), dst), 0) << "instruction " << i;
       EXPECT_EQ(std::count(written.begin(), written.end(), src), 0) << "instruction " << i;
@@ -408,7 +411,7 @@ void expect_memory_runs_cover_the_memory_work(const Program& program,
     EXPECT_EQ(run.row_end, rows);
     EXPECT_EQ(run.max_count, max_count);
   }
-  EXPECT_EQ(static_cast<std::size_t>(rows) * MemoryRun::kFields, pass.memory_rows.size());
+  EXPECT_EQ(static_cast<std::size_t>(rows) * runtime::kMemoryFields, pass.memory_rows.size());
   for (std::size_t i = 0; i < pass.calls.size(); ++i) {
     const runtime::LoweredCall& c = pass.calls[i];
     const bool memory = std::holds_alternative<runtime::MergeCall>(c) ||
@@ -469,7 +472,7 @@ TEST(Lowering, IndependentMergesAndSumsFormOneRunPerOpcode) {
       const runtime::LoweredPass lowered = lower(built.plan, p, device);
       expect_memory_runs_cover_the_memory_work(
           built.plan.programs(p)[static_cast<std::size_t>(device)], lowered);
-      memory_work += lowered.memory_rows.size() / runtime::MemoryRun::kFields;
+      memory_work += lowered.memory_rows.size() / runtime::kMemoryFields;
       runs += lowered.memory_runs.size();
     }
   }
@@ -493,7 +496,7 @@ TEST(Lowering, KeptValuesAreReceivedInPlaceAndReadThereWithoutACopy) {
     for (const runtime::LoweredCall& call : fwd.calls) {
       if (const auto* launch = std::get_if<runtime::LaunchCall>(&call)) {
         for (const runtime::TransferCall& t : launch->transfers) {
-          if (!t.kept) continue;
+          if (t.buffer != runtime::BufferKind::kKept) continue;
           EXPECT_EQ(t.offset % runtime::kSlotAlignment, 0);
           EXPECT_LE(t.offset + t.bytes, fwd.kept_bytes);
           if (!t.send) received.push_back(t.offset);
@@ -516,7 +519,9 @@ TEST(Lowering, KeptValuesAreReceivedInPlaceAndReadThereWithoutACopy) {
         EXPECT_TRUE(std::holds_alternative<runtime::NoCall>(bwd.calls[i])) << "instruction " << i;
       }
       if (const auto* launch = std::get_if<runtime::LaunchCall>(&bwd.calls[i])) {
-        for (const runtime::TransferCall& t : launch->transfers) EXPECT_FALSE(t.kept && !t.send);
+        for (const runtime::TransferCall& t : launch->transfers) {
+          EXPECT_FALSE(t.buffer == runtime::BufferKind::kKept && !t.send);
+        }
       }
     }
     // Entries reading kept values in each pass: the forward's kept receives, the backward's
@@ -526,8 +531,11 @@ TEST(Lowering, KeptValuesAreReceivedInPlaceAndReadThereWithoutACopy) {
       std::vector<std::int64_t> places;
       for (std::size_t e = 0; e < t.entry_count(); ++e) {
         const std::int64_t* entry = t.entry(e);
-        ASSERT_TRUE(entry[runtime::kEntryKvKept] == 0 || entry[runtime::kEntryKvKept] == 1);
-        if (entry[runtime::kEntryKvKept] == 1) places.push_back(entry[runtime::kEntryKv]);
+        const std::int64_t buffer = entry[runtime::kEntryKvBuffer];
+        const auto kept = static_cast<std::int64_t>(runtime::BufferKind::kKept);
+        ASSERT_TRUE(buffer == static_cast<std::int64_t>(runtime::BufferKind::kArena) ||
+                    buffer == kept);
+        if (buffer == kept) places.push_back(entry[runtime::kEntryKv]);
       }
       std::sort(places.begin(), places.end());
       places.erase(std::unique(places.begin(), places.end()), places.end());
@@ -562,6 +570,34 @@ TEST(Lowering, RefusesAKeepOfAValueItDidNotReceive) {
     return;
   }
   FAIL() << "no device keeps a value";
+}
+
+TEST(Lowering, EveryTableIsWholeRowsOfItsSchemasDistinctColumns) {
+  std::vector<std::string_view> names;
+  for (const runtime::LoweredTableSchema& table : runtime::kLoweredTables) {
+    names.push_back(table.name);
+    std::vector<std::string_view> columns(table.columns.begin(), table.columns.end());
+    std::sort(columns.begin(), columns.end());
+    EXPECT_EQ(std::adjacent_find(columns.begin(), columns.end()), columns.end()) << table.name;
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
+  const Plan plan = testing::sample_plan();
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    for (std::int32_t device = 0; device < 2; ++device) {
+      const runtime::LoweredPass lowered = lower(plan, pass, device);
+      EXPECT_EQ(&runtime::lowered_rows(lowered, runtime::LoweredTable::kEntries),
+                &lowered.tables.entries);
+      EXPECT_EQ(&runtime::lowered_rows(lowered, runtime::LoweredTable::kKvGroups),
+                &lowered.tables.kv_groups);
+      EXPECT_EQ(&runtime::lowered_rows(lowered, runtime::LoweredTable::kMemoryRows),
+                &lowered.memory_rows);
+      for (const runtime::LoweredTableSchema& table : runtime::kLoweredTables) {
+        EXPECT_EQ(runtime::lowered_rows(lowered, table.table).size() % table.columns.size(), 0u)
+            << table.name;
+      }
+    }
+  }
 }
 
 TEST(Lowering, RefusesInconsistentProgramsNamingTheInstruction) {

@@ -4,23 +4,26 @@
 The C++ executor interprets the Program and calls this object (with the GIL) once per run of
 copies (copy_run: consecutive Loads of one kind, or Stores), once per run of Merges or Sums
 (memory_run), once per launch's partials to convert (convert_partials) and once per
-attention instruction; prepare() once per plan with both passes'
-attention and copy tables, begin() and end() around a pass. Every call is one kernel launch on
-the current stream (an attention backward: two, the dq and the dk/dv kernels). Runs on CUDA, or on the CPU under
-TRITON_INTERPRET=1 (how the tests check it without a GPU). Keeps and Restores launch nothing: a kept
-kv value is received into the kept tensor, and the attention kernels read it there. With a route
-(dcp.torch.varlen_route: DCPExecutor(attention_kernels="flash" or "auto")) an attention runs the
-tiles the route takes as FlashAttention varlen calls and the rest on the Triton kernels."""
+attention instruction; prepare() once per plan with both passes' tables (named as in
+dcp._core.LOWERING_SCHEMA), begin() and end() around a pass. Every call is one kernel launch on
+the current stream (an attention backward: two, the dq and the dk/dv kernels). Runs on CUDA, or
+on the CPU under TRITON_INTERPRET=1 (how the tests check it without a GPU). Keeps and Restores
+launch nothing: a kept kv value is received into the kept tensor, and the attention kernels read
+it there. With a route (dcp.torch.varlen_route: DCPExecutor(attention_kernels="flash" or
+"auto")) an attention runs the tiles the route takes as FlashAttention varlen calls and the rest
+on the Triton kernels."""
 from __future__ import annotations
 
 import torch
 
+from dcp import _core
 from dcp.torch import triton_kernels as tk
 
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-# dcp::SlotKind
-_Q, _KV, _OUT, _QGRAD, _DQ, _DKV = range(6)
+# The names of the kinds the executor passes as numbers (dcp::SlotKind, the memory run kinds).
+_SLOT_KIND_NAMES = {value: name for name, value in _core.LOWERING_SCHEMA["slot_kinds"].items()}
+_MEMORY_RUN_NAMES = {value: name for name, value in _core.LOWERING_SCHEMA["memory_runs"].items()}
 
 
 class TritonDevice:
@@ -74,7 +77,7 @@ class TritonDevice:
         # What every attention launch of this pass shares: built once, not per instruction.
         self._shape = dict(heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
                            dtype=t["q"].dtype, scale=scale, allow_tf32=self.allow_tf32,
-                           kept=t["kept"])  # where entries with kv_kept read their kv value
+                           kept=t["kept"])  # where entries whose kv_buffer is "kept" read kv
         if pass_index == 0:
             t["o"].zero_()
             t["lse"].fill_(float("-inf"))
@@ -94,21 +97,22 @@ class TritonDevice:
         arena = self.arenas[self._pass]
         rows = self._tables[self._pass]["copy_rows"][row_begin:row_end]
         h, hk = self.heads, self.kv_heads
-        if not store and kind == _Q:
+        slot = _SLOT_KIND_NAMES.get(kind)
+        if not store and slot == "q":
             tk.load_q_copies(arena, rows, t["q"], h, max_tokens, head_scale=h)
-        elif not store and kind == _KV:
+        elif not store and slot == "kv":
             tk.load_kv_copies(arena, rows, t["k"], t["v"], hk, max_tokens, head_scale=hk)
-        elif not store and kind == _QGRAD:
+        elif not store and slot == "qgrad":
             tk.load_qgrad_copies(arena, rows, t["q"], t["do"], t["o"], t["lse"], h, max_tokens,
                                  head_scale=h)
-        elif store and kind == _OUT:
+        elif store and slot == "out":
             tk.store_q_copies(arena, rows, t["o"], h, max_tokens, head_scale=h, lse=t["lse"])
-        elif store and kind == _DQ:
+        elif store and slot == "dq":
             tk.store_q_copies(arena, rows, t["dq"], h, max_tokens, head_scale=h)
-        elif store and kind == _DKV:
+        elif store and slot == "dkv":
             tk.store_kv_copies(arena, rows, t["dk"], t["dv"], hk, max_tokens, head_scale=hk)
         else:
-            raise ValueError(f"cannot {'store' if store else 'load'} slot kind {kind}")
+            raise ValueError(f"cannot {'store' if store else 'load'} slot kind {slot or kind}")
 
     def attention(self, q_begin: int, q_end: int, kv_begin: int, kv_end: int, max_q_tokens: int,
                   max_kv_tokens: int) -> None:
@@ -134,16 +138,17 @@ class TritonDevice:
             self.route.run(routed, arena, shape["kept"], shape["scale"])
 
     def memory_run(self, kind: int, row_begin: int, row_end: int, max_count: int) -> None:
-        """A run of Merges (kind 0) or Sums (1): rows [row_begin, row_end) of the pass's
-        memory_rows, one launch."""
+        """A run of Merges or Sums (kind: a memory run kind of the schema): rows [row_begin,
+        row_end) of the pass's memory_rows, one launch."""
         arena = self.arenas[self._pass]
         rows = self._tables[self._pass]["memory_rows"][row_begin:row_end]
-        if kind == 0:
+        run = _MEMORY_RUN_NAMES.get(kind)
+        if run == "merge":
             tk.merge_rows(arena, rows, self.heads, self.head_dim, max_count)
-        elif kind == 1:
+        elif run == "sum":
             tk.add_rows(arena, rows, max_count)
         else:
-            raise ValueError(f"memory run kind {kind} is not 0 or 1")
+            raise ValueError(f"memory run kind {kind} is none of {sorted(_MEMORY_RUN_NAMES)}")
 
     def convert_partials(self, narrow: bool, row_begin: int, row_end: int,
                          max_values: int) -> None:

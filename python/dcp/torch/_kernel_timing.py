@@ -10,18 +10,17 @@ import torch
 from dcp.torch import triton_kernels as tk
 
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-_ALIGN = 64  # slot offsets are multiples of 64 bytes
 
 
 class _Arena:
-    """Slots allocated one after another, each at a multiple of 64 bytes."""
+    """Slots allocated one after another, each at a multiple of the slot alignment."""
 
     def __init__(self):
         self.size = 0
 
     def slot(self, nbytes: int) -> int:
         offset = self.size
-        self.size += -(-nbytes // _ALIGN) * _ALIGN
+        self.size += -(-nbytes // tk.SLOT_ALIGNMENT) * tk.SLOT_ALIGNMENT
         return offset
 
 
@@ -83,23 +82,27 @@ class TritonCall:
         if call["causal"]:
             mask = 0
             mask_rows, mask_intervals = _causal(tq)
-        entries = [[q_off[r], kv_off[t], tq, tkv, mask, r, 0 if backward else -1, 0]
+        entries = [dict(q_off=q_off[r], kv_off=kv_off[t], q_tokens=tq, kv_tokens=tkv, mask=mask,
+                        q_group=r, kv_group=0 if backward else -1,
+                        kv_buffer=tk.BUFFERS["arena"])
                    for r in range(rows) for t in range(tiles)]
+
+        def group(out: int, tokens: int, begin: int, end: int, value: int) -> dict:
+            return dict(out_off=out, tokens=tokens, accumulate=0, member_begin=begin,
+                        member_end=end, input_off=value)
+
         if backward:
-            q_groups = [[self.out[0], tq, 0, 0, 1, q_off[0]]]
-            kv_groups = [[self.out[1], tkv, 0, 0, 1, kv_off[0]]]
+            q_groups = [group(self.out[0], tq, 0, 1, q_off[0])]
+            kv_groups = [group(self.out[1], tkv, 0, 1, kv_off[0])]
         else:
-            q_groups = [[self.out[r], tq, 0, r * tiles, (r + 1) * tiles, q_off[r]]
+            q_groups = [group(self.out[r], tq, r * tiles, (r + 1) * tiles, q_off[r])
                         for r in range(rows)]
             kv_groups = []
 
-        def table(rows_, columns):
-            return torch.tensor(rows_, dtype=torch.int64).reshape(-1, columns).to(device)
-
         self.arena = values.to(device)
-        self.entries = table(entries, 8)
-        self.q_groups = table(q_groups, 6)
-        self.kv_groups = table(kv_groups, 6)
+        self.entries = tk.table("entries", entries, device)
+        self.q_groups = tk.table("q_groups", q_groups, device)
+        self.kv_groups = tk.table("kv_groups", kv_groups, device)
         self.members = torch.arange(len(entries), dtype=torch.int64, device=device)
         self.mask_rows = mask_rows.to(device)
         self.mask_intervals = mask_intervals.to(device)

@@ -3,9 +3,10 @@
 
 The C++ executor calls start() once per Launch with (is_send, peer, buffer, offset, bytes) tuples
 and wait() once per Wait; both run with the GIL held, everything else runs without it. A transfer
-is a contiguous byte slice of a pass's buffer table (arena; buffer 0 forward, 1 backward) or of
-the running pass's kept tensor (buffer -1: a kv value the forward pass keeps is received straight
-into it), so gloo and NCCL send and receive in place.
+is a contiguous byte slice, at `offset`, of the tensor numbered `buffer` in the list the caller
+set (set_buffers), so gloo and NCCL send and receive in place. The executor's buffers are those
+of the running pass, numbered as the lowering places values (pass_buffers: its arena, and its
+kept tensor, into which a kv value the forward pass keeps is received straight).
 The n-th send from a to b matches the n-th receive on b from a (one tag), as the Program's
 Launches promise. Gloo cannot send to the own rank: such transfers are copied here, matched in
 the same order.
@@ -23,6 +24,16 @@ import datetime
 
 import torch
 import torch.distributed as dist
+
+from dcp import _core
+
+_BUFFERS = _core.LOWERING_SCHEMA["buffers"]
+
+
+def pass_buffers(arena: torch.Tensor, kept: torch.Tensor) -> list[torch.Tensor]:
+    """A pass's buffers for set_buffers, in the lowering's numbering: its arena and kept tensor."""
+    named = {"arena": arena, "kept": kept}
+    return [named[name] for name in sorted(_BUFFERS, key=_BUFFERS.get)]
 
 
 class _Streams:
@@ -67,8 +78,7 @@ class TorchTransport:
         self.rank = rank
         self.size = size
         self.timeout = timeout
-        self.arenas: list[torch.Tensor] = []
-        self.kept: torch.Tensor | None = None  # of the pass that runs (set_kept)
+        self.buffers: list[torch.Tensor] = []  # what a transfer's buffer number names
         self._streams = _Streams(torch.device("cpu"))
         self._pending: dict[int, tuple[list, list[int], object]] = {}
         self._next = 0
@@ -76,26 +86,22 @@ class TorchTransport:
         self._self_recvs: collections.deque = collections.deque()
         self.failed: str | None = None
 
-    def release_arenas(self) -> None:
-        """Drops the buffer tables (before the next ones are allocated); the streams stay."""
-        self.arenas = []
-
-    def set_arenas(self, arenas: list[torch.Tensor]) -> None:
-        device = arenas[0].device if arenas else torch.device("cpu")
+    def prepare(self, device: torch.device) -> None:
+        """Before transfers of tensors on `device` (every rank at once: the executor's prepare):
+        its streams, and nothing pending."""
         if device != self._streams.device:
             self._streams = _Streams(device)
             if self._streams.cuda and self.group is not None:
                 # torch.distributed: with NCCL, the group's first call must involve every rank,
                 # which a Launch's batch_isend_irecv need not; prepare() runs on every rank.
                 dist.barrier(group=self.group, device_ids=[device.index])
-        self.arenas = arenas
         self._pending.clear()
         self._self_sends.clear()
         self._self_recvs.clear()
 
-    def set_kept(self, kept: torch.Tensor | None) -> None:
-        """The kept tensor of the pass about to run (None once it ended)."""
-        self.kept = kept
+    def set_buffers(self, buffers: list[torch.Tensor]) -> None:
+        """The 1-D uint8 tensors that transfers slice, by number (empty between uses)."""
+        self.buffers = buffers
 
     def start(self, ops: list) -> int:
         if self.failed is not None:
@@ -103,8 +109,7 @@ class TorchTransport:
         p2p = []
         peers = []
         for is_send, peer, buffer, offset, nbytes in ops:
-            memory = self.kept if buffer == -1 else self.arenas[buffer]
-            view = memory[offset:offset + nbytes]
+            view = self.buffers[buffer][offset:offset + nbytes]
             if peer == self.rank:
                 (self._self_sends if is_send else self._self_recvs).append(view)
                 continue

@@ -2,14 +2,64 @@
 """The device code of the GPU path: Triton kernels and their helpers.
 
 The launches, checks, block sizes and the list of compiled variants are in triton_kernels.py,
-whose docstring is the contract (arena and slot layouts, attention tables, numerics)."""
+whose docstring is the contract (arena and slot layouts, attention tables, numerics). The
+tables' row widths and column indices, the slot alignment and the kept buffer's number are
+compile-time constants taken from the lowering's schema (dcp._core.LOWERING_SCHEMA)."""
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
+from dcp import _core
+
 _LOG2E = tl.constexpr(1.4426950408889634)
 _LN2 = tl.constexpr(0.6931471805599453)
+
+# --- the lowering's schema, as constants of the kernels ---------------------------------------
+
+_SCHEMA = _core.LOWERING_SCHEMA
+_TABLES = _SCHEMA["tables"]
+
+
+def _width(table: str) -> tl.constexpr:
+    return tl.constexpr(len(_TABLES[table]))
+
+
+def _column(table: str, column: str) -> tl.constexpr:
+    return tl.constexpr(_TABLES[table][column])
+
+
+_SLOT_ALIGNMENT = tl.constexpr(_SCHEMA["slot_alignment"])
+_KEPT_BUFFER = tl.constexpr(_SCHEMA["buffers"]["kept"])
+_ENTRY_WIDTH = _width("entries")
+_ENTRY_Q = _column("entries", "q_off")
+_ENTRY_KV = _column("entries", "kv_off")
+_ENTRY_Q_TOKENS = _column("entries", "q_tokens")
+_ENTRY_KV_TOKENS = _column("entries", "kv_tokens")
+_ENTRY_MASK = _column("entries", "mask")
+_ENTRY_KV_BUFFER = _column("entries", "kv_buffer")
+# One group reader serves q groups and kv groups: the schema gives both the same columns.
+assert _TABLES["q_groups"] == _TABLES["kv_groups"]
+_GROUP_WIDTH = _width("q_groups")
+_GROUP_OUT = _column("q_groups", "out_off")
+_GROUP_TOKENS = _column("q_groups", "tokens")
+_GROUP_ACCUMULATE = _column("q_groups", "accumulate")
+_GROUP_BEGIN = _column("q_groups", "member_begin")
+_GROUP_END = _column("q_groups", "member_end")
+_COPY_WIDTH = _width("copy_rows")
+_COPY_SLOT = _column("copy_rows", "slot_off")
+_COPY_TOKEN = _column("copy_rows", "token")
+_COPY_TOKENS = _column("copy_rows", "tokens")
+_COPY_HEAD_BLOCK = _column("copy_rows", "head_block")
+_MEMORY_WIDTH = _width("memory_rows")
+_MEMORY_DST = _column("memory_rows", "dst_off")
+_MEMORY_SRC = _column("memory_rows", "src_off")
+_MEMORY_COUNT = _column("memory_rows", "count")
+_WIRE_WIDTH = _width("wire_rows")
+_WIRE_SLOT = _column("wire_rows", "slot_off")
+_WIRE_OFFSET = _column("wire_rows", "wire_off")
+_WIRE_ELEMENTS = _column("wire_rows", "elements")
+_WIRE_TAIL_BYTES = _column("wire_rows", "tail_bytes")
 
 # --- device helpers ---------------------------------------------------------------------------
 
@@ -28,8 +78,9 @@ def _grad_stats(q_slot, value):
 
 @triton.jit
 def _slot_offset(table_ptr):
-    """A slot offset read from a table: a multiple of 64 bytes, which lets loads vectorize."""
-    return tl.multiple_of(tl.load(table_ptr), 64)
+    """A slot offset read from a table: a multiple of the slot alignment, which lets loads
+    vectorize."""
+    return tl.multiple_of(tl.load(table_ptr), _SLOT_ALIGNMENT)
 
 
 @triton.jit
@@ -130,20 +181,27 @@ def _group_row(groups, blocks_per_group, BLOCK: tl.constexpr):
     """The group row of this program (program_id(0) = group * blocks_per_group + sub-block): its
     output slot, token count, accumulate flag, members [begin, end) and the sub-block's first
     token."""
-    group = groups + (tl.program_id(0) // blocks_per_group) * 6
+    group = groups + (tl.program_id(0) // blocks_per_group) * _GROUP_WIDTH
     start = (tl.program_id(0) % blocks_per_group) * BLOCK
-    return (_slot_offset(group), tl.load(group + 1).to(tl.int32), tl.load(group + 2),
-            tl.load(group + 3), tl.load(group + 4), start)
+    return (_slot_offset(group + _GROUP_OUT), tl.load(group + _GROUP_TOKENS).to(tl.int32),
+            tl.load(group + _GROUP_ACCUMULATE), tl.load(group + _GROUP_BEGIN),
+            tl.load(group + _GROUP_END), start)
+
+
+@triton.jit
+def _member_entry(entries, members, member):
+    """The row of `entries` that members[member] names."""
+    return entries + tl.load(members + member) * _ENTRY_WIDTH
 
 
 @triton.jit
 def _kv_slot(arena, kept, entry, STORAGE: tl.constexpr):
-    """The k pointer of an attention entry's kv value: its kKV slot in the arena or, kv_kept
-    (field 7), its place in the kept tensor (a multiple of 64 bytes too)."""
-    if tl.load(entry + 7) != 0:
-        k_slot = _typed(kept, _slot_offset(entry + 1), STORAGE)
+    """The k pointer of an attention entry's kv value: its kKV slot in the arena or, where its
+    kv_buffer is the kept buffer, its place in the kept tensor (as aligned as a slot)."""
+    if tl.load(entry + _ENTRY_KV_BUFFER) == _KEPT_BUFFER:
+        k_slot = _typed(kept, _slot_offset(entry + _ENTRY_KV), STORAGE)
     else:
-        k_slot = _typed(arena, _slot_offset(entry + 1), STORAGE)
+        k_slot = _typed(arena, _slot_offset(entry + _ENTRY_KV), STORAGE)
     return k_slot
 
 
@@ -152,9 +210,9 @@ def _kv_entry(arena, kept, entries, members, member, mask_rows, mask_intervals, 
               kv_heads, STORAGE: tl.constexpr, HEAD_DIM: tl.constexpr):
     """A q group member's kv value (k and v pointers, tokens), its mask start, the rows' first
     interval and interval counts, the largest count and the keys [lo, hi) any row attends to."""
-    entry = entries + tl.load(members + member) * 8
-    kv_tokens = tl.load(entry + 3).to(tl.int32)
-    mask_start = tl.load(entry + 4)
+    entry = _member_entry(entries, members, member)
+    kv_tokens = tl.load(entry + _ENTRY_KV_TOKENS).to(tl.int32)
+    mask_start = tl.load(entry + _ENTRY_MASK)
     k_slot = _kv_slot(arena, kept, entry, STORAGE)
     v_slot = k_slot + kv_tokens * kv_heads * HEAD_DIM
     first, count = _row_intervals(mask_rows, mask_start, rows, tokens)
@@ -215,13 +273,14 @@ _ATTENTION_COUNTS = ["heads", "kv_heads", "blocks_per_group"]
 
 @triton.jit
 def _copy_row(copies, head_scale, BLOCK_T: tl.constexpr):
-    """This program's copy (program_id(2): a row of `copies`, int64 slot offset, first local
-    token, tokens, head index; the first head is head index x head_scale), its tokens t of the
-    copy (program_id(0)) and its head h among the copy's (program_id(1))."""
-    row = copies + tl.program_id(2) * 4
+    """This program's copy (program_id(2): a row of the copy table `copies`: its slot offset,
+    first local token, tokens and first head, head_block x head_scale), its tokens t of the copy
+    (program_id(0)) and its head h among the copy's (program_id(1))."""
+    row = copies + tl.program_id(2) * _COPY_WIDTH
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    return (_slot_offset(row), tl.load(row + 1), tl.load(row + 2).to(tl.int32),
-            tl.load(row + 3) * head_scale, tl.program_id(1), t)
+    return (_slot_offset(row + _COPY_SLOT), tl.load(row + _COPY_TOKEN),
+            tl.load(row + _COPY_TOKENS).to(tl.int32), tl.load(row + _COPY_HEAD_BLOCK) * head_scale,
+            tl.program_id(1), t)
 
 
 @triton.jit(do_not_specialize=_COPY_COUNTS)
@@ -317,12 +376,12 @@ def _store_kv_kernel(arena, copies, dk, dv, token_stride, head_stride, head_scal
 @triton.jit(do_not_specialize=["heads"])
 def _merge_kernel(arena, rows, heads, HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr,
                   BLOCK_D: tl.constexpr):
-    """Per row (program_id(2)) of a memory table: dst, src, tokens. kOut dst = log-sum-exp merge
-    of kOut dst and kOut src, in place; program_id(0): BLOCK_T tokens, program_id(1): a head."""
-    row = rows + tl.program_id(2) * 3
-    dst = _typed(arena, _slot_offset(row), tl.float32)
-    src = _typed(arena, _slot_offset(row + 1), tl.float32)
-    tokens = tl.load(row + 2).to(tl.int32)
+    """Per row (program_id(2)) of a memory table (count: tokens): kOut dst = log-sum-exp merge of
+    kOut dst and kOut src, in place; program_id(0): BLOCK_T tokens, program_id(1): a head."""
+    row = rows + tl.program_id(2) * _MEMORY_WIDTH
+    dst = _typed(arena, _slot_offset(row + _MEMORY_DST), tl.float32)
+    src = _typed(arena, _slot_offset(row + _MEMORY_SRC), tl.float32)
+    tokens = tl.load(row + _MEMORY_COUNT).to(tl.int32)
     h = tl.program_id(1)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     c = tl.arange(0, BLOCK_D)
@@ -338,11 +397,11 @@ def _merge_kernel(arena, rows, heads, HEAD_DIM: tl.constexpr, BLOCK_T: tl.conste
 
 @triton.jit
 def _add_kernel(arena, rows, BLOCK: tl.constexpr):
-    """Per row (program_id(1)) of a memory table: dst, src, elements. fp32 dst[i] += src[i]."""
-    row = rows + tl.program_id(1) * 3
-    dst = _typed(arena, _slot_offset(row), tl.float32)
-    src = _typed(arena, _slot_offset(row + 1), tl.float32)
-    elements = tl.load(row + 2)
+    """Per row (program_id(1)) of a memory table (count: fp32 elements): dst[i] += src[i]."""
+    row = rows + tl.program_id(1) * _MEMORY_WIDTH
+    dst = _typed(arena, _slot_offset(row + _MEMORY_DST), tl.float32)
+    src = _typed(arena, _slot_offset(row + _MEMORY_SRC), tl.float32)
+    elements = tl.load(row + _MEMORY_COUNT)
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = i < elements
     tl.store(dst + i, tl.load(dst + i, mask=inside) + tl.load(src + i, mask=inside), mask=inside)
@@ -351,16 +410,16 @@ def _add_kernel(arena, rows, BLOCK: tl.constexpr):
 @triton.jit
 def _convert_kernel(arena, rows, NARROW: tl.constexpr, WIRE: tl.constexpr, WIDTH: tl.constexpr,
                     BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
-    """One row of a wire table per program_id(1): slot offset, wire offset, elements, tail bytes.
+    """One row of a wire table per program_id(1): its slot, its wire buffer, elements, tail bytes.
     NARROW: the slot's first `elements` fp32 values rounded to WIRE (WIDTH bytes) into the wire
     buffer, then the tail's bytes (an o partial's lse, fp32) copied after them; else the other
     way, widening. The tail moves as 2-byte halves: after an odd number of 2-byte values it is
     not 4-byte aligned. program_id(0): BLOCK of the row's elements + tail bytes / 2 items."""
-    row = rows + tl.program_id(1) * 4
-    slot_off = _slot_offset(row)
-    wire_off = _slot_offset(row + 1)
-    elements = tl.load(row + 2)
-    halves = tl.load(row + 3) // 2
+    row = rows + tl.program_id(1) * _WIRE_WIDTH
+    slot_off = _slot_offset(row + _WIRE_SLOT)
+    wire_off = _slot_offset(row + _WIRE_OFFSET)
+    elements = tl.load(row + _WIRE_ELEMENTS)
+    halves = tl.load(row + _WIRE_TAIL_BYTES) // 2
     slot = _typed(arena, slot_off, tl.float32)
     wire = _typed(arena, wire_off, WIRE)
     slot_tail = _typed(arena, slot_off + elements * 4, tl.int16)
@@ -400,7 +459,7 @@ def _attention_forward_kernel(arena, kept, entries, groups, members, mask_rows, 
         scale_log2 = scale * _LOG2E
         q = tl.zeros([BLOCK_M, BLOCK_D], STORAGE)
         if member_begin < member_end:  # all members share the q value
-            q_off = _slot_offset(entries + tl.load(members + member_begin) * 8)
+            q_off = _slot_offset(_member_entry(entries, members, member_begin) + _ENTRY_Q)
             q_slot = _typed(arena, q_off, STORAGE)
             q = tl.load(q_slot + (rows[:, None] * heads + head) * HEAD_DIM + dims[None, :],
                         mask=row_valid[:, None] & dim_valid[None, :], other=0.0)
@@ -468,7 +527,8 @@ def _attention_dq_kernel(arena, kept, entries, groups, members, mask_rows, mask_
         lse_log2 = tl.full([BLOCK_M], float("inf"), tl.float32)
         delta = tl.zeros([BLOCK_M], tl.float32)
         if member_begin < member_end:  # all members share the kQGrad value
-            q_slot = _typed(arena, _slot_offset(entries + tl.load(members + member_begin) * 8),
+            q_slot = _typed(arena,
+                            _slot_offset(_member_entry(entries, members, member_begin) + _ENTRY_Q),
                             STORAGE)
             value = tokens * heads * HEAD_DIM
             stats = _grad_stats(q_slot, value)
@@ -525,17 +585,17 @@ def _attention_dkv_kernel(arena, kept, entries, groups, members, mask_rows, mask
         k = tl.zeros([BLOCK_N, BLOCK_D], STORAGE)
         v = tl.zeros([BLOCK_N, BLOCK_D], STORAGE)
         if member_begin < member_end:  # all members share the kKV value
-            k_slot = _kv_slot(arena, kept, entries + tl.load(members + member_begin) * 8, STORAGE)
+            k_slot = _kv_slot(arena, kept, _member_entry(entries, members, member_begin), STORAGE)
             k = tl.load(k_slot + kv_at, mask=kv_inside, other=0.0)
             v = tl.load(k_slot + kv_tokens * kv_heads * HEAD_DIM + kv_at, mask=kv_inside,
                         other=0.0)
         dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         for member in range(member_begin, member_end):
-            entry = entries + tl.load(members + member) * 8
-            q_slot = _typed(arena, _slot_offset(entry), STORAGE)
-            q_tokens = tl.load(entry + 2).to(tl.int32)
-            mask_start = tl.load(entry + 4)
+            entry = _member_entry(entries, members, member)
+            q_slot = _typed(arena, _slot_offset(entry + _ENTRY_Q), STORAGE)
+            q_tokens = tl.load(entry + _ENTRY_Q_TOKENS).to(tl.int32)
+            mask_start = tl.load(entry + _ENTRY_MASK)
             value = q_tokens * heads * HEAD_DIM
             stats = _grad_stats(q_slot, value)
             # The q sub-blocks [m_lo, m_hi) some row of which reads a key of this kv sub-block,

@@ -13,7 +13,7 @@ import dcp
 from dcp import _core
 from dcp.torch import ops
 from dcp.torch._group import resolve_group
-from dcp.torch._transport import LocalTransport, TorchTransport
+from dcp.torch._transport import LocalTransport, TorchTransport, pass_buffers
 
 _STORAGE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -125,6 +125,7 @@ class DCPExecutor:
         self._core = _core.Executor(self._transport, self.rank, self.world_size, threads,
                                     self._triton)
         self.plan: dcp.Plan | None = None
+        self._arenas: list[torch.Tensor] = []  # the buffer tables of both passes
         self._failed: str | None = None
         self._kept_after_failure: list[torch.Tensor] = []
         self.generation = 0  # counts prepare() calls; the backward op checks it
@@ -150,14 +151,15 @@ class DCPExecutor:
             # slices. On CUDA they are allocated on the current stream, which every transfer is
             # ordered against; the passes wait for all their transfers, so the memory is free
             # again when the next prepare() drops it (the old tables go first: no peak of two).
-            self._transport.release_arenas()
+            self._arenas = []
             if self._triton is not None:
                 self._triton.arenas = []
             arenas = [torch.empty(self._core.arena_bytes(i), dtype=torch.uint8,
                                   device=self.device) for i in (0, 1)]
             for i, arena in enumerate(arenas):
                 self._core.use_arena(i, arena)
-            self._transport.set_arenas(arenas)
+            self._arenas = arenas
+            self._transport.prepare(self.device)
             if self._triton is not None:
                 self._triton.configure(plan, arenas)
         self.plan = plan
@@ -180,22 +182,23 @@ class DCPExecutor:
                                " its transfers may still be in flight, so this executor is not "
                                "reused: destroy the process group and start again")
 
-    def _run(self, kept: torch.Tensor, call, *args) -> None:
-        """Runs one pass whose kept tensor is `kept` (transfers of kept values are slices of it).
-        On CUDA a pass that fails midway may leave NCCL transfers in flight into its buffer
-        tables and kept tensor: they are kept alive and the executor refuses further work."""
+    def _run(self, pass_index: int, kept: torch.Tensor, call, *args) -> None:
+        """Runs one pass (0 forward, 1 backward) whose kept tensor is `kept`: its transfers are
+        slices of its buffer table and of `kept`. On CUDA a pass that fails midway may leave NCCL
+        transfers in flight into its buffer tables and kept tensor: they are kept alive and the
+        executor refuses further work."""
         self._expect_usable()
-        self._transport.set_kept(kept)
+        self._transport.set_buffers(pass_buffers(self._arenas[pass_index], kept))
         try:
             with self._on_device(), torch.no_grad():
                 call(*args)
         except Exception as error:
             if self.device.type == "cuda":
                 self._failed = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-                self._kept_after_failure = [*self._transport.arenas, kept]
+                self._kept_after_failure = [*self._arenas, kept]
             raise
         finally:
-            self._transport.set_kept(None)
+            self._transport.set_buffers([])
 
     def _expect_prepared(self) -> None:
         if self.plan is None:
@@ -240,7 +243,7 @@ class DCPExecutor:
         kept = torch.empty(self.kept_bytes, dtype=torch.uint8, device=self.device)
         if self._triton is not None:
             self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse, kept=kept)
-        self._run(kept, self._core.forward, q.detach(), k.detach(), v.detach(), o, lse, kept,
+        self._run(0, kept, self._core.forward, q.detach(), k.detach(), v.detach(), o, lse, kept,
                   self._scale(softmax_scale))
         return o, lse, kept
 
@@ -271,7 +274,7 @@ class DCPExecutor:
         if self._triton is not None:
             self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse, do=do, dq=dq, dk=dk, dv=dv,
                                      kept=kept)
-        self._run(kept, self._core.backward, q.detach(), k.detach(), v.detach(), o.detach(),
+        self._run(1, kept, self._core.backward, q.detach(), k.detach(), v.detach(), o.detach(),
                   lse.detach(), do.detach(), dq, dk, dv, kept.detach(),
                   self._scale(softmax_scale))
         return dq, dk, dv

@@ -5,7 +5,7 @@ Every function works on one pass's buffer table (the *arena*: a 1-D uint8 tensor
 local tensors of the pass, all on one device (CUDA, or CPU under TRITON_INTERPRET=1); the
 attention kernels also read kv values in the pass's kept tensor (1-D uint8: the kv values the
 forward pass received and keeps for the backward pass). Slot offsets are byte offsets into the
-arena, and kept offsets into the kept tensor, multiples of 64.
+arena, and kept offsets into the kept tensor, multiples of the schema's slot_alignment (64).
 
 Value layouts inside a slot (h = q heads per head block, hk = kv heads per block, d = head dim,
 E = bytes per storage element; "storage" is the plan's dtype: fp32, bf16 or fp16):
@@ -19,35 +19,34 @@ E = bytes per storage element; "storage" is the plan's dtype: fp32, bf16 or fp16
 Local tensors: q, o, do, dq [T][H][d] and k, v, dk, dv [T][HK][d] in storage dtype (H, HK all
 heads), lse [H][T] fp32.
 
-Wire tables (int64 [n, 4], the C++ lowering's wire_rows): slot offset, wire offset, elements,
-tail bytes per partial that a launch narrows before sending or widens after receiving; one
-launch converts a launch's partials.
-
-Memory tables (int64 [n, 3], the C++ lowering's memory_rows): a run of Merges (dst, src,
-tokens) or Sums (dst, src, fp32 elements), one launch per run; no row reads or writes what
-another row of its run writes.
-
-Copy tables (int64 [n, 4], the C++ lowering's copy_rows): slot offset, first local token,
-tokens, head index per copy; a copy moves heads [head index x head_scale, + heads). One launch
-runs a table's rows (a run of Loads of one kind, or of Stores), each row its own slot or its own
-rows and heads of a local tensor.
-
-Attention tables (int64 tensors, built by the C++ lowering, dcp/runtime/lowering.h):
-  entries [E, 8]  q_off, kv_off, q_tokens, kv_tokens, mask, q_group, kv_group, kv_kept
-                  q_off: the kQ (forward) or kQGrad (backward) slot; kv_off: the kKV slot, or
-                  with kv_kept 1 the kv value's offset in the kept tensor;
-                  mask: -1 for a full tile, else the row start s in mask_rows: row r attends to
-                  keys [intervals[2i], intervals[2i+1]) for i in [mask_rows[s+r], mask_rows[s+r+1])
-                  (sorted, disjoint, non-empty, inside [0, kv_tokens)); a row may have none.
-                  q_group, kv_group: the groups the entry contributes to (-1: none); the kernels
-                  do not read them (the groups list their members).
-  groups  [G, 6]  out_off, tokens, accumulate, member_begin, member_end, input_off
-                  one output value and the entries (members[member_begin:member_end]) that
-                  contribute to it; accumulate: add to (merge into) what the output holds, else
-                  overwrite it. All members of a q group share one q value; of a kv group one kv
-                  (input_off; the kernels take it, and kv_kept, from the first member).
-  members [M]     entry indices
-  mask_rows int32, mask_intervals int32 (pairs)
+Tables (int64 [n, width], built by the C++ lowering, dcp/runtime/lowering.h): each table's
+columns, their order and so its width are the lowering's schema, dcp._core.LOWERING_SCHEMA
+(dcp/runtime/lowering_schema.h); the launchers check widths against it and the kernels take
+every column index from it (table() builds a table from rows given by column name).
+  wire_rows    per partial that a launch narrows before sending or widens after receiving: its
+               slot (slot_off), its wire buffer (wire_off), the fp32 values converted (elements)
+               and the bytes copied after them (tail_bytes); one launch converts a launch's
+               partials.
+  memory_rows  a run of Merges (count: tokens) or Sums (count: fp32 elements) of the value at
+               src_off into the one at dst_off, one launch per run; no row reads or writes what
+               another row of its run writes.
+  copy_rows    per copy: the slot (slot_off), the first local token, tokens, and the head block
+               (a copy moves heads [head_block x head_scale, + heads)). One launch runs a
+               table's rows (a run of Loads of one kind, or of Stores), each row its own slot or
+               its own rows and heads of a local tensor.
+  entries      q_off: the kQ (forward) or kQGrad (backward) slot; kv_off: the kKV slot, or
+               where kv_buffer is the schema's "kept" buffer the kv value's offset in the kept
+               tensor; mask: -1 for a full tile, else the row start s in mask_rows: row r attends
+               to keys [intervals[2i], intervals[2i+1]) for i in [mask_rows[s+r],
+               mask_rows[s+r+1]) (sorted, disjoint, non-empty, inside [0, kv_tokens)); a row may
+               have none. q_group, kv_group: the groups the entry contributes to (-1: none); the
+               kernels do not read them (the groups list their members).
+  q_groups, kv_groups
+               one output value (out_off) and the entries (members[member_begin:member_end])
+               that contribute to it; accumulate: add to (merge into) what the output holds, else
+               overwrite it. All members of a q group share one q value; of a kv group one kv
+               (input_off; the kernels take it, and kv_buffer, from the first member).
+  members [M]  entry indices (1-D); mask_rows int32, mask_intervals int32 (pairs), 1-D.
 
 Numerics: s = scale * q.k; lse natural log; a row with no key: lse = -inf, o = 0, zero gradients,
 never NaN. fp32 inputs use IEEE fp32 dots unless allow_tf32. q head j reads kv head j // (h/hk).
@@ -74,7 +73,8 @@ Implementation notes (binding for callers and for kernel_variants()):
     (INTERPRET) attention blocks are 16 x 16, 16-bit dot operands are widened to fp32 (the
     interpreter multiplies bf16 bit patterns) and fp32 -> bf16 rounds to nearest even by hand
     (the interpreter truncates); on the GPU the native conversions round to nearest even.
-  * Slot offsets read from the tables are declared multiples of 64 bytes (vectorized access).
+  * Slot offsets read from the tables are declared multiples of the slot alignment (vectorized
+    access).
     Counts (tokens, heads, ...) are not specialized by value, so for head dims 64 and 128 and
     16-byte aligned tensors a launch compiles one of kernel_variants(); compile_variant() builds
     any of them ahead of time without a GPU.
@@ -88,14 +88,32 @@ import torch
 import triton
 import triton.language as tl
 
+from dcp import _core
 from dcp.torch import _triton_jit as jit
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
-_ENTRY_COLUMNS = 8
-_GROUP_COLUMNS = 6
-_MEMORY_COLUMNS = 3  # memory tables
+# The lowering's tables (each one's columns by name: their count is the table's width), the
+# numbers of the buffers a kv value can lie in (an entry's kv_buffer) and the slot alignment.
+TABLES = _core.LOWERING_SCHEMA["tables"]
+BUFFERS = _core.LOWERING_SCHEMA["buffers"]
+SLOT_ALIGNMENT = _core.LOWERING_SCHEMA["slot_alignment"]
 _MAX_ROWS = 65535  # a launch grid's second and third dimension: longer tables launch in chunks
+
+
+def table(name: str, rows, device=None) -> torch.Tensor:
+    """The lowering's table `name` (a key of TABLES) as an int64 [len(rows), width] tensor on
+    `device`, from rows given as dicts of every column's value by name."""
+    columns = TABLES[name]
+    order = sorted(columns, key=columns.get)
+    values = []
+    for row in rows:
+        if row.keys() != columns.keys():
+            raise ValueError(f"a row of {name} has columns {sorted(row)}; the table has "
+                             f"{order}")
+        values.append([int(row[column]) for column in order])
+    return torch.tensor(values, dtype=torch.int64).reshape(-1, len(order)).to(device)
+
 
 
 def _chunks(table: torch.Tensor):
@@ -220,8 +238,8 @@ def _check_arena(arena: torch.Tensor) -> None:
 
 
 def _kept_or_arena(kept, arena: torch.Tensor) -> torch.Tensor:
-    """The tensor the kernels read kv_kept entries in: `kept`, or the arena where there is none
-    (or it is empty: no entry is kv_kept then)."""
+    """The tensor the kernels read kept kv values in (entries whose kv_buffer is "kept"): `kept`,
+    or the arena where there is none (or it is empty: no entry reads a kept value then)."""
     _check_arena(arena)
     if kept is None or kept.numel() == 0:
         return arena
@@ -245,44 +263,41 @@ def _check_lse(lse: torch.Tensor) -> None:
                          f"{tuple(lse.shape)} {lse.dtype}")
 
 
-def _check_tables(entries, groups, members, mask_rows, mask_intervals) -> None:
-    for name, table, columns, dtype in (("entries", entries, _ENTRY_COLUMNS, torch.int64),
-                                        ("groups", groups, _GROUP_COLUMNS, torch.int64)):
-        if table.dtype != dtype or table.dim() != 2 or table.shape[1] != columns \
-                or not table.is_contiguous():
+def _check_tables(entries, groups, groups_name, members, mask_rows, mask_intervals) -> None:
+    for name, rows in (("entries", entries), (groups_name, groups)):
+        columns = len(TABLES[name])
+        if rows.dtype != torch.int64 or rows.dim() != 2 or rows.shape[1] != columns \
+                or not rows.is_contiguous():
             raise ValueError(f"{name} must be a contiguous int64 [n, {columns}] tensor")
-    for name, table, dtype in (("members", members, torch.int64), ("mask_rows", mask_rows,
-                               torch.int32), ("mask_intervals", mask_intervals, torch.int32)):
-        if table.dtype != dtype or table.dim() != 1 or not table.is_contiguous():
+    for name, rows, dtype in (("members", members, torch.int64), ("mask_rows", mask_rows,
+                              torch.int32), ("mask_intervals", mask_intervals, torch.int32)):
+        if rows.dtype != dtype or rows.dim() != 1 or not rows.is_contiguous():
             raise ValueError(f"{name} must be a contiguous 1-D {dtype} tensor")
 
 
 # --- launches ---------------------------------------------------------------------------------
 
-def _check_rows(table: torch.Tensor, name: str, most: int, columns: int = 4) -> int:
-    """The number of rows of a copy, wire or memory table (contiguous int64 [n, columns], on the
-    arena's device); `most` bounds what a row holds (a launch's grid) and must not be negative."""
-    if table.dtype != torch.int64 or table.dim() != 2 or table.shape[1] != columns \
-            or not table.is_contiguous():
+def _check_rows(rows: torch.Tensor, name: str, most: int) -> int:
+    """The number of rows of a copy, wire or memory table (`name`: copy_rows, wire_rows or
+    memory_rows; contiguous int64 [n, its width], on the arena's device); `most` bounds what a
+    row holds (a launch's grid) and must not be negative."""
+    columns = len(TABLES[name])
+    if rows.dtype != torch.int64 or rows.dim() != 2 or rows.shape[1] != columns \
+            or not rows.is_contiguous():
         raise ValueError(f"{name} must be a contiguous int64 [n, {columns}] tensor; got "
-                         f"{tuple(table.shape)} {table.dtype}")
+                         f"{tuple(rows.shape)} {rows.dtype}")
     if most < 0:
         raise ValueError(f"{name}: the largest row's size {most} is negative")
-    return table.shape[0]
-
-
-def _one_row(arena: torch.Tensor, *fields: int) -> torch.Tensor:
-    """A one-row table (copy or memory) on the arena's device, for a single call."""
-    return torch.tensor([list(fields)], dtype=torch.int64, device=arena.device)
+    return rows.shape[0]
 
 
 def convert_partials(arena, rows, narrow, wire_dtype, max_values):
-    """Each row of a wire table (slot offset, wire offset, elements, tail bytes), one launch:
-    narrow: the slot's first `elements` fp32 values to wire_dtype (bf16 or fp16, nearest even)
-    at the wire offset, then the tail's fp32 values (an o partial's lse) copied after them; else
-    the other way, widening. max_values bounds a row's elements + tail bytes / 2."""
+    """Each row of a wire table, one launch: narrow: the slot's first `elements` fp32 values to
+    wire_dtype (bf16 or fp16, nearest even) at the wire offset, then the tail's bytes (an o
+    partial's lse) copied after them; else the other way, widening. max_values bounds a row's
+    elements + tail_bytes / 2."""
     _check_arena(arena)
-    n = _check_rows(rows, "wire rows", max_values)
+    n = _check_rows(rows, "wire_rows", max_values)
     if wire_dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"partials travel in bf16 or fp16, not {wire_dtype}")
     if n == 0 or max_values == 0:
@@ -294,12 +309,12 @@ def convert_partials(arena, rows, narrow, wire_dtype, max_values):
 
 
 def load_q_copies(arena, copies, q, heads, max_tokens, head_scale=1):
-    """Each copy (row slot_off, token, tokens, head index of `copies`; first head = head index x
-    head_scale): kQ slot at slot_off = q[token:token+tokens, head:head+heads, :] as dense
-    [t][h][d]. One launch for all rows; rows write distinct slots."""
+    """Each copy (a row of the copy table `copies`; first head = head_block x head_scale): kQ
+    slot at slot_off = q[token:token+tokens, head:head+heads, :] as dense [t][h][d]. One launch
+    for all rows; rows write distinct slots."""
     _check_arena(arena)
     _check_local(q)
-    n = _check_rows(copies, "copies", max_tokens)
+    n = _check_rows(copies, "copy_rows", max_tokens)
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(q.shape[2])
@@ -314,7 +329,7 @@ def load_kv_copies(arena, copies, k, v, heads, max_tokens, head_scale=1):
     _check_local(k, v)
     if k.stride() != v.stride() or k.dtype != v.dtype:
         raise ValueError("k and v must have the same dtype and strides")
-    n = _check_rows(copies, "copies", max_tokens)
+    n = _check_rows(copies, "copy_rows", max_tokens)
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(k.shape[2])
@@ -331,7 +346,7 @@ def load_qgrad_copies(arena, copies, q, do, o, lse, heads, max_tokens, head_scal
     _check_lse(lse)
     if not q.stride() == do.stride() == o.stride() or not q.dtype == do.dtype == o.dtype:
         raise ValueError("q, do and o must have the same dtype and strides")
-    n = _check_rows(copies, "copies", max_tokens)
+    n = _check_rows(copies, "copy_rows", max_tokens)
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(q.shape[2])
@@ -349,7 +364,7 @@ def store_q_copies(arena, copies, out, heads, max_tokens, head_scale=1, lse=None
     _check_local(out)
     if lse is not None:
         _check_lse(lse)
-    n = _check_rows(copies, "copies", max_tokens)
+    n = _check_rows(copies, "copy_rows", max_tokens)
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(out.shape[2])
@@ -366,7 +381,7 @@ def store_kv_copies(arena, copies, dk, dv, heads, max_tokens, head_scale=1):
     _check_local(dk, dv)
     if dk.stride() != dv.stride() or dk.dtype != dv.dtype:
         raise ValueError("dk and dv must have the same dtype and strides")
-    n = _check_rows(copies, "copies", max_tokens)
+    n = _check_rows(copies, "copy_rows", max_tokens)
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(dk.shape[2])
@@ -376,40 +391,12 @@ def store_kv_copies(arena, copies, dk, dv, heads, max_tokens, head_scale=1):
             INTERPRET=INTERPRET, **c)
 
 
-def load_q(arena, slot_off, q, token, tokens, head, heads):
-    """kQ slot at slot_off = q[token:token+tokens, head:head+heads, :] as dense [t][h][d]."""
-    load_q_copies(arena, _one_row(arena, slot_off, token, tokens, head), q, heads, tokens)
-
-
-def load_kv(arena, slot_off, k, v, token, tokens, head, heads):
-    """kKV slot at slot_off = k then v [token:token+tokens, head:head+heads, :]."""
-    load_kv_copies(arena, _one_row(arena, slot_off, token, tokens, head), k, v, heads, tokens)
-
-
-def load_qgrad(arena, slot_off, q, do, o, lse, token, tokens, head, heads):
-    """kQGrad slot at slot_off: q, do, lse[head:head+heads, token:token+tokens] and
-    delta = sum over d of o * do (fp32)."""
-    load_qgrad_copies(arena, _one_row(arena, slot_off, token, tokens, head), q, do, o, lse,
-                      heads, tokens)
-
-
-def store_q(arena, slot_off, out, token, tokens, head, heads, lse=None):
-    """out[token:token+tokens, head:head+heads, :] = the slot's fp32 [t][h][d] in out's dtype;
-    with lse (kOut) also lse[head:head+heads, token:token+tokens] = the slot's lse."""
-    store_q_copies(arena, _one_row(arena, slot_off, token, tokens, head), out, heads, tokens,
-                   lse=lse)
-
-
-def store_kv(arena, slot_off, dk, dv, token, tokens, head, heads):
-    """dk, dv[token:token+tokens, head:head+heads, :] = the kDKV slot's fp32 dk, dv."""
-    store_kv_copies(arena, _one_row(arena, slot_off, token, tokens, head), dk, dv, heads, tokens)
-
-
 def merge_rows(arena, rows, heads, head_dim, max_tokens):
-    """Each row (dst, src, tokens) of a memory table, one launch: kOut at dst = log-sum-exp merge
-    of the kOut values at dst and src. Rows are independent (no row reads what another writes)."""
+    """Each row of a memory table (count: tokens), one launch: kOut at dst_off = log-sum-exp merge
+    of the kOut values at dst_off and src_off. Rows are independent (no row reads what another
+    writes)."""
     _check_arena(arena)
-    n = _check_rows(rows, "memory rows", max_tokens, _MEMORY_COLUMNS)
+    n = _check_rows(rows, "memory_rows", max_tokens)
     if n == 0 or max_tokens == 0 or heads == 0:
         return
     c = _copy_constexprs(head_dim)
@@ -419,23 +406,13 @@ def merge_rows(arena, rows, heads, head_dim, max_tokens):
 
 
 def add_rows(arena, rows, max_elements):
-    """Each row (dst, src, elements) of a memory table, one launch: fp32 dst[i] += src[i]."""
+    """Each row of a memory table (count: fp32 elements), one launch: fp32 dst[i] += src[i]."""
     _check_arena(arena)
-    n = _check_rows(rows, "memory rows", max_elements, _MEMORY_COLUMNS)
+    n = _check_rows(rows, "memory_rows", max_elements)
     if n == 0 or max_elements == 0:
         return
     for chunk, n in _chunks(rows):
         jit._add_kernel[(triton.cdiv(max_elements, _ADD_BLOCK), n)](arena, chunk, BLOCK=_ADD_BLOCK)
-
-
-def merge(arena, dst_off, src_off, tokens, heads, head_dim):
-    """kOut at dst_off = log-sum-exp merge of the kOut values at dst_off and src_off."""
-    merge_rows(arena, _one_row(arena, dst_off, src_off, tokens), heads, head_dim, tokens)
-
-
-def add(arena, dst_off, src_off, elements):
-    """fp32 arena values: dst[i] += src[i] for i < elements."""
-    add_rows(arena, _one_row(arena, dst_off, src_off, elements), elements)
 
 
 def _check_heads(heads: int, kv_heads: int) -> None:
@@ -446,10 +423,10 @@ def _check_heads(heads: int, kv_heads: int) -> None:
 def attention_forward(arena, entries, groups, members, mask_rows, mask_intervals, *, heads,
                       kv_heads, head_dim, dtype, scale, max_tokens, allow_tf32=False, kept=None):
     """Partial o, lse of every group (kOut slots) over its member entries (kv values in the arena
-    or, kv_kept, in the kept tensor `kept`); one launch over (groups x q sub-blocks of
-    max_tokens, heads)."""
+    or, where kv_buffer says so, in the kept tensor `kept`); one launch over (groups x q
+    sub-blocks of max_tokens, heads)."""
     kept = _kept_or_arena(kept, arena)
-    _check_tables(entries, groups, members, mask_rows, mask_intervals)
+    _check_tables(entries, groups, "q_groups", members, mask_rows, mask_intervals)
     _check_heads(heads, kv_heads)
     if groups.shape[0] == 0 or max_tokens == 0:
         return
@@ -464,12 +441,13 @@ def attention_backward(arena, entries, q_groups, kv_groups, members, mask_rows, 
                        heads, kv_heads, head_dim, dtype, scale, max_q_tokens, max_kv_tokens,
                        allow_tf32=False, kept=None):
     """dq of every q group (kDQ slots) and dk, dv of every kv group (kDKV slots) from kQGrad and
-    kKV inputs (kv in the arena or, kv_kept, in the kept tensor `kept`): two launches, the dq
+    kKV inputs (kv in the arena or, where kv_buffer says so, in the kept tensor `kept`): two
+    launches, the dq
     kernel over (q groups x q sub-blocks, heads) and the dk/dv kernel over (kv groups x kv
     sub-blocks, kv heads)."""
     kept = _kept_or_arena(kept, arena)
-    _check_tables(entries, q_groups, members, mask_rows, mask_intervals)
-    _check_tables(entries, kv_groups, members, mask_rows, mask_intervals)
+    _check_tables(entries, q_groups, "q_groups", members, mask_rows, mask_intervals)
+    _check_tables(entries, kv_groups, "kv_groups", members, mask_rows, mask_intervals)
     _check_heads(heads, kv_heads)
     if q_groups.shape[0] and max_q_tokens:
         c, options = _attention_launch("dq", head_dim, dtype, allow_tf32)
@@ -505,8 +483,8 @@ _RUNTIME_TYPES = {
 }
 
 # Integer arguments the launcher sees as multiples of 16 (it then specializes them as such, which
-# lets the copies vectorize): slot offsets (multiples of 64) and the token and head strides of
-# local tensors (multiples of the head dim).
+# lets the copies vectorize): slot offsets (multiples of the slot alignment, 64) and the token and
+# head strides of local tensors (multiples of the head dim).
 _ALIGNED_INTEGERS = {"slot_off", "dst_off", "src_off", "token_stride", "head_stride",
                      "src_token_stride", "src_head_stride"}
 

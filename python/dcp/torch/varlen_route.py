@@ -32,21 +32,22 @@ import math
 import numpy as np
 import torch
 
+from dcp.torch import triton_kernels as tk
 from dcp.torch import varlen_kernels, varlen_runner
 from dcp.torch import varlen_windows as vw
 
-# The table columns this module reads, by name (dcp/runtime/lowering.h: EntryField, GroupField).
-_ENTRY_COLUMNS = ("q_off", "kv_off", "q_tokens", "kv_tokens", "mask", "q_group", "kv_group",
-                  "kv_kept")
-_GROUP_COLUMNS = ("out_off", "tokens", "accumulate", "member_begin", "member_end", "input_off")
+# The tables' columns by name, from the lowering's schema (dcp._core.LOWERING_SCHEMA).
+_ENTRY_COLUMNS = tk.TABLES["entries"]
+_GROUP_COLUMNS = tk.TABLES["q_groups"]
+_KEPT = tk.BUFFERS["kept"]
 
 PASSES = ("forward", "backward")
 MAX_SEGMENTS = 8  # per tile; a mask needing more stays on the Triton kernels
 
 
-def _columns(table: np.ndarray, names: tuple[str, ...]) -> dict[str, np.ndarray]:
-    table = np.asarray(table, dtype=np.int64).reshape(-1, len(names))
-    return {name: table[:, i] for i, name in enumerate(names)}
+def _columns(table: np.ndarray, columns: dict[str, int]) -> dict[str, np.ndarray]:
+    table = np.asarray(table, dtype=np.int64).reshape(-1, len(columns))
+    return {name: table[:, i] for name, i in columns.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +184,7 @@ class _Pass:
             mine = members[begin:end]
             for kept in (False, True):
                 units = [int(e) for e in mine
-                         if routed[e] and bool(entries["kv_kept"][e]) == kept]
+                         if routed[e] and (entries["kv_buffer"][e] == _KEPT) == kept]
                 if not units:
                     continue
                 for segment, axis_entry, axis_row in _group_segments(units, own, entries,
@@ -222,16 +223,18 @@ class _Pass:
         remainder, kept = {}, []
         for name, groups in [("q_groups", q_groups)] + ([("kv_groups", kv_groups)]
                                                         if self.backward else []):
-            table = []
-            for out_off, tokens, accumulate, begin, end, input_off in zip(*(
-                    groups[c] for c in _GROUP_COLUMNS)):
-                mine = [int(e) for e in members[begin:end] if not routed[e]]
-                first = len(kept)
-                kept += mine
+            column = _GROUP_COLUMNS
+            table = np.stack([groups[c] for c in sorted(column, key=column.get)], axis=1)
+            for row in table:
+                mine = [int(e) for e in members[row[column["member_begin"]]:
+                                                row[column["member_end"]]] if not routed[e]]
                 # A group without Triton members: accumulate nothing (its slot stays as is).
-                table.append([out_off, tokens, accumulate if mine else 1, first, len(kept),
-                              input_off])
-            remainder[name] = self._put(np.array(table, dtype=np.int64).reshape(-1, 6))
+                if not mine:
+                    row[column["accumulate"]] = 1
+                row[column["member_begin"]] = len(kept)
+                kept += mine
+                row[column["member_end"]] = len(kept)
+            remainder[name] = self._put(table.reshape(-1, len(_GROUP_COLUMNS)))
         remainder["members"] = self._put(np.array(kept, dtype=np.int64))
         return remainder
 

@@ -42,7 +42,6 @@ import json
 import os
 import sys
 
-import numpy as np
 import torch
 
 import gpu_attention as ga
@@ -78,7 +77,7 @@ class FlashRoute:
         masks = {"mask_rows": host(tile.mask_rows), "mask_intervals": host(tile.mask_intervals),
                  "members": host(tile.members)}
         forward = dict(masks, entries=host(tile.forward_entries), q_groups=host(tile.out_groups),
-                       kv_groups=np.zeros((0, 6), dtype=np.int64))
+                       kv_groups=tile.tk.table("kv_groups", []).numpy())
         backward = dict(masks, entries=host(tile.backward_entries), q_groups=host(tile.dq_groups),
                         kv_groups=host(tile.dkv_groups))
         self.tile, self.route = tile, VarlenRoute(kernel)

@@ -460,33 +460,45 @@ def print_table(records: list[dict]) -> None:
               "minus their forward.")
 
 
+def add_shape_and_timing_arguments(parser, *, repeats: int, warmup: int, inner: int,
+                                   dtypes, json_help: str) -> None:
+    """The flags both single-tile benchmarks share: the tile's shape and how it is timed."""
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--kv-heads", type=int, default=2)
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--dtype", default="bf16", choices=dtypes)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--warmup", type=int, default=None,
+                        help=f"default {warmup} on CUDA, 0 on CPU")
+    parser.add_argument("--inner", type=int, default=None,
+                        help=f"calls per timing (default {inner} on CUDA, 1 on CPU)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None, help=json_help)
+
+
+def parse_checked(parser, argv, masks):
+    """Parses argv; --sizes and --masks as lists, each mask one of `masks`, counts positive."""
+    args = parser.parse_args(argv)
+    args.sizes = [int(s) for s in args.sizes.split(",") if s]
+    args.masks = [m for m in args.masks.split(",") if m]
+    for mask in args.masks:
+        if mask not in masks:
+            parser.error(f"mask {mask!r} is not one of {', '.join(masks)}")
+    if args.repeats < 1 or any(s < 1 for s in args.sizes):
+        parser.error("--repeats and --sizes must be positive")
+    return args
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1024,2048,4096", help="tile tokens (q = kv)")
     parser.add_argument("--masks", default=",".join(MASKS), help="of causal, full, lambda")
     parser.add_argument("--sink", type=int, default=64, help="the lambda mask's sink tokens")
     parser.add_argument("--window", type=int, default=1024, help="the lambda mask's window")
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--kv-heads", type=int, default=2)
-    parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--dtype", default="bf16", choices=sorted(STORAGE))
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=None, help="default 3 on CUDA, 0 on CPU")
-    parser.add_argument("--inner", type=int, default=None,
-                        help="calls per timing (default 10 on CUDA, 1 on CPU)")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None, help="write the records to this file")
-    args = parser.parse_args(argv)
-    args.sizes = [int(s) for s in args.sizes.split(",") if s]
-    args.masks = [m for m in args.masks.split(",") if m]
-    for mask in args.masks:
-        if mask not in MASKS:
-            parser.error(f"mask {mask!r} is not one of {', '.join(MASKS)}")
-    if args.repeats < 1 or any(s < 1 for s in args.sizes):
-        parser.error("--repeats and --sizes must be positive")
-    return args
-
+    add_shape_and_timing_arguments(parser, repeats=20, warmup=3, inner=10, dtypes=sorted(STORAGE),
+                                   json_help="write the records to this file")
+    return parse_checked(parser, argv, MASKS)
 
 def main(argv=None) -> int:
     args = parse_args(argv)

@@ -168,7 +168,7 @@ def print_table(records: list[dict]) -> None:
     for (tokens, mask, shape, pass_), times in cells.items():
         shown = [f"{times[k] * 1e3:.3f}" if k in times else "-"
                  for k in ("triton", "flash", "sdpa_flash")]
-        chosen = choices.get((pass_, shape, ks.bucket(tokens)), "triton")
+        chosen = ks.kernel_for(choices, pass_, shape, tokens, tokens)
         print(f"| {tokens} | {mask} | {shape} | {pass_} | {' | '.join(shown)} | {chosen} |")
 
 
@@ -179,27 +179,10 @@ def parse_args(argv=None):
     parser.add_argument("--sink", type=int, default=64, help="the lambda mask's sink tokens")
     parser.add_argument("--window", type=int, default=512,
                         help="the sliding window's and lambda mask's window")
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--kv-heads", type=int, default=2)
-    parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=None, help="default 2 on CUDA, 0 on CPU")
-    parser.add_argument("--inner", type=int, default=None,
-                        help="calls per timing (default 5 on CUDA, 1 on CPU)")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None, help="write the timing table to this file")
-    args = parser.parse_args(argv)
-    args.sizes = [int(s) for s in args.sizes.split(",") if s]
-    args.masks = [m for m in args.masks.split(",") if m]
-    for mask in args.masks:
-        if mask not in MASKS:
-            parser.error(f"mask {mask!r} is not one of {', '.join(MASKS)}")
-    if args.repeats < 1 or any(s < 1 for s in args.sizes):
-        parser.error("--repeats and --sizes must be positive")
-    return args
-
+    ga.add_shape_and_timing_arguments(parser, repeats=5, warmup=2, inner=5,
+                                      dtypes=("bf16", "fp16"),
+                                      json_help="write the timing table to this file")
+    return ga.parse_checked(parser, argv, MASKS)
 
 def main(argv=None) -> int:
     args = parse_args(argv)

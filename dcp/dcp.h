@@ -8,6 +8,7 @@
 
 #include "dcp/core/error.h"
 
+#include "dcp/model/attention_kind.h"
 #include "dcp/model/attention_shape.h"
 #include "dcp/model/block_size_heuristic.h"
 #include "dcp/model/cluster.h"
@@ -28,11 +29,15 @@
 #include "dcp/kernels/attention_kernels.h"
 #include "dcp/plan_queue.h"
 #include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/model_plan_builder.h"
 #include "dcp/planner/partition/hmetis_format.h"
 #include "dcp/planner/placement/block_hypergraph.h"
 #include "dcp/planner/placement/hierarchical_placer.h"
+#include "dcp/planner/placement/kind_placement.h"
 #include "dcp/planner/placement/static_placements.h"
 #include "dcp/planner/plan_builder.h"
+#include "dcp/program/model_plan.h"
+#include "dcp/program/model_plan_file.h"
 #include "dcp/program/plan_file.h"
 #include "dcp/program/plan_json.h"
 #include "dcp/program/program.h"
@@ -43,9 +48,11 @@
 #include "dcp/runtime/distributed_run.h"
 #include "dcp/runtime/executor.h"
 #include "dcp/runtime/local_layout.h"
+#include "dcp/selection/model_plan_search.h"
 #include "dcp/selection/plan_search.h"
 #include "dcp/sim/chrome_trace.h"
 #include "dcp/sim/cost_model.h"
+#include "dcp/sim/model_simulation.h"
 #include "dcp/sim/simulator.h"
 
 namespace dcp {

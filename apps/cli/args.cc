@@ -28,7 +28,7 @@ Args::Args(std::span<const FlagSpec> specs, std::span<const std::string> argv,
     const auto spec =
         std::find_if(specs.begin(), specs.end(), [&](const FlagSpec& s) { return s.name == name; });
     if (spec == specs.end()) throw UsageError("unknown flag " + quoted(name));
-    if (values_.count(name) != 0) throw UsageError(name + " is given twice");
+    if (values_.count(name) != 0 && !spec->repeatable) throw UsageError(name + " is given twice");
     std::string value;
     if (spec->value_name.empty()) {
       if (eq != std::string::npos) throw UsageError(name + " takes no value");
@@ -40,8 +40,14 @@ Args::Args(std::span<const FlagSpec> specs, std::span<const std::string> argv,
       }
       value = argv[++i];
     }
-    values_.emplace(name, std::move(value));
+    if (values_.count(name) == 0) values_.emplace(name, value);
+    repeated_[name].push_back(std::move(value));
   }
+}
+
+std::vector<std::string> Args::get_all(std::string_view name) const {
+  const auto it = repeated_.find(name);
+  return it == repeated_.end() ? std::vector<std::string>{} : it->second;
 }
 
 std::optional<std::string> Args::get(std::string_view name) const {

@@ -26,9 +26,11 @@ struct FlagSpec {
   std::string_view value_name;  // "N"; empty for a boolean flag
   std::string_view help;
   std::string_view short_name = {};  // "-o": another spelling of `name`; empty for none
+  bool repeatable = false;           // may be given several times (get_all)
 };
 
-// Flags as given: "--name value", "--name=value", or "--name" for booleans. Each flag at most once;
+// Flags as given: "--name value", "--name=value", or "--name" for booleans. Each flag at most once
+// unless its spec is repeatable (get: its first value; get_all: every value in order);
 // no positional arguments unless the command declares how many it takes.
 class Args {
  public:
@@ -38,6 +40,7 @@ class Args {
 
   bool has(std::string_view name) const { return values_.count(std::string(name)) != 0; }
   std::optional<std::string> get(std::string_view name) const;
+  std::vector<std::string> get_all(std::string_view name) const;
   std::string get_or(std::string_view name, std::string_view fallback) const;
   // Integer flag with a lower bound; the error names the flag and the value.
   std::int64_t get_int(std::string_view name, std::int64_t fallback, std::int64_t min,
@@ -48,6 +51,7 @@ class Args {
 
  private:
   std::map<std::string, std::string, std::less<>> values_;
+  std::map<std::string, std::vector<std::string>, std::less<>> repeated_;
   std::vector<std::string> positional_;
 };
 

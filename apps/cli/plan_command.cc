@@ -52,6 +52,129 @@ void write_pass(JsonWriter& json, const Plan& plan, Pass pass, const ScheduleSum
   json.end_object();
 }
 
+void write_selection(const std::vector<PlanCandidate>& candidates, const std::string& kept,
+                     const char* what, std::ostream& out) {
+  char line[160];
+  out << "selection  kept " << kept << " (" << what << ", the fastest is kept):";
+  for (const PlanCandidate& c : candidates) {
+    out << " " << c.strategy << " ";
+    if (!c.feasible) {
+      out << "n/a";
+    } else if (!c.simulated) {
+      std::snprintf(line, sizeof(line),
+                    c.bounded ? "screened (estimate at least %.3f)" : "screened (estimate %.3f)",
+                    c.estimate_seconds * 1e3);
+      out << line;
+    } else {
+      std::snprintf(line, sizeof(line), "%.3f", c.seconds() * 1e3);
+      out << line;
+    }
+    if (&c != &candidates.back()) out << ",";
+  }
+  out << "\n";
+}
+
+// dcp plan with several attention kinds: one token placement, every kind's Programs.
+int plan_kinds(const Args& args, const PlanOptions& options, const BuiltKinds& kinds,
+               double workload_ms, std::ostream& out) {
+  const auto start = Clock::now();
+  const BuiltModelPlan built = with_flag("--strategy " + std::string(to_string(options.strategy)),
+                                         [&] { return build_model_plan(kinds.kinds, options); });
+  const double total_ms = workload_ms + ms_since(start);
+  if (const auto path = args.get("--out")) {
+    with_flag("--out " + quoted(*path), [&] { write_model_plan_file(*path, built.plan); });
+  }
+  if (const auto path = args.get("--json")) {
+    JsonWriter json;
+    json.begin_object();
+    json.field("strategy", std::string_view(built.plan.kinds.front().plan.header.strategy));
+    json.field("cluster", std::string_view(options.cluster.name));
+    json.field("nodes", std::int64_t{options.cluster.shape.nodes});
+    json.field("devices_per_node", std::int64_t{options.cluster.shape.devices_per_node});
+    const Workload& first = built.kinds.front().workload;
+    json.field("sequences", std::int64_t{first.batch().size()});
+    json.field("tokens", first.batch().total_tokens());
+    json.field("block_size", first.blocks().block_size());
+    json.field("token_blocks", std::int64_t{first.blocks().block_count()});
+    json.field("placement_within_bounds", built.placement_within_bounds);
+    json.key("kinds").begin_array();
+    for (std::size_t k = 0; k < built.kinds.size(); ++k) {
+      const BuiltPlan& kind = built.kinds[k];
+      json.begin_object();
+      json.field("name", std::string_view(built.plan.kinds[k].name));
+      json.field("layers", std::int64_t{built.plan.kinds[k].layers});
+      json.field("work_units", kind.workload.work_unit_count());
+      json.field("placement_within_bounds", kind.placement_within_bounds);
+      json.field("partial_dtype", to_string(kind.plan.header.partial_dtype));
+      write_pass(json, kind.plan, Pass::kForward, kind.forward,
+                 pass_traffic(kind.plan.header, kind.plan.forward));
+      write_pass(json, kind.plan, Pass::kBackward, kind.backward,
+                 pass_traffic(kind.plan.header, kind.plan.backward));
+      json.key("plan").raw(plan_to_json(kind.plan));
+      json.end_object();
+    }
+    json.end_array();
+    json.key("timing_ms").begin_object();
+    json.field("workload", workload_ms);
+    json.field("partition", built.timings.partition_ms);
+    json.field("schedule_forward", built.timings.schedule_forward_ms);
+    json.field("schedule_backward", built.timings.schedule_backward_ms);
+    json.field("compile", built.timings.compile_ms);
+    json.field("total", total_ms);
+    json.end_object();
+    json.end_object();
+    if (*path == "-") {
+      out << json.str() << "\n";
+      return 0;
+    }
+    with_flag("--json " + quoted(*path), [&] { write_file_atomically(*path, json.str() + "\n"); });
+  }
+  const Workload& first = built.kinds.front().workload;
+  char line[240];
+  out << "plan       " << built.plan.kinds.front().plan.header.strategy << " on "
+      << options.cluster.name << ", " << options.cluster.shape.nodes << " nodes x "
+      << options.cluster.shape.devices_per_node << " devices, " << built.kinds.size()
+      << " attention kinds on one token placement\n";
+  out << "batch      " << first.batch().size() << " sequences, " << first.batch().total_tokens()
+      << " tokens, " << first.blocks().block_count() << " token blocks (largest "
+      << first.blocks().block_size() << ")\n";
+  std::snprintf(line, sizeof(line), "%-12s %6s %10s %9s %13s %15s %15s\n", "kind", "layers",
+                "work units", "pass", "estimate ms", "inter-node MB", "intra-node MB");
+  out << line;
+  for (std::size_t k = 0; k < built.kinds.size(); ++k) {
+    const BuiltPlan& kind = built.kinds[k];
+    for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+      const ScheduleSummary& summary = pass == Pass::kForward ? kind.forward : kind.backward;
+      const PassTraffic traffic = pass_traffic(kind.plan.header, kind.plan.programs(pass));
+      const bool first_row = pass == Pass::kForward;
+      std::snprintf(line, sizeof(line), "%-12s %6s %10s %9s %13.3f %15s %15s\n",
+                    first_row ? built.plan.kinds[k].name.c_str() : "",
+                    first_row ? std::to_string(built.plan.kinds[k].layers).c_str() : "",
+                    first_row ? std::to_string(kind.workload.work_unit_count()).c_str() : "",
+                    std::string(to_string(pass)).c_str(), summary.estimate.seconds * 1e3,
+                    format_mb(traffic.inter_node, 2).c_str(),
+                    format_mb(traffic.intra_node, 2).c_str());
+      out << line;
+    }
+  }
+  if (!built.placement_within_bounds) {
+    out << "balance    a kind's compute or the memory is over its cap (the closest placement "
+           "found is kept)\n";
+  }
+  if (!built.candidates.empty()) {
+    write_selection(built.candidates, built.kept,
+                    "simulated step ms: the sum over kinds of layers x (forward + backward)", out);
+  }
+  std::snprintf(line, sizeof(line),
+                "time ms    workload %.1f, partition %.1f, schedule forward %.1f, backward %.1f, "
+                "compile %.1f, total %.1f\n",
+                workload_ms, built.timings.partition_ms, built.timings.schedule_forward_ms,
+                built.timings.schedule_backward_ms, built.timings.compile_ms, total_ms);
+  out << line;
+  if (const auto path = args.get("--out")) out << "wrote      " << *path << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_plan(std::span<const std::string> argv, std::ostream& out) {
@@ -76,10 +199,12 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
   const PlanOptions options =
       plan_options_from_flags(args, static_cast<std::uint64_t>(args.get_int("--seed", 0, 0)));
 
-  const BuiltWorkload built_workload = workload_from_flags(args, options.cluster.shape.devices());
+  const BuiltKinds kinds = kinds_from_flags(args, options.cluster.shape.devices());
   const double workload_ms = ms_since(start);
-  const BuiltPlan built = with_flag("--strategy " + std::string(to_string(options.strategy)),
-                                    [&] { return build_plan(built_workload.workload, options); });
+  if (!kinds.single()) return plan_kinds(args, options, kinds, workload_ms, out);
+  const BuiltPlan built = with_flag("--strategy " + std::string(to_string(options.strategy)), [&] {
+    return build_plan(kinds.kinds.front().workload, options);
+  });
   const double total_ms = ms_since(start);
   const PassTraffic traffic[2] = {pass_traffic(built.plan.header, built.plan.forward),
                                   pass_traffic(built.plan.header, built.plan.backward)};
@@ -181,24 +306,8 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     out << "\n";
   }
   if (!built.selection.candidates.empty()) {
-    out << "selection  kept " << built.selection.kept
-        << " (simulated forward + backward ms, the fastest is kept):";
-    for (const PlanCandidate& c : built.selection.candidates) {
-      out << " " << c.strategy << " ";
-      if (!c.feasible) {
-        out << "n/a";
-      } else if (!c.simulated) {
-        std::snprintf(line, sizeof(line),
-                      c.bounded ? "screened (estimate at least %.3f)" : "screened (estimate %.3f)",
-                      c.estimate_seconds * 1e3);
-        out << line;
-      } else {
-        std::snprintf(line, sizeof(line), "%.3f", c.seconds() * 1e3);
-        out << line;
-      }
-      if (&c != &built.selection.candidates.back()) out << ",";
-    }
-    out << "\n";
+    write_selection(built.selection.candidates, built.selection.kept,
+                    "simulated forward + backward ms", out);
   }
   std::snprintf(line, sizeof(line),
                 "time ms    workload %.1f, partition %.1f, schedule forward %.1f, backward %.1f, "
@@ -216,7 +325,8 @@ int run_verify(std::span<const std::string> argv, std::ostream& out) {
   const Args args(specs, argv, 1);
   if (args.flag("--help") || args.positional().empty()) {
     out << format_help("dcp verify FILE",
-                       "Executes every device's Program of both passes symbolically and checks "
+                       "Executes every device's Program of both passes (of every attention kind) "
+                       "symbolically and checks "
                        "that each work unit runs once, every input is in place before use, sends "
                        "and receives match with no deadlock, every output is complete and no "
                        "slot holds two live values. Exit 0 with a summary, else the first "
@@ -225,10 +335,20 @@ int run_verify(std::span<const std::string> argv, std::ostream& out) {
     return args.flag("--help") ? 0 : 2;
   }
   const std::string& path = args.positional()[0];
-  const Plan plan = read_plan_file(path);
-  const VerifyReport report = verify(plan);
-  if (!report.ok) throw Error(path + ": " + describe(report));
-  out << path << ": " << describe(report) << "\n";
+  const ModelPlan plan = read_model_plan_file(path);
+  if (plan.is_single_plan()) {
+    const VerifyReport report = verify(plan.kinds.front().plan);
+    if (!report.ok) throw Error(path + ": " + describe(report));
+    out << path << ": " << describe(report) << "\n";
+    return 0;
+  }
+  const ModelVerifyReport report = verify(plan);
+  if (!report.ok) {
+    const std::string where = report.first_kind.empty() ? "" : "kind '" + report.first_kind + "': ";
+    throw Error(path + ": " + where + describe(*report.first));
+  }
+  out << path << ": ok, " << plan.kinds.size() << " attention kinds on one token placement\n"
+      << describe(report) << "\n";
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -90,63 +91,82 @@ int run_run(std::span<const std::string> argv, std::ostream& out) {
         "(threads of this process, or with --comm mpi the processes mpirun started) with "
         "random inputs from --seed, and checks o, lse, dq, dk and dv against dense fp64 "
         "attention. Prints times, bytes moved and errors; exit 1 if an error exceeds the bound "
-        "of the storage dtype (fp32 1e-4, fp16 5e-3, bf16 3e-2 of max |reference|).",
+        "of the storage dtype (fp32 1e-4, fp16 5e-3, bf16 3e-2 of max |reference|). With "
+        "several attention kinds (--mask KIND=SPEC), every kind's Programs run on the same "
+        "inputs and each is checked against dense attention under its own mask.",
         specs);
     return 0;
   }
   const auto seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
   const PlanOptions plan_options = plan_options_from_flags(args, seed);
   const ExecutionOptions execution = execution_options_from_flags(args);
-  const BuiltWorkload built_workload =
-      workload_from_flags(args, plan_options.cluster.shape.devices());
-  const Workload& workload = built_workload.workload;
+  const BuiltKinds kinds = kinds_from_flags(args, plan_options.cluster.shape.devices());
+  const Workload& first = kinds.kinds.front().workload;
 
   bool reporter = false;
   std::string report;
   reporter = with_communicator(execution, [&](comm::Communicator* communicator) {
     const bool talk = communicator == nullptr || communicator->rank() == 0;
-    if (talk) std::cerr << "dcp run: planning " << workload.batch().total_tokens() << " tokens\n";
+    if (talk) std::cerr << "dcp run: planning " << first.batch().total_tokens() << " tokens\n";
     const auto plan_start = Clock::now();
-    const BuiltPlan built = with_flag("--strategy " + std::string(to_string(plan_options.strategy)),
-                                      [&] { return build_plan(workload, plan_options); });
+    const BuiltModelPlan built =
+        with_flag("--strategy " + std::string(to_string(plan_options.strategy)),
+                  [&] { return build_model_plan(kinds.kinds, plan_options); });
     const double plan_ms = ms_since(plan_start);
-    const runtime::BatchShape shape = runtime::batch_shape_of(workload);
+    const runtime::BatchShape shape = runtime::batch_shape_of(first);
+    // One set of inputs for every kind: the layers of a model see the same tensors' shapes.
     const runtime::BatchInputs inputs = runtime::random_inputs(shape, seed);
-    if (talk) {
-      std::cerr << "dcp run: executing on " << built.plan.header.cluster.devices() << " "
-                << to_string(execution.comm) << " ranks\n";
-    }
-    const runtime::RunResult result =
-        execute_plan(communicator, built.plan, workload.batch(), inputs, execution.run);
-    if (!talk) return;
+    const Plan& head = built.plan.kinds.front().plan;
     std::ostringstream text;
-    text << "run        " << built.plan.header.strategy << " on " << built.plan.header.cluster.nodes
-         << " x " << built.plan.header.cluster.devices_per_node << " " << to_string(execution.comm)
-         << " ranks, " << kernels::to_string(execution.run.kernels) << " kernels; planned in "
-         << static_cast<std::int64_t>(plan_ms) << " ms\n";
-    text << "batch      " << workload.batch().size() << " sequences, " << shape.tokens
-         << " tokens, " << shape.q_heads << "/" << shape.kv_heads << " heads, head dim "
-         << shape.head_dim << ", " << kernels::to_string(shape.storage) << "\n";
-    print_run_summary(text, built.plan, result);
-    if (!args.flag("--no-check")) {
+    if (talk) {
+      text << "run        " << head.header.strategy << " on " << head.header.cluster.nodes << " x "
+           << head.header.cluster.devices_per_node << " " << to_string(execution.comm) << " ranks, "
+           << kernels::to_string(execution.run.kernels) << " kernels; planned in "
+           << static_cast<std::int64_t>(plan_ms) << " ms\n";
+      text << "batch      " << first.batch().size() << " sequences, " << shape.tokens << " tokens, "
+           << shape.q_heads << "/" << shape.kv_heads << " heads, head dim " << shape.head_dim
+           << ", " << kernels::to_string(shape.storage) << "\n";
+    }
+    std::optional<Error> failed;
+    for (std::size_t k = 0; k < built.plan.kinds.size(); ++k) {
+      const KindPlan& kind = built.plan.kinds[k];
+      const Workload& workload = built.kinds[k].workload;
+      if (talk) {
+        std::cerr << "dcp run: executing " << (kinds.single() ? "" : "kind '" + kind.name + "' ")
+                  << "on " << kind.plan.header.cluster.devices() << " " << to_string(execution.comm)
+                  << " ranks\n";
+      }
+      const runtime::RunResult result =
+          execute_plan(communicator, kind.plan, workload.batch(), inputs, execution.run);
+      if (!talk) continue;
+      if (!kinds.single()) {
+        text << "kind '" << kind.name << "' (" << kind.layers
+             << (kind.layers == 1 ? " layer)\n" : " layers)\n");
+      }
+      print_run_summary(text, kind.plan, result);
+      if (args.flag("--no-check")) continue;
       std::cerr << "dcp run: dense fp64 reference\n";
       const runtime::DenseReference reference = runtime::dense_reference(
-          workload, inputs, built.plan.header.softmax_scale,
+          workload, inputs, kind.plan.header.softmax_scale,
           static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency())));
       const runtime::OutputErrors errors =
           runtime::compare_outputs(shape, result.outputs, reference);
       text << "error vs dense fp64 attention (bound " << error_bound(shape.storage)
            << " relative):\n";
       print_errors(text, errors);
-      report = text.str();
       try {
         check_errors(errors, shape.storage);
-      } catch (const Error&) {
-        std::cerr << report;  // what was measured, since a failing command prints no stdout
-        throw;
+      } catch (const Error& e) {
+        if (!failed) {
+          failed.emplace(kinds.single() ? std::string(e.what())
+                                        : "kind '" + kind.name + "': " + e.what());
+        }
       }
-    } else {
-      report = text.str();
+    }
+    report = text.str();
+    if (failed) {
+      std::cerr << report;  // what was measured, since a failing command prints no stdout
+      throw *failed;
     }
   });
   if (reporter) out << report;

@@ -115,6 +115,7 @@ int run_simulate(std::span<const std::string> argv, std::ostream& out) {
        "shape (docs/cost_model.md) [a100-p4de]"},
       {"--trace", "FILE", "write a Chrome trace (JSON) of both passes; open it in Perfetto"},
       {"--steps", "N", "critical-path steps to list per pass [12]"},
+      {"--kind", "NAME", "of a plan with several attention kinds, detail this kind only [all]"},
       {"--help", "", "show this help"},
   };
   const Args args(specs, argv, 1);
@@ -122,30 +123,60 @@ int run_simulate(std::span<const std::string> argv, std::ostream& out) {
     out << format_help("dcp simulate FILE [--cluster PRESET|FILE] [--trace out.json]",
                        "Runs every device's forward and backward Program of a plan file together "
                        "on a described cluster (docs/simulator.md): time per pass, per-device "
-                       "compute, wait and utilisation, time per stage, and the critical path.",
+                       "compute, wait and utilisation, time per stage, and the critical path. A "
+                       "plan with several attention kinds: each kind's passes, and the step (the "
+                       "sum over kinds of layers x forward and backward).",
                        specs);
     return args.flag("--help") ? 0 : 2;
   }
   const std::string& path = args.positional()[0];
   const std::int64_t steps = args.get_int("--steps", 12, 0, 1 << 20);
-  const Plan plan = read_plan_file(path);
+  const ModelPlan model = read_model_plan_file(path);
   const std::string cluster_name = args.get_or("--cluster", std::string(kDefaultCluster));
   const ClusterSpec cluster = with_flag("--cluster " + dcp::quoted(cluster_name), [&] {
-    return cluster_for(cluster_name, plan.header.cluster);
+    return cluster_for(cluster_name, model.kinds.front().plan.header.cluster);
   });
-  const sim::PlanSimulation simulation = with_flag("--cluster " + dcp::quoted(cluster_name),
-                                                   [&] { return sim::simulate(plan, cluster); });
-  const PlanHeader& h = plan.header;
+  const PlanHeader& h = model.kinds.front().plan.header;
   out << path << ": " << h.strategy << ", " << h.cluster.nodes << " nodes x "
       << h.cluster.devices_per_node << " devices, " << h.total_tokens << " tokens, "
       << to_string(h.dtype) << "; cluster " << cluster.name << "\n";
-  out << "forward " << ms(simulation.forward.seconds) << " ms + backward "
-      << ms(simulation.backward.seconds) << " ms = " << ms(simulation.seconds()) << " ms\n";
-  print_pass(plan, simulation.forward, steps, out);
-  print_pass(plan, simulation.backward, steps, out);
-  if (const auto trace = args.get("--trace")) {
-    write_file_atomically(*trace, sim::chrome_trace(plan, simulation));
-    out << "\ntrace: " << *trace << " (open in https://ui.perfetto.dev)\n";
+  std::vector<const KindPlan*> shown;
+  if (const auto only = args.get("--kind")) {
+    shown.push_back(&with_flag("--kind " + dcp::quoted(*only),
+                               [&]() -> const KindPlan& { return model.kind(*only); }));
+  } else {
+    for (const KindPlan& kind : model.kinds) shown.push_back(&kind);
+  }
+  if (args.has("--trace") && shown.size() > 1) {
+    throw UsageError("--trace: the plan has " + std::to_string(model.kinds.size()) +
+                     " attention kinds; choose one with --kind");
+  }
+  const sim::ModelSimulation simulation = with_flag("--cluster " + dcp::quoted(cluster_name),
+                                                    [&] { return sim::simulate(model, cluster); });
+  if (!model.is_single_plan()) {
+    for (const sim::KindSimulation& kind : simulation.kinds) {
+      out << "kind '" << kind.name << "' (" << kind.layers
+          << (kind.layers == 1 ? " layer): " : " layers): ") << "forward "
+          << ms(kind.passes.forward.seconds) << " ms + backward "
+          << ms(kind.passes.backward.seconds) << " ms = " << ms(kind.passes.seconds())
+          << " ms per layer\n";
+    }
+    out << "step: " << ms(simulation.step_seconds)
+        << " ms of attention per training step (the sum over kinds of layers x (forward + "
+           "backward))\n";
+  }
+  for (const KindPlan* kind : shown) {
+    const sim::PlanSimulation& passes =
+        simulation.kinds[static_cast<std::size_t>(kind - model.kinds.data())].passes;
+    if (!model.is_single_plan()) out << "\n== kind '" << kind->name << "'\n";
+    out << "forward " << ms(passes.forward.seconds) << " ms + backward "
+        << ms(passes.backward.seconds) << " ms = " << ms(passes.seconds()) << " ms\n";
+    print_pass(kind->plan, passes.forward, steps, out);
+    print_pass(kind->plan, passes.backward, steps, out);
+    if (const auto trace = args.get("--trace")) {
+      write_file_atomically(*trace, sim::chrome_trace(kind->plan, passes));
+      out << "\ntrace: " << *trace << " (open in https://ui.perfetto.dev)\n";
+    }
   }
   return 0;
 }

@@ -29,10 +29,18 @@ const std::vector<FlagSpec>& workload_flags() {
        "under the simulator; see docs/block_model.md]"},
       {"--head-block-size", "N", "q heads per head block [1]"},
       {"--devices", "N", "devices the automatic block size plans for [8]"},
-      {"--mask", "SPEC",
+      {"--mask",
+       "SPEC|KIND=SPEC",
        "causal | full | sliding_window:window=W | lambda:sink=S,window=W | "
        "shared_question:question=F,answers=N | causal_blockwise:block=C,local=K "
-       "[causal]"},
+       "[causal]; KIND=SPEC, given once per kind, names an attention kind of a model whose "
+       "layers attend differently (e.g. --mask global=causal --mask "
+       "local=sliding_window:window=4096)",
+       {},
+       true},
+      {"--layers", "KIND=N,...",
+       "layers of each named attention kind [1 each]; the plan balances every kind's compute and "
+       "prices its bytes by its layers"},
       {"--mask-file", "FILE", "int32 .npy (total tokens, K, 2) of per-row key intervals"},
   };
   return flags;
@@ -107,7 +115,108 @@ AttentionShape shape_from_flags(const Args& args) {
   return shape;
 }
 
+std::vector<std::pair<std::string, MaskSource>> kind_masks_from_flags(const Args& args) {
+  const std::vector<std::string> given = args.get_all("--mask");
+  std::vector<std::pair<std::string, MaskSource>> kinds;
+  for (const std::string& text : given) {
+    if (!is_kind_assignment(text)) continue;
+    if (args.has("--mask-file"))
+      throw UsageError("give --mask-file or named --mask kinds, not both");
+    auto [name, spec] = with_flag("--mask " + quoted(text),
+                                  [&] { return split_kind_assignment(text, "a kind's mask"); });
+    MaskSource source;
+    source.spec = with_flag("--mask " + quoted(text), [&] { return parse_mask_spec(spec); });
+    for (const auto& [known, unused] : kinds) {
+      if (known == name) throw UsageError("--mask: attention kind '" + name + "' given twice");
+    }
+    kinds.emplace_back(std::move(name), std::move(source));
+  }
+  if (!kinds.empty() && kinds.size() != given.size()) {
+    throw UsageError("--mask: name every kind (KIND=SPEC) or give one unnamed mask");
+  }
+  if (kinds.empty()) {
+    if (given.size() > 1) {
+      throw UsageError("--mask is given " + std::to_string(given.size()) +
+                       " times; name each attention kind (KIND=SPEC)");
+    }
+    if (args.has("--layers")) {
+      throw UsageError("--layers counts the layers of named attention kinds (--mask KIND=SPEC)");
+    }
+    kinds.emplace_back(std::string(kDefaultKindName), mask_from_flags(args));
+  }
+  return kinds;
+}
+
+std::vector<std::int32_t> kind_layers_from_flags(
+    const Args& args, const std::vector<std::pair<std::string, MaskSource>>& kinds) {
+  std::vector<std::int32_t> layers(kinds.size(), 1);
+  std::vector<bool> seen(kinds.size(), false);
+  if (!args.has("--layers")) return layers;
+  const std::string given = *args.get("--layers");
+  for (const std::string_view item : split(given, ',')) {
+    const std::string text(trim(item));
+    auto [name, count] = with_flag("--layers " + quoted(text),
+                                   [&] { return split_kind_assignment(text, "a kind's layers"); });
+    std::size_t index = kinds.size();
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      if (kinds[k].first == name) index = k;
+    }
+    if (index == kinds.size()) {
+      std::string listed;
+      for (const auto& [known, unused] : kinds) listed += (listed.empty() ? "" : ", ") + known;
+      throw UsageError("--layers " + quoted(text) + ": no attention kind '" + name +
+                       "' (the kinds are " + listed + ")");
+    }
+    if (seen[index]) throw UsageError("--layers: kind '" + name + "' given twice");
+    seen[index] = true;
+    const std::int64_t value = with_flag("--layers " + quoted(text), [&] {
+      return parse_int(count, "layers of kind '" + name + "'");
+    });
+    if (value < 1 || value > kMaxKindLayers) {
+      throw UsageError("--layers " + quoted(text) + ": " + std::to_string(value) +
+                       " layers; a kind has 1 to " + std::to_string(kMaxKindLayers));
+    }
+    layers[index] = static_cast<std::int32_t>(value);
+  }
+  return layers;
+}
+
+BuiltKinds kinds_from_flags(const Args& args, std::int32_t devices) {
+  const AttentionShape shape = shape_from_flags(args);
+  SequenceBatch batch = batch_from_flags(args);
+  const auto masks = kind_masks_from_flags(args);
+  const std::vector<std::int32_t> layers = kind_layers_from_flags(args, masks);
+  const WorkloadOptions options = workload_options_from_flags(args, devices);
+  with_flag("--head-block-size " + std::to_string(options.head_block_size),
+            [&] { HeadBlocking(shape, options.head_block_size); });
+  BuiltKinds result;
+  for (std::size_t k = 0; k < masks.size(); ++k) {
+    const MaskSource& mask = masks[k].second;
+    std::vector<SequenceMask> built = with_flag(mask.file.empty() ? "--mask" : "--mask-file",
+                                                [&] { return build_masks(mask, batch); });
+    // Every kind is cut as the first kind's automatic block size cuts it: kinds share blocks.
+    WorkloadOptions kind_options = options;
+    if (k > 0) kind_options.block_size = result.kinds.front().workload.blocks().block_size();
+    BuiltWorkload workload = with_flag("--block-size " + args.get_or("--block-size", "auto"), [&] {
+      return make_workload(shape, batch, std::move(built), kind_options);
+    });
+    if (k == 0) result.block_size_choice = workload.block_size_choice;
+    result.kinds.push_back({masks[k].first, layers[k], std::move(workload.workload)});
+  }
+  return result;
+}
+
+bool is_kind_assignment(std::string_view text) {
+  const std::size_t eq = text.find('=');
+  return eq != std::string_view::npos && text.substr(0, eq).find(':') == std::string_view::npos;
+}
+
 MaskSource mask_from_flags(const Args& args) {
+  const std::vector<std::string> given = args.get_all("--mask");
+  if (given.size() > 1 || (given.size() == 1 && is_kind_assignment(given.front()))) {
+    throw UsageError("--mask " + quoted(given.front()) +
+                     ": this command takes one unnamed mask, not attention kinds");
+  }
   if (args.has("--mask") && args.has("--mask-file")) {
     throw UsageError("give at most one of --mask and --mask-file");
   }

@@ -2,7 +2,9 @@
 // Flags that describe one batch's attention workload, shared by every command that plans a batch.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dcp/dcp.h"
@@ -21,6 +23,22 @@ AttentionShape shape_from_flags(const Args& args);
 // --dtype and --scale into `shape`, for commands that take the rest of the shape from elsewhere.
 void dtype_and_scale_from_flags(const Args& args, AttentionShape& shape);
 MaskSource mask_from_flags(const Args& args);
+
+// Whether a --mask value names a kind: "NAME=SPEC", the text before the first '=' free of ':'
+// ("sliding_window:window=8" is an unnamed spec).
+bool is_kind_assignment(std::string_view text);
+// The attention kinds of --mask KIND=SPEC (each once) and their --layers; one unnamed --mask or
+// --mask-file is one kind of the default name and one layer. Every error names the flag.
+std::vector<std::pair<std::string, MaskSource>> kind_masks_from_flags(const Args& args);
+std::vector<std::int32_t> kind_layers_from_flags(
+    const Args& args, const std::vector<std::pair<std::string, MaskSource>>& kinds);
+struct BuiltKinds {
+  std::vector<KindWorkload> kinds;                   // every kind cut into the same blocks
+  std::optional<BlockSizeChoice> block_size_choice;  // the first kind's, when automatic
+  bool single() const { return kinds.size() == 1 && kinds.front().name == kDefaultKindName; }
+};
+// The batch, shape, kinds and block size of the flags, built (as workload_from_flags).
+BuiltKinds kinds_from_flags(const Args& args, std::int32_t devices = 8);
 // `devices` is what the automatic block size plans for when --devices is not given.
 WorkloadOptions workload_options_from_flags(const Args& args, std::int32_t devices = 8);
 // All of the above, built; every InvalidInput names the flag it came from.

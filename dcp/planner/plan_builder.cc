@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "dcp/core/error.h"
 #include "dcp/core/timing.h"
 
 #include "dcp/planner/compile/compiler.h"
@@ -92,6 +93,22 @@ BuiltPlan build_one_plan(const Workload& workload, const PlanOptions& options) {
   PassEstimates estimates;
   StaticPlan layout = static_layout(workload, options, &estimates);
   return build_static(std::move(layout), options, estimates, start);
+}
+
+BuiltPlan build_at_placement(const Workload& workload, Placement placement, bool within_bounds,
+                             const PlanOptions& options) {
+  validate(options.cluster);
+  validate(options.schedule);
+  if (!is_dcp(options.strategy)) {
+    throw InvalidInput("a plan at a given placement is dcp's; the strategy is " +
+                       std::string(to_string(options.strategy)));
+  }
+  validate(placement, workload);
+  BuiltPlan built{Plan{}, workload, std::move(placement), within_bounds, {}, {}, {}, {}, {}, {}};
+  const auto start = Clock::now();
+  schedule_and_compile(built, options, partial_dtype_of(options, workload.shape().dtype));
+  built.timings.total_ms = ms_since(start);
+  return built;
 }
 
 BuiltPlan build_on_placement(const BuiltPlan& placed, const PlanOptions& options,

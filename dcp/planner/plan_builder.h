@@ -148,6 +148,13 @@ struct BuiltPlan {
 // cannot run on the cluster.
 BuiltPlan build_one_plan(const Workload& workload, const PlanOptions& options);
 
+// dcp's own plan (options.strategy dcp or dcp-pure) on a placement made elsewhere (one kind's
+// of place_kinds, say): the kv kept, both passes' schedules and Programs, partials in
+// partial_dtype_of's dtype; timings count the schedules and compile only. Throws InvalidInput
+// for a static strategy, or a placement that does not fit the workload.
+BuiltPlan build_at_placement(const Workload& workload, Placement placement, bool within_bounds,
+                             const PlanOptions& options);
+
 // dcp's own plan on `placed`'s workload and placement (a plan of build_one_plan's for a dcp
 // strategy), scheduled and compiled again with partials travelling in `partial_dtype`: the kv
 // kept, both passes' schedules and Programs. Its timings count `placed`'s placement as its own.

@@ -60,6 +60,10 @@ PlanHeader read_plan_header(const std::string& path);
 Program read_program(const std::string& path, std::int32_t device, Pass pass,
                      PlanHeader* header = nullptr);
 
+// A file's bytes, for readers of plan files: IoError naming the path if it cannot be read or is
+// a directory.
+std::string read_whole_file(const std::string& path);
+
 // The checksum of the file's header and sections: 64-bit FNV-1a.
 std::uint64_t plan_checksum(std::string_view bytes);
 

@@ -431,6 +431,8 @@ void expect_not_directory(const std::string& path) {
   }
 }
 
+}  // namespace
+
 std::string read_whole_file(const std::string& path) {
   expect_not_directory(path);
   std::ifstream in(path, std::ios::binary);
@@ -443,6 +445,8 @@ std::string read_whole_file(const std::string& path) {
   if (in.bad()) throw IoError(path + ": read error");
   return bytes;
 }
+
+namespace {
 
 // An open plan file that is read in pieces.
 class PlanFileReader {

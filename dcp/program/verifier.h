@@ -98,7 +98,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "dcp/program/model_plan.h"
 #include "dcp/program/program.h"
 
 namespace dcp {
@@ -137,10 +139,28 @@ VerifyReport verify(const Plan& plan);
 // Verifies one pass; the other pass's summary stays empty.
 VerifyReport verify_pass(const Plan& plan, Pass pass);
 
+// A model plan: every kind's plan verified (both passes), then whether the kinds share one token
+// placement (kinds_disagreement; rule `kind-placement`, device -1), checked only when every kind
+// is ok. `first` is the first kind's violation in kind order, then the placement's.
+struct KindVerifyReport {
+  std::string name;
+  std::int32_t layers = 1;
+  VerifyReport report;
+};
+struct ModelVerifyReport {
+  bool ok = true;
+  std::optional<Violation> first;
+  std::string first_kind;  // the kind of `first`; empty for kind-placement
+  std::vector<KindVerifyReport> kinds;
+};
+ModelVerifyReport verify(const ModelPlan& plan);
+
 // The violation as one line: its message and rule, e.g. "device 3 forward instruction 17 (merge):
 // slot 5 holds out(block 12, head 1) ... [use-before-arrival]".
 std::string describe(const Violation& violation);
 // One line: "ok" or the first violation, then each verified pass's figures.
 std::string describe(const VerifyReport& report);
+// One line per kind ("kind 'local' (40 layers): ok; forward: ..."), then the placement's fault.
+std::string describe(const ModelVerifyReport& report);
 
 }  // namespace dcp

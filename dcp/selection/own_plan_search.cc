@@ -12,6 +12,7 @@
 
 #include "dcp/core/error.h"
 
+#include "dcp/planner/model_plan_builder.h"
 #include "dcp/planner/plan_builder.h"
 #include "dcp/program/program_stats.h"
 #include "dcp/selection/plan_search.h"
@@ -21,15 +22,6 @@
 namespace dcp {
 namespace plan_search {
 namespace {
-
-// The workload with every sequence cut into blocks of `block_size` tokens.
-Workload reblocked(const Workload& workload, TokenCount block_size) {
-  std::vector<SequenceMask> masks;
-  masks.reserve(static_cast<std::size_t>(workload.batch().size()));
-  for (SeqIndex seq = 0; seq < workload.batch().size(); ++seq) masks.push_back(workload.mask(seq));
-  return Workload(workload.shape(), workload.batch(), std::move(masks), block_size,
-                  workload.heads().head_block_size());
-}
 
 // Whether any Program of the plan sends a partial output (o, dq, dk, dv) to another device.
 bool sends_partials(const Plan& plan) {

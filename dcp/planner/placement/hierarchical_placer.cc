@@ -61,25 +61,15 @@ PartCaps part_caps(const Hypergraph& graph, std::int32_t parts, double eps_compu
   return caps;
 }
 
-PlacementResult place(const Workload& workload, const PlacementOptions& options) {
-  validate(options);
-  const auto start = Clock::now();
+std::vector<DeviceId> place_vertices(const Hypergraph& graph,
+                                     const std::vector<DeviceId>& zigzag_of,
+                                     const std::vector<std::int64_t>& groups,
+                                     const PlacementOptions& options, PlacementResult& result) {
   const ClusterShape& cluster = options.cluster;
   const std::int32_t nodes = cluster.nodes;
   const std::int32_t per_node = cluster.devices_per_node;
   const std::int32_t devices = cluster.devices();
   const auto partitioner = create_partitioner(options.partitioner);
-
-  PlacementResult result;
-  const BlockHypergraph block_graph = build_block_hypergraph(workload, options.pricing);
-  const Hypergraph& graph = block_graph.graph;
-  result.timings.hypergraph_ms = ms_since(start);
-  // The zigzag placement is the structured starting point each level also refines (a second
-  // V-cycle): sequence locality for short sequences, balanced rows for long ones.
-  const Placement zigzag = zigzag_block_placement(workload, cluster);
-  const std::vector<std::int64_t> groups = head_groups(workload);
-  std::vector<DeviceId> zigzag_of(zigzag.token_block_device);
-  zigzag_of.insert(zigzag_of.end(), zigzag.work_unit_device.begin(), zigzag.work_unit_device.end());
 
   // Step 1: device caps. Compute units are small; memory comes in indivisible token blocks.
   const PartCaps bounds = part_caps(graph, devices, options.eps_compute, options.eps_memory);
@@ -177,9 +167,29 @@ PlacementResult place(const Workload& workload, const PlacementOptions& options)
   }
   result.timings.device_partition_ms = ms_since(device_start);
   result.within_bounds = within;
+  return device_of;
+}
 
+std::vector<DeviceId> zigzag_hint(const Workload& workload, const ClusterShape& cluster) {
+  const Placement zigzag = zigzag_block_placement(workload, cluster);
+  std::vector<DeviceId> hint(zigzag.token_block_device);
+  hint.insert(hint.end(), zigzag.work_unit_device.begin(), zigzag.work_unit_device.end());
+  return hint;
+}
+
+PlacementResult place(const Workload& workload, const PlacementOptions& options) {
+  validate(options);
+  const auto start = Clock::now();
+  PlacementResult result;
+  const BlockHypergraph block_graph = build_block_hypergraph(workload, options.pricing);
+  result.timings.hypergraph_ms = ms_since(start);
+  // The zigzag placement is the structured starting point each level also refines (a second
+  // V-cycle): sequence locality for short sequences, balanced rows for long ones.
+  const std::vector<DeviceId> device_of =
+      place_vertices(block_graph.graph, zigzag_hint(workload, options.cluster),
+                     head_groups(workload), options, result);
   Placement& placement = result.placement;
-  placement.cluster = cluster;
+  placement.cluster = options.cluster;
   placement.token_block_device.assign(device_of.begin(),
                                       device_of.begin() + block_graph.token_blocks);
   placement.work_unit_device.assign(device_of.begin() + block_graph.token_blocks, device_of.end());

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "dcp/planner/partition/partitioner.h"
 #include "dcp/planner/placement/placement.h"
@@ -55,6 +56,18 @@ struct PlacementResult {
 };
 
 PlacementResult place(const Workload& workload, const PlacementOptions& options);
+
+// place()'s partition of any block hypergraph (several kinds' work units around one set of token
+// blocks, say): nodes, then each node's devices, then a repair across nodes; fills `result`'s
+// bounds, node and device timings and within_bounds, and returns every vertex's device.
+// `hint`: a device per vertex to start from and refine; `groups`: PartitionRequest::groups.
+std::vector<DeviceId> place_vertices(const Hypergraph& graph, const std::vector<DeviceId>& hint,
+                                     const std::vector<std::int64_t>& groups,
+                                     const PlacementOptions& options, PlacementResult& result);
+
+// The zigzag placement of `workload` (static_placements.h) as place_vertices's hint: token blocks,
+// then work units.
+std::vector<DeviceId> zigzag_hint(const Workload& workload, const ClusterShape& cluster);
 
 // The caps place() enforces when `graph` is split into `parts` parts (devices, or nodes), in the
 // hypergraph's units: compute (1 + eps_compute) x mean (at least the heaviest work unit), memory

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// dcp's placement of a model with several attention kinds: one placement of the token blocks for
+// every kind, and each kind's work units placed against it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dcp/model/workload.h"
+
+#include "dcp/planner/placement/hierarchical_placer.h"
+
+namespace dcp {
+
+struct KindPlacementResult {
+  // One per kind, in the kinds' order: the same token_block_device in each (tokens never move
+  // between layers), and that kind's own work_unit_device.
+  std::vector<Placement> placements;
+  PlacementTimings timings;
+  // Per kind: the compute cap its devices were held to (its own mean times 1 + eps_compute, or
+  // the joint partition's where that is higher), and whether every device is within it.
+  std::vector<std::int64_t> compute_bounds;
+  std::vector<bool> within_bounds;
+  std::int64_t memory_bound = 0;  // of the token blocks, as place() gives it
+  bool memory_within_bound = true;
+};
+
+// Places the kinds' work units (workloads[k], used by layers[k] layers) around one placement of
+// the token blocks. Step 1 partitions one hypergraph, as place() does: the token blocks once, every
+// kind's work units with their compute weighted by the kind's layer count, every kind's nets with
+// their bytes so weighted (what a training step moves), under the memory cap and a cap on the
+// layer-weighted compute. Step 2 holds each kind to its own compute cap (a layer waits for its
+// slowest device): work units move off a device over it, cheapest in bytes first (the rebalancer),
+// the token blocks staying where step 1 put them.
+// With one kind this is place(): the same placement, bit for bit.
+// Throws InvalidInput unless there is at least one workload, the layer counts match them and are
+// positive, and every workload has the same shape, batch, blocks and head blocking (masks differ).
+KindPlacementResult place_kinds(const std::vector<Workload>& workloads,
+                                const std::vector<std::int32_t>& layers,
+                                const PlacementOptions& options);
+
+// The layer weights step 1 uses: each kind's layer count divided by their greatest common divisor.
+std::vector<std::int64_t> kind_weights(const std::vector<std::int32_t>& layers);
+
+// Throws InvalidInput unless the workloads are the same batch cut into the same blocks and head
+// blocks (they may differ in masks only): what kinds that share a token placement need.
+void check_same_blocks(const std::vector<Workload>& workloads);
+
+}  // namespace dcp

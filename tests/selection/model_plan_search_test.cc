@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+// Plans of a model with several attention kinds: one token placement, each kind's compute
+// balanced on its own, every kind's Programs verified; one kind gives a plan of one mask.
+#include "dcp/selection/model_plan_search.h"
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dcp/core/error.h"
+
+#include "dcp/model/cluster_presets.h"
+#include "dcp/model/mask_spec.h"
+
+#include "dcp/planner/placement/kind_placement.h"
+#include "dcp/program/model_plan_file.h"
+#include "dcp/program/verifier.h"
+#include "dcp/selection/plan_search.h"
+#include "dcp/sim/model_simulation.h"
+
+namespace dcp {
+namespace {
+
+AttentionShape small_shape() {
+  AttentionShape shape;
+  shape.q_heads = 4;
+  shape.kv_heads = 2;
+  shape.head_dim = 16;
+  shape.dtype = DType::kBf16;
+  return shape;
+}
+
+Workload kind_workload(const SequenceBatch& batch, const std::string& spec, TokenCount block) {
+  return Workload(small_shape(), batch, build_batch_mask(parse_mask_spec(spec), batch), block, 1);
+}
+
+std::vector<KindWorkload> global_and_local(const SequenceBatch& batch, TokenCount block,
+                                           std::int32_t global_layers = 1,
+                                           std::int32_t local_layers = 5) {
+  return {{"global", global_layers, kind_workload(batch, "causal", block)},
+          {"local", local_layers, kind_workload(batch, "sliding_window:window=96", block)}};
+}
+
+PlanOptions options_for(Strategy strategy, ClusterShape shape) {
+  PlanOptions options;
+  options.strategy = strategy;
+  options.cluster = cluster_preset("a100-p4de");
+  options.cluster.shape = shape;
+  options.seed = 7;
+  return options;
+}
+
+std::vector<double> kind_compute(const Workload& workload, const Placement& placement) {
+  std::vector<double> load(placement.work_unit_device.empty()
+                               ? 0
+                               : static_cast<std::size_t>(placement.cluster.devices()),
+                           0.0);
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    load[static_cast<std::size_t>(placement.work_unit_device[static_cast<std::size_t>(w)])] +=
+        static_cast<double>(workload.work_unit(w).pairs);
+  }
+  return load;
+}
+
+const SequenceBatch kBatch({1500, 700, 300, 96, 1});
+
+TEST(KindPlacement, OneKindIsPlaceBitForBit) {
+  const Workload workload = kind_workload(kBatch, "causal", 64);
+  PlacementOptions options;
+  options.cluster = {2, 2};
+  options.seed = 3;
+  const PlacementResult alone = place(workload, options);
+  const KindPlacementResult kinds = place_kinds({workload}, {32}, options);
+  ASSERT_EQ(kinds.placements.size(), 1u);
+  EXPECT_EQ(kinds.placements[0].token_block_device, alone.placement.token_block_device);
+  EXPECT_EQ(kinds.placements[0].work_unit_device, alone.placement.work_unit_device);
+}
+
+TEST(KindPlacement, SharesTokensAndBalancesEveryKindOnItsOwn) {
+  const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64);
+  PlacementOptions options;
+  options.cluster = {2, 2};
+  options.seed = 3;
+  const KindPlacementResult placed =
+      place_kinds({kinds[0].workload, kinds[1].workload}, {1, 5}, options);
+  ASSERT_EQ(placed.placements.size(), 2u);
+  EXPECT_EQ(placed.placements[0].token_block_device, placed.placements[1].token_block_device);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const Workload& workload = kinds[k].workload;
+    ASSERT_NO_THROW(validate(placed.placements[k], workload));
+    EXPECT_TRUE(placed.within_bounds[k]) << kinds[k].name;
+    const std::vector<double> load = kind_compute(workload, placed.placements[k]);
+    const double total = static_cast<double>(workload.unmasked_pairs());
+    const double mean = total / static_cast<double>(load.size());
+    // Each kind within its own cap: (1 + eps) x its mean, in pairs x heads per head block.
+    const double cap = static_cast<double>(placed.compute_bounds[k]) /
+                       static_cast<double>(workload.heads().head_block_size());
+    EXPECT_GE(cap, mean);
+    for (const double device : load) EXPECT_LE(device, cap + 1e-9) << kinds[k].name;
+  }
+}
+
+TEST(KindPlacement, RefusesKindsCutIntoOtherBlocks) {
+  PlacementOptions options;
+  options.cluster = {1, 2};
+  EXPECT_THROW(
+      place_kinds({kind_workload(kBatch, "causal", 64), kind_workload(kBatch, "causal", 128)},
+                  {1, 1}, options),
+      InvalidInput);
+  EXPECT_THROW(place_kinds({kind_workload(kBatch, "causal", 64)}, {0}, options), InvalidInput);
+}
+
+TEST(ModelPlanSearch, OneKindGivesThePlanOfOneMaskByteForByte) {
+  const Workload workload = kind_workload(kBatch, "causal", 64);
+  PlanOptions options = options_for(Strategy::kDcp, {2, 2});
+  options.block_sizes = {64, 128};
+  const BuiltPlan alone = build_plan(workload, options);
+  const BuiltModelPlan model = build_model_plan({{"attention", 1, workload}}, options);
+  ASSERT_TRUE(model.plan.is_single_plan());
+  EXPECT_EQ(serialize_model_plan(model.plan), serialize_plan(alone.plan));
+}
+
+TEST(ModelPlanSearch, EveryKindVerifiesOnOneTokenPlacementAndIsDeterministic) {
+  for (const Strategy strategy : {Strategy::kDcp, Strategy::kDcpPure, Strategy::kZigzag}) {
+    PlanOptions options = options_for(strategy, {2, 2});
+    options.block_sizes = {64, 128};
+    const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64);
+    const BuiltModelPlan built = build_model_plan(kinds, options);
+    const std::string what(to_string(strategy));
+    ASSERT_EQ(built.plan.kinds.size(), 2u) << what;
+    EXPECT_EQ(built.plan.kinds[0].name, "global");
+    EXPECT_EQ(built.plan.kinds[1].layers, 5);
+    const ModelVerifyReport report = verify(built.plan);
+    EXPECT_TRUE(report.ok) << what << ": " << describe(report);
+    EXPECT_NO_THROW(check_model_plan(built.plan, "")) << what;
+    // Each kind computes exactly its own mask's work.
+    for (std::size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(report.kinds[k].report.forward.pairs,
+                built.kinds[k].workload.unmasked_pairs() * built.kinds[k].workload.heads().count())
+          << what;
+    }
+    EXPECT_EQ(serialize_model_plan(build_model_plan(kinds, options).plan),
+              serialize_model_plan(built.plan))
+        << what;
+  }
+}
+
+TEST(ModelPlanSearch, KeepsTheFastestSimulatedStepAndNamesIt) {
+  PlanOptions options = options_for(Strategy::kDcp, {2, 2});
+  options.block_sizes = {64, 128};
+  const BuiltModelPlan built = build_model_plan(global_and_local(kBatch, 64, 2, 10), options);
+  ASSERT_FALSE(built.candidates.empty());
+  const sim::ModelSimulation simulation = sim::simulate(built.plan, options.cluster);
+  // dcp's own candidates (one per block size) share its name: the kept one is the fastest.
+  double kept = 1e300, fastest = 1e300;
+  for (const PlanCandidate& c : built.candidates) {
+    if (!c.feasible || !c.simulated) continue;
+    fastest = std::min(fastest, c.seconds());
+    if (c.strategy == built.kept) kept = std::min(kept, c.seconds());
+  }
+  EXPECT_DOUBLE_EQ(kept, fastest);
+  // The step: the sum over kinds of layers x (forward + backward).
+  const double step =
+      2 * simulation.kinds[0].passes.seconds() + 10 * simulation.kinds[1].passes.seconds();
+  EXPECT_DOUBLE_EQ(simulation.step_seconds, step);
+  EXPECT_NEAR(simulation.step_seconds, fastest, 1e-12 * fastest);
+}
+
+ModelPlan two_kind_plan() {
+  PlanOptions options = options_for(Strategy::kDcpPure, {1, 2});
+  return build_model_plan(global_and_local(kBatch, 64), options).plan;
+}
+
+TEST(ModelPlanFile, RoundTripsAndReadsPlainPlanFilesAsOneKind) {
+  const ModelPlan plan = two_kind_plan();
+  const std::string bytes = serialize_model_plan(plan);
+  ASSERT_TRUE(is_kinds_file(bytes));
+  EXPECT_EQ(parse_model_plan(bytes, "model.plan"), plan);
+  const ModelPlan single = single_kind(plan.kinds[0].plan);
+  const std::string plain = serialize_model_plan(single);
+  EXPECT_EQ(plain, serialize_plan(plan.kinds[0].plan));
+  EXPECT_EQ(parse_model_plan(plain, "one.plan"), single);
+}
+
+std::string error_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const InvalidInput& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ModelPlanFile, NamesEveryFault) {
+  const ModelPlan plan = two_kind_plan();
+  const std::string bytes = serialize_model_plan(plan);
+  // A damaged table, a damaged kind and a truncated file.
+  std::string damaged = bytes;
+  damaged[30] = static_cast<char>(damaged[30] ^ 1);
+  EXPECT_NE(error_of([&] { parse_model_plan(damaged, "m.plan"); }).find("checksum"),
+            std::string::npos);
+  damaged = bytes;
+  damaged[bytes.size() - 3] = static_cast<char>(damaged[bytes.size() - 3] ^ 1);
+  EXPECT_NE(error_of([&] { parse_model_plan(damaged, "m.plan"); }).find("kind 'local'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_model_plan(bytes.substr(0, bytes.size() - 5), "m.plan"); }), "");
+  // Kinds named twice, zero layers, an unknown kind asked for.
+  ModelPlan twice = plan;
+  twice.kinds[1].name = "global";
+  EXPECT_NE(error_of([&] { check_model_plan(twice, "m"); }).find("given twice"), std::string::npos);
+  ModelPlan zero = plan;
+  zero.kinds[0].layers = 0;
+  EXPECT_NE(error_of([&] { check_model_plan(zero, "m"); }).find("0 layers"), std::string::npos);
+  EXPECT_NE(error_of([&] { plan.kind("sliding"); }).find("no attention kind 'sliding'"),
+            std::string::npos);
+}
+
+TEST(ModelVerifier, FindsKindsThatDoNotShareTheTokenPlacement) {
+  ModelPlan plan = two_kind_plan();
+  // Device 0's local Programs claim device 1's blocks: each kind alone may still be a plan, but
+  // the tensors one device holds would not serve both kinds.
+  Plan& local = plan.kinds[1].plan;
+  for (Program* program : {&local.forward[0], &local.backward[0]}) {
+    program->owned.pop_back();
+  }
+  const ModelVerifyReport report = verify(plan);
+  ASSERT_FALSE(report.ok);
+  ASSERT_TRUE(report.first.has_value());
+  // The mutation breaks kind 'local' itself (an output is no longer owned) or, where the kind
+  // still verifies, the shared placement.
+  EXPECT_TRUE(report.first_kind == "local" || report.first->rule == "kind-placement")
+      << describe(report);
+  EXPECT_THROW(check_model_plan(plan, "m"), InvalidInput);
+}
+
+TEST(AttentionKinds, ValidateNamesTheOffendingValue) {
+  const SequenceBatch batch({100, 50});
+  const auto masks = build_batch_mask(parse_mask_spec("causal"), batch);
+  const auto other = build_batch_mask(parse_mask_spec("causal"), SequenceBatch({100, 60}));
+  EXPECT_NO_THROW(validate_kinds({{"global", 1, masks}, {"local", 3, masks}}, batch));
+  EXPECT_NE(error_of([&] {
+              validate_kinds({{"a", 1, masks}, {"a", 1, masks}}, batch);
+            }).find("'a' given twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              validate_kinds({{"a", 0, masks}}, batch);
+            }).find("0 layers"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              validate_kinds({{"a", 1, other}}, batch);
+            }).find("60 tokens"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              validate_kinds({{"bad name", 1, masks}}, batch);
+            }).find("bad name"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { validate_kinds({}, batch); }), "");
+}
+
+}  // namespace
+}  // namespace dcp

@@ -14,6 +14,7 @@
 #include "dcp/suites/balance_suite.h"
 #include "dcp/suites/calibration_suite.h"
 #include "dcp/suites/e2e_suite.h"
+#include "dcp/suites/kinds_suite.h"
 #include "dcp/suites/micro_suite.h"
 #include "dcp/suites/paper_suite.h"
 #include "dcp/suites/planning_suite.h"
@@ -112,13 +113,17 @@ void write_json(const Args& args, Records records, std::ostream& out) {
 
 int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const std::vector<FlagSpec> specs = {
-      {"--suite", "NAME", "micro | paper | e2e | calibration | planning | balance [micro]"},
+      {"--suite", "NAME", "micro | paper | e2e | calibration | planning | balance | kinds [micro]"},
+      {"--models", "LIST",
+       "kinds: hybrid-attention models [gemma3-w1024,gemma3-w4096,alternating-w128]"},
       {"--batches", "N",
        "batches per configuration [3; e2e 2; planning 50 per shape, dataset and mask]"},
-      {"--datasets", "LIST", "micro, planning, balance: length distributions [ldc,longalign]"},
+      {"--datasets", "LIST",
+       "micro, planning, balance, kinds: length distributions [ldc,longalign]"},
       {"--dataset", "NAME", "calibration: length distribution [ldc]"},
       {"--scales", "LIST",
-       "micro, planning, balance: length scales [0.5,1,2,4]; planning: batches go round-robin "
+       "micro, planning, balance, kinds: length scales [0.5,1,2,4]; planning: batches go "
+       "round-robin "
        "over them"},
       {"--shapes", "LIST", "planning: nodes x devices per node [4x8,8x8]"},
       {"--masks", "LIST",
@@ -157,7 +162,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const Args args(specs, argv);
   if (args.flag("--help")) {
     out << format_help(
-        "dcp bench --suite micro|paper|e2e|calibration|planning|balance [flags]",
+        "dcp bench --suite micro|paper|e2e|calibration|planning|balance|kinds [flags]",
         "micro: the DCP paper's attention micro-benchmark under the simulator: datasets x "
         "length scales x masks x strategies on 4 x 8 A100s (a100-p4de), 131072-token batches; "
         "reports micro_bench.md and two SVG charts. paper: every cell the DCP paper measured "
@@ -170,7 +175,11 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
         "calibration.md with the error distribution. planning: the wall-clock time of "
         "planning each batch with dcp-pure and dcp on one thread, as median, p90 and max; reports "
         "planning_time.md. balance: dcp-pure's plan of each batch at several compute balances "
-        "(bytes between nodes, imbalance, simulated time); reports balance_bench.md. "
+        "(bytes between nodes, imbalance, simulated time); reports balance_bench.md. kinds: "
+        "hybrid-attention models (sliding-window and full layers) on the micro-benchmark's "
+        "batches: dcp's plan of every kind on one token placement against a placement per kind "
+        "re-dispatched between layers, one mask's placement for every layer and the static "
+        "strategies, simulated per training step, with planning times; reports kinds_bench.md. "
         "Reports are written only into --out-dir (the repository's own: --out-dir docs). "
         "Progress goes to stderr.",
         specs);
@@ -384,8 +393,43 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     out << markdown;
     return 0;
   }
+  if (suite == "kinds") {
+    for (const char* flag : {"--dataset", "--strategies", "--static-dp", "--fit", "--masks"}) {
+      if (args.has(flag)) {
+        throw UsageError(std::string(flag) +
+                         " does not apply to --suite kinds (its models fix "
+                         "the masks; dcp and the baselines are compared)");
+      }
+    }
+    suites::KindsOptions options;
+    options.datasets = list_flag<LengthDistributionKind>(args, "--datasets", "ldc,longalign",
+                                                         parse_length_distribution);
+    options.scales = scales_from(args);
+    const std::vector<suites::KindModel> known = suites::default_kind_models();
+    options.models = list_flag<suites::KindModel>(
+        args, "--models", "gemma3-w1024,gemma3-w4096,alternating-w128", [&](std::string_view n) {
+          for (const suites::KindModel& model : known) {
+            if (model.name == n) return model;
+          }
+          throw InvalidInput("no model " + dcp::quoted(n) +
+                             " (gemma3-w1024, gemma3-w4096, alternating-w128)");
+        });
+    set_batch_flags(options, args, batches, seed);
+    options.threads = threads_from(args);
+    prepare_outputs(args);
+    std::cerr << "dcp bench kinds: " << options.models.size() << " models x "
+              << options.datasets.size() << " datasets x " << options.scales.size() << " scales x "
+              << options.batches << " batches on " << options.cluster.name << "\n";
+    const std::vector<suites::KindsRecord> records = suites::run_kinds_suite(options, std::cerr);
+    const std::string markdown = suites::kinds_markdown(options, records, command_line(argv));
+    write_json(
+        args, [&] { return suites::kinds_records_json(records); }, out);
+    write_report(args, "kinds_bench.md", markdown, out);
+    out << markdown;
+    return 0;
+  }
   throw UsageError("--suite " + dcp::quoted(suite) +
-                   ": expected micro, paper, e2e, calibration, planning or balance");
+                   ": expected micro, paper, e2e, calibration, planning, balance or kinds");
 }
 
 }  // namespace dcp::cli

@@ -41,6 +41,26 @@ std::vector<KindWorkload> reblocked(const std::vector<KindWorkload>& kinds, Toke
   return result;
 }
 
+std::vector<KindWorkload> on_blocks_of(const Workload& base,
+                                       const std::vector<KindWorkload>& kinds) {
+  const BlockLayout& blocks = base.blocks();
+  std::vector<TokenCount> sizes;
+  for (SeqIndex seq = 0; seq < base.batch().size(); ++seq) {
+    sizes.push_back(blocks.block(blocks.block_id(seq, 0)).tokens);
+  }
+  std::vector<KindWorkload> result;
+  for (const KindWorkload& kind : kinds) {
+    std::vector<SequenceMask> masks;
+    for (SeqIndex seq = 0; seq < kind.workload.batch().size(); ++seq) {
+      masks.push_back(kind.workload.mask(seq));
+    }
+    result.push_back({kind.name, kind.layers,
+                      Workload(base.shape(), base.batch(), std::move(masks), sizes,
+                               base.heads().head_block_size())});
+  }
+  return result;
+}
+
 BuiltModelPlan build_one_model_plan(const std::vector<KindWorkload>& kinds,
                                     const PlanOptions& options) {
   const auto start = Clock::now();
@@ -50,12 +70,7 @@ BuiltModelPlan build_one_model_plan(const std::vector<KindWorkload>& kinds,
   if (is_dcp(options.strategy) && kinds.size() > 1) {
     validate(options.cluster);
     validate(options.schedule);
-    PlacementOptions placement_options = options.placement;
-    placement_options.cluster = options.cluster.shape;
-    placement_options.seed = options.seed;
-    placement_options.pricing.kv_kept_for_backward = options.kept_kv_budget == kKeepAllKv;
-    placement_options.pricing.partial_dtype =
-        partial_dtype_of(options, workloads.front().shape().dtype);
+    const PlacementOptions placement_options = placement_options_of(options, workloads.front());
     std::vector<std::int32_t> layers;
     for (const KindWorkload& kind : kinds) layers.push_back(kind.layers);
     KindPlacementResult placed = place_kinds(workloads, layers, placement_options);

@@ -46,5 +46,9 @@ BuiltModelPlan build_one_model_plan(const std::vector<KindWorkload>& kinds,
 std::vector<KindWorkload> reblocked(const std::vector<KindWorkload>& kinds, TokenCount block_size);
 // One workload cut into blocks of `block_size` tokens (its mask, shape and head blocks kept).
 Workload reblocked(const Workload& workload, TokenCount block_size);
+// The kinds cut into `base`'s blocks (each sequence at base's size for it: a static layout's
+// chunks too). Throws InvalidInput unless the kinds are of base's batch and shape.
+std::vector<KindWorkload> on_blocks_of(const Workload& base,
+                                       const std::vector<KindWorkload>& kinds);
 
 }  // namespace dcp

@@ -71,16 +71,21 @@ DType partial_dtype_of(const PlanOptions& options, DType storage) {
   return is_dcp(options.strategy) || options.strategy == Strategy::kTe ? storage : DType::kFp32;
 }
 
+PlacementOptions placement_options_of(const PlanOptions& options, const Workload& workload) {
+  PlacementOptions placement = options.placement;
+  placement.cluster = options.cluster.shape;
+  placement.seed = options.seed;
+  placement.pricing.kv_kept_for_backward = options.kept_kv_budget == kKeepAllKv;
+  placement.pricing.partial_dtype = partial_dtype_of(options, workload.shape().dtype);
+  return placement;
+}
+
 BuiltPlan build_one_plan(const Workload& workload, const PlanOptions& options) {
   validate(options.cluster);
   validate(options.schedule);
   const auto start = Clock::now();
   if (is_dcp(options.strategy)) {
-    PlacementOptions placement_options = options.placement;
-    placement_options.cluster = options.cluster.shape;
-    placement_options.seed = options.seed;
-    placement_options.pricing.kv_kept_for_backward = options.kept_kv_budget == kKeepAllKv;
-    placement_options.pricing.partial_dtype = partial_dtype_of(options, workload.shape().dtype);
+    const PlacementOptions placement_options = placement_options_of(options, workload);
     PlacementResult placed = place(workload, placement_options);
     BuiltPlan built{
         Plan{}, workload, std::move(placed.placement), placed.within_bounds, {}, {}, {}, {},

@@ -63,6 +63,10 @@ struct PlanOptions {
 // (the systems they stand for accumulate and send partials in fp32).
 DType partial_dtype_of(const PlanOptions& options, DType storage);
 
+// The placement options dcp's plans of `workload` are placed with under `options`: its placement
+// options with its cluster, seed, kept kv and partial dtype.
+PlacementOptions placement_options_of(const PlanOptions& options, const Workload& workload);
+
 struct PlanTimings {
   double partition_ms = 0;  // dcp's placement, or the static strategy's layout and schedules
   double schedule_forward_ms = 0;

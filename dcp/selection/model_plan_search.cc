@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
+// dcp's search for the plan of a model with several attention kinds.
 #include "dcp/selection/model_plan_search.h"
 
 #include <algorithm>
-#include <bit>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "dcp/core/error.h"
 #include "dcp/core/timing.h"
 
+#include "dcp/planner/placement/kind_placement.h"
 #include "dcp/selection/plan_search.h"
 #include "dcp/sim/model_simulation.h"
 
@@ -30,6 +32,20 @@ PlanCandidate simulated(const BuiltModelPlan& built, std::string strategy,
   return candidate;
 }
 
+// The same for kinds whose passes are simulated already, one per kind in order.
+PlanCandidate with_times(const BuiltModelPlan& built, std::string strategy,
+                         const std::vector<sim::PlanSimulation>& times) {
+  PlanCandidate candidate;
+  candidate.strategy = std::move(strategy);
+  for (std::size_t k = 0; k < times.size(); ++k) {
+    const std::int32_t layers = built.plan.kinds[k].layers;
+    candidate.forward_seconds += layers * times[k].forward.seconds;
+    candidate.backward_seconds += layers * times[k].backward.seconds;
+  }
+  candidate.estimate_seconds = candidate.seconds();
+  return candidate;
+}
+
 BuiltModelPlan one_kind(const KindWorkload& kind, const PlanOptions& options) {
   BuiltPlan built = build_plan(kind.workload, options);
   BuiltModelPlan result;
@@ -42,7 +58,94 @@ BuiltModelPlan one_kind(const KindWorkload& kind, const PlanOptions& options) {
   return result;
 }
 
+void add_timings(PlanTimings& total, const PlanTimings& part) {
+  total.partition_ms += part.partition_ms;
+  total.schedule_forward_ms += part.schedule_forward_ms;
+  total.schedule_backward_ms += part.schedule_backward_ms;
+  total.compile_ms += part.compile_ms;
+}
+
+// build_on_base; with `times`, each kind's simulated passes (the simulations that chose its
+// plan, so that the search need not simulate them again).
+BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
+                       const std::vector<KindWorkload>& kinds, const PlanOptions& options,
+                       bool balance, std::vector<sim::PlanSimulation>* times) {
+  const auto start = Clock::now();
+  BuiltModelPlan result;
+  const std::string& strategy = base.plan.header.strategy;
+  const std::string prefix = "dcp/";
+  const bool static_base = strategy.rfind(prefix, 0) == 0;
+  const std::vector<KindWorkload> cut = static_base ? kinds : on_blocks_of(base.workload, kinds);
+  const auto keep = [&](BuiltPlan built, std::optional<sim::PlanSimulation> time) {
+    if (times != nullptr) {
+      times->push_back(time ? std::move(*time) : sim::simulate(built.plan, options.cluster));
+    }
+    result.kinds.push_back(std::move(built));
+  };
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    if (k == base_kind) {
+      keep(base, std::nullopt);
+      continue;
+    }
+    if (static_base) {
+      // A static layout ignores the mask: it runs every kind as it is.
+      PlanOptions static_options = options;
+      static_options.strategy = parse_strategy(strategy.substr(prefix.size()));
+      BuiltPlan built = build_one_plan(kinds[k].workload, static_options);
+      built.plan.header.strategy = strategy;
+      keep(std::move(built), std::nullopt);
+      continue;
+    }
+    const Workload& workload = cut[k].workload;
+    PlanOptions own = options;
+    own.strategy = Strategy::kDcpPure;
+    own.partial_dtype = base.plan.header.partial_dtype;
+    Placement follow = follow_placement(base.workload, base.placement, workload);
+    std::optional<BuiltPlan> built;
+    std::optional<sim::PlanSimulation> time;
+    if (balance) {
+      const PlacementResult balanced =
+          balanced_on_tokens(workload, follow, placement_options_of(own, workload));
+      BuiltPlan even =
+          build_at_placement(workload, balanced.placement, balanced.within_bounds, own);
+      even.timings.partition_ms = balanced.timings.total_ms;
+      time = sim::simulate(even.plan, options.cluster);
+      built.emplace(std::move(even));
+    }
+    BuiltPlan followed = build_at_placement(workload, std::move(follow), true, own);
+    sim::PlanSimulation followed_time = sim::simulate(followed.plan, options.cluster);
+    if (!built || followed_time.seconds() <= time->seconds()) {
+      built.emplace(std::move(followed));
+      time = std::move(followed_time);
+    }
+    built->plan.header.strategy = strategy;
+    keep(std::move(*built), std::move(time));
+  }
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    if (k != base_kind) add_timings(result.timings, result.kinds[k].timings);
+    result.placement_within_bounds =
+        result.placement_within_bounds && result.kinds[k].placement_within_bounds;
+    result.plan.kinds.push_back({kinds[k].name, kinds[k].layers, result.kinds[k].plan});
+  }
+  result.timings.total_ms = ms_since(start);
+  return result;
+}
+
 }  // namespace
+
+std::size_t densest_kind(const std::vector<KindWorkload>& kinds) {
+  std::size_t densest = 0;
+  for (std::size_t k = 1; k < kinds.size(); ++k) {
+    if (kinds[k].workload.unmasked_pairs() > kinds[densest].workload.unmasked_pairs()) densest = k;
+  }
+  return densest;
+}
+
+BuiltModelPlan build_on_base(const BuiltPlan& base, std::size_t base_kind,
+                             const std::vector<KindWorkload>& kinds, const PlanOptions& options,
+                             bool balance) {
+  return on_base(base, base_kind, kinds, options, balance, nullptr);
+}
 
 BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
                                 const PlanOptions& options) {
@@ -50,14 +153,10 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   if (kinds.size() == 1) return one_kind(kinds.front(), options);
   if (!is_dcp(options.strategy)) return build_one_model_plan(kinds, options);
   const auto start = Clock::now();
-  const Workload& first = kinds.front().workload;
-  const auto top = static_cast<TokenCount>(std::bit_ceil(
-      static_cast<std::uint64_t>(std::max<TokenCount>(1, first.batch().max_length()))));
-  std::vector<TokenCount> sizes;
-  for (const TokenCount size : options.block_sizes) {
-    if (size < 1) throw InvalidInput("block size " + std::to_string(size) + " is not positive");
-    const TokenCount effective = std::min(size, top);
-    if (std::find(sizes.begin(), sizes.end(), effective) == sizes.end()) sizes.push_back(effective);
+  {
+    std::vector<Workload> workloads;
+    for (const KindWorkload& kind : kinds) workloads.push_back(kind.workload);
+    check_same_blocks(workloads);
   }
   std::optional<BuiltModelPlan> best;
   std::vector<PlanCandidate> candidates;
@@ -70,30 +169,43 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
       best->kept = candidate.strategy;
     }
   };
-  const std::string own(to_string(options.strategy));
-  // dcp's own plans are named by their block size: "dcp (block 2048)".
-  const auto own_at = [&](TokenCount size) {
-    return own + " (block " + std::to_string(size) + ")";
-  };
-  if (sizes.empty()) {
-    BuiltModelPlan built = build_one_model_plan(kinds, options);
-    PlanCandidate candidate =
-        simulated(built, own_at(first.blocks().block_size()), options.cluster);
-    consider(std::move(built), std::move(candidate));
+  // 1. The densest kind planned alone, with dcp's whole search; every other kind on its token
+  // placement.
+  const std::size_t anchor = densest_kind(kinds);
+  const BuiltPlan base = build_plan(kinds[anchor].workload, options);
+  std::vector<sim::PlanSimulation> times;
+  BuiltModelPlan following = on_base(base, anchor, kinds, options, true, &times);
+  add_timings(following.timings, base.timings);
+  const TokenCount base_block = base.workload.blocks().block_size();
+  // Where the anchor's plan is a partition (every sequence cut into blocks of one size), not a
+  // static strategy or a structured layout's chunks.
+  bool uniform_blocks = base.plan.header.strategy == to_string(options.strategy);
+  for (SeqIndex seq = 0; uniform_blocks && seq < base.workload.batch().size(); ++seq) {
+    const BlockLayout& blocks = base.workload.blocks();
+    uniform_blocks = blocks.block(blocks.block_id(seq, 0)).tokens ==
+                     std::min(base_block, base.workload.batch().length(seq));
   }
-  for (const TokenCount size : sizes) {
+  PlanCandidate candidate = with_times(
+      following, base.plan.header.strategy + " (on " + kinds[anchor].name + "'s placement)", times);
+  consider(std::move(following), std::move(candidate));
+  // 2. dcp's joint placement of every kind at the block size the anchor's search chose.
+  if (uniform_blocks) {
     std::optional<std::vector<KindWorkload>> cut;
     try {
-      cut.emplace(reblocked(kinds, size));
+      cut.emplace(reblocked(kinds, base_block));
     } catch (const InvalidInput&) {
-      // Too many blocks or tiles at this size: a larger size may still fit.
-      if (size == sizes.back() && !best) throw;
-      continue;
     }
-    BuiltModelPlan built = build_one_model_plan(*cut, options);
-    PlanCandidate candidate = simulated(built, own_at(size), options.cluster);
-    consider(std::move(built), std::move(candidate));
+    if (cut) {
+      BuiltModelPlan joint = build_one_model_plan(*cut, options);
+      PlanCandidate joint_candidate =
+          simulated(joint,
+                    std::string(to_string(options.strategy)) + " (joint placement, block " +
+                        std::to_string(base_block) + ")",
+                    options.cluster);
+      consider(std::move(joint), std::move(joint_candidate));
+    }
   }
+  // 3. Every static strategy for every kind.
   if (options.strategy == Strategy::kDcp) {
     for (const Strategy strategy : kStaticStrategies) {
       PlanOptions static_options = options;
@@ -123,11 +235,11 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
         candidates.push_back(std::move(screened));
         continue;
       }
-      PlanCandidate candidate = simulated(*built, name, options.cluster);
-      if (candidate.seconds() < best_seconds) {
+      PlanCandidate static_candidate = simulated(*built, name, options.cluster);
+      if (static_candidate.seconds() < best_seconds) {
         for (KindPlan& kind : built->plan.kinds) kind.plan.header.strategy = "dcp/" + name;
       }
-      consider(std::move(*built), std::move(candidate));
+      consider(std::move(*built), std::move(static_candidate));
     }
   }
   best->candidates = std::move(candidates);

@@ -3,6 +3,7 @@
 // training step (the sum over kinds of layers x forward and backward time).
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 #include "dcp/planner/model_plan_builder.h"
@@ -10,13 +11,33 @@
 namespace dcp {
 
 // One kind: build_plan's plan and search (the same plan bytes as a plan of one mask), under the
-// kind's name and layer count. Several kinds, strategy kDcp or kDcpPure: dcp's plan of the kinds
-// (build_one_model_plan) at each of PlanOptions::block_sizes (capped, as build_plan caps them,
-// at the longest sequence's next power of two), or at the workloads' own blocks when none are
-// given; the fastest simulated step is kept. kDcp also plans every static strategy that can run
-// on the cluster for all kinds and keeps it where its step is faster (the kept plan's headers
-// then name "dcp/<strategy>"), so dcp is never slower than a static strategy under the cost
-// model. A static strategy: its plan of every kind. Throws InvalidInput as build_one_model_plan.
+// kind's name and layer count. Several kinds, strategy kDcp or kDcpPure, the fastest simulated
+// step of:
+//   1. the densest kind (densest_kind) planned alone by build_plan, with all of its search (block
+//      sizes, balances, structured layouts, and for kDcp the static strategies), and every other
+//      kind on its token placement (build_on_base, balanced);
+//   2. where 1's plan is a partition at one block size, dcp's joint placement of every kind at that
+//      size (build_one_model_plan);
+//   3. kDcp: every static strategy that can run on the cluster, for every kind (the kept plan's
+//      headers then name "dcp/<strategy>"), screened by a lower bound as build_plan screens them.
+// So dcp is never slower under the cost model than one mask's plan run for every layer, nor than a
+// static strategy. Candidates are named by how they were made, e.g. "dcp (on full's placement)".
+// A static strategy: its plan of every kind. Throws InvalidInput as build_one_model_plan.
 BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds, const PlanOptions& options);
+
+// The kind with the most unmasked pairs (the first on a tie): the full layers of a model with
+// sliding-window ones. Its placement is the hardest to balance (a dense mask's work grows with the
+// square of a sequence, a window's with its length), so the others follow it.
+std::size_t densest_kind(const std::vector<KindWorkload>& kinds);
+
+// Every kind on `base`'s token placement, base being a plan of kinds[base_kind] (of build_plan or
+// build_one_plan, its workload cut as it was): a static strategy's plan ("dcp/<strategy>", or the
+// strategy itself) runs every kind with that strategy; a plan of dcp's own runs every other kind
+// with the same token blocks, each work unit where base computes the same tile (follow_placement)
+// or, with `balance`, also held to its kind's compute caps (balanced_on_tokens), whichever
+// simulates faster. Timings count the other kinds only. Throws InvalidInput as the planner does.
+BuiltModelPlan build_on_base(const BuiltPlan& base, std::size_t base_kind,
+                             const std::vector<KindWorkload>& kinds, const PlanOptions& options,
+                             bool balance);
 
 }  // namespace dcp

@@ -3,13 +3,16 @@
 #include "dcp/planner/placement/kind_placement.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
 
 #include "dcp/core/error.h"
 #include "dcp/core/timing.h"
 
+#include "dcp/planner/partition/fm_refiner.h"
 #include "dcp/planner/partition/partitioned_hypergraph.h"
 #include "dcp/planner/partition/rebalancer.h"
 #include "dcp/planner/placement/block_hypergraph.h"
@@ -54,40 +57,44 @@ void check_same_blocks(const std::vector<Workload>& workloads) {
   }
 }
 
-KindPlacementResult place_kinds(const std::vector<Workload>& workloads,
-                                const std::vector<std::int32_t>& layers,
-                                const PlacementOptions& options) {
-  validate(options);
-  check_same_blocks(workloads);
-  if (layers.size() != workloads.size()) {
-    throw InvalidInput(std::to_string(layers.size()) + " layer counts for " +
-                       std::to_string(workloads.size()) + " attention kinds");
-  }
-  const std::vector<std::int64_t> weights = kind_weights(layers);
-  KindPlacementResult result;
-  if (workloads.size() == 1) {
-    PlacementResult placed = place(workloads.front(), options);
-    result.placements.push_back(std::move(placed.placement));
-    result.timings = placed.timings;
-    result.compute_bounds.push_back(placed.compute_bound);
-    result.within_bounds.push_back(placed.within_bounds);
-    result.memory_bound = placed.memory_bound;
-    result.memory_within_bound = placed.within_bounds;
-    return result;
-  }
-  const auto start = Clock::now();
+namespace {
 
-  // Step 1: one hypergraph. Vertices: the token blocks, then each kind's work units; nets: each
-  // kind's, on the shared token block vertices.
-  std::vector<BlockHypergraph> graphs;
-  for (const Workload& workload : workloads) {
-    graphs.push_back(build_block_hypergraph(workload, options.pricing));
+Weight scaled_mean(Weight total, double factor, std::int32_t parts) {
+  return static_cast<Weight>(std::floor(static_cast<double>(total) * factor / parts));
+}
+
+// Rebalances and refines `parts` (each vertex's part among `count`) under compute caps `compute`
+// per part, the token blocks held where they are: a part's memory cap is the memory it holds, so
+// no token block fits anywhere else, and work units (no memory) move freely. Returns whether
+// every part is within its compute cap.
+bool refine_work(const Hypergraph& graph, PartId count, std::vector<PartId>& parts,
+                 const std::vector<Weight>& compute) {
+  PartitionedHypergraph partition(graph, count, std::move(parts));
+  std::vector<VertexWeight> caps;
+  for (PartId p = 0; p < count; ++p) {
+    caps.push_back({compute[static_cast<std::size_t>(p)], partition.part_weight(p).memory});
   }
+  bool within = true;
+  for (PartId p = 0; p < count; ++p) {
+    within =
+        within && partition.part_weight(p).compute <= caps[static_cast<std::size_t>(p)].compute;
+  }
+  if (!within) within = rebalance(partition, caps);
+  fm_refine(partition, caps, FmOptions{});
+  parts.assign(partition.parts().begin(), partition.parts().end());
+  return within;
+}
+
+// Step 1, joint: one hypergraph with the token blocks once, every kind's work units with their
+// compute weighted by the kind's layers, every kind's nets so weighted, partitioned as place()
+// partitions one kind's.
+void joint_placement(const std::vector<Workload>& workloads,
+                     const std::vector<BlockHypergraph>& graphs,
+                     const std::vector<std::int64_t>& weights, const PlacementOptions& options,
+                     std::vector<std::vector<PartId>>& device_of, KindPlacementResult& result) {
   const BlockId token_blocks = graphs.front().token_blocks;
   Hypergraph::Builder builder;
-  for (BlockId b = 0; b < token_blocks; ++b) {
-    builder.add_vertex(graphs.front().graph.weight(b));
-  }
+  for (BlockId b = 0; b < token_blocks; ++b) builder.add_vertex(graphs.front().graph.weight(b));
   std::vector<VertexId> offsets;  // each kind's first work unit vertex
   std::vector<DeviceId> hint;
   std::vector<std::int64_t> groups(static_cast<std::size_t>(token_blocks), -1);
@@ -99,7 +106,7 @@ KindPlacementResult place_kinds(const std::vector<Workload>& workloads,
     offsets.push_back(next);
     if (graph.total_weight().compute > limit / weights[k]) {
       throw InvalidInput("attention kind " + std::to_string(k) + ": its compute times " +
-                         std::to_string(layers[k]) + " layers is too large to place");
+                         std::to_string(weights[k]) + " is too large to place");
     }
     for (VertexId v = token_blocks; v < graph.vertex_count(); ++v) {
       builder.add_vertex({graph.weight(v).compute * weights[k], 0});
@@ -128,54 +135,187 @@ KindPlacementResult place_kinds(const std::vector<Workload>& workloads,
     }
   }
   const Hypergraph joint = std::move(builder).build();
-  result.timings.hypergraph_ms = ms_since(start);
   PlacementResult joint_result;
-  const std::vector<DeviceId> device_of =
-      place_vertices(joint, hint, groups, options, joint_result);
+  const std::vector<DeviceId> device = place_vertices(joint, hint, groups, options, joint_result);
   result.timings.node_partition_ms = joint_result.timings.node_partition_ms;
+  result.timings.device_partition_ms = joint_result.timings.device_partition_ms;
   result.memory_bound = joint_result.memory_bound;
+  for (std::size_t k = 0; k < workloads.size(); ++k) {
+    device_of[k].assign(device.begin(), device.begin() + token_blocks);
+    const auto first = device.begin() + offsets[k];
+    device_of[k].insert(device_of[k].end(), first,
+                        first + (graphs[k].graph.vertex_count() - token_blocks));
+  }
+}
 
-  // Step 2: each kind within its own compute cap, its token blocks fixed (no memory moves: the
-  // memory cap is out of reach, and the rebalancer moves work units only for compute).
+}  // namespace
+
+bool balance_kind(const Hypergraph& graph, std::vector<PartId>& device,
+                  const PlacementOptions& options, std::int64_t& compute_bound) {
+  const ClusterShape& cluster = options.cluster;
+  const std::int32_t devices = cluster.devices();
+  const std::int32_t per_node = cluster.devices_per_node;
+  const PartCaps device_caps = part_caps(graph, devices, options.eps_compute, options.eps_memory);
+  compute_bound = device_caps.compute;
+  // As place() splits the slack: nodes at (1 + d), devices at (1 + d) x their node's mean.
+  const double split = std::sqrt(1 + options.eps_compute) - 1;
+  if (cluster.nodes > 1) {
+    std::vector<PartId> node(device.size());
+    for (std::size_t v = 0; v < device.size(); ++v) node[v] = cluster.node_of(device[v]);
+    const Weight node_cap = part_caps(graph, cluster.nodes, split, options.eps_memory).compute;
+    const std::vector<PartId> before = node;
+    refine_work(graph, cluster.nodes, node,
+                std::vector<Weight>(static_cast<std::size_t>(cluster.nodes), node_cap));
+    for (std::size_t v = 0; v < device.size(); ++v) {
+      // A work unit that changed node starts at the same local device there.
+      if (node[v] != before[v]) device[v] = node[v] * per_node + device[v] % per_node;
+    }
+  }
+  bool within = true;
+  std::vector<VertexId> local_id(static_cast<std::size_t>(graph.vertex_count()), -1);
+  for (std::int32_t n = 0; n < cluster.nodes; ++n) {
+    std::vector<VertexId> members;
+    Hypergraph::Builder builder;
+    Weight node_compute = 0;
+    for (VertexId v = 0; v < graph.vertex_count(); ++v) {
+      if (cluster.node_of(device[static_cast<std::size_t>(v)]) != n) continue;
+      local_id[static_cast<std::size_t>(v)] = static_cast<VertexId>(members.size());
+      members.push_back(v);
+      builder.add_vertex(graph.weight(v));
+      node_compute += graph.weight(v).compute;
+    }
+    std::vector<VertexId> pins;
+    for (NetId e = 0; e < graph.net_count(); ++e) {
+      pins.clear();
+      for (const VertexId v : graph.pins(e)) {
+        if (cluster.node_of(device[static_cast<std::size_t>(v)]) == n) {
+          pins.push_back(local_id[static_cast<std::size_t>(v)]);
+        }
+      }
+      if (pins.size() >= 2) builder.add_net(graph.net_weight(e), pins);
+    }
+    const Hypergraph sub = std::move(builder).build();
+    std::vector<PartId> parts;
+    for (const VertexId v : members)
+      parts.push_back(device[static_cast<std::size_t>(v)] % per_node);
+    const Weight cap =
+        std::max(device_caps.compute, scaled_mean(node_compute, 1 + split, per_node));
+    compute_bound = std::max(compute_bound, cap);
+    if (per_node > 1) {
+      within = refine_work(sub, per_node, parts,
+                           std::vector<Weight>(static_cast<std::size_t>(per_node), cap)) &&
+               within;
+    } else {
+      within = within && node_compute <= cap;
+    }
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      device[static_cast<std::size_t>(members[i])] = n * per_node + parts[i];
+    }
+  }
+  return within;
+}
+
+KindPlacementResult place_kinds(const std::vector<Workload>& workloads,
+                                const std::vector<std::int32_t>& layers,
+                                const PlacementOptions& options) {
+  validate(options);
+  check_same_blocks(workloads);
+  if (layers.size() != workloads.size()) {
+    throw InvalidInput(std::to_string(layers.size()) + " layer counts for " +
+                       std::to_string(workloads.size()) + " attention kinds");
+  }
+  const std::vector<std::int64_t> weights = kind_weights(layers);
+  KindPlacementResult result;
+  if (workloads.size() == 1) {
+    PlacementResult placed = place(workloads.front(), options);
+    result.placements.push_back(std::move(placed.placement));
+    result.timings = placed.timings;
+    result.compute_bounds.push_back(placed.compute_bound);
+    result.within_bounds.push_back(placed.within_bounds);
+    result.memory_bound = placed.memory_bound;
+    result.memory_within_bound = placed.within_bounds;
+    return result;
+  }
+  const auto start = Clock::now();
+  std::vector<BlockHypergraph> graphs;
+  for (const Workload& workload : workloads) {
+    graphs.push_back(build_block_hypergraph(workload, options.pricing));
+  }
+  const BlockId token_blocks = graphs.front().token_blocks;
+  result.timings.hypergraph_ms = ms_since(start);
+  // Every kind's vertices' devices: the token blocks, then the kind's work units.
+  std::vector<std::vector<PartId>> device_of(workloads.size());
+  joint_placement(workloads, graphs, weights, options, device_of, result);
   const auto kind_start = Clock::now();
-  const std::int32_t devices = options.cluster.devices();
-  std::vector<DeviceId> token_device(device_of.begin(), device_of.begin() + token_blocks);
-  std::vector<Weight> memory(static_cast<std::size_t>(devices), 0);
+  const std::vector<PartId> token_device(device_of.front().begin(),
+                                         device_of.front().begin() + token_blocks);
+  std::vector<Weight> memory(static_cast<std::size_t>(options.cluster.devices()), 0);
   for (BlockId b = 0; b < token_blocks; ++b) {
     memory[static_cast<std::size_t>(token_device[static_cast<std::size_t>(b)])] +=
-        joint.weight(b).memory;
+        graphs.front().graph.weight(b).memory;
   }
   for (const Weight used : memory) {
     result.memory_within_bound = result.memory_within_bound && used <= result.memory_bound;
   }
+  // Step 2: each kind within its own compute cap, the token blocks fixed.
   for (std::size_t k = 0; k < workloads.size(); ++k) {
-    const Hypergraph& graph = graphs[k].graph;
-    std::vector<PartId> parts(token_device.begin(), token_device.end());
-    for (VertexId v = token_blocks; v < graph.vertex_count(); ++v) {
-      parts.push_back(device_of[static_cast<std::size_t>(offsets[k] + (v - token_blocks))]);
-    }
-    const PartCaps caps = part_caps(graph, devices, options.eps_compute, options.eps_memory);
-    PartitionedHypergraph partition(graph, devices, std::move(parts));
-    bool within = true;
-    for (PartId p = 0; p < devices; ++p)
-      within = within && partition.part_weight(p).compute <= caps.compute;
-    if (!within) {
-      const std::vector<VertexWeight> cap(static_cast<std::size_t>(devices),
-                                          VertexWeight{caps.compute, limit});
-      within = rebalance(partition, cap);
-    }
+    std::int64_t bound = 0;
+    const bool within = balance_kind(graphs[k].graph, device_of[k], options, bound);
     Placement placement;
     placement.cluster = options.cluster;
-    placement.token_block_device = token_device;
-    placement.work_unit_device.assign(partition.parts().begin() + token_blocks,
-                                      partition.parts().end());
+    placement.token_block_device.assign(token_device.begin(), token_device.end());
+    placement.work_unit_device.assign(device_of[k].begin() + token_blocks, device_of[k].end());
     result.placements.push_back(std::move(placement));
-    result.compute_bounds.push_back(caps.compute);
+    result.compute_bounds.push_back(bound);
     result.within_bounds.push_back(within && result.memory_within_bound);
   }
-  result.timings.device_partition_ms =
-      joint_result.timings.device_partition_ms + ms_since(kind_start);
+  result.timings.device_partition_ms += ms_since(kind_start);
   result.timings.total_ms = ms_since(start);
+  return result;
+}
+
+Placement follow_placement(const Workload& base, const Placement& placed,
+                           const Workload& workload) {
+  check_same_blocks({base, workload});
+  validate(placed, base);
+  Placement placement;
+  placement.cluster = placed.cluster;
+  placement.token_block_device = placed.token_block_device;
+  placement.work_unit_device.reserve(static_cast<std::size_t>(workload.work_unit_count()));
+  // Tiles of both are ordered by (sequence, q block, kv block).
+  const auto key = [](const Tile& t) { return std::tuple(t.seq, t.q_block, t.kv_block); };
+  const auto base_tiles = base.tiles();
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const WorkUnit unit = workload.work_unit(w);
+    const Tile& tile = workload.tiles()[static_cast<std::size_t>(unit.tile)];
+    const auto it = std::lower_bound(base_tiles.begin(), base_tiles.end(), tile,
+                                     [&](const Tile& a, const Tile& b) { return key(a) < key(b); });
+    if (it != base_tiles.end() && key(*it) == key(tile)) {
+      const auto base_tile = static_cast<TileId>(it - base_tiles.begin());
+      placement.work_unit_device.push_back(placed.work_unit_device[static_cast<std::size_t>(
+          base.work_unit_id(unit.head_block, base_tile))]);
+    } else {
+      placement.work_unit_device.push_back(placed.token_block_device[static_cast<std::size_t>(
+          workload.blocks().block_id(unit.seq, unit.q_block))]);
+    }
+  }
+  return placement;
+}
+
+PlacementResult balanced_on_tokens(const Workload& workload, const Placement& start,
+                                   const PlacementOptions& options) {
+  validate(options);
+  validate(start, workload);
+  const auto begin = Clock::now();
+  const BlockHypergraph graph = build_block_hypergraph(workload, options.pricing);
+  std::vector<PartId> device(start.token_block_device.begin(), start.token_block_device.end());
+  device.insert(device.end(), start.work_unit_device.begin(), start.work_unit_device.end());
+  PlacementResult result;
+  result.within_bounds = balance_kind(graph.graph, device, options, result.compute_bound);
+  result.placement.cluster = start.cluster;
+  result.placement.token_block_device = start.token_block_device;
+  result.placement.work_unit_device.assign(device.begin() + graph.token_blocks, device.end());
+  result.timings.total_ms = ms_since(begin);
   return result;
 }
 

@@ -32,9 +32,9 @@ const std::vector<FlagSpec>& workload_flags() {
       {"--mask",
        "SPEC|KIND=SPEC",
        "causal | full | sliding_window:window=W | lambda:sink=S,window=W | "
-       "shared_question:question=F,answers=N | causal_blockwise:block=C,local=K "
-       "[causal]; KIND=SPEC, given once per kind, names an attention kind of a model whose "
-       "layers attend differently (e.g. --mask global=causal --mask "
+       "shared_question:question=F,answers=N | causal_blockwise:block=C,local=K | "
+       "chunked:chunk=C [causal]; KIND=SPEC, given once per kind, names an attention kind of a "
+       "model whose layers attend differently (e.g. --mask global=causal --mask "
        "local=sliding_window:window=4096)",
        {},
        true},

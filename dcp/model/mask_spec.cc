@@ -30,6 +30,7 @@ const std::vector<KindInfo>& kind_table() {
       {MaskKind::kLambda, "lambda", {"sink", "window"}},
       {MaskKind::kSharedQuestion, "shared_question", {"question", "answers"}},
       {MaskKind::kCausalBlockwise, "causal_blockwise", {"block", "local"}},
+      {MaskKind::kChunked, "chunked", {"chunk"}},
   };
   return table;
 }
@@ -138,6 +139,8 @@ MaskSpec parse_mask_spec(std::string_view text) {
       spec.block = at_least(parse_int(value, what), 1);
     } else if (key == "local") {
       spec.local = at_least(parse_int(value, what), 0);
+    } else if (key == "chunk") {
+      spec.chunk = at_least(parse_int(value, what), 1);
     } else if (key == "question") {
       spec.question = parse_double(value, what);
       if (!(spec.question >= 0.0 && spec.question < 1.0)) {
@@ -169,6 +172,9 @@ std::string to_string(const MaskSpec& spec) {
     }
     case MaskKind::kCausalBlockwise:
       out += ":block=" + std::to_string(spec.block) + ",local=" + std::to_string(spec.local);
+      break;
+    case MaskKind::kChunked:
+      out += ":chunk=" + std::to_string(spec.chunk);
       break;
   }
   return out;
@@ -249,6 +255,17 @@ SequenceMask build_sequence_mask(const MaskSpec& spec, TokenCount length) {
       add_clipped(builder, k_c + c, last_block_start,
                   {constant(0, c), AffineInterval{-k_c, 1, 1, 1}}, L);
       add_clipped(builder, last_block_start, L, {prefix_through_row()}, L);
+      break;
+    }
+    case MaskKind::kChunked: {
+      // One row range per chunk, each causal from the chunk's start: ceil(L/C) segments (the
+      // builder merges them into one when C is 1). The chunk end is clipped before it is formed,
+      // so a chunk near the int64 limit cannot overflow.
+      const TokenCount c = spec.chunk;
+      for (TokenCount start = 0; start < L; start += std::min(c, L - start)) {
+        const TokenCount stop = c >= L - start ? L : start + c;
+        add_clipped(builder, start, stop, {from_through_row(start)}, L);
+      }
       break;
     }
   }

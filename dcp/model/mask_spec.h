@@ -23,7 +23,17 @@ namespace dcp {
 //                     answers=N
 //   causal_blockwise  b = ceil(L/C) blocks of C tokens; first and last block causal; a middle-block
 //                     token attends [0, C) ∪ [max(C, i-K*C), i+1)           block=C, local=K
-enum class MaskKind { kCausal, kFull, kSlidingWindow, kLambda, kSharedQuestion, kCausalBlockwise };
+//   chunked           [floor(i/C)*C, i+1): causal inside consecutive chunks of C tokens (Llama 4's
+//                     chunked attention layers)                                    chunk=C
+enum class MaskKind {
+  kCausal,
+  kFull,
+  kSlidingWindow,
+  kLambda,
+  kSharedQuestion,
+  kCausalBlockwise,
+  kChunked
+};
 
 std::string_view to_string(MaskKind kind);
 const std::vector<MaskKind>& all_mask_kinds();
@@ -36,6 +46,7 @@ struct MaskSpec {
   std::int64_t answers = 4;  // shared_question
   TokenCount block = 256;    // causal_blockwise
   std::int64_t local = 2;    // causal_blockwise
+  TokenCount chunk = 8192;   // chunked (Llama 4's attention_chunk_size)
 
   // Number of question tokens of a shared_question sequence of length L: floor(F * L).
   TokenCount question_tokens(TokenCount length) const;
@@ -45,7 +56,7 @@ struct MaskSpec {
 // sliding_window the window defaults to 4096 too). Throws InvalidInput naming the spec and the
 // offending name, key or value: unknown kind, unknown or repeated key, a key the kind does not
 // take, a value that is not a number, or out of range (window <= 0, sink < 0, question outside [0,
-// 1), answers <= 0, block <= 0, local < 0).
+// 1), answers <= 0, block <= 0, local < 0, chunk <= 0).
 MaskSpec parse_mask_spec(std::string_view text);
 
 // The canonical spec string with every parameter of the kind, e.g. "lambda:sink=64,window=4096".

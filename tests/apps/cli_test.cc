@@ -40,6 +40,15 @@ TEST(WorkloadCommand, PrintsTheRequiredJsonFields) {
   EXPECT_NE(r.out.find("\"density\": "), std::string::npos);
 }
 
+TEST(WorkloadCommand, TakesAChunkedMask) {
+  // 1000 tokens in chunks of 256: three full chunks and one of 232, each causal.
+  const Result r = run({"workload", "--seqlens", "1000", "--mask", "chunked:chunk=256",
+                        "--block-size", "128", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(json_value(r.out, "unmasked_pairs"), std::to_string(3 * 256 * 257 / 2 + 232 * 233 / 2));
+  EXPECT_NE(r.out.find("chunked:chunk=256"), std::string::npos);
+}
+
 TEST(WorkloadCommand, PrintsAReadableSummaryForSampledBatchesAndMaskFiles) {
   const Result sampled = run({"workload", "--dist", "ldc", "--seed", "3", "--mask", "lambda"});
   ASSERT_EQ(sampled.status, 0) << sampled.err;
@@ -71,6 +80,8 @@ TEST(WorkloadCommand, RejectsBadInputWithExitStatus2NamingTheFlagAndValue) {
                      "question must be in [0, 1)");
   expect_usage_error({"workload", "--seqlens", "10", "--mask", "causal_blockwise:block=0"},
                      "block must be >= 1");
+  expect_usage_error({"workload", "--seqlens", "10", "--mask", "chunked:chunk=0"},
+                     "--mask: 'chunked:chunk=0': chunk must be >= 1");
   expect_usage_error({"workload", "--seqlens", "10", "--heads", "6", "--kv-heads", "4"},
                      "--heads 6 --kv-heads 4");
   expect_usage_error({"workload", "--seqlens", "10", "--head-block-size", "3"},

@@ -77,7 +77,7 @@ TEST(MaskFile, WrittenBuiltInMasksLoadBackIdenticallyAndCompactly) {
       (std::filesystem::temp_directory_path() / "dcp_mask_file_test.npy").string();
   const SequenceBatch batch({700, 33, 1});
   for (const char* spec : {"causal", "lambda:sink=5,window=40", "shared_question",
-                           "causal_blockwise:block=32,local=2"}) {
+                           "causal_blockwise:block=32,local=2", "chunked:chunk=48"}) {
     const auto masks = build_batch_mask(parse_mask_spec(spec), batch);
     write_mask_file(path, masks);
     const auto loaded = load_mask_file(path, batch);

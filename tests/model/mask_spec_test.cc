@@ -55,7 +55,10 @@ TEST_P(EveryMaskKind, KeepsFewSegmentsForLongSequences) {
   spec.kind = GetParam();
   const SequenceMask mask = build_sequence_mask(spec, 131072);
   // Row-range arithmetic needs the mask to stay compact: a handful of segments, not one per row.
-  EXPECT_LE(mask.segments().size(), 8u);
+  // A chunked mask's rows start their keys at their chunk's start, so it needs one per chunk.
+  const std::size_t most =
+      spec.kind == MaskKind::kChunked ? static_cast<std::size_t>(131072 / spec.chunk) : 8u;
+  EXPECT_LE(mask.segments().size(), most);
 }
 
 INSTANTIATE_TEST_SUITE_P(MaskSpec, EveryMaskKind, ::testing::ValuesIn(all_mask_kinds()),
@@ -83,6 +86,34 @@ TEST(MaskSpec, ParsesDefaultsAndParameters) {
   EXPECT_EQ(cb.block, 512);
   EXPECT_EQ(cb.local, 2);
   EXPECT_EQ(parse_mask_spec("sliding_window:window=1").window, 1);
+  const MaskSpec chunked = parse_mask_spec("chunked");
+  EXPECT_EQ(chunked.kind, MaskKind::kChunked);
+  EXPECT_EQ(chunked.chunk, 8192);
+  EXPECT_EQ(parse_mask_spec(" chunked : chunk = 256 ").chunk, 256);
+}
+
+TEST(MaskSpec, ChunkedIsCausalInsideEachChunkWithOneSegmentPerChunk) {
+  // L = q*C + r tokens: q full chunks of C(C+1)/2 pairs and a last one of r(r+1)/2.
+  for (const TokenCount chunk : {TokenCount{1}, TokenCount{3}, TokenCount{256}, TokenCount{8192}}) {
+    for (const TokenCount length :
+         {TokenCount{1}, TokenCount{255}, TokenCount{256}, TokenCount{1000}, TokenCount{131073}}) {
+      MaskSpec spec;
+      spec.kind = MaskKind::kChunked;
+      spec.chunk = chunk;
+      const SequenceMask mask = build_sequence_mask(spec, length);
+      const TokenCount full = length / chunk;
+      const TokenCount rest = length % chunk;
+      SCOPED_TRACE(to_string(spec) + " L=" + std::to_string(length));
+      EXPECT_EQ(mask.total_pairs(), full * chunk * (chunk + 1) / 2 + rest * (rest + 1) / 2);
+      // Chunks of one token are the diagonal, one segment [i, i+1); otherwise one per chunk.
+      const TokenCount segments = chunk == 1 ? 1 : full + (rest > 0 ? 1 : 0);
+      EXPECT_EQ(static_cast<TokenCount>(mask.segments().size()), segments);
+      std::vector<Interval> row;
+      mask.row_intervals(length - 1, row);
+      ASSERT_EQ(row.size(), 1u);
+      EXPECT_EQ(row[0], (Interval{(length - 1) / chunk * chunk, length}));
+    }
+  }
 }
 
 TEST(MaskSpec, ExtremeParametersGiveTheLimitMaskWithoutOverflow) {
@@ -107,13 +138,16 @@ TEST(MaskSpec, ExtremeParametersGiveTheLimitMaskWithoutOverflow) {
                 parse_mask_spec("shared_question:question=0,answers=9223372036854775807"), length)
                 .total_pairs(),
             causal);
+  EXPECT_EQ(build_sequence_mask(parse_mask_spec("chunked:chunk=9223372036854775807"), length)
+                .total_pairs(),
+            causal);
 }
 
 TEST(MaskSpec, CanonicalStringParsesBackToTheSameSpec) {
   for (const char* text :
        {"causal", "full", "sliding_window:window=9", "lambda:sink=3,window=7",
         "shared_question:question=0.25,answers=3", "causal_blockwise:block=16,local=0",
-        "shared_question:question=0.1234567,answers=4"}) {
+        "shared_question:question=0.1234567,answers=4", "chunked:chunk=256", "chunked:chunk=1"}) {
     const MaskSpec spec = parse_mask_spec(text);
     EXPECT_EQ(to_string(spec), text);
     EXPECT_EQ(to_string(parse_mask_spec(to_string(spec))), text);
@@ -147,6 +181,12 @@ TEST(MaskSpec, RejectsBadSpecsNamingTheOffendingPart) {
   expect_rejected("lambda:window=3,window=4", "'window' is given twice");
   expect_rejected("lambda:window", "expected key=value");
   expect_rejected("lambda:", "expected key=value");
+  expect_rejected("chunked:chunk=0", "chunk must be >= 1");
+  expect_rejected("chunked:chunk=-256", "chunk must be >= 1");
+  expect_rejected("chunked:chunk=1.5", "'1.5' is not an integer");
+  expect_rejected("chunked:block=256", "chunked takes no parameter 'block' (it takes: chunk)");
+  expect_rejected("chunked:chunk=2,chunk=3", "'chunk' is given twice");
+  expect_rejected("chunk:chunk=8", "unknown mask kind 'chunk'");
 }
 
 }  // namespace

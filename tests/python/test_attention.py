@@ -25,6 +25,7 @@ MASKS = {
     "lambda": "lambda:sink=3,window=6",
     "shared_question": "shared_question:question=0.25,answers=3",
     "causal_blockwise": "causal_blockwise:block=4,local=2",
+    "chunked": "chunked:chunk=5",
     "random_intervals": RANDOM,
     "mixed": ["causal", RANDOM[1], "full", "lambda:sink=2,window=9"],
 }

@@ -396,6 +396,7 @@ MASKS = {
     "lambda": "lambda:sink=3,window=8",
     "causal_blockwise": "causal_blockwise:block=6,local=2",
     "shared_question": "shared_question:question=0.3,answers=3",
+    "chunked": "chunked:chunk=10",
 }
 
 

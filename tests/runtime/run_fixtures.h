@@ -56,6 +56,7 @@ inline MaskSpec runtime_spec(MaskKind kind) {
   spec.window = 120;
   spec.sink = 8;
   spec.block = 48;
+  spec.chunk = 40;
   return spec;
 }
 

@@ -67,6 +67,9 @@ inline std::vector<char> dense_mask(const MaskSpec& spec, TokenCount L) {
         }
         break;
       }
+      case MaskKind::kChunked:
+        set_range(i, i / spec.chunk * spec.chunk, i + 1);
+        break;
     }
   }
   return allowed;

@@ -14,7 +14,7 @@
 namespace dcp::testing {
 
 // A spec of the given kind with random parameters, degenerate ones included (window 1, sink larger
-// than L, more answers than tokens, block larger than L, local 0).
+// than L, more answers than tokens, block or chunk larger than L, local 0, chunk 1).
 inline MaskSpec random_spec(MaskKind kind, TokenCount length, Rng& rng) {
   MaskSpec spec;
   spec.kind = kind;
@@ -25,6 +25,11 @@ inline MaskSpec random_spec(MaskKind kind, TokenCount length, Rng& rng) {
   spec.answers = rng.uniform_int(0, 3) == 0 ? rng.uniform_int(length, span) : rng.uniform_int(1, 8);
   spec.block = rng.uniform_int(0, 3) == 0 ? rng.uniform_int(length, span) : rng.uniform_int(1, 40);
   spec.local = rng.uniform_int(0, 5);
+  // Drawn for chunked only, so the other kinds' parameters stay independent of this kind.
+  if (kind == MaskKind::kChunked) {
+    const std::int64_t draw = rng.uniform_int(0, 3);
+    spec.chunk = draw == 0 ? rng.uniform_int(length, span) : draw == 1 ? 1 : rng.uniform_int(1, 40);
+  }
   return spec;
 }
 

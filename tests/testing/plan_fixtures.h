@@ -35,6 +35,7 @@ inline MaskSpec small_spec(MaskKind kind) {
   spec.window = 200;
   spec.sink = 16;
   spec.block = 48;
+  spec.chunk = 96;
   return spec;
 }
 

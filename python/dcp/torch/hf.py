@@ -15,11 +15,15 @@
 
 The plan is the mask: transformers builds none (the registered mask function returns None), and
 every attention layer runs dcp attention on the executor passed as `dcp_executor`, which the
-model's forward hands to its attention layers with its other keyword arguments. transformers is
+model's forward hands to its attention layers with its other keyword arguments.
+attention_kinds(config) gives a model's attention kinds (full, sliding-window and chunked layers)
+as dcp masks, and the kind of every layer, for models whose layers differ. transformers is
 needed only by this module (`pip install .[hf]`). docs/python.md describes the layout copies and
 what is refused."""
 from __future__ import annotations
 
+import dataclasses
+import numbers
 from typing import Any
 
 import torch
@@ -148,42 +152,177 @@ def _get(config: Any, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def model_mask(config: Any) -> str:
-    """The dcp mask spec of a transformers config's attention, in transformers' own semantics:
-    'causal', or 'sliding_window:window=W' when every layer has the same window W (key j visible
-    from query i when i - W < j <= i: W keys, the query's own included, as dcp's window). Raises
-    ValueError for what dcp's one-mask plans cannot express, naming the layers."""
+# transformers' names (layer_types) of the attention kinds dcp plans.
+FULL_ATTENTION = "full_attention"
+SLIDING_ATTENTION = "sliding_attention"
+CHUNKED_ATTENTION = "chunked_attention"
+PLANNED_KINDS = (FULL_ATTENTION, SLIDING_ATTENTION, CHUNKED_ATTENTION)
+
+
+def _positive_int(config: Any, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{type(config).__name__}.{name}={value!r} is not a positive integer")
+    return int(value)
+
+
+def _declares_layer_types(config: Any) -> bool:
+    """Whether the config's class has a layer_types field, which its model then reads. A
+    transformers config class without one (Llama, Mistral) keeps a layer_types given to it as an
+    extra attribute that its model never reads; a config that is not a dataclass is taken at its
+    word."""
+    cls = type(config)
+    if not dataclasses.is_dataclass(cls):
+        return True
+    return any(field.name == "layer_types" for field in dataclasses.fields(cls)) or \
+        isinstance(getattr(cls, "layer_types", None), property)
+
+
+def _pattern_layer_types(config: Any, layers: int) -> list[str]:
+    """The layer kinds of a config without layer_types, as its class's __post_init__ derives them
+    (transformers 5) or, for other models, as a model that reads only sliding_window runs them:
+    every layer windowed when the config has a window (Mistral), else every layer full."""
+    model_type = getattr(config, "model_type", "")
+    window = getattr(config, "sliding_window", None)
+    if model_type == "gemma2":
+        return [SLIDING_ATTENTION if (i + 1) % 2 else FULL_ATTENTION for i in range(layers)]
+    if model_type in ("gemma3", "gemma3_text"):
+        pattern = getattr(config, "sliding_window_pattern", None)
+        if pattern is None:
+            pattern = getattr(config, "_sliding_window_pattern", 6)
+        if isinstance(pattern, bool) or not isinstance(pattern, numbers.Integral) or pattern < 1:
+            raise ValueError(f"{type(config).__name__} has no layer_types and its sliding window "
+                             f"pattern {pattern!r} is not a positive integer")
+        return [SLIDING_ATTENTION if (i + 1) % pattern else FULL_ATTENTION for i in range(layers)]
+    if model_type in ("qwen2", "qwen3"):
+        if not getattr(config, "use_sliding_window", False):
+            window = None
+        first = int(getattr(config, "max_window_layers", 0))
+        return [SLIDING_ATTENTION if window is not None and i >= first else FULL_ATTENTION
+                for i in range(layers)]
+    if model_type == "llama4_text":
+        no_rope = list(getattr(config, "no_rope_layers", None) or [])
+        if len(no_rope) != layers:
+            raise ValueError(f"{type(config).__name__} has no layer_types and {len(no_rope)} "
+                             f"no_rope_layers for num_hidden_layers={layers}")
+        chunk = getattr(config, "attention_chunk_size", None)
+        return [CHUNKED_ATTENTION if flag and chunk is not None else FULL_ATTENTION
+                for flag in no_rope]
+    if window is None or getattr(config, "use_sliding_window", True) is False:
+        return [FULL_ATTENTION] * layers
+    return [SLIDING_ATTENTION] * layers
+
+
+def _layer_types(config: Any) -> list[str]:
+    name = type(config).__name__
+    layers = int(config.num_hidden_layers)
+    given = getattr(config, "layer_types", None)
+    if given is not None and _declares_layer_types(config):
+        given = list(given)
+        if len(given) != layers:
+            raise ValueError(f"{name} has {len(given)} layer_types for num_hidden_layers={layers}: "
+                             f"{given}")
+        return given
+    derived = _pattern_layer_types(config, layers)
+    if given is not None and list(given) != derived:
+        raise ValueError(f"{name} carries layer_types {list(given)}, which its model does not "
+                         f"read ({name} declares no layer_types): its layers run {derived}; drop "
+                         "layer_types or use a model class that reads them")
+    return derived
+
+
+def _kind_mask(config: Any, kind: str, layers: list[int]) -> str:
+    name = type(config).__name__
+    if kind == FULL_ATTENTION:
+        return "causal"
+    if kind == SLIDING_ATTENTION:
+        window = getattr(config, "sliding_window", None)
+        if window is None:
+            raise ValueError(f"{name}'s layers {layers} are sliding_attention but sliding_window "
+                             "is None")
+        return f"sliding_window:window={_positive_int(config, 'sliding_window', window)}"
+    if kind == CHUNKED_ATTENTION:
+        chunk = getattr(config, "attention_chunk_size", None)
+        if chunk is None:
+            raise ValueError(f"{name}'s layers {layers} are chunked_attention but "
+                             "attention_chunk_size is None")
+        return f"chunked:chunk={_positive_int(config, 'attention_chunk_size', chunk)}"
+    raise ValueError(f"{name}'s layers {layers} use {kind!r}, which dcp does not plan (it plans "
+                     f"{', '.join(PLANNED_KINDS)})")
+
+
+def attention_kinds(config: Any) -> tuple[dict[str, str], list[str]]:
+    """The attention kinds of a transformers config, in transformers' own semantics: (kinds, the
+    dcp mask spec of each kind present, in the order of its first layer; layer_kinds, the kind of
+    each layer 0 .. num_hidden_layers - 1). Kinds are named as transformers' layer_types name
+    them: full_attention is 'causal'; sliding_attention with the config's sliding_window W is
+    'sliding_window:window=W' (transformers lets query i see key j when i - W < j <= i: W keys,
+    the query's own included, as dcp's window); chunked_attention with attention_chunk_size C is
+    'chunked:chunk=C' (key j visible from query i when j <= i and both lie in the same chunk of C
+    positions, floor(j/C) == floor(i/C)). Positions are the sequence's own: with packed
+    sequences, transformers remaps both indices to the position ids.
+
+    The layer kinds are the config's layer_types when its class declares them (Gemma 2/3,
+    Qwen2/3, Llama 4 and every model with alternating attention); without them, what the class's
+    __post_init__ derives (Gemma 2: every other layer windowed, from the first; Gemma 3: every
+    layer but each sliding_window_pattern-th; Qwen2/3: layers from max_window_layers on when
+    use_sliding_window; Llama 4: the no-RoPE layers chunked when attention_chunk_size is set), or
+    every layer windowed when the config has a sliding_window (Mistral, whose model applies it to
+    every layer), else every layer full.
+
+    Raises ValueError naming the value for what dcp cannot run: bidirectional attention
+    (is_causal=False, use_bidirectional_attention), attention softcapping, a layer type other
+    than the three, a sliding kind without a positive sliding_window, a chunked kind without a
+    positive attention_chunk_size, layer_types whose length is not num_hidden_layers, and
+    layer_types on a class whose model does not read them but runs other kinds."""
+    name = type(config).__name__
     if not getattr(config, "is_causal", True):
-        raise ValueError(f"{type(config).__name__} has is_causal=False (bidirectional attention); "
+        raise ValueError(f"{name} has is_causal=False (bidirectional attention); "
                          "dcp.torch.hf plans causal language models")
+    if getattr(config, "use_bidirectional_attention", False):
+        raise ValueError(f"{name} has use_bidirectional_attention=True; dcp.torch.hf plans causal "
+                         "language models")
     softcap = getattr(config, "attn_logit_softcapping", None)
     if softcap is not None:
-        raise ValueError(f"{type(config).__name__} uses attention softcapping "
+        raise ValueError(f"{name} uses attention softcapping "
                          f"(attn_logit_softcapping={softcap}), which dcp's kernels do not apply")
-    window = getattr(config, "sliding_window", None)
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None:
-        kinds = sorted(set(layer_types))
-        if len(kinds) > 1:
-            by_kind = {kind: [i for i, t in enumerate(layer_types) if t == kind] for kind in kinds}
-            listed = "; ".join(f"{kind}: layers {layers}" for kind, layers in by_kind.items())
-            raise ValueError(f"{type(config).__name__}'s layers differ in attention ({listed}); a "
-                             "dcp plan has one mask for every layer")
-        kind = kinds[0] if kinds else "full_attention"
-        if kind == "full_attention":
-            return "causal"
-        if kind != "sliding_attention":
-            raise ValueError(f"{type(config).__name__}'s layers use {kind!r}, which dcp does not "
-                             "plan (it plans full_attention and sliding_attention)")
-        if window is None:
-            raise ValueError(f"{type(config).__name__}'s layers are sliding_attention but "
-                             "sliding_window is None")
-    elif window is None or getattr(config, "use_sliding_window", True) is False:
-        return "causal"
-    window = int(window)
-    if window < 1:
-        raise ValueError(f"sliding_window {window} is not positive")
-    return f"sliding_window:window={window}"
+    layer_kinds = _layer_types(config)
+    kinds: dict[str, str] = {}
+    for kind in layer_kinds:
+        if kind not in kinds:
+            layers = [i for i, k in enumerate(layer_kinds) if k == kind]
+            kinds[kind] = _kind_mask(config, kind, layers)
+    return kinds, layer_kinds
+
+
+def layer_kind(config_or_layer_kinds: Any, layer_idx: int) -> str:
+    """The attention kind of one layer: layer_kinds[layer_idx] of attention_kinds(config), or of
+    a layer_kinds list given instead of the config. In the attention function, every model passes
+    its attention module, which holds config and layer_idx: layer_kind(module.config,
+    module.layer_idx)."""
+    if isinstance(config_or_layer_kinds, (list, tuple)):
+        layer_kinds = list(config_or_layer_kinds)
+    else:
+        layer_kinds = attention_kinds(config_or_layer_kinds)[1]
+    if isinstance(layer_idx, bool) or not isinstance(layer_idx, int) \
+            or not 0 <= layer_idx < len(layer_kinds):
+        raise ValueError(f"layer_idx {layer_idx!r} is not a layer of a model with "
+                         f"{len(layer_kinds)} layers")
+    return layer_kinds[layer_idx]
+
+
+def model_mask(config: Any) -> str:
+    """The one dcp mask spec of a transformers config whose layers all have the same attention
+    kind (attention_kinds(config), which gives the semantics): 'causal', 'sliding_window:window=W'
+    or 'chunked:chunk=C'. Raises ValueError for what attention_kinds refuses, and when the layers
+    differ, naming each kind's layers (a dcp plan has one mask for every layer)."""
+    kinds, layer_kinds = attention_kinds(config)
+    if len(kinds) > 1:
+        by_kind = {kind: [i for i, k in enumerate(layer_kinds) if k == kind]
+                   for kind in sorted(kinds)}
+        listed = "; ".join(f"{kind}: layers {layers}" for kind, layers in by_kind.items())
+        raise ValueError(f"{type(config).__name__}'s layers differ in attention ({listed}); a "
+                         "dcp plan has one mask for every layer")
+    return next(iter(kinds.values()), "causal")
 
 
 def plan_options(config: Any) -> dict:

@@ -169,26 +169,30 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
       best->kept = candidate.strategy;
     }
   };
-  // 1. The densest kind planned alone, with dcp's whole search; every other kind on its token
-  // placement.
+  // 1. The densest kind planned alone, with dcp's own search (the static strategies come in 4, for
+  // every kind); every other kind on its token placement.
   const std::size_t anchor = densest_kind(kinds);
-  const BuiltPlan base = build_plan(kinds[anchor].workload, options);
+  PlanOptions own = options;
+  own.strategy = Strategy::kDcpPure;
+  const BuiltPlan base = build_plan(kinds[anchor].workload, own);
   std::vector<sim::PlanSimulation> times;
   BuiltModelPlan following = on_base(base, anchor, kinds, options, true, &times);
   add_timings(following.timings, base.timings);
   const TokenCount base_block = base.workload.blocks().block_size();
   // Where the anchor's plan is a partition (every sequence cut into blocks of one size), not a
   // static strategy or a structured layout's chunks.
-  bool uniform_blocks = base.plan.header.strategy == to_string(options.strategy);
+  bool uniform_blocks = true;
   for (SeqIndex seq = 0; uniform_blocks && seq < base.workload.batch().size(); ++seq) {
     const BlockLayout& blocks = base.workload.blocks();
     uniform_blocks = blocks.block(blocks.block_id(seq, 0)).tokens ==
                      std::min(base_block, base.workload.batch().length(seq));
   }
-  PlanCandidate candidate = with_times(
-      following, base.plan.header.strategy + " (on " + kinds[anchor].name + "'s placement)", times);
+  const std::string name(to_string(options.strategy));
+  for (KindPlan& kind : following.plan.kinds) kind.plan.header.strategy = name;
+  for (BuiltPlan& kind : following.kinds) kind.plan.header.strategy = name;
+  PlanCandidate candidate =
+      with_times(following, name + " (on " + kinds[anchor].name + "'s placement)", times);
   consider(std::move(following), std::move(candidate));
-  // 2. dcp's joint placement of every kind at the block size the anchor's search chose.
   if (uniform_blocks) {
     std::optional<std::vector<KindWorkload>> cut;
     try {
@@ -196,16 +200,32 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
     } catch (const InvalidInput&) {
     }
     if (cut) {
+      // 2. dcp's joint placement of every kind at the block size the anchor's search chose.
       BuiltModelPlan joint = build_one_model_plan(*cut, options);
       PlanCandidate joint_candidate =
-          simulated(joint,
-                    std::string(to_string(options.strategy)) + " (joint placement, block " +
-                        std::to_string(base_block) + ")",
+          simulated(joint, name + " (joint placement, block " + std::to_string(base_block) + ")",
                     options.cluster);
       consider(std::move(joint), std::move(joint_candidate));
+      // 3. Every other kind placed alone at that size, the rest on its token placement: what a
+      // placement per kind would give the layers of that kind, without moving tokens.
+      for (std::size_t k = 0; k < kinds.size(); ++k) {
+        if (k == anchor) continue;
+        const BuiltPlan placed = build_one_plan((*cut)[k].workload, own);
+        std::vector<sim::PlanSimulation> placed_times;
+        BuiltModelPlan on_kind = on_base(placed, k, *cut, options, true, &placed_times);
+        add_timings(on_kind.timings, placed.timings);
+        for (KindPlan& kind : on_kind.plan.kinds) kind.plan.header.strategy = name;
+        for (BuiltPlan& kind : on_kind.kinds) kind.plan.header.strategy = name;
+        PlanCandidate kind_candidate =
+            with_times(on_kind,
+                       name + " (on " + kinds[k].name + "'s placement, block " +
+                           std::to_string(base_block) + ")",
+                       placed_times);
+        consider(std::move(on_kind), std::move(kind_candidate));
+      }
     }
   }
-  // 3. Every static strategy for every kind.
+  // 4. Every static strategy for every kind.
   if (options.strategy == Strategy::kDcp) {
     for (const Strategy strategy : kStaticStrategies) {
       PlanOptions static_options = options;

@@ -187,11 +187,11 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
     uniform_blocks = blocks.block(blocks.block_id(seq, 0)).tokens ==
                      std::min(base_block, base.workload.batch().length(seq));
   }
-  const std::string name(to_string(options.strategy));
-  for (KindPlan& kind : following.plan.kinds) kind.plan.header.strategy = name;
-  for (BuiltPlan& kind : following.kinds) kind.plan.header.strategy = name;
+  const std::string own_name(to_string(options.strategy));
+  for (KindPlan& kind : following.plan.kinds) kind.plan.header.strategy = own_name;
+  for (BuiltPlan& kind : following.kinds) kind.plan.header.strategy = own_name;
   PlanCandidate candidate =
-      with_times(following, name + " (on " + kinds[anchor].name + "'s placement)", times);
+      with_times(following, own_name + " (on " + kinds[anchor].name + "'s placement)", times);
   consider(std::move(following), std::move(candidate));
   if (uniform_blocks) {
     std::optional<std::vector<KindWorkload>> cut;
@@ -202,9 +202,9 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
     if (cut) {
       // 2. dcp's joint placement of every kind at the block size the anchor's search chose.
       BuiltModelPlan joint = build_one_model_plan(*cut, options);
-      PlanCandidate joint_candidate =
-          simulated(joint, name + " (joint placement, block " + std::to_string(base_block) + ")",
-                    options.cluster);
+      PlanCandidate joint_candidate = simulated(
+          joint, own_name + " (joint placement, block " + std::to_string(base_block) + ")",
+          options.cluster);
       consider(std::move(joint), std::move(joint_candidate));
       // 3. Every other kind placed alone at that size, the rest on its token placement: what a
       // placement per kind would give the layers of that kind, without moving tokens.
@@ -214,11 +214,11 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
         std::vector<sim::PlanSimulation> placed_times;
         BuiltModelPlan on_kind = on_base(placed, k, *cut, options, true, &placed_times);
         add_timings(on_kind.timings, placed.timings);
-        for (KindPlan& kind : on_kind.plan.kinds) kind.plan.header.strategy = name;
-        for (BuiltPlan& kind : on_kind.kinds) kind.plan.header.strategy = name;
+        for (KindPlan& kind : on_kind.plan.kinds) kind.plan.header.strategy = own_name;
+        for (BuiltPlan& kind : on_kind.kinds) kind.plan.header.strategy = own_name;
         PlanCandidate kind_candidate =
             with_times(on_kind,
-                       name + " (on " + kinds[k].name + "'s placement, block " +
+                       own_name + " (on " + kinds[k].name + "'s placement, block " +
                            std::to_string(base_block) + ")",
                        placed_times);
         consider(std::move(on_kind), std::move(kind_candidate));

@@ -46,8 +46,7 @@ std::vector<SequenceStats> sequence_stats(const Workload& workload) {
   return stats;
 }
 
-void write_json(const BuiltWorkload& built, const MaskSource& mask, double build_ms,
-                std::ostream& out) {
+std::string workload_json(const BuiltWorkload& built, const MaskSource& mask, double build_ms) {
   const Workload& w = built.workload;
   const HeadBlockIndex head_blocks = w.heads().count();
   JsonWriter json;
@@ -105,7 +104,7 @@ void write_json(const BuiltWorkload& built, const MaskSource& mask, double build
   json.field("workload", build_ms);
   json.end_object();
   json.end_object();
-  out << json.str() << "\n";
+  return json.str();
 }
 
 void write_text(const BuiltWorkload& built, const MaskSource& mask, double build_ms,
@@ -170,19 +169,46 @@ int run_workload(std::span<const std::string> argv, std::ostream& out) {
   if (args.flag("--help")) {
     out << format_help("dcp workload (--seqlens L,... | --seqlens-file F | --dist NAME) [flags]",
                        "Builds the block model of one batch (token blocks, head blocks, work units "
-                       "with exact unmasked pair counts) and prints its size and costs.",
+                       "with exact unmasked pair counts) and prints its size and costs; with "
+                       "attention kinds (--mask KIND=SPEC), one per kind, on the same blocks.",
                        specs);
     return 0;
   }
-  const MaskSource mask = mask_from_flags(args);
+  const auto masks = kind_masks_from_flags(args);
   const auto start = Clock::now();
-  const BuiltWorkload built = workload_from_flags(args);
+  const BuiltKinds built = kinds_from_flags(args);
   const double build_ms = ms_since(start);
-  if (args.flag("--json")) {
-    write_json(built, mask, build_ms, out);
-  } else {
-    write_text(built, mask, build_ms, out);
+  if (built.single()) {
+    const BuiltWorkload one{built.kinds.front().workload, built.block_size_choice};
+    if (args.flag("--json")) {
+      out << workload_json(one, masks.front().second, build_ms) << "\n";
+    } else {
+      write_text(one, masks.front().second, build_ms, out);
+    }
+    return 0;
   }
+  // Attention kinds: one block model per kind, all cut into the same blocks.
+  JsonWriter json;
+  json.begin_object();
+  json.key("kinds").begin_array();
+  for (std::size_t k = 0; k < built.kinds.size(); ++k) {
+    const KindWorkload& kind = built.kinds[k];
+    const BuiltWorkload one{kind.workload, k == 0 ? built.block_size_choice : std::nullopt};
+    if (args.flag("--json")) {
+      json.begin_object();
+      json.field("name", std::string_view(kind.name));
+      json.field("layers", std::int64_t{kind.layers});
+      json.key("workload").raw(workload_json(one, masks[k].second, build_ms));
+      json.end_object();
+      continue;
+    }
+    out << (k == 0 ? "" : "\n") << "== kind '" << kind.name << "' (" << kind.layers
+        << (kind.layers == 1 ? " layer)\n" : " layers)\n");
+    write_text(one, masks[k].second, build_ms, out);
+  }
+  json.end_array();
+  json.end_object();
+  if (args.flag("--json")) out << json.str() << "\n";
   return 0;
 }
 

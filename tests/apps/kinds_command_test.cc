@@ -69,6 +69,22 @@ TEST(KindsCommands, PlanVerifySimulateAndRunEveryKind) {
   std::filesystem::remove(path);
 }
 
+TEST(KindsCommands, WorkloadDescribesEveryKindOnTheSameBlocks) {
+  const std::vector<std::string> kinds = {
+      "--seqlens", "900,300,1",       "--block-size",  "128",    "--head-dim",
+      "16",        "--mask",          "global=causal", "--mask", "local=sliding_window:window=96",
+      "--layers",  "global=2,local=6"};
+  const Result text = run(with({"workload"}, kinds));
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("== kind 'global' (2 layers)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("sliding_window:window=96"), std::string::npos) << text.out;
+  const Result json = run(with({"workload"}, with(kinds, {"--json"})));
+  ASSERT_EQ(json.status, 0) << json.err;
+  EXPECT_NE(json.out.find("\"name\": \"global\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"layers\": 6"), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"mask\": \"sliding_window:window=96\""), std::string::npos) << json.out;
+}
+
 TEST(KindsCommands, OneUnnamedMaskWritesTodaysPlanFile) {
   const std::string a = temp_path("plain_a.plan"), b = temp_path("plain_b.plan");
   const std::vector<std::string> batch = {"--seqlens",          "900,300", "--block-size", "128",
@@ -97,7 +113,7 @@ TEST(KindsCommands, RefuseBadKindsWithExitStatus2) {
   expect_usage_error(with(batch, {"--mask", "bad name=causal"}), "bad name");
   expect_usage_error(with(batch, {"--mask", "a=nonsense"}), "nonsense");
   // Commands that plan one mask say so.
-  expect_usage_error({"workload", "--seqlens", "300", "--mask", "a=causal"},
+  expect_usage_error({"partition", "--seqlens", "300", "--mask", "a=causal"},
                      "takes one unnamed mask");
 }
 

@@ -231,7 +231,7 @@ TEST(PlanningSuite, RefusesBadShapesAndFlagsItFixes) {
   expect_usage_error({"bench", "--suite", "planning", "--strategies", "ring"},
                      "--strategies does not apply to --suite planning");
   expect_usage_error({"bench", "--suite", "nope"},
-                     "expected micro, paper, e2e, calibration, planning or balance");
+                     "expected micro, paper, e2e, calibration, planning, balance or kinds");
 }
 
 }  // namespace

@@ -22,4 +22,29 @@ BuiltWorkload make_workload(const AttentionShape& shape, SequenceBatch batch,
           choice};
 }
 
+bool BuiltKinds::single() const {
+  return kinds.size() == 1 && kinds.front().name == kDefaultKindName && kinds.front().layers == 1;
+}
+
+BuiltKinds make_kind_workloads(const AttentionShape& shape, const SequenceBatch& batch,
+                               std::vector<AttentionKind> kinds, const WorkloadOptions& options) {
+  validate_kinds(kinds, batch);
+  BuiltKinds result;
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    WorkloadOptions kind_options = options;
+    if (k > 0) kind_options.block_size = result.kinds.front().workload.blocks().block_size();
+    BuiltWorkload built = [&] {
+      try {
+        return make_workload(shape, batch, std::move(kinds[k].masks), kind_options);
+      } catch (const InvalidInput& error) {
+        if (kinds.size() == 1) throw;
+        throw InvalidInput("attention kind '" + kinds[k].name + "': " + error.what());
+      }
+    }();
+    if (k == 0) result.block_size_choice = built.block_size_choice;
+    result.kinds.push_back({std::move(kinds[k].name), kinds[k].layers, std::move(built.workload)});
+  }
+  return result;
+}
+
 }  // namespace dcp

@@ -82,4 +82,18 @@ struct BuiltWorkload {
 BuiltWorkload make_workload(const AttentionShape& shape, SequenceBatch batch,
                             std::vector<SequenceMask> masks, const WorkloadOptions& options);
 
+struct BuiltKinds {
+  std::vector<KindWorkload> kinds;                   // every kind cut into the same blocks
+  std::optional<BlockSizeChoice> block_size_choice;  // the first kind's, when automatic
+  // A plan of one mask: one kind of the default name and one layer (ModelPlan::is_single_plan).
+  bool single() const;
+};
+
+// The block model of every attention kind of one batch. Every kind is cut as the first kind's
+// block size cuts it (chosen for the first kind's masks when options.block_size is 0): the kinds
+// of a plan share their token blocks. Throws InvalidInput as validate_kinds (naming the kind) and
+// make_workload do.
+BuiltKinds make_kind_workloads(const AttentionShape& shape, const SequenceBatch& batch,
+                               std::vector<AttentionKind> kinds, const WorkloadOptions& options);
+
 }  // namespace dcp

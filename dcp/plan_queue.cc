@@ -12,16 +12,16 @@
 
 namespace dcp {
 
-BuiltPlan plan_request(const PlanRequest& request) {
+BuiltModelPlan plan_request(const PlanRequest& request) {
   WorkloadOptions options;
   options.block_size = request.block_size;
   options.head_block_size = request.head_block_size;
   options.auto_block.devices = request.plan.cluster.shape.devices();
-  BuiltWorkload built =
-      make_workload(request.shape, SequenceBatch(request.lengths), request.masks, options);
+  BuiltKinds built =
+      make_kind_workloads(request.shape, SequenceBatch(request.lengths), request.kinds, options);
   PlanOptions plan = request.plan;
   sweep_block_sizes_when_automatic(plan, request.block_size == 0);
-  return build_plan(built.workload, plan);
+  return build_model_plan(built.kinds, plan);
 }
 
 void sweep_block_sizes_when_automatic(PlanOptions& plan, bool automatic_block_size) {
@@ -55,7 +55,7 @@ PlanQueue::Ticket PlanQueue::submit(PlanRequest request) {
   return ticket;
 }
 
-std::shared_ptr<const BuiltPlan> PlanQueue::take(Ticket ticket) {
+std::shared_ptr<const BuiltModelPlan> PlanQueue::take(Ticket ticket) {
   std::unique_lock lock(mutex_);
   auto it = results_.find(ticket);
   if (it == results_.end()) {
@@ -107,7 +107,7 @@ void PlanQueue::work() {
     lock.unlock();
     Result result;
     try {
-      result.plan = std::make_shared<const BuiltPlan>(plan_request(request));
+      result.plan = std::make_shared<const BuiltModelPlan>(plan_request(request));
     } catch (...) {
       result.error = std::current_exception();
     }

@@ -13,19 +13,22 @@
 #include <thread>
 #include <vector>
 
+#include "dcp/model/attention_kind.h"
 #include "dcp/model/attention_shape.h"
-#include "dcp/model/sequence_mask.h"
 
+#include "dcp/planner/model_plan_builder.h"
 #include "dcp/selection/plan_search.h"
 
 namespace dcp {
 
-// Everything that decides a plan: the batch and its masks, the attention shape, the block model
-// options and the planner options. The same request gives the same plan bytes.
+// Everything that decides a plan: the batch and its attention kinds (each kind's masks, one per
+// sequence, and layers), the attention shape, the block model options and the planner options.
+// A plan of one mask is one kind of the default name and one layer. The same request gives the
+// same plan bytes.
 struct PlanRequest {
   AttentionShape shape;
-  std::vector<TokenCount> lengths;  // the batch's sequences
-  std::vector<SequenceMask> masks;  // one per sequence
+  std::vector<TokenCount> lengths;   // the batch's sequences
+  std::vector<AttentionKind> kinds;  // validate_kinds's checks apply
   TokenCount block_size = 0;  // 0: chosen by the block-size heuristic for the cluster's devices
   std::int32_t head_block_size = 1;
   PlanOptions plan;
@@ -36,9 +39,10 @@ struct PlanRequest {
 // this rule, for the command line and the plan queue alike.
 void sweep_block_sizes_when_automatic(PlanOptions& plan, bool automatic_block_size);
 
-// The block model of the request, then its plan (make_workload, then build_plan). Throws
-// InvalidInput for an invalid shape, mask, block size or cluster.
-BuiltPlan plan_request(const PlanRequest& request);
+// The block model of the request, then its plan (make_kind_workloads, then build_model_plan: for
+// one kind, build_plan's plan). Throws InvalidInput for an invalid shape, kind, mask, block size
+// or cluster.
+BuiltModelPlan plan_request(const PlanRequest& request);
 
 class PlanQueue {
  public:
@@ -56,7 +60,7 @@ class PlanQueue {
   // Blocks until the request's plan is built and hands it over (once per ticket), or rethrows the
   // exception planning it threw. Throws Error for an unknown or already taken ticket, or one
   // dropped by close().
-  std::shared_ptr<const BuiltPlan> take(Ticket ticket);
+  std::shared_ptr<const BuiltModelPlan> take(Ticket ticket);
   // Drops the requests not started, waits for the running ones and stops the threads. submit()
   // after close() throws Error. Idempotent.
   void close();
@@ -65,7 +69,7 @@ class PlanQueue {
 
  private:
   struct Result {
-    std::shared_ptr<const BuiltPlan> plan;
+    std::shared_ptr<const BuiltModelPlan> plan;
     std::exception_ptr error;
     bool done = false;
   };

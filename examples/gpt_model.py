@@ -5,7 +5,9 @@ The model has no batch dimension: a batch is the concatenation of its sequences 
 `position_ids` restart at 0 for every sequence. Attention is a callable `attn(q, k, v) -> o` with
 q (T, heads, head_dim) and k, v (T, kv_heads, head_dim), so the same model runs with dense
 attention over the whole packed batch (`dense_attention`) or, on each rank, over its local tokens
-with dcp (`lambda q, k, v: dcp.torch.attention(executor, q, k, v)`).
+with dcp (`lambda q, k, v: dcp.torch.attention(executor, q, k, v)`). A list of callables, one per
+layer, gives layers that attend differently (each layer its attention kind:
+`dcp.torch.attention(executor, q, k, v, kind=...)`).
 
 Construction is deterministic: `init_seed(s)` (or `torch.manual_seed(s)`) before `GPT(config)`
 gives the same weights in every process."""
@@ -137,7 +139,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """forward(input_ids (T,), position_ids (T,), attn) -> logits (T, vocab_size).
+    """forward(input_ids (T,), position_ids (T,), attn) -> logits (T, vocab_size); attn one
+    attention callable for every layer, or a list of one per layer.
 
     `checkpoint_layers` (constructor, or per call in forward) names the blocks that run under
     activation checkpointing (torch.utils.checkpoint, non-reentrant): their activations are
@@ -169,19 +172,23 @@ class GPT(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attn: Attention,
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                attn: Union[Attention, Sequence[Attention]],
                 checkpoint_layers: Optional[Iterable[int]] = None) -> torch.Tensor:
         if input_ids.dim() != 1 or position_ids.shape != input_ids.shape:
             raise ValueError(f"input_ids {tuple(input_ids.shape)} and position_ids "
                              f"{tuple(position_ids.shape)} must be the same flat (T,) shape")
+        per_layer = list(attn) if isinstance(attn, (list, tuple)) else [attn] * len(self.blocks)
+        if len(per_layer) != len(self.blocks):
+            raise ValueError(f"{len(per_layer)} attention callables for {len(self.blocks)} layers")
         layers = self.checkpoint_layers if checkpoint_layers is None else set(checkpoint_layers)
         cos, sin = rope_tables(position_ids, self.config.head_dim, self.config.rope_theta)
         x = self.embed(input_ids)
         for index, block in enumerate(self.blocks):
             if index in layers and torch.is_grad_enabled():
-                x = checkpoint(block, x, cos, sin, attn, use_reentrant=False)
+                x = checkpoint(block, x, cos, sin, per_layer[index], use_reentrant=False)
             else:
-                x = block(x, cos, sin, attn)
+                x = block(x, cos, sin, per_layer[index])
         return self.lm_head(self.norm(x))
 
 

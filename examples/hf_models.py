@@ -13,7 +13,9 @@ import os
 import torch
 
 # Each family's distinguishing attention feature is kept: Qwen3's q/k norms, Mistral's sliding
-# window on every layer, Granite's softmax scale (attention_multiplier) other than 1/sqrt(d).
+# window on every layer, Granite's softmax scale (attention_multiplier) other than 1/sqrt(d),
+# Gemma 3's sliding-window and full layers (and its query_pre_attn_scalar), Qwen2's window on the
+# layers from max_window_layers on.
 _SHAPE = dict(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
               tie_word_embeddings=False)
@@ -23,6 +25,9 @@ FAMILIES = {
     "mistral": ("MistralConfig", dict(head_dim=16, sliding_window=48)),
     "granite": ("GraniteConfig", dict(attention_multiplier=0.3, embedding_multiplier=2.0,
                                       residual_multiplier=0.5, logits_scaling=2.0)),
+    "gemma3": ("Gemma3TextConfig", dict(head_dim=16, sliding_window=32, sliding_window_pattern=2)),
+    "qwen2": ("Qwen2Config", dict(use_sliding_window=True, sliding_window=32,
+                                  max_window_layers=1)),
 }
 
 

@@ -96,8 +96,12 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
         batches = (dict(b, model_kwargs={}) for b in packed_batches(dcpt, dataset, args))
     else:
         options = dcphf.plan_options(model.config)
-        say(f"attention: {options['mask_fn'].spec}, heads {options['heads']}/"
-            f"{options['kv_heads']}, head dim {options['head_dim']}")
+        mask_fn = options["mask_fn"]
+        attention = mask_fn.spec if isinstance(mask_fn, dcphf.ModelMask) else "; ".join(
+            f"{kind} ({options['layers'][kind]} layers) {spec}"
+            for kind, spec in mask_fn.kinds.items())
+        say(f"attention: {attention}, heads {options['heads']}/{options['kv_heads']}, head dim "
+            f"{options['head_dim']}")
         loader = dcpt.DCPDataloader(
             dataset, tokens_per_batch=args.tokens_per_batch, dtype=dtype,
             block_size=args.block_size, strategy=args.strategy, nodes=args.nodes,

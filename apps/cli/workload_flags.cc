@@ -189,21 +189,15 @@ BuiltKinds kinds_from_flags(const Args& args, std::int32_t devices) {
   const WorkloadOptions options = workload_options_from_flags(args, devices);
   with_flag("--head-block-size " + std::to_string(options.head_block_size),
             [&] { HeadBlocking(shape, options.head_block_size); });
-  BuiltKinds result;
+  std::vector<AttentionKind> kinds;
   for (std::size_t k = 0; k < masks.size(); ++k) {
     const MaskSource& mask = masks[k].second;
-    std::vector<SequenceMask> built = with_flag(mask.file.empty() ? "--mask" : "--mask-file",
-                                                [&] { return build_masks(mask, batch); });
-    // Every kind is cut as the first kind's automatic block size cuts it: kinds share blocks.
-    WorkloadOptions kind_options = options;
-    if (k > 0) kind_options.block_size = result.kinds.front().workload.blocks().block_size();
-    BuiltWorkload workload = with_flag("--block-size " + args.get_or("--block-size", "auto"), [&] {
-      return make_workload(shape, batch, std::move(built), kind_options);
-    });
-    if (k == 0) result.block_size_choice = workload.block_size_choice;
-    result.kinds.push_back({masks[k].first, layers[k], std::move(workload.workload)});
+    kinds.push_back({masks[k].first, layers[k],
+                     with_flag(mask.file.empty() ? "--mask" : "--mask-file",
+                               [&] { return build_masks(mask, batch); })});
   }
-  return result;
+  return with_flag("--block-size " + args.get_or("--block-size", "auto"),
+                   [&] { return make_kind_workloads(shape, batch, std::move(kinds), options); });
 }
 
 bool is_kind_assignment(std::string_view text) {

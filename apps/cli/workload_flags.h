@@ -32,12 +32,7 @@ bool is_kind_assignment(std::string_view text);
 std::vector<std::pair<std::string, MaskSource>> kind_masks_from_flags(const Args& args);
 std::vector<std::int32_t> kind_layers_from_flags(
     const Args& args, const std::vector<std::pair<std::string, MaskSource>>& kinds);
-struct BuiltKinds {
-  std::vector<KindWorkload> kinds;                   // every kind cut into the same blocks
-  std::optional<BlockSizeChoice> block_size_choice;  // the first kind's, when automatic
-  bool single() const { return kinds.size() == 1 && kinds.front().name == kDefaultKindName; }
-};
-// The batch, shape, kinds and block size of the flags, built (as workload_from_flags).
+// The batch, shape, kinds and block size of the flags, built by make_kind_workloads.
 BuiltKinds kinds_from_flags(const Args& args, std::int32_t devices = 8);
 // `devices` is what the automatic block size plans for when --devices is not given.
 WorkloadOptions workload_options_from_flags(const Args& args, std::int32_t devices = 8);

@@ -9,6 +9,13 @@ The planner from Python (every call goes to the C++ facade; nothing is implement
     plan.verify()["ok"]; plan.simulate("a100-p4de")["seconds"]; plan.save("plan.bin")
     same = dcp.load_plan("plan.bin")
 
+A model whose layers attend differently is planned with one mask per attention kind and each
+kind's layer count; every kind's Programs run on one token placement:
+
+    plan = dcp.plan([45613, 9419], {"full": "causal", "local": "sliding_window:window=4096"},
+                    layers={"full": 4, "local": 20}, nodes=2, devices_per_node=4)
+    plan.kinds, plan.layers, plan.kind("local").work_units
+
 The PyTorch API (DCPDataloader, DCPExecutor, DCPAttn) is in dcp.torch; docs/python.md.
 """
 from __future__ import annotations
@@ -51,7 +58,10 @@ def _mask_array(mask: Any, what: str) -> np.ndarray:
 
 
 def _masks(mask: Any) -> Any:
-    """A spec string, an int32 (tokens, K, 2) array, or a list of either, one per sequence."""
+    """A spec string, an int32 (tokens, K, 2) array, or a list of either, one per sequence; or a
+    dict {kind name: one of those}."""
+    if isinstance(mask, dict):
+        return {name: _masks(m) for name, m in mask.items()}
     if isinstance(mask, str):
         return mask
     if isinstance(mask, (list, tuple)):
@@ -60,7 +70,8 @@ def _masks(mask: Any) -> Any:
     return _mask_array(mask, "mask")
 
 
-def _request(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Any:
+def _request(seqlens: Sequence[int], mask: Any = "causal", layers: dict | None = None,
+             **options: Any) -> Any:
     """A plan request. The options and their defaults are the C++ planner's (an option left out
     or None keeps its default); only dtypes are translated here, torch's to dcp's names."""
     for name in ("dtype", "partial_dtype"):
@@ -68,10 +79,11 @@ def _request(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> An
             options[name] = dtype_name(options[name])
     if options.get("keep_kv") is not None:
         options["keep_kv"] = str(options["keep_kv"])  # 'all', 'none' or MiB
-    return _core.make_request([int(n) for n in seqlens], _masks(mask), options)
+    return _core.make_request([int(n) for n in seqlens], _masks(mask), layers, options)
 
 
-def plan(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Plan:
+def plan(seqlens: Sequence[int], mask: Any = "causal", layers: dict | None = None,
+         **options: Any) -> Plan:
     """Plans one batch, as `dcp plan` does. Options (with the command line's defaults): heads=8,
     kv_heads=2, head_dim=128, dtype='bf16', softmax_scale=None (1/sqrt(head_dim)),
     block_size=None (chosen), head_block_size=1, cluster='a100-p4de' (a preset or a cluster
@@ -86,19 +98,26 @@ def plan(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> Plan:
 
     `mask` is a spec ('causal', 'lambda:sink=64,window=4096', ...) for every sequence, an int32
     (total tokens, K, 2) array of per-row key intervals, or a list with one spec or array per
-    sequence. The same inputs and seed give the same plan bytes. Raises ValueError naming the
-    offending value."""
-    return _core.plan_request(_request(seqlens, mask, **options))
+    sequence. A dict {kind name: mask} (each mask in those forms) plans a model whose layers
+    attend differently, `dcp plan --mask KIND=SPEC`: one plan with every kind's Programs on one
+    token placement, its kinds cut into the blocks the first kind's block size gives; `layers`
+    ({kind name: layer count}, 1 for a kind left out) weighs each kind in the placement and the
+    simulated step (`dcp plan --layers`). The same inputs and seed give the same plan bytes.
+    Raises ValueError naming the offending value (TypeError for a value of the wrong type)."""
+    return _core.plan_request(_request(seqlens, mask, layers, **options))
 
 
-def workload(seqlens: Sequence[int], mask: Any = "causal", **options: Any) -> dict:
+def workload(seqlens: Sequence[int], mask: Any = "causal", layers: dict | None = None,
+             **options: Any) -> dict:
     """The block model of a batch (tokens, block size, token blocks, tiles, work units, pairs),
-    with plan()'s options."""
-    return _core.workload_summary(_request(seqlens, mask, **options))
+    with plan()'s options. For a dict of attention kinds, tiles, work units and pairs are given
+    per kind, with its layers, under "kinds" {name: {...}}."""
+    return _core.workload_summary(_request(seqlens, mask, layers, **options))
 
 
 def load_plan(path: str) -> Plan:
-    """Reads a binary plan file (dcp plan -o, Plan.save). Raises ValueError for a damaged file."""
+    """Reads a binary plan file (dcp plan -o, Plan.save), of one mask or of attention kinds.
+    Raises ValueError for a damaged file."""
     return _core.load_plan(str(path))
 
 

@@ -17,6 +17,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
 
 namespace nb = nanobind;
 
@@ -247,21 +248,46 @@ std::span<const float> in_floats(const Tensor& t) {
   return {static_cast<const float*>(t.data()), t.size()};
 }
 
+// What the executors of a model plan's kinds share: the transport and the cpu kernels' threads.
+// The kinds' passes run one at a time, so one transport and one kernel set serve them all.
+struct SharedRuntime {
+  SharedRuntime(nb::object transport, std::int32_t rank, std::int32_t size, std::int32_t threads)
+      : communicator(std::move(transport), rank, size),
+        kernels(kernels::make_kernels(kernels::KernelKind::kCpu, threads)) {}
+  TransportCommunicator communicator;
+  std::unique_ptr<kernels::AttentionKernels> kernels;
+};
+
 class TorchExecutor {
  public:
   // device None: the CPU kernels on host memory, `threads` of them; else a Python device.
   TorchExecutor(nb::object transport, std::int32_t rank, std::int32_t size, std::int32_t threads,
                 nb::object device)
-      : communicator_(std::move(transport), rank, size),
-        kernels_(kernels::make_kernels(kernels::KernelKind::kCpu, threads)),
-        device_(device.is_none() ? runtime::make_host_device(*kernels_)
+      : TorchExecutor(std::make_shared<SharedRuntime>(std::move(transport), rank, size, threads),
+                      std::move(device)) {}
+  TorchExecutor(std::shared_ptr<SharedRuntime> shared, nb::object device)
+      : shared_(std::move(shared)),
+        device_(device.is_none() ? runtime::make_host_device(*shared_->kernels)
                                  : std::make_unique<PythonDevice>(std::move(device))),
         on_host_(dynamic_cast<PythonDevice*>(device_.get()) == nullptr),
-        executor_(communicator_, *device_) {}
+        executor_(shared_->communicator, *device_) {}
 
-  void prepare(const PlanHandle& plan) {
+  // An executor for another kind of the same model plan: this one's transport and kernel threads,
+  // with `device` (None: the host device).
+  std::unique_ptr<TorchExecutor> sibling(nb::object device) const {
+    return std::make_unique<TorchExecutor>(shared_, std::move(device));
+  }
+
+  // The Programs of the handle's kind number `kind` (0: its first, for a handle of one kind its
+  // only one).
+  void prepare(const PlanHandle& plan, std::size_t kind) {
+    const std::size_t held = plan.kind ? 1 : plan.model().kinds.size();
+    if (kind >= held) {
+      throw InvalidInput("kind " + std::to_string(kind) + " is not a kind of the plan (it has " +
+                         std::to_string(held) + ")");
+    }
     plan_ = plan;  // keeps the plan alive while its Programs run
-    executor_.prepare(plan.plan());
+    executor_.prepare(plan.model().kinds[plan.kind.value_or(kind)].plan);
   }
   runtime::Executor& executor() { return executor_; }
   const PlanHeader& header() const { return executor_.header(); }
@@ -315,8 +341,7 @@ class TorchExecutor {
     }
   }
 
-  TransportCommunicator communicator_;
-  std::unique_ptr<kernels::AttentionKernels> kernels_;
+  std::shared_ptr<SharedRuntime> shared_;
   std::unique_ptr<runtime::Device> device_;
   bool on_host_;
   runtime::Executor executor_;
@@ -345,7 +370,11 @@ void bind_executor(nb::module_& m) {
       .def(nb::init<nb::object, std::int32_t, std::int32_t, std::int32_t, nb::object>(),
            nb::arg("transport"), nb::arg("rank"), nb::arg("size"), nb::arg("threads"),
            nb::arg("device").none())
-      .def("prepare", &TorchExecutor::prepare, nb::call_guard<nb::gil_scoped_release>())
+      .def("sibling", &TorchExecutor::sibling, nb::arg("device").none(),
+           "An executor for another kind of a model plan, sharing this one's transport and "
+           "kernel threads, with its own device (None: the host device)")
+      .def("prepare", &TorchExecutor::prepare, nb::arg("plan"), nb::arg("kind") = 0,
+           nb::call_guard<nb::gil_scoped_release>())
       .def(
           "arena_bytes",
           [](TorchExecutor& e, int pass) {

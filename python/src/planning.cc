@@ -86,6 +86,73 @@ std::vector<SequenceMask> batch_masks(nb::handle masks, const SequenceBatch& bat
   return masks_from_array(to_npy(array), batch, "mask array");
 }
 
+// The attention kinds of a request: a plain mask (batch_masks's forms) is one kind of the default
+// name and one layer; a dict {kind name: mask} names the kinds, each mask in batch_masks's forms,
+// and `layers` (None or a dict {kind name: layer count}) gives their layer counts (1 each by
+// default). The counts' range is validate_kinds's to check.
+std::vector<AttentionKind> request_kinds(nb::handle masks, nb::handle layers,
+                                         const SequenceBatch& batch) {
+  if (!nb::isinstance<nb::dict>(masks)) {
+    if (!layers.is_none()) {
+      throw InvalidInput(
+          "layers counts the layers of named attention kinds: give mask as a dict "
+          "{kind name: mask}");
+    }
+    return {AttentionKind{std::string(kDefaultKindName), 1, batch_masks(masks, batch)}};
+  }
+  const auto named = nb::borrow<nb::dict>(masks);
+  if (named.size() == 0) {
+    throw InvalidInput("mask is an empty dict; give at least one attention kind {name: mask}");
+  }
+  const auto name_of = [](nb::handle key, const char* where) {
+    if (!nb::isinstance<nb::str>(key)) {
+      throw nb::type_error((std::string(where) + " has a key of type " +
+                            nb::inst_name(key).c_str() + "; attention kinds are named by strings")
+                               .c_str());
+    }
+    return nb::cast<std::string>(key);
+  };
+  std::vector<AttentionKind> kinds;
+  for (auto [key, value] : named) {
+    std::string name = name_of(key, "mask");
+    validate_kind_name(name);
+    try {
+      kinds.push_back({name, 1, batch_masks(value, batch)});
+    } catch (const InvalidInput& error) {
+      throw InvalidInput("mask of attention kind '" + name + "': " + error.what());
+    }
+  }
+  if (layers.is_none()) return kinds;
+  if (!nb::isinstance<nb::dict>(layers)) {
+    throw nb::type_error(("layers is a " + std::string(nb::inst_name(layers).c_str()) +
+                          ", not a dict {kind name: layer count}")
+                             .c_str());
+  }
+  for (auto [key, value] : nb::borrow<nb::dict>(layers)) {
+    const std::string name = name_of(key, "layers");
+    auto kind = std::find_if(kinds.begin(), kinds.end(),
+                             [&](const AttentionKind& k) { return k.name == name; });
+    if (kind == kinds.end()) {
+      std::string listed;
+      for (const AttentionKind& k : kinds) listed += (listed.empty() ? "" : ", ") + k.name;
+      throw InvalidInput("layers names attention kind '" + name +
+                         "', which mask does not give (its kinds are " + listed + ")");
+    }
+    std::int64_t count = 0;
+    if (nb::isinstance<nb::bool_>(value) || !nb::try_cast(value, count)) {
+      throw nb::type_error(("layers of attention kind '" + name + "' is a " +
+                            std::string(nb::inst_name(value).c_str()) + ", not an int")
+                               .c_str());
+    }
+    if (count < 1 || count > kMaxKindLayers) {
+      throw InvalidInput("layers of attention kind '" + name + "': " + std::to_string(count) +
+                         "; a kind has 1 to " + std::to_string(kMaxKindLayers) + " layers");
+    }
+    kind->layers = static_cast<std::int32_t>(count);
+  }
+  return kinds;
+}
+
 // The planner's options given by name, as dcp.plan(**options) and DCPDataloader pass them. An
 // option not given, or given as None, keeps PlanRequest's default: the defaults live in the C++
 // structs alone (the command line's flags default to the same fields).
@@ -138,7 +205,7 @@ T at_least(std::optional<T> value, T fallback, T low, const char* name) {
 }
 
 PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle masks,
-                         nb::dict option_dict) {
+                         nb::handle layers, nb::dict option_dict) {
   NamedOptions options(option_dict);
   PlanRequest request;
   AttentionShape& shape = request.shape;
@@ -158,7 +225,7 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
     }
   }
   request.lengths = seqlens;
-  request.masks = batch_masks(masks, SequenceBatch(seqlens));
+  request.kinds = request_kinds(masks, layers, SequenceBatch(seqlens));
   request.block_size = at_least(options.get<TokenCount>("block_size"), request.block_size,
                                 TokenCount{0}, "block_size");
   request.head_block_size = at_least(options.get<std::int32_t>("head_block_size"),
@@ -245,23 +312,44 @@ const Program& rank_program(const Plan& plan, std::int32_t rank) {
   return plan.forward[static_cast<std::size_t>(rank)];
 }
 
-PlanHandle loaded(Plan plan) {
-  return PlanHandle{nullptr, std::make_shared<const Plan>(std::move(plan))};
+PlanHandle loaded(ModelPlan plan) {
+  return PlanHandle{nullptr, std::make_shared<const ModelPlan>(std::move(plan)), std::nullopt};
+}
+
+nb::dict verify_entry(const VerifyReport& report) {
+  nb::dict d;
+  d["ok"] = report.ok;
+  d["message"] = describe(report);
+  d["forward"] = pass_summary(report.forward);
+  d["backward"] = pass_summary(report.backward);
+  return d;
+}
+
+// The block model's figures of one kind's workload.
+void add_work_figures(nb::dict& d, const Workload& w) {
+  d["tiles"] = w.tile_count();
+  d["work_units"] = w.work_unit_count();
+  PairCount pairs = 0;
+  for (const Tile& tile : w.tiles()) pairs += tile.pairs;
+  d["pairs"] = pairs;
 }
 
 }  // namespace
 
 void bind_planning(nb::module_& m) {
   nb::class_<PlanRequest>(m, "PlanRequest",
-                          "A batch with its masks, attention shape, cluster and planner options");
-  m.def("make_request", &make_request, nb::arg("seqlens"), nb::arg("masks"), nb::arg("options"),
-        "A plan request: the batch, its masks and the planner options given by name (None or "
-        "absent: the planner's default).");
+                          "A batch with its attention kinds, attention shape, cluster and planner "
+                          "options");
+  m.def("make_request", &make_request, nb::arg("seqlens"), nb::arg("masks"),
+        nb::arg("layers").none(), nb::arg("options"),
+        "A plan request: the batch, its masks (a dict: named attention kinds, with `layers` their "
+        "layer counts) and the planner options given by name (None or absent: the planner's "
+        "default).");
   m.def(
       "plan_request",
       [](const PlanRequest& request) {
-        auto built = std::make_shared<const BuiltPlan>(plan_request(request));
-        return PlanHandle{std::move(built), nullptr};
+        auto built = std::make_shared<const BuiltModelPlan>(plan_request(request));
+        return PlanHandle{std::move(built), nullptr, std::nullopt};
       },
       nb::call_guard<nb::gil_scoped_release>());
   m.def("workload_summary", [](const PlanRequest& request) {
@@ -270,19 +358,27 @@ void bind_planning(nb::module_& m) {
     options.head_block_size = request.head_block_size;
     options.auto_block.devices = request.plan.cluster.shape.devices();
     const SequenceBatch batch(request.lengths);
-    const BuiltWorkload built = make_workload(request.shape, batch, request.masks, options);
-    const Workload& w = built.workload;
+    validate(request.shape);
+    const BuiltKinds built = make_kind_workloads(request.shape, batch, request.kinds, options);
+    const Workload& w = built.kinds.front().workload;
     nb::dict d;
     d["tokens"] = batch.total_tokens();
     d["sequences"] = batch.lengths().size();
     d["block_size"] =
         built.block_size_choice ? built.block_size_choice->block_size : request.block_size;
     d["token_blocks"] = w.blocks().block_count();
-    d["tiles"] = w.tile_count();
-    d["work_units"] = w.work_unit_count();
-    PairCount pairs = 0;
-    for (const Tile& tile : w.tiles()) pairs += tile.pairs;
-    d["pairs"] = pairs;
+    if (built.single()) {
+      add_work_figures(d, w);
+      return d;
+    }
+    nb::dict kinds;
+    for (const KindWorkload& kind : built.kinds) {
+      nb::dict entry;
+      entry["layers"] = kind.layers;
+      add_work_figures(entry, kind.workload);
+      kinds[nb::str(kind.name.c_str())] = entry;
+    }
+    d["kinds"] = kinds;
     return d;
   });
   m.def(
@@ -375,45 +471,124 @@ void bind_planning(nb::module_& m) {
              return to_numpy(
                  runtime::local_token_positions(layout, batch.offsets(), batch.total_tokens()));
            })
+      .def_prop_ro("kinds",
+                   [](const PlanHandle& h) {
+                     std::vector<std::string> names;
+                     ModelPlan storage;
+                     for (const KindPlan& kind : h.held(storage).kinds) names.push_back(kind.name);
+                     return names;
+                   })
+      .def_prop_ro("layers",
+                   [](const PlanHandle& h) {
+                     nb::dict d;
+                     ModelPlan storage;
+                     for (const KindPlan& kind : h.held(storage).kinds) {
+                       d[nb::str(kind.name.c_str())] = kind.layers;
+                     }
+                     return d;
+                   })
+      .def(
+          "kind",
+          [](const PlanHandle& h, const std::string& name) {
+            ModelPlan storage;
+            kind_index(h.held(storage).names(), name);  // refuses a kind the handle lacks
+            PlanHandle kind = h;
+            kind.kind = kind_index(h.model().names(), name);
+            return kind;
+          },
+          nb::arg("name"))
       .def("verify",
            [](const PlanHandle& h) {
-             const VerifyReport report = verify(h.plan());
+             ModelPlan storage;
+             const ModelPlan& model = h.held(storage);
+             ModelVerifyReport report;
+             {
+               nb::gil_scoped_release release;
+               report = verify(model);
+             }
+             const VerifyReport& first = report.kinds.front().report;
              nb::dict d;
              d["ok"] = report.ok;
-             d["message"] = describe(report);
-             d["forward"] = pass_summary(report.forward);
-             d["backward"] = pass_summary(report.backward);
+             d["message"] = model.is_single_plan() ? describe(first) : describe(report);
+             d["forward"] = pass_summary(first.forward);
+             d["backward"] = pass_summary(first.backward);
+             nb::dict kinds;
+             for (const KindVerifyReport& kind : report.kinds) {
+               nb::dict entry = verify_entry(kind.report);
+               entry["layers"] = kind.layers;
+               kinds[nb::str(kind.name.c_str())] = entry;
+             }
+             d["kinds"] = kinds;
              return d;
            })
       .def(
           "simulate",
           [](const PlanHandle& h, const std::string& cluster) {
-            const Plan& plan = h.plan();
-            sim::PlanSimulation simulation;
+            ModelPlan storage;
+            const ModelPlan& model = h.held(storage);
+            sim::ModelSimulation simulation;
             {
               nb::gil_scoped_release release;
               simulation = sim::simulate(
-                  plan, sim::with_shape(resolve_cluster(cluster), plan.header.cluster));
+                  model, sim::with_shape(resolve_cluster(cluster), h.plan().header.cluster));
             }
+            const sim::PlanSimulation& first = simulation.kinds.front().passes;
             nb::dict d;
-            d["forward"] = pass_simulation(simulation.forward);
-            d["backward"] = pass_simulation(simulation.backward);
-            d["seconds"] = simulation.seconds();
+            d["forward"] = pass_simulation(first.forward);
+            d["backward"] = pass_simulation(first.backward);
+            // A plan of one mask: its two passes, as ever; with kinds, the training step.
+            d["seconds"] = model.is_single_plan() ? first.seconds() : simulation.step_seconds;
+            d["step_seconds"] = simulation.step_seconds;
+            nb::dict kinds;
+            for (const sim::KindSimulation& kind : simulation.kinds) {
+              nb::dict entry;
+              entry["layers"] = kind.layers;
+              entry["forward"] = pass_simulation(kind.passes.forward);
+              entry["backward"] = pass_simulation(kind.passes.backward);
+              entry["seconds"] = kind.passes.seconds();
+              kinds[nb::str(kind.name.c_str())] = entry;
+            }
+            d["kinds"] = kinds;
             return d;
           },
           nb::arg("cluster"))
       .def("to_bytes",
            [](const PlanHandle& h) {
-             const std::string bytes = serialize_plan(h.plan());
+             ModelPlan storage;
+             const std::string bytes = serialize_model_plan(h.held(storage));
              return nb::bytes(bytes.data(), bytes.size());
            })
       .def("save",
-           [](const PlanHandle& h, const std::string& path) { write_plan_file(path, h.plan()); })
-      .def("to_json", [](const PlanHandle& h) { return plan_to_json(h.plan()); })
-      .def("__eq__", [](const PlanHandle& a, const PlanHandle& b) { return a.plan() == b.plan(); });
-  m.def("load_plan", [](const std::string& path) { return loaded(read_plan_file(path)); });
+           [](const PlanHandle& h, const std::string& path) {
+             ModelPlan storage;
+             write_model_plan_file(path, h.held(storage));
+           })
+      .def("to_json",
+           [](const PlanHandle& h) {
+             ModelPlan storage;
+             const ModelPlan& model = h.held(storage);
+             if (model.is_single_plan()) return plan_to_json(model.kinds.front().plan);
+             JsonWriter json;
+             json.begin_object();
+             json.key("kinds").begin_array();
+             for (const KindPlan& kind : model.kinds) {
+               json.begin_object();
+               json.field("name", std::string_view(kind.name));
+               json.field("layers", std::int64_t{kind.layers});
+               json.key("plan").raw(plan_to_json(kind.plan));
+               json.end_object();
+             }
+             json.end_array();
+             json.end_object();
+             return json.str();
+           })
+      .def("__eq__", [](const PlanHandle& a, const PlanHandle& b) {
+        ModelPlan a_storage, b_storage;
+        return a.held(a_storage) == b.held(b_storage);
+      });
+  m.def("load_plan", [](const std::string& path) { return loaded(read_model_plan_file(path)); });
   m.def("plan_from_bytes", [](nb::bytes bytes) {
-    return loaded(parse_plan(std::string_view(bytes.c_str(), bytes.size()), "plan bytes"));
+    return loaded(parse_model_plan(std::string_view(bytes.c_str(), bytes.size()), "plan bytes"));
   });
 
   nb::class_<PlanQueue>(m, "PlanQueue")
@@ -421,12 +596,12 @@ void bind_planning(nb::module_& m) {
       .def("submit", [](PlanQueue& q, const PlanRequest& request) { return q.submit(request); })
       .def("take",
            [](PlanQueue& q, PlanQueue::Ticket ticket) {
-             std::shared_ptr<const BuiltPlan> built;
+             std::shared_ptr<const BuiltModelPlan> built;
              {
                nb::gil_scoped_release release;
                built = q.take(ticket);
              }
-             return PlanHandle{std::move(built), nullptr};
+             return PlanHandle{std::move(built), nullptr, std::nullopt};
            })
       .def("close", &PlanQueue::close, nb::call_guard<nb::gil_scoped_release>());
 }

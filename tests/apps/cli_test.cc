@@ -11,6 +11,8 @@
 
 #include "dcp/core/npy.h"
 
+#include "dcp/program/model_plan_file.h"
+
 #include "apps/cli/command_table.h"
 #include "tests/apps/cli_testing.h"
 #include <sys/wait.h>
@@ -307,6 +309,31 @@ TEST(PlanCommand, ABatchOfFewLongSequencesAlsoTriesTheStructuredLayouts) {
                              "--devices-per-node", "4", "--strategy", "dcp-pure"});
   ASSERT_EQ(spread.status, 0) << spread.err;
   EXPECT_EQ(spread.out.find(" layout "), std::string::npos) << spread.out;
+}
+
+TEST(PlanCommand, PlansNamedAttentionKindsOnTheBlocksOfTheFirstKind) {
+  const std::string path = temp_path("kinds.plan");
+  const Result r = run({"plan", "--seqlens", "3000,700,40", "--nodes", "1", "--devices-per-node",
+                        "4", "--strategy", "dcp-pure", "--mask", "local=sliding_window:window=64",
+                        "--mask", "global=causal", "--layers", "local=3", "-o", path});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("2 attention kinds on one token placement"), std::string::npos) << r.out;
+  const ModelPlan plan = read_model_plan_file(path);  // checks that the kinds share their blocks
+  ASSERT_EQ(plan.kinds.size(), 2u);
+  EXPECT_EQ(plan.names(), (std::vector<std::string>{"local", "global"}));
+  EXPECT_EQ(plan.kinds[0].layers, 3);
+  EXPECT_EQ(plan.kinds[1].layers, 1);
+  // The default kind's name with more than one layer is a kinds plan too.
+  ASSERT_EQ(run({"plan", "--seqlens", "3000,700", "--mask", "attention=causal", "--layers",
+                 "attention=2", "-o", path})
+                .status,
+            0);
+  EXPECT_EQ(read_model_plan_file(path).kinds.front().layers, 2);
+  std::filesystem::remove(path);
+  expect_usage_error({"plan", "--seqlens", "100", "--mask", "a=causal", "--layers", "b=2"},
+                     "no attention kind 'b' (the kinds are a)");
+  expect_usage_error({"plan", "--seqlens", "100", "--mask", "causal", "--layers", "a=2"},
+                     "--layers counts the layers of named attention kinds");
 }
 
 TEST(PlanCommand, RejectsBadFlagsWithExitStatus2) {

@@ -50,6 +50,40 @@ def attention_case(rank: int, size: int, case: dict) -> dict:
     return result
 
 
+def kinds_attention_case(rank: int, size: int, case: dict) -> dict:
+    """Plans case's batch with its attention kinds (case["kinds"]: {name: mask}, case["layers"])
+    and runs every kind forward and backward on this rank's tokens through one executor (the
+    kinds in reverse order, the last with DCPAttn and its kind after kv). Returns per kind the
+    local outputs, with the batch positions and the plan's bytes."""
+    nodes, per_node = shape_of(size)
+    plan = dcp.plan(case["seqlens"], case["kinds"], case["layers"], heads=case["heads"],
+                    kv_heads=case["kv_heads"], head_dim=case["head_dim"], dtype=case["dtype"],
+                    block_size=case["block_size"], cluster="cpu-local", nodes=nodes,
+                    devices_per_node=per_node, strategy=case["strategy"], seed=0)
+    executor = dcpt.DCPExecutor(threads=1)
+    executor.prepare(plan)
+    q, k, v, do = reference.inputs(sum(case["seqlens"]), case["heads"], case["kv_heads"],
+                                   case["head_dim"], case["dtype"], case["seed"])
+    positions = torch.from_numpy(plan.local_token_positions(rank))
+    dtype = reference.TORCH_DTYPE[case["dtype"]]
+    out = {"positions": positions, "kinds": executor.kinds,
+           "plan": torch.frombuffer(bytearray(plan.to_bytes()), dtype=torch.uint8)}
+    for index, kind in enumerate(reversed(executor.kinds)):
+        ql, kl, vl = (x[positions].to(dtype).requires_grad_() for x in (q, k, v))
+        if index == len(executor.kinds) - 1:
+            kv = torch.stack((kl, vl)).detach().requires_grad_()
+            o = dcpt.DCPAttn.apply(executor, ql, kv, kind)
+            o.backward(do[positions].to(dtype))
+            dk, dv = kv.grad[0], kv.grad[1]
+            _, lse, _ = executor.forward(ql, kl, vl, kind=kind)
+        else:
+            o, lse = dcpt.attention(executor, ql, kl, vl, return_lse=True, kind=kind)
+            o.backward(do[positions].to(dtype))
+            dk, dv = kl.grad, vl.grad
+        out[kind] = {"o": o.detach(), "lse": lse, "dq": ql.grad, "dk": dk, "dv": dv}
+    return out
+
+
 def attention_cases(rank: int, size: int, cases: list[dict]) -> list[dict]:
     return [attention_case(rank, size, case) for case in cases]
 
@@ -210,35 +244,58 @@ class RandomBytes(torch.utils.data.Dataset):
         return torch.randint(0, 256, (self.lengths[i],), generator=g)
 
 
-def train_config():
+# A model whose layers attend differently: each layer's attention kind, and each kind's mask.
+KIND_TRAIN = dict(TRAIN, steps=12, masks={"full": "causal", "local": "sliding_window:window=16",
+                                          "chunk": "chunked:chunk=24"},
+                  layer_kinds=["local", "full", "chunk", "local"])
+
+
+def train_config(kinds: bool = False):
     import gpt_model
+    if kinds:
+        return gpt_model.GPTConfig(dim=64, layers=len(KIND_TRAIN["layer_kinds"]), heads=4,
+                                   kv_heads=2)
     return gpt_model.GPTConfig(dim=256, layers=3, heads=8, kv_heads=2)
 
 
-def train_dcp(rank: int, size: int) -> dict:
+def train_dcp(rank: int, size: int, kinds: bool = False) -> dict:
     """TRAIN["steps"] AdamW steps of the example GPT with attention through dcp, data parallel
     over the group (the loader's local tokens, gradients all-reduced, the loss normalised by the
-    global loss-token count). Returns the global loss of every step."""
+    global loss-token count). With `kinds`, KIND_TRAIN's: every layer attends as its kind, every
+    batch planned with every kind's mask and layer count. Returns the global loss of every
+    step."""
     import gpt_model
     import torch.distributed as dist
-    config = train_config()
+    setup = KIND_TRAIN if kinds else TRAIN
+    config = train_config(kinds)
     nodes, per_node = shape_of(size)
     dataset = RandomBytes()
-    loader = dcpt.DCPDataloader(dataset, lambda s: "causal", tokens_per_batch=TRAIN["tokens_per_batch"],
+    if kinds:
+        layer_kinds = setup["layer_kinds"]
+        options = dict(layers={k: layer_kinds.count(k) for k in setup["masks"]})
+        mask_fn = lambda s: dict(setup["masks"])  # noqa: E731
+    else:
+        options, mask_fn = {}, lambda s: "causal"  # noqa: E731
+    loader = dcpt.DCPDataloader(dataset, mask_fn, tokens_per_batch=setup["tokens_per_batch"],
                                 heads=config.heads, kv_heads=config.kv_heads,
                                 head_dim=config.head_dim, dtype=torch.float32, block_size=16,
-                                cluster="cpu-local", nodes=nodes, seed=TRAIN["seed"], epochs=20)
+                                cluster="cpu-local", nodes=nodes, seed=setup["seed"], epochs=20,
+                                **options)
     executor = dcpt.DCPExecutor(threads=1)
-    torch.manual_seed(TRAIN["seed"])
+    if kinds:
+        attn = [lambda q, k, v, kind=kind: dcpt.attention(executor, q, k, v, kind=kind)
+                for kind in setup["layer_kinds"]]
+    else:
+        attn = lambda q, k, v: dcpt.attention(executor, q, k, v)  # noqa: E731
+    torch.manual_seed(setup["seed"])
     model = gpt_model.GPT(config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=TRAIN["lr"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=setup["lr"])
     losses, batches = [], []
     for step, (local, plan) in enumerate(loader):
-        if step == TRAIN["steps"]:
+        if step == setup["steps"]:
             break
         executor.prepare(plan)
-        logits = model(local.input_ids, local.position_ids,
-                       lambda q, k, v: dcpt.attention(executor, q, k, v))
+        logits = model(local.input_ids, local.position_ids, attn)
         loss = gpt_model.loss_fn(logits, local.labels, local.loss_tokens)
         optimizer.zero_grad()
         loss.backward()
@@ -252,21 +309,29 @@ def train_dcp(rank: int, size: int) -> dict:
     return {"losses": losses, "batches": batches, "loader_wait": loader.wait_seconds}
 
 
-def train_dense(batches: list[list[int]]) -> list[float]:
-    """The same model, seed and batches on one process with dense attention (SDPA)."""
+def train_dense(batches: list[list[int]], kinds: bool = False,
+                masks: dict | None = None) -> list[float]:
+    """The same model, seed and batches on one process with dense attention (SDPA), each layer
+    under its kind's mask with `kinds` (KIND_TRAIN's masks, or `masks`)."""
     import gpt_model
+    setup = KIND_TRAIN if kinds else TRAIN
     dataset = RandomBytes()
-    torch.manual_seed(TRAIN["seed"])
-    model = gpt_model.GPT(train_config())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=TRAIN["lr"])
+    torch.manual_seed(setup["seed"])
+    model = gpt_model.GPT(train_config(kinds))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=setup["lr"])
     losses = []
     for indices in batches:
         samples = [dataset[i] for i in indices]
         seqlens = [s.numel() for s in samples]
         tokens = torch.cat(samples)
         labels = gpt_model.make_labels(tokens, seqlens)
-        logits = model(tokens, gpt_model.make_positions(seqlens),
-                       gpt_model.dense_attention(seqlens))
+        if kinds:
+            dense = {k: gpt_model.dense_attention(seqlens, m)
+                     for k, m in (masks or setup["masks"]).items()}
+            attn = [dense[kind] for kind in setup["layer_kinds"]]
+        else:
+            attn = gpt_model.dense_attention(seqlens)
+        logits = model(tokens, gpt_model.make_positions(seqlens), attn)
         loss = gpt_model.loss_fn(logits, labels, int((labels != -100).sum()))
         optimizer.zero_grad()
         loss.backward()

@@ -60,8 +60,16 @@ def train_hf_dcp(rank: int, size: int, families: list[str]) -> dict:
             losses.append(total)
             batches.append(lb.batch_indices)
         out[family] = {"losses": losses, "batches": batches, "gap": gap,
-                       "grads": first_grads if rank == 0 else {}}
+                       "grads": first_grads if rank == 0 else {}, "kinds": len(executor.kinds)}
     return out
+
+
+def layer_kinds(family: str) -> list[str]:
+    """The attention kind of every layer of the family's tiny model."""
+    import hf_models
+
+    import dcp.torch.hf as dcphf
+    return dcphf.attention_kinds(hf_models.tiny_config(family))[1]
 
 
 def train_hf_dense(family: str, batches: list[list[int]]) -> dict:

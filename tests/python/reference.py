@@ -85,3 +85,27 @@ def worst_relative(got: torch.Tensor, want: torch.Tensor) -> float:
     if want.numel() == 0:
         return 0.0
     return (got - want).abs().max().item() / max(scale, 1e-30)
+
+
+def expect_dense_attention(seqlens, dtype: str, ranks: list[dict], dense) -> None:
+    """Asserts that the ranks' local o, lse, dq, dk, dv (each rank's dict, with the batch
+    positions of its tokens) put together are every token once and match `dense`
+    (dense_attention's), within TOLERANCE[dtype] of max |reference|."""
+    o_ref, lse_ref, dq_ref, dk_ref, dv_ref = dense
+    total = sum(seqlens)
+    got = {name: torch.full_like(ref, float("nan")) for name, ref in
+           (("o", o_ref), ("dq", dq_ref), ("dk", dk_ref), ("dv", dv_ref))}
+    lse = torch.full_like(lse_ref, float("nan"))
+    seen = torch.zeros(total, dtype=torch.int64)
+    for r in ranks:
+        pos = r["positions"]
+        seen[pos] += 1
+        for name in got:
+            got[name][pos] = r[name].double()
+        lse[:, pos] = r["lse"].double()
+    assert torch.equal(seen, torch.ones(total, dtype=torch.int64)), "every token on one rank"
+    bound = TOLERANCE[dtype]
+    for name, ref in (("o", o_ref), ("dq", dq_ref), ("dk", dk_ref), ("dv", dv_ref)):
+        err = worst_relative(got[name], ref)
+        assert err <= bound, f"{name}: {err:.3g} of max |reference| > {bound}"
+    assert worst_relative(lse, lse_ref) <= bound, "lse"

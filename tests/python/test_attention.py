@@ -7,7 +7,6 @@ import functools
 import json
 
 import pytest
-import torch
 
 import dcp
 import dist_cases
@@ -68,8 +67,9 @@ def _reference(index: int):
 @pytest.mark.parametrize("size", WORLDS)
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c["name"] for c in CASES])
 def test_matches_dense_attention(size: int, index: int) -> None:
-    _expect_dense_attention(CASES[index], [results[index] for results in _world_results(size)],
-                            _reference(index))
+    reference.expect_dense_attention(SEQLENS, CASES[index]["dtype"],
+                                     [results[index] for results in _world_results(size)],
+                                     _reference(index))
 
 
 def test_kv_is_kept_from_the_forward_pass_as_planned() -> None:
@@ -112,25 +112,4 @@ def test_partials_reduced_inside_a_node_match_dense_attention() -> None:
                                    case["head_dim"], case["dtype"], case["seed"])
     dense = reference.dense_attention(q, k, v, do,
                                       reference.dense_mask(case["seqlens"], [case["masks"]]))
-    _expect_dense_attention(case, ranks, dense)
-
-
-def _expect_dense_attention(case: dict, ranks: list[dict], dense) -> None:
-    o_ref, lse_ref, dq_ref, dk_ref, dv_ref = dense
-    total = sum(case["seqlens"])
-    got = {name: torch.full_like(ref, float("nan")) for name, ref in
-           (("o", o_ref), ("dq", dq_ref), ("dk", dk_ref), ("dv", dv_ref))}
-    lse = torch.full_like(lse_ref, float("nan"))
-    seen = torch.zeros(total, dtype=torch.int64)
-    for r in ranks:
-        pos = r["positions"]
-        seen[pos] += 1
-        for name in got:
-            got[name][pos] = r[name].double()
-        lse[:, pos] = r["lse"].double()
-    assert torch.equal(seen, torch.ones(total, dtype=torch.int64)), "every token on one rank"
-    bound = reference.TOLERANCE[case["dtype"]]
-    for name, ref in (("o", o_ref), ("dq", dq_ref), ("dk", dk_ref), ("dv", dv_ref)):
-        err = reference.worst_relative(got[name], ref)
-        assert err <= bound, f"{name}: {err:.3g} of max |reference| > {bound}"
-    assert reference.worst_relative(lse, lse_ref) <= bound, "lse"
+    reference.expect_dense_attention(case["seqlens"], case["dtype"], ranks, dense)

@@ -25,3 +25,100 @@ def test_compiled_models_match_eager_without_graph_breaks_or_recompiles() -> Non
             assert len(got["compiled"]) == hf_cases.COMPILE["batches"], where
             for step, (a, b) in enumerate(zip(got["compiled"], got["eager"])):
                 assert abs(a - b) <= 1e-6 * abs(b), f"{where} step {step}: {a} vs eager {b}"
+
+
+def test_attention_kinds_compile_without_graph_breaks() -> None:
+    """Two layers of different attention kinds, compiled whole (one process, aot_eager: dcp's ops
+    with their fake implementations and autograd formula), over two batches of different sizes:
+    one graph, no graph break, the eager run's outputs and gradients."""
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    import dcp
+    import dcp.torch as dcpt
+
+    executor = dcpt.DCPExecutor(threads=1)
+
+    def layers(q, k, v):
+        o = dcpt.attention(executor, q, k, v, kind="local")
+        return dcpt.DCPAttn.apply(executor, o, torch.stack((k, v)), "full")
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(layers, fullgraph=True, dynamic=True, backend="aot_eager")
+    for seqlens in ([30, 9], [17, 40, 3]):
+        plan = dcp.plan(seqlens, {"full": "causal", "local": "sliding_window:window=6"},
+                        {"local": 2}, heads=2, kv_heads=1, head_dim=8, dtype="fp32",
+                        block_size=8, cluster="cpu-local", nodes=1, devices_per_node=1)
+        executor.prepare(plan)
+        n = executor.local_tokens
+        g = torch.Generator().manual_seed(n)
+        inputs = [torch.randn(n, h, 8, generator=g) for h in (2, 1, 1)]
+        runs = []
+        for fn in (layers, compiled):
+            q, k, v = (x.clone().requires_grad_() for x in inputs)
+            o = fn(q, k, v)
+            o.square().sum().backward()
+            runs.append([o.detach(), q.grad, k.grad, v.grad])
+        for got, want in zip(*runs[::-1]):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert sum(counters["graph_break"].values()) == 0
+    assert counters["stats"]["unique_graphs"] == 1
+
+
+def test_transformers_layers_of_two_kinds_compile_without_graph_breaks() -> None:
+    """dcp's transformers attention function on the layers of a Gemma 3 config (sliding-window
+    and full), compiled whole (one process, aot_eager): each layer finds its kind while tracing,
+    with no graph break, and computes what it computes eagerly."""
+    import torch
+    import torch._dynamo
+    import transformers
+    from torch._dynamo.utils import counters
+
+    import dcp
+    import dcp.torch as dcpt
+    import dcp.torch.hf as dcphf
+
+    config = transformers.Gemma3TextConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, sliding_window=6,
+        sliding_window_pattern=2)
+
+    class Layer(torch.nn.Module):  # what transformers hands the attention function
+        def __init__(self, index: int):
+            super().__init__()
+            self.config, self.layer_idx, self.is_causal = config, index, True
+
+    modules = [Layer(0), Layer(1)]
+    executor = dcpt.DCPExecutor(threads=1)
+
+    def layers(q, k, v):  # q (1, heads, tokens, head dim), k and v (1, kv heads, tokens, d)
+        for module in modules:
+            o, _ = dcphf.dcp_attention(module, q, k, v, None, dcp_executor=executor)
+            q = o.transpose(1, 2)
+        return q
+
+    opts = dcphf.plan_options(config)
+    assert opts["layers"] == {"sliding_attention": 1, "full_attention": 1}
+    plan = dcp.plan([30, 9], opts["mask_fn"](None), opts["layers"], heads=2, kv_heads=1,
+                    head_dim=8, dtype="fp32", block_size=8, cluster="cpu-local", nodes=1,
+                    devices_per_node=1)
+    executor.prepare(plan)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, h, 39, 8, generator=g) for h in (2, 1, 1))
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(layers, fullgraph=True, backend="aot_eager")
+    windowed = compiled(q, k, v)
+    torch.testing.assert_close(windowed, layers(q, k, v), rtol=1e-6, atol=1e-6)
+    assert sum(counters["graph_break"].values()) == 0
+    # The kinds' masks come from the plan: with both kinds causal, the same graph gives another
+    # output, eager's.
+    executor.prepare(dcp.plan([30, 9], {"sliding_attention": "causal", "full_attention": "causal"},
+                              heads=2, kv_heads=1, head_dim=8, dtype="fp32", block_size=8,
+                              cluster="cpu-local", nodes=1, devices_per_node=1))
+    causal = compiled(q, k, v)
+    torch.testing.assert_close(causal, layers(q, k, v), rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(causal, windowed)
+    assert counters["stats"]["unique_graphs"] == 1

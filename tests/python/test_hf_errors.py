@@ -81,10 +81,37 @@ def test_plan_options_reads_head_dim_and_kv_heads_defaults() -> None:
     (lambda: transformers.LlamaConfig(num_hidden_layers=2,
                                       layer_types=["chunked_attention"] * 2), "chunked_attention"),
 ])
-def test_plan_options_refuses_what_one_mask_cannot_express(config, words) -> None:
+def test_model_mask_refuses_what_one_mask_cannot_express(config, words) -> None:
+    with pytest.raises(ValueError) as info:
+        dcphf.model_mask(config())
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("config,words", [
+    (lambda: transformers.Gemma2Config(num_hidden_layers=2), "attn_logit_softcapping=50.0"),
+    (lambda: transformers.LlamaConfig(num_hidden_layers=2,
+                                      layer_types=["chunked_attention"] * 2), "chunked_attention"),
+])
+def test_plan_options_refuses_what_dcp_cannot_plan(config, words) -> None:
     with pytest.raises(ValueError) as info:
         dcphf.plan_options(config())
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize("config,kinds,layers", [
+    (lambda: transformers.Gemma3TextConfig(num_hidden_layers=6),
+     {"sliding_attention": "sliding_window:window=4096", "full_attention": "causal"},
+     {"sliding_attention": 5, "full_attention": 1}),
+    (lambda: transformers.Qwen2Config(num_hidden_layers=4, use_sliding_window=True,
+                                      sliding_window=64, max_window_layers=2),
+     {"full_attention": "causal", "sliding_attention": "sliding_window:window=64"},
+     {"full_attention": 2, "sliding_attention": 2}),
+])
+def test_plan_options_of_models_whose_layers_differ(config, kinds, layers) -> None:
+    opts = dcphf.plan_options(config())
+    assert opts["mask_fn"](torch.arange(3)) == kinds
+    assert list(opts["mask_fn"](torch.arange(3))) == list(kinds)  # in the order of first layers
+    assert opts["layers"] == layers
 
 
 def test_refused_calls() -> None:

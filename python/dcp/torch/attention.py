@@ -29,25 +29,36 @@ def _key(executor: DCPExecutor, **tensors) -> int:
 
 
 def attention(executor: DCPExecutor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              softmax_scale: float | None = None, return_lse: bool = False):
+              softmax_scale: float | None = None, return_lse: bool = False,
+              kind: str | None = None):
     """Attention of this rank's local q against the whole batch's keys as the plan masks them.
     q (local tokens, q heads, d), k and v (local tokens, kv heads, d) in the plan's dtype;
-    softmax_scale None means the plan's (1/sqrt(d) unless planned otherwise). Returns o, and
-    with return_lse also lse (float32, (q heads, local tokens), natural log; no gradient flows
-    through it)."""
-    o, lse, _, _ = ops.attention_forward(q, k, v, _key(executor, q=q, k=k, v=v), softmax_scale)
+    softmax_scale None means the plan's (1/sqrt(d) unless planned otherwise). `kind` names the
+    layer's attention kind, one of executor.kinds (None: the plan's only kind; ValueError naming
+    the kinds when it has several). Returns o, and with return_lse also lse (float32, (q heads,
+    local tokens), natural log; no gradient flows through it)."""
+    o, lse, _, _ = ops.attention_forward(q, k, v, _key(executor, q=q, k=k, v=v), softmax_scale,
+                                         kind)
     return (o, lse) if return_lse else o
 
 
 class DCPAttn:
-    """o = DCPAttn.apply(executor, q, kv[, softmax_scale]): q (local tokens, q heads, head dim),
-    kv (2, local tokens, kv heads, head dim) holding k and v. Gradients flow to q and kv."""
+    """o = DCPAttn.apply(executor, q, kv[, kind]): q (local tokens, q heads, head dim), kv (2,
+    local tokens, kv heads, head dim) holding k and v; kind the layer's attention kind (None: the
+    plan's only kind). After kv, a string is the kind and a number the softmax scale
+    (DCPAttn.apply(executor, q, kv, softmax_scale, kind) too). Gradients flow to q and kv."""
 
     @staticmethod
     def apply(executor: DCPExecutor, q: torch.Tensor, kv: torch.Tensor,
-              softmax_scale: float | None = None) -> torch.Tensor:
+              softmax_scale: float | str | None = None, kind: str | None = None
+              ) -> torch.Tensor:
+        if isinstance(softmax_scale, str):  # DCPAttn.apply(executor, q, kv, kind)
+            if kind is not None:
+                raise TypeError(f"DCPAttn.apply got two kinds: {softmax_scale!r} after kv and "
+                                f"kind={kind!r}")
+            softmax_scale, kind = None, softmax_scale
         if not isinstance(kv, torch.Tensor) or kv.dim() != 4 or kv.shape[0] != 2:
             raise ValueError(f"kv has shape {tuple(getattr(kv, 'shape', ()))}; DCPAttn needs "
                              "(2, local tokens, kv heads, head dim)")
         k, v = kv.unbind(0)
-        return attention(executor, q, k, v, softmax_scale)
+        return attention(executor, q, k, v, softmax_scale, kind=kind)

@@ -61,7 +61,10 @@ class DCPDataloader:
     """Iterates (local_batch, plan) pairs. `dataset`: map-style (len and [i]) or iterable, of
     token sequences (1-D integer tensors or lists). `mask_fn(sample)` returns the sample's mask: a
     built-in spec ('causal', 'lambda:sink=64,window=4096', ...) or an int32 (tokens, K, 2) array of
-    per-row key intervals; None means causal.
+    per-row key intervals; None means causal. For a model whose layers attend differently it
+    returns a dict {kind name: mask}, with the same kind names for every sample, and `layers`
+    ({kind name: layer count}, 1 for a kind left out) counts each kind's layers: every batch's plan
+    then holds every kind (dcp.plan with a dict of masks).
 
     Batches hold at most tokens_per_batch tokens; a longer sample raises ValueError. A map-style
     dataset is packed whole per epoch (shuffled with seed + epoch); an iterable one in pools of
@@ -76,7 +79,8 @@ class DCPDataloader:
                  block_size: int | None = None, head_block_size: int | None = None,
                  strategy: str | None = None, cluster: str | None = None, nodes: int = 1,
                  devices_per_node: int | None = None, stages: int | None = None,
-                 keep_kv: Any = None, partial_dtype: Any = None, seed: int = 0,
+                 keep_kv: Any = None, partial_dtype: Any = None, layers: dict | None = None,
+                 seed: int = 0,
                  shuffle: bool = True, prefetch: int = 2, planner_threads: int = 1,
                  epochs: int = 1, pool_size: int = 1024):
         _, self.rank, self.world_size = resolve_group(group, "DCPDataloader")
@@ -92,8 +96,12 @@ class DCPDataloader:
                                  ("epochs", epochs, 1), ("pool_size", pool_size, 1)):
             if int(value) < low:
                 raise ValueError(f"{name} {value} is below {low}")
+        if layers is not None and mask_fn is None:
+            raise ValueError(f"layers {layers!r} counts the layers of attention kinds; give a "
+                             "mask_fn that returns a dict {kind name: mask}")
         self.dataset = dataset
         self.mask_fn = mask_fn
+        self.layers = layers
         self.tokens_per_batch = int(tokens_per_batch)
         self.options = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                             dtype=dcp.dtype_name(dtype), softmax_scale=softmax_scale,
@@ -144,15 +152,32 @@ class DCPDataloader:
                         break
 
     def _request(self, samples: list[torch.Tensor]):
+        lengths = [s.numel() for s in samples]
         if self.mask_fn is None:
-            masks: Any = "causal"
-        else:
-            masks = []
-            for sample in samples:
-                mask = self.mask_fn(sample)
-                masks.append(mask if isinstance(mask, str) else dcp._mask_array(
-                    mask, f"mask_fn's mask for a sample of {sample.numel()} tokens"))
-        return dcp._request([s.numel() for s in samples], masks, **self.options)
+            return dcp._request(lengths, "causal", **self.options)
+        given = [self.mask_fn(sample) for sample in samples]
+
+        def checked(mask: Any, sample: torch.Tensor, what: str) -> Any:
+            return mask if isinstance(mask, str) else dcp._mask_array(
+                mask, f"{what} for a sample of {sample.numel()} tokens")
+
+        named = [isinstance(mask, dict) for mask in given]
+        if not any(named):
+            if self.layers is not None:
+                raise ValueError(f"layers {self.layers!r} counts the layers of attention kinds, "
+                                 "but mask_fn returned a mask, not a dict {kind name: mask}")
+            return dcp._request(lengths, [checked(m, s, "mask_fn's mask")
+                                          for m, s in zip(given, samples)], **self.options)
+        kinds = list(given[named.index(True)])
+        for mask in given:
+            if not isinstance(mask, dict) or sorted(mask) != sorted(kinds):
+                got = sorted(mask) if isinstance(mask, dict) else f"a {type(mask).__name__}"
+                raise ValueError(f"mask_fn returned attention kinds {sorted(kinds)} for one "
+                                 f"sample of the batch and {got} for another; every sample "
+                                 "needs the same kinds")
+        masks = {kind: [checked(m[kind], s, f"mask_fn's mask of kind {kind!r}")
+                        for m, s in zip(given, samples)] for kind in kinds}
+        return dcp._request(lengths, masks, self.layers, **self.options)
 
     def __iter__(self) -> "_LoaderIterator":
         return _LoaderIterator(self)

@@ -74,13 +74,27 @@ def _triton_device(kernels: str, device: torch.device, allow_tf32: bool,
     return TritonDevice(device, allow_tf32=allow_tf32, route=route)
 
 
+class _KindRun:
+    """One attention kind of the prepared plan: its C++ executor (every kind's shares the
+    transport and kernel threads), its Triton device (None on the cpu kernels), the buffer
+    tables of both passes and the bytes of kv its forward pass keeps."""
+
+    def __init__(self, core, device):
+        self.core = core
+        self.device = device
+        self.arenas: list[torch.Tensor] = []
+        self.kept_bytes = 0
+
+
 class DCPExecutor:
     """Executes the plan's Programs for this rank of `group` (default: the default group).
 
     prepare(plan) once per batch; then any number of attention calls (dcp.torch.attention,
     DCPAttn) forward and backward, in any order: a call keeps nothing for the next one (what a
     backward needs from its forward, the kv values the plan keeps included, is returned by the
-    forward and handed back). Tensors
+    forward and handed back). A plan of several attention kinds (dcp.plan with a dict of masks)
+    is prepared whole, every kind's Programs on the same local tokens; each call names its kind
+    (kind=...). Tensors
     are in the plan's local layout: this rank's tokens in the order the plan placed them
     (DCPDataloader yields that order), shape (local tokens, heads, head dim), the plan's dtype,
     on `device`, contiguous. Every wait for a peer is bounded by `timeout` (default: the
@@ -106,9 +120,11 @@ class DCPExecutor:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.kernels = kernels or ("triton" if self.device.type == "cuda" else "cpu")
         # _varlen_kernel replaces torch's FlashAttention kernels on the flash route (the tests
-        # run it with an fp64 emulation of their contract on the CPU).
-        self._triton = _triton_device(self.kernels, self.device, allow_tf32, attention_kernels,
-                                      _varlen_kernel)
+        # run it with an fp64 emulation of their contract on the CPU). Each attention kind gets
+        # a device of its own: it holds the kind's tables.
+        self._new_device = lambda: _triton_device(self.kernels, self.device, allow_tf32,
+                                                  attention_kernels, _varlen_kernel)
+        self._triton = self._new_device()
         if timeout is None:
             timeout = _group_timeout(self.group) if self.group is not None else datetime.timedelta(
                 minutes=30)
@@ -124,8 +140,10 @@ class DCPExecutor:
             raise ValueError(f"threads {threads} is not positive")
         self._core = _core.Executor(self._transport, self.rank, self.world_size, threads,
                                     self._triton)
+        self._runs = [_KindRun(self._core, self._triton)]  # by kind, in the plan's order
         self.plan: dcp.Plan | None = None
-        self._arenas: list[torch.Tensor] = []  # the buffer tables of both passes
+        self.kinds: list[str] = []  # the prepared plan's attention kinds
+        self.kept_bytes = 0  # the first kind's (the kept tensor its forward pass returns)
         self._failed: str | None = None
         self._kept_after_failure: list[torch.Tensor] = []
         self.generation = 0  # counts prepare() calls; the backward op checks it
@@ -134,8 +152,8 @@ class DCPExecutor:
         self.key = ops.register_executor(self)
 
     def prepare(self, plan: dcp.Plan) -> None:
-        """Takes this rank's Programs of `plan`. Raises ValueError if the plan is for another
-        world size than the group's, or is malformed."""
+        """Takes this rank's Programs of every attention kind of `plan`. Raises ValueError if
+        the plan is for another world size than the group's, or is malformed."""
         if not isinstance(plan, dcp.Plan):
             raise TypeError(f"prepare() takes a dcp.Plan, not {type(plan).__name__}")
         if plan.world_size != self.world_size:
@@ -144,28 +162,45 @@ class DCPExecutor:
         self._expect_usable()
         if self._triton is not None:
             self._triton.check(plan)
+        kinds = plan.kinds
         self.plan = None
+        self.kinds = []
         with self._on_device():
-            self._core.prepare(plan)
+            # The old tables go first (no peak of two): the passes waited for all their
+            # transfers, so nothing reads them any more.
+            for run in self._runs:
+                run.arenas = []
+                if run.device is not None:
+                    run.device.arenas = []
+            del self._runs[len(kinds):]
+            while len(self._runs) < len(kinds):
+                device = self._new_device()
+                self._runs.append(_KindRun(self._core.sibling(device), device))
+            for index, run in enumerate(self._runs):
+                run.core.prepare(plan, index)
+                if run.core.local_tokens != self._core.local_tokens:
+                    raise ValueError(f"attention kind {kinds[index]!r} gives this rank "
+                                     f"{run.core.local_tokens} tokens, kind {kinds[0]!r} "
+                                     f"{self._core.local_tokens}: the kinds of a plan share "
+                                     "its token placement")
             # The buffer tables of both passes come from PyTorch's allocator; transfers are
             # slices. On CUDA they are allocated on the current stream, which every transfer is
-            # ordered against; the passes wait for all their transfers, so the memory is free
-            # again when the next prepare() drops it (the old tables go first: no peak of two).
-            self._arenas = []
-            if self._triton is not None:
-                self._triton.arenas = []
-            arenas = [torch.empty(self._core.arena_bytes(i), dtype=torch.uint8,
-                                  device=self.device) for i in (0, 1)]
-            for i, arena in enumerate(arenas):
-                self._core.use_arena(i, arena)
-            self._arenas = arenas
+            # ordered against.
+            for index, run in enumerate(self._runs):
+                run.arenas = [torch.empty(run.core.arena_bytes(i), dtype=torch.uint8,
+                                          device=self.device) for i in (0, 1)]
+                for i, arena in enumerate(run.arenas):
+                    run.core.use_arena(i, arena)
+                run.kept_bytes = run.core.kept_bytes
+                if run.device is not None:
+                    run.device.configure(plan.kind(kinds[index]) if len(kinds) > 1 else plan,
+                                         run.arenas)
             self._transport.prepare(self.device)
-            if self._triton is not None:
-                self._triton.configure(plan, arenas)
         self.plan = plan
+        self.kinds = kinds
         self.generation += 1
         self.local_tokens = self._core.local_tokens
-        self.kept_bytes = self._core.kept_bytes
+        self.kept_bytes = self._runs[0].kept_bytes
         self.dtype = _STORAGE[plan.dtype]
 
     # --- checks -------------------------------------------------------------------------------
@@ -182,20 +217,20 @@ class DCPExecutor:
                                " its transfers may still be in flight, so this executor is not "
                                "reused: destroy the process group and start again")
 
-    def _run(self, pass_index: int, kept: torch.Tensor, call, *args) -> None:
-        """Runs one pass (0 forward, 1 backward) whose kept tensor is `kept`: its transfers are
-        slices of its buffer table and of `kept`. On CUDA a pass that fails midway may leave NCCL
-        transfers in flight into its buffer tables and kept tensor: they are kept alive and the
-        executor refuses further work."""
+    def _run(self, run: _KindRun, pass_index: int, kept: torch.Tensor, call, *args) -> None:
+        """Runs one pass (0 forward, 1 backward) of a kind whose kept tensor is `kept`: its
+        transfers are slices of its buffer table and of `kept`. On CUDA a pass that fails midway
+        may leave NCCL transfers in flight into its buffer tables and kept tensor: they are kept
+        alive and the executor refuses further work."""
         self._expect_usable()
-        self._transport.set_buffers(pass_buffers(self._arenas[pass_index], kept))
+        self._transport.set_buffers(pass_buffers(run.arenas[pass_index], kept))
         try:
             with self._on_device(), torch.no_grad():
                 call(*args)
         except Exception as error:
             if self.device.type == "cuda":
                 self._failed = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-                self._kept_after_failure = [*self._arenas, kept]
+                self._kept_after_failure = [*run.arenas, kept]
             raise
         finally:
             self._transport.set_buffers([])
@@ -203,6 +238,21 @@ class DCPExecutor:
     def _expect_prepared(self) -> None:
         if self.plan is None:
             raise NotPreparedError("DCPExecutor: call prepare(plan) before attention")
+
+    def _kind(self, kind: str | None) -> _KindRun:
+        """The prepared kind called `kind`; None names the plan's only kind."""
+        self._expect_prepared()
+        if kind is None:
+            if len(self.kinds) == 1:
+                return self._runs[0]
+            raise ValueError(f"the plan has attention kinds {', '.join(self.kinds)}: name the "
+                             "kind of this attention (kind=...)")
+        if not isinstance(kind, str):
+            raise TypeError(f"kind is a {type(kind).__name__}, not an attention kind's name")
+        if kind not in self.kinds:
+            raise ValueError(f"no attention kind {kind!r} in the plan (it has "
+                             f"{', '.join(self.kinds)})")
+        return self._runs[self.kinds.index(kind)]
 
     def _check(self, name: str, t: torch.Tensor, heads: int, dtype: torch.dtype | None = None):
         if not isinstance(t, torch.Tensor):
@@ -228,29 +278,31 @@ class DCPExecutor:
     # --- passes -------------------------------------------------------------------------------
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                softmax_scale: float | None = None
+                softmax_scale: float | None = None, kind: str | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """o (like q), lse (float32, (q heads, local tokens)) and kept (uint8, kept_bytes: the
-        kv values received from other ranks that the plan keeps for the backward pass, so that
-        it need not receive them again; empty when the plan keeps none); no autograd."""
-        self._expect_prepared()
+        """o (like q), lse (float32, (q heads, local tokens)) and kept (uint8: the kv values
+        received from other ranks that the kind's plan keeps for the backward pass, so that it
+        need not receive them again; empty when the plan keeps none); no autograd. `kind`: the
+        attention kind (None: the plan's only one)."""
+        run = self._kind(kind)
         p = self.plan
         q = self._check("q", q, p.q_heads)
         k = self._check("k", k, p.kv_heads)
         v = self._check("v", v, p.kv_heads)
         o = torch.empty_like(q)
         lse = torch.empty((p.q_heads, self.local_tokens), dtype=torch.float32, device=self.device)
-        kept = torch.empty(self.kept_bytes, dtype=torch.uint8, device=self.device)
-        if self._triton is not None:
-            self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse, kept=kept)
-        self._run(0, kept, self._core.forward, q.detach(), k.detach(), v.detach(), o, lse, kept,
-                  self._scale(softmax_scale))
+        kept = torch.empty(run.kept_bytes, dtype=torch.uint8, device=self.device)
+        if run.device is not None:
+            run.device.set_tensors(q=q, k=k, v=v, o=o, lse=lse, kept=kept)
+        self._run(run, 0, kept, run.core.forward, q.detach(), k.detach(), v.detach(), o, lse,
+                  kept, self._scale(softmax_scale))
         return o, lse, kept
 
-    def backward(self, q, k, v, o, lse, do, kept, softmax_scale: float | None = None):
+    def backward(self, q, k, v, o, lse, do, kept, softmax_scale: float | None = None,
+                 kind: str | None = None):
         """dq, dk, dv from a forward call's inputs and outputs (kept included) and the output
-        gradient do."""
-        self._expect_prepared()
+        gradient do, with the Programs of the forward call's attention kind."""
+        run = self._kind(kind)
         p = self.plan
         q = self._check("q", q, p.q_heads)
         k = self._check("k", k, p.kv_heads)
@@ -264,22 +316,23 @@ class DCPExecutor:
             raise ValueError(f"lse is on {lse.device}; this executor runs on {self.device}")
         lse = lse.contiguous()
         if (not isinstance(kept, torch.Tensor) or kept.dtype != torch.uint8
-                or tuple(kept.shape) != (self.kept_bytes,)):
+                or tuple(kept.shape) != (run.kept_bytes,)):
             raise ValueError(f"kept is {_describe(kept)}; the plan needs the uint8 tensor of "
-                             f"({self.kept_bytes},) that this rank's forward returned")
+                             f"({run.kept_bytes},) that this rank's forward returned")
         if kept.device != self.device:
             raise ValueError(f"kept is on {kept.device}; this executor runs on {self.device}")
         kept = kept.contiguous()
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        if self._triton is not None:
-            self._triton.set_tensors(q=q, k=k, v=v, o=o, lse=lse, do=do, dq=dq, dk=dk, dv=dv,
-                                     kept=kept)
-        self._run(1, kept, self._core.backward, q.detach(), k.detach(), v.detach(), o.detach(),
-                  lse.detach(), do.detach(), dq, dk, dv, kept.detach(),
+        if run.device is not None:
+            run.device.set_tensors(q=q, k=k, v=v, o=o, lse=lse, do=do, dq=dq, dk=dk, dv=dv,
+                                   kept=kept)
+        self._run(run, 1, kept, run.core.backward, q.detach(), k.detach(), v.detach(),
+                  o.detach(), lse.detach(), do.detach(), dq, dk, dv, kept.detach(),
                   self._scale(softmax_scale))
         return dq, dk, dv
 
-    def profile(self, backward: bool = False) -> dict:
-        """Where the last pass's time went on this rank (seconds, kernel, wait, copy, bytes).
-        Host time: on CUDA it counts enqueueing the kernels and transfers, not running them."""
-        return self._core.profile(1 if backward else 0)
+    def profile(self, backward: bool = False, kind: str | None = None) -> dict:
+        """Where the kind's last pass's time went on this rank (seconds, kernel, wait, copy,
+        bytes). Host time: on CUDA it counts enqueueing the kernels and transfers, not running
+        them."""
+        return self._kind(kind).core.profile(1 if backward else 0)

@@ -17,12 +17,13 @@ The plan is the mask: transformers builds none (the registered mask function ret
 every attention layer runs dcp attention on the executor passed as `dcp_executor`, which the
 model's forward hands to its attention layers with its other keyword arguments.
 attention_kinds(config) gives a model's attention kinds (full, sliding-window and chunked layers)
-as dcp masks, and the kind of every layer, for models whose layers differ. transformers is
-needed only by this module (`pip install .[hf]`). docs/python.md describes the layout copies and
-what is refused."""
+as dcp masks, and the kind of every layer. For a model whose layers differ (Gemma 2/3, Qwen2 with
+max_window_layers, Llama 4), plan_options gives the loader one mask per kind and each kind's
+layer count, and every layer runs its kind's Programs of the plan. transformers is needed only by
+this module (`pip install .[hf]`). docs/python.md describes the layout copies and what is
+refused."""
 from __future__ import annotations
 
-import dataclasses
 import numbers
 from typing import Any
 
@@ -75,7 +76,8 @@ def dcp_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
     """transformers' attention function for "dcp". query (1, heads, local tokens, head dim), key
     and value (1, kv heads, local tokens, head dim), this rank's tokens in the plan's local layout;
     returns ((1, local tokens, heads, head dim), None). GQA runs without repeating kv heads;
-    `scaling` (the layer's softmax scale) is honoured."""
+    `scaling` (the layer's softmax scale) is honoured. With a plan of several attention kinds,
+    the layer runs its kind's Programs: layer_kind(module.config, module.layer_idx)."""
     layer = _layer(module)
     executor = kwargs.get("dcp_executor")
     if executor is None:
@@ -113,6 +115,10 @@ def dcp_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
     if key.shape[2] != query.shape[2]:
         raise ValueError(f"{layer}: {key.shape[2]} keys for {query.shape[2]} queries: a cache or "
                          "generation call, which dcp does not run (it is for training)")
+    # A plan of one mask runs every layer; with several kinds, each layer runs its own. A compiled
+    # graph reads the kinds once (the executor's attributes are guarded, as its key is): the
+    # same kinds every batch, so no recompilation.
+    kind = _attention_kind(module, layer) if len(executor.kinds) > 1 else None
     if not torch.compiler.is_compiling():
         # Eager only: these read the per-batch plan, which a compiled graph must not specialise on
         # (the ops check the same at run time, without naming the layer).
@@ -125,13 +131,29 @@ def dcp_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
         if got != want:
             raise ValueError(f"{layer}: (heads, kv heads, head dim) = {got}, but the plan is for "
                              f"{want}; plan with dcp.torch.hf.plan_options(model.config)")
+        if kind is not None and kind not in executor.kinds:
+            raise ValueError(f"{layer} is a {kind} layer, which is not an attention kind of the "
+                             f"plan (it has {', '.join(executor.kinds)}); plan with "
+                             "dcp.torch.hf.plan_options(model.config)")
     # transformers' layout is head-major (q and k are written so by RoPE); dcp's is token-major.
     # q and k: one copy each; v, a transposed view of its projection, and o need none.
     q = query[0].transpose(0, 1).contiguous()
     k = key[0].transpose(0, 1).contiguous()
     v = value[0].transpose(0, 1).contiguous()
-    o = attention(executor, q, k, v, softmax_scale=scaling)
+    o = attention(executor, q, k, v, softmax_scale=scaling, kind=kind)
     return o[None], None
+
+
+def _attention_kind(module: torch.nn.Module, layer: str) -> str:
+    """The attention kind of the layer `module` attends for: layer_kind(module.config,
+    module.layer_idx)."""
+    config = getattr(module, "config", None)
+    index = getattr(module, "layer_idx", None)
+    if config is None or index is None:
+        raise ValueError(f"{layer}: the plan has several attention kinds, but the attention "
+                         f"module ({type(module).__name__}) has no config and layer_idx to tell "
+                         "which kind its layer is")
+    return layer_kind(config, index)
 
 
 class ModelMask:
@@ -145,6 +167,20 @@ class ModelMask:
 
     def __repr__(self) -> str:
         return f"ModelMask({self.spec!r})"
+
+
+class ModelKinds:
+    """mask_fn for DCPDataloader: the same attention kinds, {kind name: dcp mask spec}, for every
+    sample."""
+
+    def __init__(self, kinds: dict[str, str]):
+        self.kinds = dict(kinds)
+
+    def __call__(self, sample: Any) -> dict[str, str]:
+        return dict(self.kinds)
+
+    def __repr__(self) -> str:
+        return f"ModelKinds({self.kinds!r})"
 
 
 def _get(config: Any, name: str, default: Any = None) -> Any:
@@ -171,10 +207,12 @@ def _declares_layer_types(config: Any) -> bool:
     extra attribute that its model never reads; a config that is not a dataclass is taken at its
     word."""
     cls = type(config)
-    if not dataclasses.is_dataclass(cls):
+    # The class's own field table rather than dataclasses.fields(), which torch.compile cannot
+    # trace (the attention function finds each layer's kind inside the compiled model).
+    fields = getattr(cls, "__dataclass_fields__", None)
+    if fields is None:
         return True
-    return any(field.name == "layer_types" for field in dataclasses.fields(cls)) or \
-        isinstance(getattr(cls, "layer_types", None), property)
+    return "layer_types" in fields or isinstance(getattr(cls, "layer_types", None), property)
 
 
 def _pattern_layer_types(config: Any, layers: int) -> list[str]:
@@ -314,28 +352,36 @@ def model_mask(config: Any) -> str:
     """The one dcp mask spec of a transformers config whose layers all have the same attention
     kind (attention_kinds(config), which gives the semantics): 'causal', 'sliding_window:window=W'
     or 'chunked:chunk=C'. Raises ValueError for what attention_kinds refuses, and when the layers
-    differ, naming each kind's layers (a dcp plan has one mask for every layer)."""
+    differ, naming each kind's layers (their plan has a mask per kind: plan_options)."""
     kinds, layer_kinds = attention_kinds(config)
     if len(kinds) > 1:
         by_kind = {kind: [i for i, k in enumerate(layer_kinds) if k == kind]
                    for kind in sorted(kinds)}
         listed = "; ".join(f"{kind}: layers {layers}" for kind, layers in by_kind.items())
-        raise ValueError(f"{type(config).__name__}'s layers differ in attention ({listed}); a "
-                         "dcp plan has one mask for every layer")
+        raise ValueError(f"{type(config).__name__}'s layers differ in attention ({listed}); one "
+                         "mask cannot serve them: plan their kinds (plan_options, "
+                         "attention_kinds)")
     return next(iter(kinds.values()), "causal")
 
 
 def plan_options(config: Any) -> dict:
     """The DCPDataloader keyword arguments a transformers model's attention needs: heads,
-    kv_heads, head_dim and mask_fn (model_mask(config) for every sample). Raises ValueError for a
-    model dcp cannot plan, naming what stands in the way."""
+    kv_heads, head_dim and mask_fn. When every layer has one attention kind, mask_fn gives its
+    mask (model_mask(config)) for every sample; when the layers differ (attention_kinds), it gives
+    every kind's mask ({kind name: mask spec}, ModelKinds) and `layers` counts each kind's layers,
+    so that every batch's plan holds each kind's Programs. Raises ValueError for a model dcp
+    cannot plan, naming what stands in the way."""
     heads = int(config.num_attention_heads)
     kv_heads = int(_get(config, "num_key_value_heads", heads))
     head_dim = _get(config, "head_dim", None)
     if head_dim is None:
         head_dim = int(config.hidden_size) // heads
-    return dict(heads=heads, kv_heads=kv_heads, head_dim=int(head_dim),
-                mask_fn=ModelMask(model_mask(config)))
+    options = dict(heads=heads, kv_heads=kv_heads, head_dim=int(head_dim))
+    kinds, layer_kinds = attention_kinds(config)
+    if len(kinds) <= 1:
+        return dict(options, mask_fn=ModelMask(next(iter(kinds.values()), "causal")))
+    layers = {kind: layer_kinds.count(kind) for kind in kinds}
+    return dict(options, mask_fn=ModelKinds(kinds), layers=layers)
 
 
 def loss_kwargs(local_batch: Any) -> dict:

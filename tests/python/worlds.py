@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Runs a function on N processes joined by a gloo process group, and collects what each returns.
 
-Processes are spawned (a fresh interpreter each), so the function must be importable: define it
-at module level in tests/python. Every run is bounded in time; a process that fails or hangs fails
-the run with its rank and traceback."""
+Processes start from a fork server (one fresh interpreter per test process that imports torch and
+dcp.torch once; each rank is a fork of it with the caller's environment and working directory), so
+the function must be importable: define it at module level in tests/python. Importing torch costs
+seconds of CPU, which a spawned rank would pay again in every world. Every run is bounded in time;
+a process that fails or hangs fails the run with its rank and traceback."""
 from __future__ import annotations
 
 import datetime
@@ -42,7 +44,17 @@ def _as_tensors(value):
     return value
 
 
-def _worker(fn, rank, size, init_file, results, timeout_s, args):
+# Imported once by the fork server; not triton, which some ranks import only after setting
+# TRITON_INTERPRET.
+_PRELOAD = ["torch", "torch.distributed", "dcp.torch"]
+
+
+def _worker(fn, rank, size, init_file, results, timeout_s, args, environment, cwd):
+    # The fork server's environment and directory are those of the first run in this process;
+    # each rank takes the caller's at this run, as a spawned process would.
+    os.environ.clear()
+    os.environ.update(environment)
+    os.chdir(cwd)
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
@@ -67,12 +79,14 @@ def run_world(size: int, fn, *args, timeout: float = 240, group_timeout: float =
     """[fn(rank, size, *args) for each rank], tensors returned as CPU tensors. Raises AssertionError naming the failed ranks, unless
     allow_failures, where a failed rank's entry is ('error', traceback) and a process that did not
     report is ('missing', exit code)."""
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
     results = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")
+        caller = (dict(os.environ), os.getcwd())
         procs = [ctx.Process(target=_worker, args=(fn, r, size, init_file, results, group_timeout,
-                                                   args), daemon=True) for r in range(size)]
+                                                   args, *caller), daemon=True) for r in range(size)]
         for p in procs:
             p.start()
         got: dict[int, tuple[bool, object]] = {}

@@ -2,8 +2,19 @@
 import os
 import sys
 
+import pytest
+
 # The helpers (worlds, reference, dist_cases) and the examples' model are imported by name, here and
-# in the spawned processes (which inherit sys.path).
+# in the ranks' processes (which get the same sys.path).
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worlds_shared_by_workers(tmp_path_factory):
+    """Under pytest-xdist the workers share one directory of the session's temporary folder, where
+    a world that several tests read runs once for all (worlds.run_world_once)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import worlds
+        worlds.share_results_in(tmp_path_factory.getbasetemp().parent / "worlds")

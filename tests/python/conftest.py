@@ -2,7 +2,16 @@
 import os
 import sys
 
-import pytest
+# One torch thread in every test process and the programs the tests start (torchrun already sets
+# this for its ranks): the tensors are tiny, and the tests share the cores with each other, where
+# a second thread spinning for work costs many times the compute (a dense baseline of 50 steps:
+# 6 s of CPU on one thread, over 60 on two beside another test process).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # The helpers (worlds, reference, dist_cases) and the examples' model are imported by name, here and
 # in the ranks' processes (which get the same sys.path).

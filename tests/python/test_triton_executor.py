@@ -10,7 +10,7 @@ import torch
 
 import dist_cases
 import reference
-from worlds import run_world
+from worlds import run_world, run_world_once
 
 SEQLENS = [21, 1, 30]
 RANDOM = [reference.random_interval_mask(n, seed=n + 1) for n in SEQLENS]
@@ -35,7 +35,8 @@ TOLERANCE = {"fp32": 1e-5, "bf16": 1e-2}  # of max |cpu|; bf16: one rounding of 
 
 @functools.lru_cache(maxsize=None)
 def _results():
-    return run_world(2, dist_cases.triton_and_cpu_cases, CASES, timeout=600, group_timeout=300)
+    return run_world_once("triton-executor", 2, dist_cases.triton_and_cpu_cases, CASES,
+                          timeout=600, group_timeout=300)
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c["name"] for c in CASES])

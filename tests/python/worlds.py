@@ -1,14 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
 """Runs a function on N processes joined by a gloo process group, and collects what each returns.
 
-Processes are spawned (a fresh interpreter each), so the function must be importable: define it
-at module level in tests/python. Every run is bounded in time; a process that fails or hangs fails
-the run with its rank and traceback."""
+Processes start from a fork server (one fresh interpreter per test process that imports torch and
+dcp.torch once; each rank is a fork of it with the caller's environment and working directory), so
+the function must be importable: define it at module level in tests/python. Importing torch costs
+seconds of CPU, which a spawned rank would pay again in every world. Every run is bounded in time;
+a process that fails or hangs fails the run with its rank and traceback.
+run_world_once runs a world whose results several tests read once for all pytest-xdist workers."""
 from __future__ import annotations
 
 import datetime
+import fcntl
 import multiprocessing as mp
 import os
+import pathlib
+import pickle
 import queue
 import tempfile
 import traceback
@@ -42,7 +48,17 @@ def _as_tensors(value):
     return value
 
 
-def _worker(fn, rank, size, init_file, results, timeout_s, args):
+# Imported once by the fork server; not triton, which some ranks import only after setting
+# TRITON_INTERPRET.
+_PRELOAD = ["torch", "torch.distributed", "dcp.torch"]
+
+
+def _worker(fn, rank, size, init_file, results, timeout_s, args, environment, cwd):
+    # The fork server's environment and directory are those of the first run in this process;
+    # each rank takes the caller's at this run, as a spawned process would.
+    os.environ.clear()
+    os.environ.update(environment)
+    os.chdir(cwd)
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
@@ -67,12 +83,14 @@ def run_world(size: int, fn, *args, timeout: float = 240, group_timeout: float =
     """[fn(rank, size, *args) for each rank], tensors returned as CPU tensors. Raises AssertionError naming the failed ranks, unless
     allow_failures, where a failed rank's entry is ('error', traceback) and a process that did not
     report is ('missing', exit code)."""
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)
     results = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")
+        caller = (dict(os.environ), os.getcwd())
         procs = [ctx.Process(target=_worker, args=(fn, r, size, init_file, results, group_timeout,
-                                                   args), daemon=True) for r in range(size)]
+                                                   args, *caller), daemon=True) for r in range(size)]
         for p in procs:
             p.start()
         got: dict[int, tuple[bool, object]] = {}
@@ -106,3 +124,31 @@ def run_world(size: int, fn, *args, timeout: float = 240, group_timeout: float =
     if failures and not allow_failures:
         raise AssertionError("\n".join(failures))
     return out
+
+
+_shared: pathlib.Path | None = None  # where run_world_once keeps results; None: in this process
+
+
+def share_results_in(directory: os.PathLike) -> None:
+    """Makes run_world_once keep its results in `directory`, which every pytest-xdist worker of the
+    session sees (conftest.py sets it)."""
+    global _shared
+    _shared = pathlib.Path(directory)
+    _shared.mkdir(exist_ok=True)
+
+
+def run_world_once(key: str, size: int, fn, *args, **kwargs):
+    """run_world(size, fn, *args, **kwargs), run by one pytest-xdist worker for all: the first to
+    ask runs it and stores the result under `key`, the others wait for it and read it (the same
+    values: tensors are stored as the ranks sent them). A failed run stores nothing, so every
+    worker that asks fails with its own run. The callers keep the result for their own process."""
+    if _shared is None:
+        return run_world(size, fn, *args, **kwargs)
+    stored = _shared / f"{key}.pickle"
+    with open(_shared / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if stored.exists():
+            return _as_tensors(pickle.loads(stored.read_bytes()))
+        ranks = run_world(size, fn, *args, **kwargs)
+        stored.write_bytes(pickle.dumps(_by_value(ranks)))
+        return ranks

@@ -60,7 +60,7 @@ def kinds_attention_case(rank: int, size: int, case: dict) -> dict:
                     kv_heads=case["kv_heads"], head_dim=case["head_dim"], dtype=case["dtype"],
                     block_size=case["block_size"], cluster="cpu-local", nodes=nodes,
                     devices_per_node=per_node, strategy=case["strategy"], seed=0)
-    executor = dcpt.DCPExecutor(threads=1)
+    executor = dcpt.DCPExecutor(threads=1, kernels=case.get("kernels"))
     executor.prepare(plan)
     q, k, v, do = reference.inputs(sum(case["seqlens"]), case["heads"], case["kv_heads"],
                                    case["head_dim"], case["dtype"], case["seed"])
@@ -89,11 +89,16 @@ def attention_cases(rank: int, size: int, cases: list[dict]) -> list[dict]:
 
 
 def triton_and_cpu_cases(rank: int, size: int, cases: list[dict]) -> list[tuple[dict, dict]]:
-    """Each case with the Triton kernels under Triton's interpreter and with the cpu kernels."""
+    """Each case with the Triton kernels under Triton's interpreter and with the cpu kernels (a
+    case with "kinds": kinds_attention_case's)."""
     import os
     os.environ["TRITON_INTERPRET"] = "1"  # before dcp.torch imports triton
-    return [(attention_case(rank, size, dict(case, kernels="triton")),
-             attention_case(rank, size, dict(case, kernels="cpu"))) for case in cases]
+    out = []
+    for case in cases:
+        run = kinds_attention_case if "kinds" in case else attention_case
+        out.append((run(rank, size, dict(case, kernels="triton")),
+                    run(rank, size, dict(case, kernels="cpu"))))
+    return out
 
 
 def flash_route_cases(rank: int, size: int, cases: list[dict]) -> list[tuple[dict, dict]]:

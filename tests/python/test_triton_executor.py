@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The torch executor end to end with the Triton kernels (under Triton's interpreter, on CPU
-tensors over gloo): the same o, lse, dq, dk and dv as with dcp's cpu kernels, on 2 ranks."""
+tensors over gloo): the same o, lse, dq, dk and dv as with dcp's cpu kernels, on 2 ranks, for
+plans of one mask and for every kind of a plan of attention kinds (a Triton device per kind)."""
 from __future__ import annotations
 
 import functools
@@ -30,13 +31,28 @@ CASES = [
     _case("causal-gqa-bf16", "causal", dtype="bf16", heads=4, kv_heads=2),
     _case("causal-zigzag", "causal", strategy="zigzag"),
 ]
+# Two kinds with bf16 partials (each kind's device narrows and widens its own).
+KINDS_CASE = dict(_case("kinds-bf16", None, dtype="bf16"),
+                  kinds={"full": "causal", "local": "sliding_window:window=6"},
+                  layers={"local": 2})
 TOLERANCE = {"fp32": 1e-5, "bf16": 1e-2}  # of max |cpu|; bf16: one rounding of the output
 
 
 @functools.lru_cache(maxsize=None)
 def _results():
-    return run_world_once("triton-executor", 2, dist_cases.triton_and_cpu_cases, CASES,
-                          timeout=600, group_timeout=300)
+    return run_world_once("triton-executor", 2, dist_cases.triton_and_cpu_cases,
+                          CASES + [KINDS_CASE], timeout=600, group_timeout=300)
+
+
+def _expect_close(triton: dict, cpu: dict, dtype: str, where) -> None:
+    for name in ("o", "lse", "dq", "dk", "dv"):
+        got, want = triton[name].double(), cpu[name].double()
+        finite = torch.isfinite(want)
+        assert torch.equal(finite, torch.isfinite(got)), (where, name)
+        assert torch.equal(got[~finite], want[~finite]), (where, name)  # -inf lse alike
+        scale = max(want[finite].abs().max().item(), 1e-30) if finite.any() else 1.0
+        error = (got[finite] - want[finite]).abs().max().item() / scale if finite.any() else 0
+        assert error <= TOLERANCE[dtype], (where, name, error)
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[c["name"] for c in CASES])
@@ -45,14 +61,16 @@ def test_triton_kernels_match_cpu_kernels(index: int) -> None:
         triton, cpu = per_rank[index]
         assert torch.equal(triton["positions"], cpu["positions"])
         assert triton["partial_dtype"] == cpu["partial_dtype"] == CASES[index]["dtype"]
-        for name in ("o", "lse", "dq", "dk", "dv"):
-            got, want = triton[name].double(), cpu[name].double()
-            finite = torch.isfinite(want)
-            assert torch.equal(finite, torch.isfinite(got)), (rank, name)
-            assert torch.equal(got[~finite], want[~finite]), (rank, name)  # -inf lse alike
-            scale = max(want[finite].abs().max().item(), 1e-30) if finite.any() else 1.0
-            error = (got[finite] - want[finite]).abs().max().item() / scale if finite.any() else 0
-            assert error <= TOLERANCE[CASES[index]["dtype"]], (rank, name, error)
+        _expect_close(triton, cpu, CASES[index]["dtype"], rank)
+
+
+def test_triton_kernels_run_every_attention_kind_as_the_cpu_kernels() -> None:
+    for rank, per_rank in enumerate(_results()):
+        triton, cpu = per_rank[len(CASES)]
+        assert torch.equal(triton["positions"], cpu["positions"])
+        assert triton["kinds"] == cpu["kinds"] == list(KINDS_CASE["kinds"])
+        for kind in KINDS_CASE["kinds"]:
+            _expect_close(triton[kind], cpu[kind], KINDS_CASE["dtype"], (rank, kind))
 
 
 def test_triton_kernels_on_the_cpu_need_the_interpreter(monkeypatch) -> None:

@@ -58,6 +58,19 @@ BuiltModelPlan one_kind(const KindWorkload& kind, const PlanOptions& options) {
   return result;
 }
 
+// Whether every sequence is cut into blocks of one size (a partition's blocks, not a static
+// strategy's or a structured layout's chunks): what the other kinds can be cut as.
+bool cut_uniformly(const Workload& workload) {
+  const BlockLayout& blocks = workload.blocks();
+  for (SeqIndex seq = 0; seq < workload.batch().size(); ++seq) {
+    if (blocks.block(blocks.block_id(seq, 0)).tokens !=
+        std::min(blocks.block_size(), workload.batch().length(seq))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void add_timings(PlanTimings& total, const PlanTimings& part) {
   total.partition_ms += part.partition_ms;
   total.schedule_forward_ms += part.schedule_forward_ms;
@@ -112,12 +125,21 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
       time = sim::simulate(even.plan, options.cluster);
       built.emplace(std::move(even));
     }
-    BuiltPlan followed = build_at_placement(workload, std::move(follow), true, own);
-    sim::PlanSimulation followed_time = sim::simulate(followed.plan, options.cluster);
-    if (!built || followed_time.seconds() <= time->seconds()) {
-      built.emplace(std::move(followed));
-      time = std::move(followed_time);
-    }
+    // dcp's search also tries every work unit on its q block's device: where the other kind's
+    // work units were moved for its own balance, following them moves q blocks and partial
+    // outputs this kind's even work does not need moved.
+    Placement owned = on_q_blocks(follow, workload);
+    const bool distinct = balance && owned.work_unit_device != follow.work_unit_device;
+    const auto try_placement = [&](Placement placement) {
+      BuiltPlan tried = build_at_placement(workload, std::move(placement), true, own);
+      sim::PlanSimulation tried_time = sim::simulate(tried.plan, options.cluster);
+      if (!built || tried_time.seconds() <= time->seconds()) {
+        built.emplace(std::move(tried));
+        time = std::move(tried_time);
+      }
+    };
+    try_placement(std::move(follow));
+    if (distinct) try_placement(std::move(owned));
     built->plan.header.strategy = strategy;
     keep(std::move(*built), std::move(time));
   }
@@ -179,21 +201,13 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   BuiltModelPlan following = on_base(base, anchor, kinds, options, true, &times);
   add_timings(following.timings, base.timings);
   const TokenCount base_block = base.workload.blocks().block_size();
-  // Where the anchor's plan is a partition (every sequence cut into blocks of one size), not a
-  // static strategy or a structured layout's chunks.
-  bool uniform_blocks = true;
-  for (SeqIndex seq = 0; uniform_blocks && seq < base.workload.batch().size(); ++seq) {
-    const BlockLayout& blocks = base.workload.blocks();
-    uniform_blocks = blocks.block(blocks.block_id(seq, 0)).tokens ==
-                     std::min(base_block, base.workload.batch().length(seq));
-  }
   const std::string own_name(to_string(options.strategy));
   for (KindPlan& kind : following.plan.kinds) kind.plan.header.strategy = own_name;
   for (BuiltPlan& kind : following.kinds) kind.plan.header.strategy = own_name;
   PlanCandidate candidate =
       with_times(following, own_name + " (on " + kinds[anchor].name + "'s placement)", times);
   consider(std::move(following), std::move(candidate));
-  if (uniform_blocks) {
+  if (cut_uniformly(base.workload)) {
     std::optional<std::vector<KindWorkload>> cut;
     try {
       cut.emplace(reblocked(kinds, base_block));
@@ -206,24 +220,26 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
           joint, own_name + " (joint placement, block " + std::to_string(base_block) + ")",
           options.cluster);
       consider(std::move(joint), std::move(joint_candidate));
-      // 3. Every other kind placed alone at that size, the rest on its token placement: what a
-      // placement per kind would give the layers of that kind, without moving tokens.
-      for (std::size_t k = 0; k < kinds.size(); ++k) {
-        if (k == anchor) continue;
-        const BuiltPlan placed = build_one_plan((*cut)[k].workload, own);
-        std::vector<sim::PlanSimulation> placed_times;
-        BuiltModelPlan on_kind = on_base(placed, k, *cut, options, true, &placed_times);
-        add_timings(on_kind.timings, placed.timings);
-        for (KindPlan& kind : on_kind.plan.kinds) kind.plan.header.strategy = own_name;
-        for (BuiltPlan& kind : on_kind.kinds) kind.plan.header.strategy = own_name;
-        PlanCandidate kind_candidate =
-            with_times(on_kind,
-                       own_name + " (on " + kinds[k].name + "'s placement, block " +
-                           std::to_string(base_block) + ")",
-                       placed_times);
-        consider(std::move(on_kind), std::move(kind_candidate));
-      }
     }
+  }
+  // 3. Every other kind planned alone with dcp's own search, the rest on its token placement: a
+  // kind's best block size is its own (a narrow window balances on finer blocks than a full mask),
+  // and this is what a placement per kind gives that kind's layers, without moving tokens.
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    if (k == anchor) continue;
+    const BuiltPlan placed = build_plan(kinds[k].workload, own);
+    if (!cut_uniformly(placed.workload)) continue;
+    std::vector<sim::PlanSimulation> placed_times;
+    BuiltModelPlan on_kind = on_base(placed, k, kinds, options, true, &placed_times);
+    add_timings(on_kind.timings, placed.timings);
+    for (KindPlan& kind : on_kind.plan.kinds) kind.plan.header.strategy = own_name;
+    for (BuiltPlan& kind : on_kind.kinds) kind.plan.header.strategy = own_name;
+    PlanCandidate kind_candidate =
+        with_times(on_kind,
+                   own_name + " (on " + kinds[k].name + "'s placement, block " +
+                       std::to_string(placed.workload.blocks().block_size()) + ")",
+                   placed_times);
+    consider(std::move(on_kind), std::move(kind_candidate));
   }
   // 4. Every static strategy for every kind.
   if (options.strategy == Strategy::kDcp) {

@@ -13,12 +13,15 @@ namespace dcp {
 // One kind: build_plan's plan and search (the same plan bytes as a plan of one mask), under the
 // kind's name and layer count. Several kinds, strategy kDcp or kDcpPure, the fastest simulated
 // step of:
-//   1. the densest kind (densest_kind) planned alone by build_plan, with all of its search (block
-//      sizes, balances, structured layouts, and for kDcp the static strategies), and every other
-//      kind on its token placement (build_on_base, balanced);
+//   1. the densest kind (densest_kind) planned alone by build_plan with dcp's own search (block
+//      sizes, balances, structured layouts), every other kind on its token placement
+//      (build_on_base, balanced: the fastest of following its work, on_q_blocks and
+//      balanced_on_tokens);
 //   2. where 1's plan is a partition at one block size, dcp's joint placement of every kind at that
 //      size (build_one_model_plan);
-//   3. kDcp: every static strategy that can run on the cluster, for every kind (the kept plan's
+//   3. every other kind planned alone with dcp's own search, at its own block size, and the rest
+//      on its token placement as in 1;
+//   4. kDcp: every static strategy that can run on the cluster, for every kind (the kept plan's
 //      headers then name "dcp/<strategy>"), screened by a lower bound as build_plan screens them.
 // So dcp is never slower under the cost model than one mask's plan run for every layer, nor than a
 // static strategy. Candidates are named by how they were made, e.g. "dcp (on full's placement)".
@@ -34,8 +37,9 @@ std::size_t densest_kind(const std::vector<KindWorkload>& kinds);
 // build_one_plan, its workload cut as it was): a static strategy's plan ("dcp/<strategy>", or the
 // strategy itself) runs every kind with that strategy; a plan of dcp's own runs every other kind
 // with the same token blocks, each work unit where base computes the same tile (follow_placement)
-// or, with `balance`, also held to its kind's compute caps (balanced_on_tokens), whichever
-// simulates faster. Timings count the other kinds only. Throws InvalidInput as the planner does.
+// or, with `balance`, also on its q block's device (on_q_blocks) or held to its kind's compute
+// caps (balanced_on_tokens), whichever simulates fastest. Timings count the other kinds only.
+// Throws InvalidInput as the planner does.
 BuiltModelPlan build_on_base(const BuiltPlan& base, std::size_t base_kind,
                              const std::vector<KindWorkload>& kinds, const PlanOptions& options,
                              bool balance);

@@ -169,6 +169,47 @@ TEST(ModelPlanSearch, KeepsTheFastestSimulatedStepAndNamesIt) {
   EXPECT_NEAR(simulation.step_seconds, fastest, 1e-12 * fastest);
 }
 
+TEST(ModelPlanSearch, SearchesEachKindsOwnBlockSizeAndIsNoSlowerThanOneMasksPlacement) {
+  PlanOptions options = options_for(Strategy::kDcp, {2, 2});
+  options.block_sizes = {64, 128};
+  const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64, 2, 10);
+  const BuiltModelPlan built = build_model_plan(kinds, options);
+  // The local kind planned alone with dcp's own search names the block size that search chose.
+  PlanOptions own = options;
+  own.strategy = Strategy::kDcpPure;
+  const BuiltPlan local = build_plan(kinds[1].workload, own);
+  const std::string named = "dcp (on local's placement, block " +
+                            std::to_string(local.workload.blocks().block_size()) + ")";
+  const auto it = std::find_if(built.candidates.begin(), built.candidates.end(),
+                               [&](const PlanCandidate& c) { return c.strategy == named; });
+  ASSERT_NE(it, built.candidates.end()) << named;
+  // Kept: at most the global kind's own plan with its placement run for every layer.
+  const BuiltPlan global = build_plan(kinds[0].workload, own);
+  const double one_mask =
+      sim::simulate(build_on_base(global, 0, kinds, options, false).plan, options.cluster)
+          .step_seconds;
+  EXPECT_LE(sim::simulate(built.plan, options.cluster).step_seconds, one_mask * (1 + 1e-12));
+  EXPECT_LE(sim::simulate(built.plan, options.cluster).step_seconds, it->seconds() * (1 + 1e-12));
+}
+
+TEST(KindPlacement, OnQBlocksComputesEveryWorkUnitWhereItsQBlockIs) {
+  PlanOptions options = options_for(Strategy::kDcpPure, {2, 2});
+  const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64);
+  const BuiltPlan global = build_one_plan(kinds[0].workload, options);
+  const Workload& local = kinds[1].workload;
+  const Placement placed = on_q_blocks(global.placement, local);
+  EXPECT_EQ(placed.token_block_device, global.placement.token_block_device);
+  ASSERT_EQ(placed.work_unit_device.size(), static_cast<std::size_t>(local.work_unit_count()));
+  for (WorkUnitId w = 0; w < local.work_unit_count(); ++w) {
+    const WorkUnit unit = local.work_unit(w);
+    EXPECT_EQ(placed.work_unit_device[static_cast<std::size_t>(w)],
+              placed.token_block_device[static_cast<std::size_t>(
+                  local.blocks().block_id(unit.seq, unit.q_block))]);
+  }
+  EXPECT_NO_THROW(validate(placed, local));
+  EXPECT_THROW(on_q_blocks(global.placement, kind_workload(kBatch, "causal", 32)), InvalidInput);
+}
+
 ModelPlan two_kind_plan() {
   PlanOptions options = options_for(Strategy::kDcpPure, {1, 2});
   return build_model_plan(global_and_local(kBatch, 64), options).plan;

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "dcp/core/error.h"
 #include "dcp/core/timing.h"
@@ -298,6 +299,24 @@ Placement follow_placement(const Workload& base, const Placement& placed,
       placement.work_unit_device.push_back(placed.token_block_device[static_cast<std::size_t>(
           workload.blocks().block_id(unit.seq, unit.q_block))]);
     }
+  }
+  return placement;
+}
+
+Placement on_q_blocks(const Placement& placed, const Workload& workload) {
+  if (std::cmp_not_equal(placed.token_block_device.size(), workload.blocks().block_count())) {
+    throw InvalidInput("a placement of " + std::to_string(placed.token_block_device.size()) +
+                       " token blocks for a workload of " +
+                       std::to_string(workload.blocks().block_count()));
+  }
+  Placement placement;
+  placement.cluster = placed.cluster;
+  placement.token_block_device = placed.token_block_device;
+  placement.work_unit_device.reserve(static_cast<std::size_t>(workload.work_unit_count()));
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const WorkUnit unit = workload.work_unit(w);
+    placement.work_unit_device.push_back(placed.token_block_device[static_cast<std::size_t>(
+        workload.blocks().block_id(unit.seq, unit.q_block))]);
   }
   return placement;
 }

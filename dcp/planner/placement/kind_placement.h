@@ -48,6 +48,13 @@ KindPlacementResult place_kinds(const std::vector<Workload>& workloads,
 // their blocks and `placed` fits `base`.
 Placement follow_placement(const Workload& base, const Placement& placed, const Workload& workload);
 
+// The token blocks of `placed` (a placement of another kind's workload over the same blocks),
+// every work unit of `workload` on its q block's device: no q block or partial output moves, only
+// the kv blocks a device lacks. For a kind whose work per q block is even (a sliding window over
+// evenly placed tokens) this can beat both following the other kind's work and rebalancing it.
+// Throws InvalidInput unless `placed` has one device per token block of `workload`.
+Placement on_q_blocks(const Placement& placed, const Workload& workload);
+
 // `start` with its work units held to the workload's compute caps, its token blocks fixed
 // (balance_kind); timings.total_ms counts it. Throws InvalidInput for bad options or a placement
 // that does not fit the workload.

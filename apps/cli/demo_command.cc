@@ -90,7 +90,8 @@ int demo_kinds(const std::vector<Strategy>& strategies, PlanOptions plan_options
   TokenCount longest = 0;
   for (SeqIndex s = 0; s < batch.size(); ++s) longest = std::max(longest, batch.length(s));
   std::cerr << "dcp demo: batch of " << batch.size() << " sequences, " << batch.total_tokens()
-            << " tokens (longest " << longest << "), " << kinds.kinds.size() << " attention kinds, "
+            << " tokens (longest " << longest << "), " << kinds.kinds.size()
+            << (kinds.kinds.size() == 1 ? " attention kind, " : " attention kinds, ")
             << first.shape().q_heads << "/" << first.shape().kv_heads << " heads, head dim "
             << first.shape().head_dim << ", " << to_string(first.shape().dtype) << "; "
             << plan_options.cluster.shape.nodes << " nodes x "
@@ -173,8 +174,9 @@ int demo_kinds(const std::vector<Strategy>& strategies, PlanOptions plan_options
   char line[256];
   out << "dcp demo: " << batch.size() << " sequences, " << batch.total_tokens()
       << " tokens (longest " << longest << "), " << kinds.kinds.size()
-      << " attention kinds on one token placement, " << plan_options.cluster.shape.nodes
-      << " nodes x " << plan_options.cluster.shape.devices_per_node
+      << (kinds.kinds.size() == 1 ? " attention kind" : " attention kinds")
+      << " on one token placement, " << plan_options.cluster.shape.nodes << " nodes x "
+      << plan_options.cluster.shape.devices_per_node
       << " devices; every plan verified and simulated, every kind's result checked against dense "
          "fp64 attention\n\n";
   std::snprintf(line, sizeof(line), "%-10s %9s %-12s %6s %15s %15s %10s %13s %11s %12s %11s\n",

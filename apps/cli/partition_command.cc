@@ -211,8 +211,10 @@ int partition_kinds(const Args& args, const PlacementOptions& options, const Bui
       << " tokens; B = " << first.blocks().block_size() << ", " << first.blocks().block_count()
       << " token blocks\n";
   out << "cluster    " << options.cluster.nodes << " nodes x " << options.cluster.devices_per_node
-      << " devices; " << workloads.size() << " attention kinds on one token placement, memory "
-      << (result.memory_within_bound ? "within" : "OUTSIDE") << " its bound\n";
+      << " devices; " << workloads.size()
+      << (workloads.size() == 1 ? " attention kind" : " attention kinds")
+      << " on one token placement, memory " << (result.memory_within_bound ? "within" : "OUTSIDE")
+      << " its bound\n";
   for (std::size_t k = 0; k < workloads.size(); ++k) {
     const KindWorkload& kind = built.kinds[k];
     out << "\n== kind '" << kind.name << "' (" << kind.layers

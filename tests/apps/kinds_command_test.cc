@@ -231,7 +231,8 @@ TEST(KindsCommands, AttentionRefusesBadKindsAndWritesNothing) {
   EXPECT_TRUE(std::filesystem::is_empty(files.dir));
   // A kind's folder that cannot be made: no kind's files stay, nor the folders made for them.
   write_f4(files.dir + "/local", {1, 1, 1}, 1);
-  const Result blocked = run(files.args({"--mask", "global=causal", "--mask", "local=full"}));
+  const Result blocked = run(files.args({"--mask", "global=causal", "--mask", "local=full",
+                                         "--nodes", "1", "--devices-per-node", "2"}));
   EXPECT_EQ(blocked.status, 1);
   EXPECT_EQ(blocked.out, "");
   EXPECT_NE(blocked.err.find("local"), std::string::npos) << blocked.err;

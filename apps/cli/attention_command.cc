@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// `dcp attention`: distributed attention forward and backward on a user's .npy arrays.
+// `dcp attention`: distributed attention forward and backward on a user's .npy arrays, under one
+// mask or under each attention kind's.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,7 +36,7 @@ std::vector<FlagSpec> attention_specs() {
   };
   for (const FlagSpec& flag : workload_flags()) {
     for (const char* name : {"--seqlens", "--seqlens-file", "--scale", "--block-size",
-                             "--head-block-size", "--mask", "--mask-file"}) {
+                             "--head-block-size", "--mask", "--layers", "--mask-file"}) {
       if (flag.name == name) specs.push_back(flag);
     }
   }
@@ -79,6 +82,75 @@ std::vector<float> to_float32(kernels::ElementType type, const std::vector<std::
   return values;
 }
 
+// One array to write, at `path` relative to --out-dir.
+struct OutputFile {
+  std::filesystem::path path;
+  std::vector<std::int64_t> shape;
+  std::vector<float> values;
+};
+
+// The five arrays of one run: o, lse, dq, dk, dv in `folder` (relative to --out-dir).
+void add_outputs(std::vector<OutputFile>& files, const std::filesystem::path& folder,
+                 const runtime::BatchShape& shape, const runtime::BatchOutputs& outputs) {
+  const auto t = static_cast<std::int64_t>(shape.tokens);
+  const std::int64_t hq = shape.q_heads, hk = shape.kv_heads, d = shape.head_dim;
+  files.push_back({folder / "o.npy", {t, hq, d}, to_float32(shape.storage, outputs.o)});
+  files.push_back({folder / "lse.npy", {hq, t}, outputs.lse});
+  files.push_back({folder / "dq.npy", {t, hq, d}, to_float32(shape.storage, outputs.dq)});
+  files.push_back({folder / "dk.npy", {t, hk, d}, to_float32(shape.storage, outputs.dk)});
+  files.push_back({folder / "dv.npy", {t, hk, d}, to_float32(shape.storage, outputs.dv)});
+}
+
+// Writes every file under a temporary name first and renames them only when all are complete, so
+// a failure leaves none of them behind, nor any directory this call created (--out-dir, its
+// missing parents, a kind's folder).
+void write_outputs(const std::string& out_dir, const std::vector<OutputFile>& files) {
+  const std::filesystem::path dir(out_dir);
+  // The outermost directory this call creates for --out-dir, and the folders it creates in it.
+  std::filesystem::path created;
+  for (std::filesystem::path p = std::filesystem::absolute(dir); !p.empty(); p = p.parent_path()) {
+    if (std::filesystem::exists(p)) break;
+    created = p;
+    if (p == p.parent_path()) break;
+  }
+  std::vector<std::filesystem::path> created_folders;
+  std::vector<std::filesystem::path> written;
+  try {
+    std::error_code create_error;
+    std::filesystem::create_directories(dir, create_error);
+    if (create_error || !std::filesystem::is_directory(dir)) {
+      throw IoError("--out-dir " + dcp::quoted(out_dir) + ": cannot create the directory" +
+                    (create_error ? " (" + create_error.message() + ")" : std::string()));
+    }
+    for (const OutputFile& file : files) {
+      const std::filesystem::path folder = dir / file.path.parent_path();
+      if (std::filesystem::is_directory(folder)) continue;
+      if (!std::filesystem::create_directory(folder, create_error)) {
+        throw IoError("--out-dir " + dcp::quoted(out_dir) + ": cannot create " +
+                      dcp::quoted(folder.string()) +
+                      (create_error ? " (" + create_error.message() + ")" : std::string()));
+      }
+      created_folders.push_back(folder);
+    }
+    for (const OutputFile& file : files) {
+      const std::filesystem::path partial =
+          dir / file.path.parent_path() / ("." + file.path.filename().string() + ".partial");
+      write_npy(partial.string(), "<f4", file.shape, file.values.data(),
+                file.values.size() * sizeof(float));
+      written.push_back(partial);
+    }
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      std::filesystem::rename(written[i], dir / files[i].path);
+    }
+  } catch (...) {
+    std::error_code ignored;
+    for (const auto& path : written) std::filesystem::remove(path, ignored);
+    for (const auto& folder : created_folders) std::filesystem::remove(folder, ignored);
+    if (!created.empty()) std::filesystem::remove_all(created, ignored);
+    throw;
+  }
+}
+
 }  // namespace
 
 int run_attention(std::span<const std::string> argv, std::ostream& out) {
@@ -91,8 +163,9 @@ int run_attention(std::span<const std::string> argv, std::ostream& out) {
         "Plans the packed batch, runs attention forward and backward distributed over nodes x "
         "devices ranks, and writes o.npy (tokens, q heads, head dim), lse.npy (q heads, tokens; "
         "natural log of the softmax normaliser of the scaled scores; -inf for a row that "
-        "attends to nothing), dq.npy, dk.npy and dv.npy, all float32. The files appear "
-        "together or not at all.",
+        "attends to nothing), dq.npy, dk.npy and dv.npy, all float32. With several attention "
+        "kinds (--mask KIND=SPEC), every kind's Programs run on the same arrays and each kind's "
+        "five files go to DIR/KIND/. The files appear together or not at all.",
         specs);
     return 0;
   }
@@ -126,21 +199,22 @@ int run_attention(std::span<const std::string> argv, std::ostream& out) {
   const auto seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
   const PlanOptions plan_options = plan_options_from_flags(args, seed);
   const ExecutionOptions execution = execution_options_from_flags(args);
-  const BuiltWorkload built_workload =
-      workload_from_flags(args, shape, plan_options.cluster.shape.devices());
-  if (built_workload.workload.batch().total_tokens() != q.shape[0]) {
-    throw UsageError("the sequence lengths sum to " +
-                     std::to_string(built_workload.workload.batch().total_tokens()) +
+  const BuiltKinds kinds = kinds_from_flags(args, shape, plan_options.cluster.shape.devices());
+  const Workload& first = kinds.kinds.front().workload;
+  if (first.batch().total_tokens() != q.shape[0]) {
+    throw UsageError("the sequence lengths sum to " + std::to_string(first.batch().total_tokens()) +
                      " tokens but --q has " + std::to_string(q.shape[0]));
   }
-  const Workload& workload = built_workload.workload;
+  // Each kind's arrays go to a folder of its name under --out-dir.
+  for (const KindWorkload& kind : kinds.kinds) {
+    if (kind.name == "." || kind.name == "..") {
+      throw UsageError("--mask: attention kind '" + kind.name +
+                       "' cannot name a folder under --out-dir");
+    }
+  }
 
   runtime::BatchInputs inputs;
-  inputs.shape.tokens = workload.batch().total_tokens();
-  inputs.shape.q_heads = shape.q_heads;
-  inputs.shape.kv_heads = shape.kv_heads;
-  inputs.shape.head_dim = shape.head_dim;
-  inputs.shape.storage = runtime::element_type(shape.dtype);
+  inputs.shape = runtime::batch_shape_of(first);
   inputs.q = to_storage(q, inputs.shape.storage);
   inputs.k = to_storage(k, inputs.shape.storage);
   inputs.v = to_storage(v, inputs.shape.storage);
@@ -148,78 +222,42 @@ int run_attention(std::span<const std::string> argv, std::ostream& out) {
 
   std::string report;
   const bool reporter = with_communicator(execution, [&](comm::Communicator* communicator) {
-    const BuiltPlan built = with_flag("--strategy " + std::string(to_string(plan_options.strategy)),
-                                      [&] { return build_plan(workload, plan_options); });
-    const runtime::RunResult result =
-        execute_plan(communicator, built.plan, workload.batch(), inputs, execution.run);
-    if (communicator != nullptr && communicator->rank() != 0) return;
+    const BuiltModelPlan built =
+        with_flag("--strategy " + std::string(to_string(plan_options.strategy)),
+                  [&] { return build_model_plan(kinds.kinds, plan_options); });
+    const bool talk = communicator == nullptr || communicator->rank() == 0;
     std::ostringstream text;
-    if (args.flag("--check")) {
-      const runtime::DenseReference reference = runtime::dense_reference(
-          workload, inputs, built.plan.header.softmax_scale,
-          static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency())));
-      const runtime::OutputErrors errors =
-          runtime::compare_outputs(inputs.shape, result.outputs, reference);
-      text << "error vs dense fp64 attention:\n";
-      print_errors(text, errors);
-    }
-    // Every file is written under a temporary name first and renamed only when all five are
-    // complete, so a failure leaves none of them behind.
-    const auto t = static_cast<std::int64_t>(inputs.shape.tokens);
-    const std::int64_t hq = shape.q_heads, hk = shape.kv_heads, d = shape.head_dim;
-    struct File {
-      const char* name;
-      std::vector<std::int64_t> shape;
-      std::vector<float> values;
-    };
-    const kernels::ElementType storage = inputs.shape.storage;
-    std::vector<File> files;
-    files.push_back({"o.npy", {t, hq, d}, to_float32(storage, result.outputs.o)});
-    files.push_back({"lse.npy", {hq, t}, result.outputs.lse});
-    files.push_back({"dq.npy", {t, hq, d}, to_float32(storage, result.outputs.dq)});
-    files.push_back({"dk.npy", {t, hk, d}, to_float32(storage, result.outputs.dk)});
-    files.push_back({"dv.npy", {t, hk, d}, to_float32(storage, result.outputs.dv)});
-    const std::filesystem::path dir(*out_dir);
-    // The outermost directory this call creates, removed again if writing fails.
-    std::filesystem::path created;
-    for (std::filesystem::path p = std::filesystem::absolute(dir); !p.empty();
-         p = p.parent_path()) {
-      if (std::filesystem::exists(p)) break;
-      created = p;
-      if (p == p.parent_path()) break;
-    }
-    std::error_code create_error;
-    std::filesystem::create_directories(dir, create_error);
-    if (create_error || !std::filesystem::is_directory(dir)) {
-      throw IoError("--out-dir " + dcp::quoted(*out_dir) + ": cannot create the directory" +
-                    (create_error ? " (" + create_error.message() + ")" : std::string()));
-    }
-    std::vector<std::filesystem::path> written;
-    try {
-      for (const File& file : files) {
-        const std::filesystem::path partial = dir / (std::string(".") + file.name + ".partial");
-        write_npy(partial.string(), "<f4", file.shape, file.values.data(),
-                  file.values.size() * sizeof(float));
-        written.push_back(partial);
+    std::vector<OutputFile> files;
+    std::vector<std::string> wrote;
+    for (std::size_t kind_index = 0; kind_index < built.plan.kinds.size(); ++kind_index) {
+      const KindPlan& kind = built.plan.kinds[kind_index];
+      const Workload& workload = built.kinds[kind_index].workload;
+      const runtime::RunResult result =
+          execute_plan(communicator, kind.plan, workload.batch(), inputs, execution.run);
+      if (!talk) continue;
+      const std::string folder = kinds.single() ? std::string() : kind.name;
+      if (args.flag("--check")) {
+        const runtime::DenseReference reference = runtime::dense_reference(
+            workload, inputs, kind.plan.header.softmax_scale,
+            static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency())));
+        const runtime::OutputErrors errors =
+            runtime::compare_outputs(inputs.shape, result.outputs, reference);
+        text << "error vs dense fp64 attention"
+             << (folder.empty() ? "" : " of kind '" + folder + "'") << ":\n";
+        print_errors(text, errors);
       }
-      for (std::size_t i = 0; i < files.size(); ++i) {
-        std::filesystem::rename(written[i], dir / files[i].name);
-      }
-    } catch (...) {
-      for (const auto& path : written) {
-        std::error_code ignored;
-        std::filesystem::remove(path, ignored);
-      }
-      if (!created.empty()) {
-        std::error_code ignored;
-        std::filesystem::remove_all(created, ignored);
-      }
-      throw;
+      add_outputs(files, folder, inputs.shape, result.outputs);
+      std::ostringstream line;
+      line << "wrote      o.npy lse.npy dq.npy dk.npy dv.npy to "
+           << (folder.empty() ? *out_dir : (std::filesystem::path(*out_dir) / folder).string())
+           << " (" << kind.plan.header.strategy << " on " << kind.plan.header.cluster.devices()
+           << " ranks; forward " << result.forward_seconds * 1e3 << " ms, backward "
+           << result.backward_seconds * 1e3 << " ms)\n";
+      wrote.push_back(line.str());
     }
-    text << "wrote      o.npy lse.npy dq.npy dk.npy dv.npy to " << *out_dir << " ("
-         << built.plan.header.strategy << " on " << built.plan.header.cluster.devices()
-         << " ranks; forward " << result.forward_seconds * 1e3 << " ms, backward "
-         << result.backward_seconds * 1e3 << " ms)\n";
+    if (!talk) return;
+    write_outputs(*out_dir, files);
+    for (const std::string& line : wrote) text << line;
     report = text.str();
   });
   if (reporter) out << report;

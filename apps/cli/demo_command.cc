@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dcp demo`: what a newcomer runs first. Samples a realistic batch, plans it with dcp and the
 // static baselines, verifies every plan, executes each on local ranks, checks each against dense
-// fp64 attention, and prints a side-by-side table.
+// fp64 attention, and prints a side-by-side table. With several attention kinds, every strategy
+// plans every kind on one token placement, and each kind is simulated, run and checked.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -57,6 +58,163 @@ std::vector<std::string> with_defaults(std::span<const std::string> argv) {
   return args;
 }
 
+// One attention kind's figures under one strategy; of the step row, the sums over kinds of layers
+// x each kind's.
+struct KindRow {
+  std::string kind;
+  std::int64_t layers = 1;
+  std::int64_t inter_node = 0;
+  std::int64_t intra_node = 0;
+  double imbalance = 1;
+  double simulated_ms = 0;
+  double forward_ms = 0;
+  double backward_ms = 0;
+  double error = 0;
+};
+
+struct KindsDemoRow {
+  std::string strategy;
+  double plan_ms = 0;
+  std::vector<KindRow> kinds;
+  KindRow step;
+};
+
+// The demo with several attention kinds: per strategy, build_model_plan's plan of every kind on
+// one token placement, verified as a whole, simulated (each kind's layer and the step), and each
+// kind run on local ranks and checked against dense fp64 attention under its own mask.
+int demo_kinds(const std::vector<Strategy>& strategies, PlanOptions plan_options,
+               const ExecutionOptions& execution, const BuiltKinds& kinds, std::uint64_t seed,
+               std::ostream& out) {
+  const Workload& first = kinds.kinds.front().workload;
+  const SequenceBatch& batch = first.batch();
+  TokenCount longest = 0;
+  for (SeqIndex s = 0; s < batch.size(); ++s) longest = std::max(longest, batch.length(s));
+  std::cerr << "dcp demo: batch of " << batch.size() << " sequences, " << batch.total_tokens()
+            << " tokens (longest " << longest << "), " << kinds.kinds.size()
+            << (kinds.kinds.size() == 1 ? " attention kind, " : " attention kinds, ")
+            << first.shape().q_heads << "/" << first.shape().kv_heads << " heads, head dim "
+            << first.shape().head_dim << ", " << to_string(first.shape().dtype) << "; "
+            << plan_options.cluster.shape.nodes << " nodes x "
+            << plan_options.cluster.shape.devices_per_node << " devices ("
+            << plan_options.cluster.name << " cost model)\n";
+  const runtime::BatchShape shape = runtime::batch_shape_of(first);
+  // One set of inputs for every kind: the layers of a model see the same tensors' shapes.
+  const runtime::BatchInputs inputs = runtime::random_inputs(shape, seed);
+  const auto threads = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<runtime::DenseReference> references;
+  for (const KindWorkload& kind : kinds.kinds) {
+    std::cerr << "dcp demo: kind '" << kind.name
+              << "': dense fp64 reference attention, forward and backward ..." << std::flush;
+    const auto start = Clock::now();
+    references.push_back(runtime::dense_reference(
+        kind.workload, inputs, kind.workload.shape().effective_scale(), threads));
+    std::cerr << " " << static_cast<std::int64_t>(ms_since(start)) << " ms\n";
+  }
+
+  std::vector<KindsDemoRow> rows;
+  for (const Strategy strategy : strategies) {
+    plan_options.strategy = strategy;
+    KindsDemoRow row;
+    row.strategy = std::string(to_string(strategy));
+    std::cerr << "dcp demo: " << row.strategy << ": plan" << std::flush;
+    const auto start = Clock::now();
+    const BuiltModelPlan built = with_flag("--strategies " + row.strategy, [&] {
+      return build_model_plan(kinds.kinds, plan_options);
+    });
+    row.plan_ms = ms_since(start);
+    std::cerr << " " << static_cast<std::int64_t>(row.plan_ms) << " ms, verify" << std::flush;
+    const ModelVerifyReport report = verify(built.plan);
+    if (!report.ok) {
+      const std::string where =
+          report.first_kind.empty() ? "" : "kind '" + report.first_kind + "': ";
+      throw Error(row.strategy + " plan fails verification: " + where + describe(*report.first));
+    }
+    std::cerr << ", simulate" << std::flush;
+    const sim::ModelSimulation simulation = sim::simulate(built.plan, plan_options.cluster);
+    row.step.kind = "step";
+    row.step.layers = 0;
+    row.step.simulated_ms = simulation.step_seconds * 1e3;
+    for (std::size_t k = 0; k < built.plan.kinds.size(); ++k) {
+      const KindPlan& kind = built.plan.kinds[k];
+      KindRow figures;
+      figures.kind = kind.name;
+      figures.layers = kind.layers;
+      for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+        const PassTraffic traffic = pass_traffic(kind.plan.header, kind.plan.programs(pass));
+        figures.inter_node += traffic.inter_node;
+        figures.intra_node += traffic.intra_node;
+      }
+      figures.imbalance =
+          evaluate(built.kinds[k].workload, built.kinds[k].placement).imbalance_compute;
+      figures.simulated_ms = simulation.kinds[k].passes.seconds() * 1e3;
+      std::cerr << ", run kind '" << kind.name << "'" << std::flush;
+      const runtime::RunResult result =
+          execute_plan(nullptr, kind.plan, built.kinds[k].workload.batch(), inputs, execution.run);
+      figures.forward_ms = result.forward_seconds * 1e3;
+      figures.backward_ms = result.backward_seconds * 1e3;
+      const runtime::OutputErrors errors =
+          runtime::compare_outputs(shape, result.outputs, references[k]);
+      figures.error = errors.worst_relative();
+      try {
+        check_errors(errors, shape.storage);
+      } catch (const Error& e) {
+        throw Error(row.strategy + " kind '" + kind.name + "': " + e.what());
+      }
+      row.step.layers += kind.layers;
+      row.step.inter_node += kind.layers * figures.inter_node;
+      row.step.intra_node += kind.layers * figures.intra_node;
+      row.step.forward_ms += static_cast<double>(kind.layers) * figures.forward_ms;
+      row.step.backward_ms += static_cast<double>(kind.layers) * figures.backward_ms;
+      row.kinds.push_back(figures);
+    }
+    std::cerr << ", checked vs reference\n";
+    rows.push_back(row);
+  }
+
+  char line[256];
+  out << "dcp demo: " << batch.size() << " sequences, " << batch.total_tokens()
+      << " tokens (longest " << longest << "), " << kinds.kinds.size()
+      << (kinds.kinds.size() == 1 ? " attention kind" : " attention kinds")
+      << " on one token placement, " << plan_options.cluster.shape.nodes << " nodes x "
+      << plan_options.cluster.shape.devices_per_node
+      << " devices; every plan verified and simulated, every kind's result checked against dense "
+         "fp64 attention\n\n";
+  std::snprintf(line, sizeof(line), "%-10s %9s %-12s %6s %15s %15s %10s %13s %11s %12s %11s\n",
+                "strategy", "plan ms", "kind", "layers", "inter-node MB", "intra-node MB",
+                "imbalance", "simulated ms", "forward ms", "backward ms", "max error");
+  out << line;
+  for (const KindsDemoRow& row : rows) {
+    char plan_ms[32];
+    std::snprintf(plan_ms, sizeof(plan_ms), "%.1f", row.plan_ms);
+    for (const KindRow& kind : row.kinds) {
+      const bool first_kind = &kind == &row.kinds.front();
+      std::snprintf(line, sizeof(line),
+                    "%-10s %9s %-12s %6lld %15s %15s %10.2f %13.3f %11.1f %12.1f %11.2e\n",
+                    first_kind ? row.strategy.c_str() : "", first_kind ? plan_ms : "",
+                    kind.kind.c_str(), static_cast<long long>(kind.layers),
+                    format_mb(kind.inter_node, 2).c_str(), format_mb(kind.intra_node, 2).c_str(),
+                    kind.imbalance, kind.simulated_ms, kind.forward_ms, kind.backward_ms,
+                    kind.error);
+      out << line;
+    }
+    std::snprintf(line, sizeof(line), "%-10s %9s %-12s %6lld %15s %15s %10s %13.3f %11.1f %12.1f\n",
+                  "", "", "step", static_cast<long long>(row.step.layers),
+                  format_mb(row.step.inter_node, 2).c_str(),
+                  format_mb(row.step.intra_node, 2).c_str(), "", row.step.simulated_ms,
+                  row.step.forward_ms, row.step.backward_ms);
+    out << line;
+  }
+  out << "\nMB: bytes moved by one layer's forward plus backward. imbalance: the busiest device's "
+         "attention FLOPs over the mean. simulated ms: one layer's forward plus backward under the "
+      << plan_options.cluster.name
+      << " cost model. step: the sum over kinds of layers x each kind's figure (the attention of "
+         "one training step). forward and backward ms: slowest rank, measured on this machine's "
+         "CPU cores with every rank a thread (not a GPU cluster). max error: largest relative "
+         "error of o, lse, dq, dk, dv (bound "
+      << error_bound(shape.storage) << " for " << kernels::to_string(shape.storage) << ").\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_demo(std::span<const std::string> argv, std::ostream& out) {
@@ -91,7 +249,10 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
         "strategies for 2 nodes x 4 devices, verifies every plan, executes forward and backward "
         "on local ranks (threads of this process), checks every result against dense fp64 "
         "attention and prints a side-by-side table. Every workload and plan flag can change the "
-        "defaults.",
+        "defaults. With several attention kinds (--mask KIND=SPEC, --layers KIND=N,...), each "
+        "strategy plans every kind on one token placement; each kind is simulated (one layer, "
+        "and the step: the sum over kinds of layers x forward and backward), run and checked "
+        "against dense fp64 attention under its own mask.",
         specs);
     return 0;
   }
@@ -100,9 +261,9 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
   const auto seed = static_cast<std::uint64_t>(args.get_int("--seed", 0, 0));
   PlanOptions plan_options = plan_options_from_flags(args, seed);
   const ExecutionOptions execution = execution_options_from_flags(args);
-  const BuiltWorkload built_workload =
-      workload_from_flags(args, plan_options.cluster.shape.devices());
-  const Workload& workload = built_workload.workload;
+  const BuiltKinds kinds = kinds_from_flags(args, plan_options.cluster.shape.devices());
+  if (!kinds.single()) return demo_kinds(strategies, plan_options, execution, kinds, seed, out);
+  const Workload& workload = kinds.kinds.front().workload;
   const SequenceBatch& batch = workload.batch();
   TokenCount longest = 0;
   for (SeqIndex s = 0; s < batch.size(); ++s) longest = std::max(longest, batch.length(s));

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dcp partition`: place one batch on nodes x devices and compare with the zigzag and greedy
-// placements.
+// placements; with several attention kinds, one token placement and each kind's work on it.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -48,6 +48,185 @@ void write_figures(JsonWriter& json, const PlacementMetrics& m) {
   json.end_array();
 }
 
+void write_work_units(JsonWriter& json, const Workload& workload, const Placement& placement) {
+  json.key("work_units").begin_array();
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const WorkUnit unit = workload.work_unit(w);
+    JsonWriter::Inline one_line(json);
+    json.begin_array().value(std::int64_t{unit.seq}).value(std::int64_t{unit.head_block});
+    json.value(std::int64_t{unit.q_block}).value(std::int64_t{unit.kv_block});
+    json.value(std::int64_t{placement.work_unit_device[static_cast<std::size_t>(w)]}).end_array();
+  }
+  json.end_array();
+}
+
+void write_token_blocks(JsonWriter& json, const Workload& workload, const Placement& placement) {
+  json.key("token_blocks").begin_array();
+  for (BlockId b = 0; b < workload.blocks().block_count(); ++b) {
+    const TokenBlock& block = workload.blocks().block(b);
+    JsonWriter::Inline one_line(json);
+    json.begin_array().value(std::int64_t{block.seq}).value(std::int64_t{block.index});
+    json.value(std::int64_t{placement.token_block_device[static_cast<std::size_t>(b)]}).end_array();
+  }
+  json.end_array();
+}
+
+// The zigzag and greedy placements of one kind's workload, measured as dcp's is.
+struct Baselines {
+  PlacementMetrics zigzag;
+  PlacementMetrics greedy;
+};
+
+Baselines baselines_of(const Workload& workload, const BlockHypergraph& hypergraph,
+                       const PlacementOptions& options) {
+  const ZigzagBaseline zigzag_cut = zigzag_baseline(workload, options.cluster);
+  return {evaluate(zigzag_cut.workload, zigzag_cut.placement),
+          evaluate(workload, hypergraph,
+                   greedy_placement(workload, options.cluster, options.eps_compute))};
+}
+
+void write_baselines(JsonWriter& json, const Baselines& baselines) {
+  json.key("baselines").begin_object();
+  json.key("zigzag").begin_object();
+  write_figures(json, baselines.zigzag);
+  json.end_object();
+  json.key("greedy").begin_object();
+  write_figures(json, baselines.greedy);
+  json.end_object();
+  json.end_object();
+}
+
+void write_timings(JsonWriter& json, double workload_ms, const PlacementTimings& timings,
+                   double baselines_ms) {
+  json.key("timing_ms").begin_object();
+  json.field("workload", workload_ms);
+  json.field("hypergraph", timings.hypergraph_ms);
+  json.field("partition_nodes", timings.node_partition_ms);
+  json.field("partition_devices", timings.device_partition_ms);
+  json.field("placement", timings.total_ms);
+  json.field("baselines", baselines_ms);
+  json.end_object();
+}
+
+// Per device of dcp's placement: its work, memory and bytes; then dcp's and the baselines'
+// imbalances and bytes side by side.
+void print_tables(std::ostream& out, const PlacementMetrics& dcp_figures,
+                  const Baselines& baselines) {
+  char line[200];
+  std::snprintf(line, sizeof(line), "%6s %5s %13s %11s %10s %10s %7s %8s\n", "device", "node",
+                "fwd TFLOP", "memory MB", "in MB", "out MB", "blocks", "units");
+  out << line;
+  for (const DeviceLoad& d : dcp_figures.devices) {
+    std::snprintf(line, sizeof(line), "%6d %5d %13.3f %11s %10s %10s %7d %8lld\n", d.device, d.node,
+                  d.compute / 1e12, format_mb(d.memory, 1).c_str(),
+                  format_mb(d.bytes_in, 1).c_str(), format_mb(d.bytes_out, 1).c_str(),
+                  d.token_blocks, static_cast<long long>(d.work_units));
+    out << line;
+  }
+  out << "\n";
+  std::snprintf(line, sizeof(line), "%-8s %12s %11s %14s %14s %14s %14s %10s\n", "strategy",
+                "compute imb", "memory imb", "fwd inter MB", "fwd intra MB", "bwd inter MB",
+                "bwd intra MB", "idle devs");
+  out << line;
+  const auto row = [&](const char* name, const PlacementMetrics& m) {
+    std::snprintf(line, sizeof(line), "%-8s %12.3f %11.3f %14s %14s %14s %14s %10d\n", name,
+                  m.imbalance_compute, m.imbalance_memory, format_mb(m.bytes_inter_node, 1).c_str(),
+                  format_mb(m.bytes_intra_node, 1).c_str(),
+                  format_mb(m.backward_bytes_inter_node, 1).c_str(),
+                  format_mb(m.backward_bytes_intra_node, 1).c_str(), m.devices_without_data);
+    out << line;
+  };
+  row("dcp", dcp_figures);
+  row("zigzag", baselines.zigzag);
+  row("greedy", baselines.greedy);
+}
+
+void print_timings(std::ostream& out, double workload_ms, const PlacementTimings& timings,
+                   double baselines_ms) {
+  char line[200];
+  std::snprintf(line, sizeof(line),
+                "\ntime ms    workload %.1f, hypergraph %.1f, nodes %.1f, devices %.1f, placement "
+                "total %.1f, baselines %.1f\n",
+                workload_ms, timings.hypergraph_ms, timings.node_partition_ms,
+                timings.device_partition_ms, timings.total_ms, baselines_ms);
+  out << line;
+}
+
+// dcp partition with several attention kinds: place_kinds's one token placement, then per kind
+// its work units' placement measured and compared with the baselines' of that kind.
+int partition_kinds(const Args& args, const PlacementOptions& options, const BuiltKinds& built,
+                    double workload_ms, std::ostream& out) {
+  std::vector<Workload> workloads;
+  std::vector<std::int32_t> layers;
+  for (const KindWorkload& kind : built.kinds) {
+    workloads.push_back(kind.workload);
+    layers.push_back(kind.layers);
+  }
+  const KindPlacementResult result = place_kinds(workloads, layers, options);
+  std::vector<PlacementMetrics> figures;
+  std::vector<Baselines> baselines;
+  double baselines_ms = 0;
+  for (std::size_t k = 0; k < workloads.size(); ++k) {
+    const BlockHypergraph hypergraph = build_block_hypergraph(workloads[k], options.pricing);
+    figures.push_back(evaluate(workloads[k], hypergraph, result.placements[k]));
+    const auto baseline_start = Clock::now();
+    baselines.push_back(baselines_of(workloads[k], hypergraph, options));
+    baselines_ms += ms_since(baseline_start);
+  }
+  const Workload& first = workloads.front();
+
+  if (args.flag("--json")) {
+    JsonWriter json;
+    json.begin_object();
+    json.field("nodes", std::int64_t{options.cluster.nodes});
+    json.field("devices_per_node", std::int64_t{options.cluster.devices_per_node});
+    json.field("block_size", first.blocks().block_size());
+    json.field("token_block_count", std::int64_t{first.blocks().block_count()});
+    json.field("memory_within_bound", result.memory_within_bound);
+    json.key("placement").begin_object();
+    write_token_blocks(json, first, result.placements.front());
+    json.end_object();
+    json.key("kinds").begin_array();
+    for (std::size_t k = 0; k < workloads.size(); ++k) {
+      json.begin_object();
+      json.field("name", std::string_view(built.kinds[k].name));
+      json.field("layers", std::int64_t{built.kinds[k].layers});
+      json.field("work_unit_count", workloads[k].work_unit_count());
+      json.field("compute_within_bound", static_cast<bool>(result.within_bounds[k]));
+      write_figures(json, figures[k]);
+      json.key("placement").begin_object();
+      write_work_units(json, workloads[k], result.placements[k]);
+      json.end_object();
+      write_baselines(json, baselines[k]);
+      json.end_object();
+    }
+    json.end_array();
+    write_timings(json, workload_ms, result.timings, baselines_ms);
+    json.end_object();
+    out << json.str() << "\n";
+    return 0;
+  }
+
+  out << "batch      " << first.batch().size() << " sequences, " << first.batch().total_tokens()
+      << " tokens; B = " << first.blocks().block_size() << ", " << first.blocks().block_count()
+      << " token blocks\n";
+  out << "cluster    " << options.cluster.nodes << " nodes x " << options.cluster.devices_per_node
+      << " devices; " << workloads.size()
+      << (workloads.size() == 1 ? " attention kind" : " attention kinds")
+      << " on one token placement, memory " << (result.memory_within_bound ? "within" : "OUTSIDE")
+      << " its bound\n";
+  for (std::size_t k = 0; k < workloads.size(); ++k) {
+    const KindWorkload& kind = built.kinds[k];
+    out << "\n== kind '" << kind.name << "' (" << kind.layers
+        << (kind.layers == 1 ? " layer): " : " layers): ") << workloads[k].work_unit_count()
+        << " work units; dcp placement " << (result.within_bounds[k] ? "within" : "OUTSIDE")
+        << " its compute bound\n";
+    print_tables(out, figures[k], baselines[k]);
+  }
+  print_timings(out, workload_ms, result.timings, baselines_ms);
+  return 0;
+}
+
 }  // namespace
 
 int run_partition(std::span<const std::string> argv, std::ostream& out) {
@@ -73,7 +252,9 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
         "Places the token blocks and work units of one batch on nodes x devices with "
         "dcp's hierarchical hypergraph partitioner, under compute and memory balance, "
         "and compares with the zigzag and greedy placements. --seed seeds both the "
-        "sampled batch and the partitioner.",
+        "sampled batch and the partitioner. With several attention kinds (--mask KIND=SPEC), "
+        "the token blocks are placed once for every kind and each kind's work units on them, "
+        "each kind's compute balanced on its own; every kind is measured and compared.",
         specs);
     return 0;
   }
@@ -98,20 +279,18 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
   }
 
   const auto start = Clock::now();
-  const BuiltWorkload built = workload_from_flags(args, options.cluster.devices());
-  const Workload& workload = built.workload;
+  const BuiltKinds built = kinds_from_flags(args, options.cluster.devices());
   const double workload_ms = ms_since(start);
   PlanOptions plan_options;
   plan_options.partial_dtype = partial_dtype_from_flags(args);
+  const Workload& workload = built.kinds.front().workload;
   options.pricing.partial_dtype = partial_dtype_of(plan_options, workload.shape().dtype);
+  if (!built.single()) return partition_kinds(args, options, built, workload_ms, out);
   const PlacementResult result = place(workload, options);
   const BlockHypergraph hypergraph = build_block_hypergraph(workload, options.pricing);
   const PlacementMetrics dcp_figures = evaluate(workload, hypergraph, result.placement);
   const auto baseline_start = Clock::now();
-  const ZigzagBaseline zigzag_cut = zigzag_baseline(workload, options.cluster);
-  const PlacementMetrics zigzag = evaluate(zigzag_cut.workload, zigzag_cut.placement);
-  const PlacementMetrics greedy = evaluate(
-      workload, hypergraph, greedy_placement(workload, options.cluster, options.eps_compute));
+  const Baselines baselines = baselines_of(workload, hypergraph, options);
   const double baselines_ms = ms_since(baseline_start);
 
   if (args.flag("--json")) {
@@ -126,48 +305,16 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
     json.field("memory_bound_is_packing", result.memory_bound_is_packing);
     write_figures(json, dcp_figures);
     json.key("placement").begin_object();
-    json.key("token_blocks").begin_array();
-    for (BlockId b = 0; b < workload.blocks().block_count(); ++b) {
-      const TokenBlock& block = workload.blocks().block(b);
-      JsonWriter::Inline one_line(json);
-      json.begin_array().value(std::int64_t{block.seq}).value(std::int64_t{block.index});
-      json.value(std::int64_t{result.placement.token_block_device[static_cast<std::size_t>(b)]})
-          .end_array();
-    }
-    json.end_array();
-    json.key("work_units").begin_array();
-    for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
-      const WorkUnit unit = workload.work_unit(w);
-      JsonWriter::Inline one_line(json);
-      json.begin_array().value(std::int64_t{unit.seq}).value(std::int64_t{unit.head_block});
-      json.value(std::int64_t{unit.q_block}).value(std::int64_t{unit.kv_block});
-      json.value(std::int64_t{result.placement.work_unit_device[static_cast<std::size_t>(w)]})
-          .end_array();
-    }
-    json.end_array();
+    write_token_blocks(json, workload, result.placement);
+    write_work_units(json, workload, result.placement);
     json.end_object();
-    json.key("baselines").begin_object();
-    json.key("zigzag").begin_object();
-    write_figures(json, zigzag);
-    json.end_object();
-    json.key("greedy").begin_object();
-    write_figures(json, greedy);
-    json.end_object();
-    json.end_object();
-    json.key("timing_ms").begin_object();
-    json.field("workload", workload_ms);
-    json.field("hypergraph", result.timings.hypergraph_ms);
-    json.field("partition_nodes", result.timings.node_partition_ms);
-    json.field("partition_devices", result.timings.device_partition_ms);
-    json.field("placement", result.timings.total_ms);
-    json.field("baselines", baselines_ms);
-    json.end_object();
+    write_baselines(json, baselines);
+    write_timings(json, workload_ms, result.timings, baselines_ms);
     json.end_object();
     out << json.str() << "\n";
     return 0;
   }
 
-  char line[200];
   out << "batch      " << workload.batch().size() << " sequences, "
       << workload.batch().total_tokens() << " tokens; B = " << workload.blocks().block_size()
       << ", " << workload.blocks().block_count() << " token blocks, " << workload.work_unit_count()
@@ -176,38 +323,8 @@ int run_partition(std::span<const std::string> argv, std::ostream& out) {
       << " devices; dcp placement " << (result.within_bounds ? "within" : "OUTSIDE")
       << " its bounds"
       << (result.memory_bound_is_packing ? " (memory: largest-first packing bound)" : "") << "\n\n";
-  std::snprintf(line, sizeof(line), "%6s %5s %13s %11s %10s %10s %7s %8s\n", "device", "node",
-                "fwd TFLOP", "memory MB", "in MB", "out MB", "blocks", "units");
-  out << line;
-  for (const DeviceLoad& d : dcp_figures.devices) {
-    std::snprintf(line, sizeof(line), "%6d %5d %13.3f %11s %10s %10s %7d %8lld\n", d.device, d.node,
-                  d.compute / 1e12, format_mb(d.memory, 1).c_str(),
-                  format_mb(d.bytes_in, 1).c_str(), format_mb(d.bytes_out, 1).c_str(),
-                  d.token_blocks, static_cast<long long>(d.work_units));
-    out << line;
-  }
-  out << "\n";
-  std::snprintf(line, sizeof(line), "%-8s %12s %11s %14s %14s %14s %14s %10s\n", "strategy",
-                "compute imb", "memory imb", "fwd inter MB", "fwd intra MB", "bwd inter MB",
-                "bwd intra MB", "idle devs");
-  out << line;
-  const auto row = [&](const char* name, const PlacementMetrics& m) {
-    std::snprintf(line, sizeof(line), "%-8s %12.3f %11.3f %14s %14s %14s %14s %10d\n", name,
-                  m.imbalance_compute, m.imbalance_memory, format_mb(m.bytes_inter_node, 1).c_str(),
-                  format_mb(m.bytes_intra_node, 1).c_str(),
-                  format_mb(m.backward_bytes_inter_node, 1).c_str(),
-                  format_mb(m.backward_bytes_intra_node, 1).c_str(), m.devices_without_data);
-    out << line;
-  };
-  row("dcp", dcp_figures);
-  row("zigzag", zigzag);
-  row("greedy", greedy);
-  std::snprintf(line, sizeof(line),
-                "\ntime ms    workload %.1f, hypergraph %.1f, nodes %.1f, devices %.1f, placement "
-                "total %.1f, baselines %.1f\n",
-                workload_ms, result.timings.hypergraph_ms, result.timings.node_partition_ms,
-                result.timings.device_partition_ms, result.timings.total_ms, baselines_ms);
-  out << line;
+  print_tables(out, dcp_figures, baselines);
+  print_timings(out, workload_ms, result.timings, baselines_ms);
   return 0;
 }
 

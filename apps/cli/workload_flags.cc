@@ -115,6 +115,24 @@ AttentionShape shape_from_flags(const Args& args) {
   return shape;
 }
 
+namespace {
+
+// One unnamed --mask or --mask-file (neither: the default mask).
+MaskSource mask_from_flags(const Args& args) {
+  if (args.has("--mask") && args.has("--mask-file")) {
+    throw UsageError("give at most one of --mask and --mask-file");
+  }
+  MaskSource source;
+  if (const auto file = args.get("--mask-file")) {
+    source.file = *file;
+  } else if (const auto spec = args.get("--mask")) {
+    source.spec = with_flag("--mask", [&] { return parse_mask_spec(*spec); });
+  }
+  return source;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, MaskSource>> kind_masks_from_flags(const Args& args) {
   const std::vector<std::string> given = args.get_all("--mask");
   std::vector<std::pair<std::string, MaskSource>> kinds;
@@ -182,7 +200,10 @@ std::vector<std::int32_t> kind_layers_from_flags(
 }
 
 BuiltKinds kinds_from_flags(const Args& args, std::int32_t devices) {
-  const AttentionShape shape = shape_from_flags(args);
+  return kinds_from_flags(args, shape_from_flags(args), devices);
+}
+
+BuiltKinds kinds_from_flags(const Args& args, const AttentionShape& shape, std::int32_t devices) {
   SequenceBatch batch = batch_from_flags(args);
   const auto masks = kind_masks_from_flags(args);
   const std::vector<std::int32_t> layers = kind_layers_from_flags(args, masks);
@@ -205,24 +226,6 @@ bool is_kind_assignment(std::string_view text) {
   return eq != std::string_view::npos && text.substr(0, eq).find(':') == std::string_view::npos;
 }
 
-MaskSource mask_from_flags(const Args& args) {
-  const std::vector<std::string> given = args.get_all("--mask");
-  if (given.size() > 1 || (given.size() == 1 && is_kind_assignment(given.front()))) {
-    throw UsageError("--mask " + quoted(given.front()) +
-                     ": this command takes one unnamed mask, not attention kinds");
-  }
-  if (args.has("--mask") && args.has("--mask-file")) {
-    throw UsageError("give at most one of --mask and --mask-file");
-  }
-  MaskSource source;
-  if (const auto file = args.get("--mask-file")) {
-    source.file = *file;
-  } else if (const auto spec = args.get("--mask")) {
-    source.spec = with_flag("--mask", [&] { return parse_mask_spec(*spec); });
-  }
-  return source;
-}
-
 WorkloadOptions workload_options_from_flags(const Args& args, std::int32_t devices) {
   WorkloadOptions options;
   const std::string block = args.get_or("--block-size", "auto");
@@ -232,25 +235,6 @@ WorkloadOptions workload_options_from_flags(const Args& args, std::int32_t devic
   options.auto_block.devices =
       static_cast<std::int32_t>(args.get_int("--devices", devices, 1, 1 << 16));
   return options;
-}
-
-BuiltWorkload workload_from_flags(const Args& args, std::int32_t devices) {
-  return workload_from_flags(args, shape_from_flags(args), devices);
-}
-
-BuiltWorkload workload_from_flags(const Args& args, const AttentionShape& shape,
-                                  std::int32_t devices) {
-  SequenceBatch batch = batch_from_flags(args);
-  const MaskSource mask = mask_from_flags(args);
-  const WorkloadOptions options = workload_options_from_flags(args, devices);
-  with_flag("--head-block-size " + std::to_string(options.head_block_size),
-            [&] { HeadBlocking(shape, options.head_block_size); });
-  std::vector<SequenceMask> masks = with_flag(mask.file.empty() ? "--mask" : "--mask-file",
-                                              [&] { return build_masks(mask, batch); });
-  // What is left to fail is the size of the model the block size gives.
-  return with_flag("--block-size " + args.get_or("--block-size", "auto"), [&] {
-    return make_workload(shape, std::move(batch), std::move(masks), options);
-  });
 }
 
 }  // namespace dcp::cli

@@ -22,7 +22,6 @@ SequenceBatch batch_from_flags(const Args& args);
 AttentionShape shape_from_flags(const Args& args);
 // --dtype and --scale into `shape`, for commands that take the rest of the shape from elsewhere.
 void dtype_and_scale_from_flags(const Args& args, AttentionShape& shape);
-MaskSource mask_from_flags(const Args& args);
 
 // Whether a --mask value names a kind: "NAME=SPEC", the text before the first '=' free of ':'
 // ("sliding_window:window=8" is an unnamed spec).
@@ -32,15 +31,13 @@ bool is_kind_assignment(std::string_view text);
 std::vector<std::pair<std::string, MaskSource>> kind_masks_from_flags(const Args& args);
 std::vector<std::int32_t> kind_layers_from_flags(
     const Args& args, const std::vector<std::pair<std::string, MaskSource>>& kinds);
-// The batch, shape, kinds and block size of the flags, built by make_kind_workloads.
+// The batch, shape, kinds and block size of the flags, built by make_kind_workloads; every
+// InvalidInput names the flag it came from. `devices` is what the automatic block size plans for
+// when --devices is not given.
 BuiltKinds kinds_from_flags(const Args& args, std::int32_t devices = 8);
-// `devices` is what the automatic block size plans for when --devices is not given.
-WorkloadOptions workload_options_from_flags(const Args& args, std::int32_t devices = 8);
-// All of the above, built; every InvalidInput names the flag it came from.
-BuiltWorkload workload_from_flags(const Args& args, std::int32_t devices = 8);
 // The same with the attention shape given (e.g. read from arrays) instead of flags.
-BuiltWorkload workload_from_flags(const Args& args, const AttentionShape& shape,
-                                  std::int32_t devices);
+BuiltKinds kinds_from_flags(const Args& args, const AttentionShape& shape, std::int32_t devices);
+WorkloadOptions workload_options_from_flags(const Args& args, std::int32_t devices = 8);
 
 // Sequence lengths in a text file, separated by commas or whitespace.
 std::vector<TokenCount> read_lengths_file(const std::string& path);

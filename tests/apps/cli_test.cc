@@ -530,47 +530,6 @@ TEST(RunCommand, RejectsBadRuntimeFlagsWithExitStatus2) {
   expect_usage_error({"run", "--seqlens", "100", "--timeout", "-1"}, "--timeout");
 }
 
-void write_f4(const std::string& path, std::vector<std::int64_t> shape, std::uint64_t seed) {
-  std::int64_t n = 1;
-  for (const std::int64_t d : shape) n *= d;
-  std::vector<float> values(static_cast<std::size_t>(n));
-  std::uint64_t x = seed;
-  for (float& v : values) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    v = static_cast<float>(static_cast<double>(x >> 40) / static_cast<double>(1 << 24) - 0.5);
-  }
-  write_npy(path, "<f4", shape, values.data(), values.size() * sizeof(float));
-}
-
-// Inputs for `dcp attention`, named after `tag` so that tests running at once do not share files.
-struct AttentionFiles {
-  std::string dir, q, k, v, dout;
-  explicit AttentionFiles(const std::string& tag)
-      : dir(temp_path(tag + "_out")),
-        q(temp_path(tag + "_q.npy")),
-        k(temp_path(tag + "_k.npy")),
-        v(temp_path(tag + "_v.npy")),
-        dout(temp_path(tag + "_do.npy")) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-    write_f4(q, {300, 4, 8}, 1);
-    write_f4(k, {300, 2, 8}, 2);
-    write_f4(v, {300, 2, 8}, 3);
-    write_f4(dout, {300, 4, 8}, 4);
-  }
-  ~AttentionFiles() {
-    std::filesystem::remove_all(dir);
-    for (const auto& path : {q, k, v, dout}) std::filesystem::remove(path);
-  }
-  std::vector<std::string> args(std::vector<std::string> extra) const {
-    std::vector<std::string> argv = {
-        "attention", "--q",       q,          "--k",          k,    "--v",       v,  "--do",
-        dout,        "--seqlens", "200,99,1", "--block-size", "64", "--out-dir", dir};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return argv;
-  }
-};
-
 TEST(AttentionCommand, WritesTheFiveArraysAndAgreesAcrossStrategiesAndWorlds) {
   const AttentionFiles files("agree");
   std::vector<std::vector<float>> first;

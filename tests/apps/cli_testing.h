@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Running dcp commands in-process from tests, and the files they write.
+// Running dcp commands in-process from tests, the files they read and the files they write.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "dcp/core/npy.h"
 
 #include "apps/cli/command_table.h"
 
@@ -48,5 +51,47 @@ inline std::string read_all(const std::string& path) {
   text << in.rdbuf();
   return text.str();
 }
+
+// A float32 .npy of `shape` holding values in [-0.5, 0.5) from `seed`.
+inline void write_f4(const std::string& path, std::vector<std::int64_t> shape, std::uint64_t seed) {
+  std::int64_t n = 1;
+  for (const std::int64_t d : shape) n *= d;
+  std::vector<float> values(static_cast<std::size_t>(n));
+  std::uint64_t x = seed;
+  for (float& v : values) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    v = static_cast<float>(static_cast<double>(x >> 40) / static_cast<double>(1 << 24) - 0.5);
+  }
+  write_npy(path, "<f4", shape, values.data(), values.size() * sizeof(float));
+}
+
+// Inputs for `dcp attention`, named after `tag` so that tests running at once do not share files.
+struct AttentionFiles {
+  std::string dir, q, k, v, dout;
+  explicit AttentionFiles(const std::string& tag)
+      : dir(temp_path(tag + "_out")),
+        q(temp_path(tag + "_q.npy")),
+        k(temp_path(tag + "_k.npy")),
+        v(temp_path(tag + "_v.npy")),
+        dout(temp_path(tag + "_do.npy")) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    write_f4(q, {300, 4, 8}, 1);
+    write_f4(k, {300, 2, 8}, 2);
+    write_f4(v, {300, 2, 8}, 3);
+    write_f4(dout, {300, 4, 8}, 4);
+  }
+  ~AttentionFiles() {
+    std::filesystem::remove_all(dir);
+    for (const auto& path : {q, k, v, dout}) std::filesystem::remove(path);
+  }
+  std::vector<std::string> args(std::vector<std::string> extra) const {
+    std::vector<std::string> argv = {
+        "attention", "--q",       q,          "--k",          k,    "--v",       v,  "--do",
+        dout,        "--seqlens", "200,99,1", "--block-size", "64", "--out-dir", dir};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+};
 
 }  // namespace dcp::cli

@@ -187,6 +187,26 @@ def test_softcapping_is_refused_at_the_call() -> None:
         call(model, executor)
 
 
+def test_temperature_tuning_on_no_rope_layers_is_refused_when_planned_and_at_the_call() -> None:
+    """Llama 4 scales a no-RoPE layer's queries by each token's index among the call's tokens,
+    which on a rank of dcp is not its place in the batch: refused, not run differently."""
+    config = transformers.Llama4TextConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, intermediate_size_mlp=128,
+        num_local_experts=2, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, attention_chunk_size=None, floor_scale=1)
+    assert config.attn_temperature_tuning and 0 in config.no_rope_layers
+    with pytest.raises(ValueError, match="attn_temperature_tuning=True"):
+        dcphf.plan_options(config)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="dcp")
+    config.attn_temperature_tuning = False
+    executor = prepared(config)
+    with pytest.raises(ValueError, match="layer 3: attention temperature tuning on a no-RoPE layer"):
+        call(model, executor)
+    for layer in model.model.layers:
+        layer.self_attn.attn_temperature_tuning = False
+    call(model, executor)
+
+
 def test_attention_sinks_and_bidirectional_layers_are_refused() -> None:
     model = hf_models.build_model("llama", "dcp")
     executor = prepared(model.config)

@@ -96,6 +96,11 @@ def dcp_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
     if dropout:
         raise ValueError(f"{layer}: attention dropout {dropout} is not supported by dcp; set the "
                          "config's attention_dropout to 0")
+    if getattr(module, "attn_temperature_tuning", False) and not getattr(module, "use_rope", True):
+        raise ValueError(f"{layer}: attention temperature tuning on a no-RoPE layer scales the "
+                         "queries by the index of each token among this call's tokens, which on "
+                         "a rank of dcp is not the token's place in the batch; set the config's "
+                         "attn_temperature_tuning to False")
     if kwargs.get("s_aux") is not None:
         raise ValueError(f"{layer}: learned attention sinks (s_aux) are not supported by dcp's "
                          "kernels")
@@ -308,7 +313,8 @@ def attention_kinds(config: Any) -> tuple[dict[str, str], list[str]]:
     every layer), else every layer full.
 
     Raises ValueError naming the value for what dcp cannot run: bidirectional attention
-    (is_causal=False, use_bidirectional_attention), attention softcapping, a layer type other
+    (is_causal=False, use_bidirectional_attention), attention softcapping, attention
+    temperature tuning on no-RoPE layers (Llama 4's attn_temperature_tuning), a layer type other
     than the three, a sliding kind without a positive sliding_window, a chunked kind without a
     positive attention_chunk_size, layer_types whose length is not num_hidden_layers, and
     layer_types on a class whose model does not read them but runs other kinds."""
@@ -323,6 +329,12 @@ def attention_kinds(config: Any) -> tuple[dict[str, str], list[str]]:
     if softcap is not None:
         raise ValueError(f"{name} uses attention softcapping "
                          f"(attn_logit_softcapping={softcap}), which dcp's kernels do not apply")
+    if getattr(config, "attn_temperature_tuning", False) and 0 in list(
+            getattr(config, "no_rope_layers", None) or []):
+        raise ValueError(f"{name} has attn_temperature_tuning={config.attn_temperature_tuning!r}: "
+                         "its no-RoPE layers scale the queries by the index of each token among "
+                         "the tokens of the call, which on a rank of dcp is not the token's place "
+                         "in the batch; set attn_temperature_tuning=False")
     layer_kinds = _layer_types(config)
     kinds: dict[str, str] = {}
     for kind in layer_kinds:

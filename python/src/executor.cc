@@ -401,11 +401,17 @@ void bind_executor(nb::module_& m) {
       .def("profile", [](TorchExecutor& e, int pass) {
         return profile_dict(e.executor().profile(pass == 0 ? Pass::kForward : Pass::kBackward));
       });
-  // The C++ executor on its own: the plan run on local ranks (threads of this process, the local
-  // communicator) with random inputs; what benchmarks compare the torch path with.
+  // The C++ executor on its own: the plan (of one attention kind) run on local ranks (threads of
+  // this process, the local communicator) with random inputs; what benchmarks compare the torch
+  // path with.
   m.def(
       "run_locally",
       [](const PlanHandle& handle, std::uint64_t seed, std::int32_t kernel_threads) {
+        if (!handle.kind && handle.model().kinds.size() > 1) {
+          throw InvalidInput("run_locally runs one attention kind; the plan has " +
+                             std::to_string(handle.model().kinds.size()) +
+                             ": pass plan.kind(name)");
+        }
         const Plan& plan = handle.plan();
         runtime::RunResult result;
         {

@@ -196,6 +196,15 @@ def test_a_kind_of_a_plan_runs_as_a_plan_of_its_own() -> None:
                                dcpt.attention(whole, q, k, v, kind="attention"))
 
 
+def test_the_cpp_executor_alone_runs_one_kind_named() -> None:
+    """run_locally (what benchmarks compare the torch path with) runs one kind: a plan of several
+    is refused, not run as its first kind."""
+    plan = dcp.plan(SEQLENS, dict(KINDS), **SHAPE)
+    with pytest.raises(ValueError, match="runs one attention kind; the plan has 3"):
+        dcp._core.run_locally(plan, 0, 1)
+    assert dcp._core.run_locally(plan.kind("local"), 0, 1)["forward_seconds"] > 0
+
+
 def test_the_loader_plans_the_kinds_mask_fn_gives() -> None:
     lengths = [37, 5, 60, 12]
     loader = dcpt.DCPDataloader(dist_cases.TokenDataset(lengths), lambda s: dict(KINDS),

@@ -40,6 +40,18 @@ constexpr std::pair<std::string_view, std::string_view> kDemoDefaults[] = {
     {"--head-dim", "64"},  {"--nodes", "2"}, {"--devices-per-node", "4"},
     {"--seed", "3"}};
 
+// The dense fp64 reference of a workload, its time on stderr ("dcp demo: <what>dense fp64 ...").
+runtime::DenseReference timed_reference(const std::string& what, const Workload& workload,
+                                        const runtime::BatchInputs& inputs, std::int32_t threads) {
+  std::cerr << "dcp demo: " << what << "dense fp64 reference attention, forward and backward ..."
+            << std::flush;
+  const auto start = Clock::now();
+  runtime::DenseReference reference =
+      runtime::dense_reference(workload, inputs, workload.shape().effective_scale(), threads);
+  std::cerr << " " << static_cast<std::int64_t>(ms_since(start)) << " ms\n";
+  return reference;
+}
+
 bool given(const std::vector<std::string>& args, std::string_view flag) {
   return std::any_of(args.begin(), args.end(), [&](const std::string& arg) {
     return arg == flag || arg.starts_with(std::string(flag) + "=");
@@ -103,12 +115,8 @@ int demo_kinds(const std::vector<Strategy>& strategies, PlanOptions plan_options
   const auto threads = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<runtime::DenseReference> references;
   for (const KindWorkload& kind : kinds.kinds) {
-    std::cerr << "dcp demo: kind '" << kind.name
-              << "': dense fp64 reference attention, forward and backward ..." << std::flush;
-    const auto start = Clock::now();
-    references.push_back(runtime::dense_reference(
-        kind.workload, inputs, kind.workload.shape().effective_scale(), threads));
-    std::cerr << " " << static_cast<std::int64_t>(ms_since(start)) << " ms\n";
+    references.push_back(
+        timed_reference("kind '" + kind.name + "': ", kind.workload, inputs, threads));
   }
 
   std::vector<KindsDemoRow> rows;
@@ -277,11 +285,7 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
   const runtime::BatchShape shape = runtime::batch_shape_of(workload);
   const runtime::BatchInputs inputs = runtime::random_inputs(shape, seed);
   const auto threads = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-  std::cerr << "dcp demo: dense fp64 reference attention, forward and backward ..." << std::flush;
-  auto start = Clock::now();
-  const runtime::DenseReference reference =
-      runtime::dense_reference(workload, inputs, workload.shape().effective_scale(), threads);
-  std::cerr << " " << static_cast<std::int64_t>(ms_since(start)) << " ms\n";
+  const runtime::DenseReference reference = timed_reference("", workload, inputs, threads);
 
   std::vector<DemoRow> rows;
   for (const Strategy strategy : strategies) {
@@ -289,7 +293,7 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
     DemoRow row;
     row.strategy = std::string(to_string(strategy));
     std::cerr << "dcp demo: " << row.strategy << ": plan" << std::flush;
-    start = Clock::now();
+    const auto start = Clock::now();
     const BuiltPlan built = with_flag("--strategies " + row.strategy,
                                       [&] { return build_plan(workload, plan_options); });
     row.plan_ms = ms_since(start);

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 _WORKERS = 2
 _ARCHS = (80, 90)
 _SHARED_LIMIT = {80: 166912, 90: 232448}  # bytes of shared memory one block may use (opt-in)
@@ -39,6 +41,7 @@ print(json.dumps({"kernels": kernels, "results": results}))
 """
 
 
+@pytest.mark.seconds(70)
 def test_every_variant_compiles_for_sm80_and_sm90(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")

@@ -12,5 +12,4 @@ cmake --build --preset ci -j "$(nproc)"
 ctest --preset ci -j "$(nproc)"
 
 bash scripts/install_python.sh
-# One test at a time per worker (--maxschedchunk 1), the long ones first (tests/python/conftest.py).
-python3 -m pytest tests/python -q -p no:cacheprovider -n "$(nproc)" --maxschedchunk 1
+python3 -m pytest tests/python -q -p no:cacheprovider -n "$(nproc)"

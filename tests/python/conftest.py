@@ -27,3 +27,22 @@ def _worlds_shared_by_workers(tmp_path_factory):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import worlds
         worlds.share_results_in(tmp_path_factory.getbasetemp().parent / "worlds")
+
+
+def pytest_configure(config):
+    """pytest-xdist hands out tests one at a time (--maxschedchunk 1) unless told otherwise: its
+    first hand-out is otherwise a quarter of each worker's share, which would give one worker all
+    the long tests that pytest_collection_modifyitems puts first."""
+    if getattr(config.option, "maxschedchunk", "no xdist") is None:
+        config.option.maxschedchunk = 1
+
+
+def pytest_collection_modifyitems(items):
+    """Tests marked seconds(n) (about n seconds on one core of the 2-core CI machine) run first,
+    longest first; the others keep their order. With pytest-xdist the long tests then spread over
+    the workers from the start and the short ones fill the end, where a long test last on one
+    worker would leave the other cores idle."""
+    def seconds(item):
+        marker = item.get_closest_marker("seconds")
+        return marker.args[0] if marker else 0
+    items.sort(key=seconds, reverse=True)  # stable: equal keys keep their order

@@ -98,6 +98,7 @@ REDUCTION = dict(name="in-node-reduction", seqlens=[400], masks="causal_blockwis
                  strategy="dcp-pure", seed=5)
 
 
+@pytest.mark.seconds(8)
 def test_partials_reduced_inside_a_node_match_dense_attention() -> None:
     case = REDUCTION
     plan = dcp.plan(case["seqlens"], case["masks"], heads=case["heads"], kv_heads=case["kv_heads"],

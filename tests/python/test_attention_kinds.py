@@ -33,6 +33,7 @@ def _dense(kind: str):
                                      reference.dense_mask(SEQLENS, [KINDS[kind]] * len(SEQLENS)))
 
 
+@pytest.mark.seconds(8)
 @pytest.mark.parametrize("size", [1, 2, 3, 4])
 def test_every_kind_matches_dense_attention_under_its_mask(size: int) -> None:
     ranks = run_world(size, dist_cases.kinds_attention_case, CASE, timeout=600)

@@ -95,6 +95,7 @@ def torchrun(tmp_path, *args: str) -> subprocess.CompletedProcess:
                           env=env)
 
 
+@pytest.mark.seconds(20)
 def test_python_m_dcp_calibrate_under_torchrun(tmp_path) -> None:
     out = tmp_path / "torchrun.cluster"
     small = ["--repeats", "1", "--timing-seconds", "0.002", "--tile-tokens", "64",
@@ -114,6 +115,7 @@ def test_python_m_dcp_calibrate_under_torchrun(tmp_path) -> None:
     assert alone.returncode == 2 and "run it under torchrun" in alone.stderr, alone.stderr
 
 
+@pytest.mark.seconds(14)
 def test_device_only_times_the_cpu_kernels_and_keeps_the_base_links(tmp_path) -> None:
     out = tmp_path / "device.cluster"
     small = ["--repeats", "1", "--timing-seconds", "0.002", "--tile-tokens", "64",

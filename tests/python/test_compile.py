@@ -13,6 +13,7 @@ import hf_cases  # noqa: E402
 from worlds import run_world  # noqa: E402
 
 
+@pytest.mark.seconds(30)
 def test_compiled_models_match_eager_without_graph_breaks_or_recompiles() -> None:
     ranks = run_world(2, hf_cases.compiled_against_eager, timeout=900, group_timeout=300)
     for rank, result in enumerate(ranks):

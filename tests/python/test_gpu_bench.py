@@ -46,6 +46,7 @@ def _table_rows(stdout: str) -> list[list[str]]:
     return rows[1:]  # after the header
 
 
+@pytest.mark.seconds(14)
 def test_single_tile_bench_under_the_interpreter(tmp_path) -> None:
     records = tmp_path / "tile.json"
     result = _run([sys.executable, ATTENTION_BENCH, "--device", "cpu", "--sizes", "32",
@@ -65,6 +66,7 @@ def test_single_tile_bench_under_the_interpreter(tmp_path) -> None:
     assert records.exists()
 
 
+@pytest.mark.seconds(6)
 def test_routes_bench_writes_a_table_the_selection_reads(tmp_path) -> None:
     """Triton under the interpreter and the flash route on its fp64 emulation, checked and
     timed per tile; the table is what DCPExecutor(attention_kernels="auto") reads."""
@@ -93,6 +95,7 @@ def test_single_tile_bench_refuses_the_cpu_without_the_interpreter() -> None:
     assert "GPU" in result.stderr and "TRITON_INTERPRET=1" in result.stderr
 
 
+@pytest.mark.seconds(8)
 def test_distributed_bench_on_two_gloo_ranks(tmp_path) -> None:
     records = tmp_path / "distributed.json"
     result = _run([sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -132,6 +135,7 @@ def test_dispatch_bench_runs_every_rank_of_a_plan() -> None:
     assert "| forward |" in result.stdout and "| backward |" in result.stdout, result.stdout
 
 
+@pytest.mark.seconds(10)
 def test_tile_sweep_under_the_interpreter(tmp_path) -> None:
     """The sweep's loop, checks, table and output file (under the interpreter the kernels ignore
     the tile table, so the times say nothing about the tiles)."""

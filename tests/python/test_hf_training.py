@@ -21,6 +21,7 @@ KIND_FAMILIES = ["gemma3", "qwen2"]  # layers of two attention kinds
 FAMILIES = [family for family in hf_models.FAMILIES if family not in KIND_FAMILIES]
 
 
+@pytest.mark.seconds(20)
 @pytest.mark.parametrize("size,families", [(2, FAMILIES), (4, FAMILIES), (2, KIND_FAMILIES)])
 def test_transformers_models_train_on_dcp_like_one_sdpa_process(size: int,
                                                                  families: list[str]) -> None:

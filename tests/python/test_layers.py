@@ -31,6 +31,7 @@ def _dense_grads(mask: str):
     return x.grad, [p.grad for p in model.parameters()]
 
 
+@pytest.mark.seconds(7)
 @pytest.mark.parametrize("size,checkpointed", [(2, []), (4, []), (3, [1]), (4, [0, 2])])
 def test_stack_gradients_equal_dense(size: int, checkpointed: list[int]) -> None:
     mask = "lambda:sink=2,window=9"

@@ -21,6 +21,7 @@ def rows(out: str) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.seconds(20)
 def test_two_ranks_train_like_the_dense_baseline(tmp_path) -> None:
     dcp_out, dense_out = str(tmp_path / "dcp"), str(tmp_path / "dense")
     launched = subprocess.run(

@@ -13,6 +13,7 @@ import dist_cases
 from worlds import run_world
 
 
+@pytest.mark.seconds(30)
 def test_four_ranks_with_dcp_train_like_one_dense_process() -> None:
     ranks = run_world(4, dist_cases.train_dcp, timeout=900, group_timeout=120)
     result = ranks[0]
@@ -31,6 +32,7 @@ def test_four_ranks_with_dcp_train_like_one_dense_process() -> None:
     assert dense[-1] < dense[0]  # it learns
 
 
+@pytest.mark.seconds(10)
 @pytest.mark.parametrize("size", [2, 4])
 def test_layers_of_several_attention_kinds_train_like_dense(size: int) -> None:
     ranks = run_world(size, dist_cases.train_dcp, True, timeout=900, group_timeout=120)

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 _WORKERS = 2
 _ARCHS = (80, 90)
 _SHARED_LIMIT = {80: 166912, 90: 232448}  # bytes of shared memory one block may use (opt-in)
@@ -39,6 +41,7 @@ print(json.dumps({"kernels": kernels, "results": results}))
 """
 
 
+@pytest.mark.seconds(70)
 def test_every_variant_compiles_for_sm80_and_sm90(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")
@@ -90,17 +93,47 @@ def test_a_tile_table_from_the_environment_replaces_its_entries(tmp_path):
     assert result.stdout.split() == ["32", "64", "8", "3"]
 
 
+# Imports the module once per table given on the command line, each with DCP_TRITON_TILES naming
+# it, in one process (importing torch and triton is most of a probe's time); a failed import leaves
+# no module behind, so the next import reads the variable again. Prints one JSON line per table:
+# the ValueError's message, or null where the import succeeded.
+_REFUSAL_PROBE = r"""
+import json, os, sys
+import torch
+for path in sys.argv[1:]:
+    os.environ["DCP_TRITON_TILES"] = path
+    try:
+        import dcp.torch.triton_kernels
+    except ValueError as error:
+        print(json.dumps(str(error)))
+    else:
+        print(json.dumps(None))
+        del sys.modules["dcp.torch.triton_kernels"]
+"""
+
+
 def test_a_malformed_tile_table_is_refused_naming_the_entry(tmp_path):
-    for text, words in [('{"dkv": {"d128": [48, 64, 8, 3]}}', "dkv/d128 = [48, 64, 8, 3]"),
-                        ('{"backward": {"d128": [64, 64, 4, 2]}}', "kernel 'backward'"),
-                        ('{"dq": {"d256": [64, 64, 4, 2]}}', "class 'd256' of dq"),
-                        ('{"dq": {"d64": [64, 64, 4]}}', "dq/d64 = [64, 64, 4]"),
-                        ("not json", "cannot read a tile table"),
-                        ("[]", "got list"),
-                        ('{"forward": [64, 64, 4, 2]}', "forward maps classes to tiles")]:
-        result = _import_with_tiles(tmp_path, text)
-        assert result.returncode != 0, text
-        assert "DCP_TRITON_TILES=" in result.stderr and words in result.stderr, result.stderr
+    cases = [('{"dkv": {"d128": [48, 64, 8, 3]}}', "dkv/d128 = [48, 64, 8, 3]"),
+             ('{"backward": {"d128": [64, 64, 4, 2]}}', "kernel 'backward'"),
+             ('{"dq": {"d256": [64, 64, 4, 2]}}', "class 'd256' of dq"),
+             ('{"dq": {"d64": [64, 64, 4]}}', "dq/d64 = [64, 64, 4]"),
+             ("not json", "cannot read a tile table"),
+             ("[]", "got list"),
+             ('{"forward": [64, 64, 4, 2]}', "forward maps classes to tiles")]
+    paths = []
+    for i, (text, _) in enumerate(cases):
+        paths.append(tmp_path / f"tiles{i}.json")
+        paths[-1].write_text(text)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    result = subprocess.run([sys.executable, "-c", _REFUSAL_PROBE, *map(str, paths)], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    messages = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(messages) == len(cases), result.stdout
+    for (text, words), message in zip(cases, messages):
+        assert message is not None, text
+        assert "DCP_TRITON_TILES=" in message and words in message, message
 
 
 def test_set_tiles_changes_nothing_when_one_entry_is_bad(tmp_path):

@@ -55,7 +55,10 @@ def _expect_close(triton: dict, cpu: dict, dtype: str, where) -> None:
         assert error <= TOLERANCE[dtype], (where, name, error)
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=[c["name"] for c in CASES])
+# The first case asks for the world that every test here reads (run_world_once): it starts among
+# the long tests (conftest.py), so the others find the results ready.
+@pytest.mark.parametrize("index", [pytest.param(0, marks=pytest.mark.seconds(25)),
+                                   *range(1, len(CASES))], ids=[c["name"] for c in CASES])
 def test_triton_kernels_match_cpu_kernels(index: int) -> None:
     for rank, per_rank in enumerate(_results()):
         triton, cpu = per_rank[index]

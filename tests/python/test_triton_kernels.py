@@ -34,6 +34,7 @@ def _run_child(env):
     assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]
 
 
+@pytest.mark.seconds(35)
 @pytest.mark.skipif(_CHILD, reason="this is the child")
 def test_kernels_under_the_interpreter():
     _run_child(dict(os.environ, TRITON_INTERPRET="1", DCP_TRITON_INTERPRETER_CHILD="1"))

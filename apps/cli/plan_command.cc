@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dcp plan`, `dcp verify` and `dcp inspect`: build a plan file, check one, look inside one.
 #include <cstdio>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,6 +17,20 @@
 
 namespace dcp::cli {
 namespace {
+
+// "timing_ms": the planner's steps, and selection's simulations where a search ran them.
+void write_timing(JsonWriter& json, double workload_ms, const PlanTimings& timings,
+                  std::optional<double> selection_ms, double total_ms) {
+  json.key("timing_ms").begin_object();
+  json.field("workload", workload_ms);
+  json.field("partition", timings.partition_ms);
+  json.field("schedule_forward", timings.schedule_forward_ms);
+  json.field("schedule_backward", timings.schedule_backward_ms);
+  json.field("compile", timings.compile_ms);
+  if (selection_ms) json.field("selection", *selection_ms);
+  json.field("total", total_ms);
+  json.end_object();
+}
 
 void write_pass(JsonWriter& json, const Plan& plan, Pass pass, const ScheduleSummary& summary,
                 const PassTraffic& traffic) {
@@ -114,14 +129,7 @@ int plan_kinds(const Args& args, const PlanOptions& options, const BuiltKinds& k
       json.end_object();
     }
     json.end_array();
-    json.key("timing_ms").begin_object();
-    json.field("workload", workload_ms);
-    json.field("partition", built.timings.partition_ms);
-    json.field("schedule_forward", built.timings.schedule_forward_ms);
-    json.field("schedule_backward", built.timings.schedule_backward_ms);
-    json.field("compile", built.timings.compile_ms);
-    json.field("total", total_ms);
-    json.end_object();
+    write_timing(json, workload_ms, built.timings, std::nullopt, total_ms);
     json.end_object();
     if (*path == "-") {
       out << json.str() << "\n";
@@ -230,15 +238,7 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
     json.field("kept_kv_bytes_max_device", max_kept_bytes(built.plan));
     write_pass(json, built.plan, Pass::kForward, built.forward, traffic[0]);
     write_pass(json, built.plan, Pass::kBackward, built.backward, traffic[1]);
-    json.key("timing_ms").begin_object();
-    json.field("workload", workload_ms);
-    json.field("partition", built.timings.partition_ms);
-    json.field("schedule_forward", built.timings.schedule_forward_ms);
-    json.field("schedule_backward", built.timings.schedule_backward_ms);
-    json.field("compile", built.timings.compile_ms);
-    json.field("selection", built.selection.simulate_ms);
-    json.field("total", total_ms);
-    json.end_object();
+    write_timing(json, workload_ms, built.timings, built.selection.simulate_ms, total_ms);
     json.key("plan").raw(plan_to_json(built.plan));
     json.end_object();
     if (*path == "-") {

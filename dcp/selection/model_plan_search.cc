@@ -128,8 +128,11 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
     // dcp's search also tries every work unit on its q block's device: where the other kind's
     // work units were moved for its own balance, following them moves q blocks and partial
     // outputs this kind's even work does not need moved.
-    Placement owned = on_q_blocks(follow, workload);
-    const bool distinct = balance && owned.work_unit_device != follow.work_unit_device;
+    std::optional<Placement> owned;
+    if (balance) {
+      owned.emplace(on_q_blocks(follow, workload));
+      if (owned->work_unit_device == follow.work_unit_device) owned.reset();
+    }
     const auto try_placement = [&](Placement placement) {
       BuiltPlan tried = build_at_placement(workload, std::move(placement), true, own);
       sim::PlanSimulation tried_time = sim::simulate(tried.plan, options.cluster);
@@ -139,7 +142,7 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
       }
     };
     try_placement(std::move(follow));
-    if (distinct) try_placement(std::move(owned));
+    if (owned) try_placement(std::move(*owned));
     built->plan.header.strategy = strategy;
     keep(std::move(*built), std::move(time));
   }

@@ -12,7 +12,6 @@
 
 #include "dcp/core/error.h"
 
-#include "dcp/model/cluster_presets.h"
 #include "dcp/model/mask_spec.h"
 
 #include "dcp/planner/placement/kind_placement.h"
@@ -20,6 +19,8 @@
 #include "dcp/program/verifier.h"
 #include "dcp/selection/plan_search.h"
 #include "dcp/sim/model_simulation.h"
+
+#include "tests/testing/plan_fixtures.h"
 
 namespace dcp {
 namespace {
@@ -42,15 +43,6 @@ std::vector<KindWorkload> global_and_local(const SequenceBatch& batch, TokenCoun
                                            std::int32_t local_layers = 5) {
   return {{"global", global_layers, kind_workload(batch, "causal", block)},
           {"local", local_layers, kind_workload(batch, "sliding_window:window=96", block)}};
-}
-
-PlanOptions options_for(Strategy strategy, ClusterShape shape) {
-  PlanOptions options;
-  options.strategy = strategy;
-  options.cluster = cluster_preset("a100-p4de");
-  options.cluster.shape = shape;
-  options.seed = 7;
-  return options;
 }
 
 std::vector<double> kind_compute(const Workload& workload, const Placement& placement) {
@@ -115,7 +107,7 @@ TEST(KindPlacement, RefusesKindsCutIntoOtherBlocks) {
 
 TEST(ModelPlanSearch, OneKindGivesThePlanOfOneMaskByteForByte) {
   const Workload workload = kind_workload(kBatch, "causal", 64);
-  PlanOptions options = options_for(Strategy::kDcp, {2, 2});
+  PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {2, 2});
   options.block_sizes = {64, 128};
   const BuiltPlan alone = build_plan(workload, options);
   const BuiltModelPlan model = build_model_plan({{"attention", 1, workload}}, options);
@@ -125,7 +117,7 @@ TEST(ModelPlanSearch, OneKindGivesThePlanOfOneMaskByteForByte) {
 
 TEST(ModelPlanSearch, EveryKindVerifiesOnOneTokenPlacementAndIsDeterministic) {
   for (const Strategy strategy : {Strategy::kDcp, Strategy::kDcpPure, Strategy::kZigzag}) {
-    PlanOptions options = options_for(strategy, {2, 2});
+    PlanOptions options = testing::a100_plan_options(strategy, {2, 2});
     options.block_sizes = {64, 128};
     const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64);
     const BuiltModelPlan built = build_model_plan(kinds, options);
@@ -149,7 +141,7 @@ TEST(ModelPlanSearch, EveryKindVerifiesOnOneTokenPlacementAndIsDeterministic) {
 }
 
 TEST(ModelPlanSearch, KeepsTheFastestSimulatedStepAndNamesIt) {
-  PlanOptions options = options_for(Strategy::kDcp, {2, 2});
+  PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {2, 2});
   options.block_sizes = {64, 128};
   const BuiltModelPlan built = build_model_plan(global_and_local(kBatch, 64, 2, 10), options);
   ASSERT_FALSE(built.candidates.empty());
@@ -170,7 +162,7 @@ TEST(ModelPlanSearch, KeepsTheFastestSimulatedStepAndNamesIt) {
 }
 
 TEST(ModelPlanSearch, SearchesEachKindsOwnBlockSizeAndIsNoSlowerThanOneMasksPlacement) {
-  PlanOptions options = options_for(Strategy::kDcp, {2, 2});
+  PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {2, 2});
   options.block_sizes = {64, 128};
   const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64, 2, 10);
   const BuiltModelPlan built = build_model_plan(kinds, options);
@@ -193,7 +185,7 @@ TEST(ModelPlanSearch, SearchesEachKindsOwnBlockSizeAndIsNoSlowerThanOneMasksPlac
 }
 
 TEST(KindPlacement, OnQBlocksComputesEveryWorkUnitWhereItsQBlockIs) {
-  PlanOptions options = options_for(Strategy::kDcpPure, {2, 2});
+  PlanOptions options = testing::a100_plan_options(Strategy::kDcpPure, {2, 2});
   const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64);
   const BuiltPlan global = build_one_plan(kinds[0].workload, options);
   const Workload& local = kinds[1].workload;
@@ -211,7 +203,7 @@ TEST(KindPlacement, OnQBlocksComputesEveryWorkUnitWhereItsQBlockIs) {
 }
 
 ModelPlan two_kind_plan() {
-  PlanOptions options = options_for(Strategy::kDcpPure, {1, 2});
+  PlanOptions options = testing::a100_plan_options(Strategy::kDcpPure, {1, 2});
   return build_model_plan(global_and_local(kBatch, 64), options).plan;
 }
 

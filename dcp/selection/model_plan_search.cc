@@ -13,6 +13,7 @@
 
 #include "dcp/planner/placement/kind_placement.h"
 #include "dcp/selection/plan_search.h"
+#include "dcp/selection/plan_search_internal.h"
 #include "dcp/sim/model_simulation.h"
 
 namespace dcp {
@@ -78,11 +79,17 @@ void add_timings(PlanTimings& total, const PlanTimings& part) {
   total.compile_ms += part.compile_ms;
 }
 
+// The work placements on_base tries for each other kind: the followed placement
+// (follow_placement); that held to the kind's compute caps (balanced_on_tokens) and every work unit
+// on its q block's device (on_q_blocks); or all three.
+enum class OtherKinds { kFollow, kBalance, kBalanceOrFollow };
+
 // build_on_base; with `times`, each kind's simulated passes (the simulations that chose its
 // plan, so that the search need not simulate them again).
 BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
                        const std::vector<KindWorkload>& kinds, const PlanOptions& options,
-                       bool balance, std::vector<sim::PlanSimulation>* times) {
+                       OtherKinds tries, std::vector<sim::PlanSimulation>* times) {
+  const bool balance = tries != OtherKinds::kFollow;
   const auto start = Clock::now();
   BuiltModelPlan result;
   const std::string& strategy = base.plan.header.strategy;
@@ -125,9 +132,9 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
       time = sim::simulate(even.plan, options.cluster);
       built.emplace(std::move(even));
     }
-    // dcp's search also tries every work unit on its q block's device: where the other kind's
-    // work units were moved for its own balance, following them moves q blocks and partial
-    // outputs this kind's even work does not need moved.
+    // Every work unit on its q block's device: where the other kind's work units were moved for
+    // its own balance, following them moves q blocks and partial outputs this kind's even work
+    // does not need moved (where nothing was moved the two are one placement).
     std::optional<Placement> owned;
     if (balance) {
       owned.emplace(on_q_blocks(follow, workload));
@@ -141,7 +148,7 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
         time = std::move(tried_time);
       }
     };
-    try_placement(std::move(follow));
+    if (!owned || tries == OtherKinds::kBalanceOrFollow) try_placement(std::move(follow));
     if (owned) try_placement(std::move(*owned));
     built->plan.header.strategy = strategy;
     keep(std::move(*built), std::move(time));
@@ -158,6 +165,7 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
 
 }  // namespace
 
+
 std::size_t densest_kind(const std::vector<KindWorkload>& kinds) {
   std::size_t densest = 0;
   for (std::size_t k = 1; k < kinds.size(); ++k) {
@@ -169,7 +177,8 @@ std::size_t densest_kind(const std::vector<KindWorkload>& kinds) {
 BuiltModelPlan build_on_base(const BuiltPlan& base, std::size_t base_kind,
                              const std::vector<KindWorkload>& kinds, const PlanOptions& options,
                              bool balance) {
-  return on_base(base, base_kind, kinds, options, balance, nullptr);
+  return on_base(base, base_kind, kinds, options,
+                 balance ? OtherKinds::kBalanceOrFollow : OtherKinds::kFollow, nullptr);
 }
 
 BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
@@ -177,6 +186,8 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   if (kinds.empty()) throw InvalidInput("no attention kinds to plan");
   if (kinds.size() == 1) return one_kind(kinds.front(), options);
   if (!is_dcp(options.strategy)) return build_one_model_plan(kinds, options);
+  validate(options.cluster);
+  validate(options.schedule);
   const auto start = Clock::now();
   {
     std::vector<Workload> workloads;
@@ -199,31 +210,33 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   const std::size_t anchor = densest_kind(kinds);
   PlanOptions own = options;
   own.strategy = Strategy::kDcpPure;
-  const BuiltPlan base = build_plan(kinds[anchor].workload, own);
-  std::vector<sim::PlanSimulation> times;
-  BuiltModelPlan following = on_base(base, anchor, kinds, options, true, &times);
-  add_timings(following.timings, base.timings);
-  const TokenCount base_block = base.workload.blocks().block_size();
   const std::string own_name(to_string(options.strategy));
-  for (KindPlan& kind : following.plan.kinds) kind.plan.header.strategy = own_name;
-  for (BuiltPlan& kind : following.kinds) kind.plan.header.strategy = own_name;
-  PlanCandidate candidate =
-      with_times(following, own_name + " (on " + kinds[anchor].name + "'s placement)", times);
-  consider(std::move(following), std::move(candidate));
-  if (cut_uniformly(base.workload)) {
-    std::optional<std::vector<KindWorkload>> cut;
-    try {
-      cut.emplace(reblocked(kinds, base_block));
-    } catch (const InvalidInput&) {
-    }
-    if (cut) {
-      // 2. dcp's joint placement of every kind at the block size the anchor's search chose.
-      BuiltModelPlan joint = build_one_model_plan(*cut, options);
-      PlanCandidate joint_candidate = simulated(
-          joint, own_name + " (joint placement, block " + std::to_string(base_block) + ")",
-          options.cluster);
-      consider(std::move(joint), std::move(joint_candidate));
-    }
+  // The other kinds on `placed` (a plan of kinds[k]), considered under `name`.
+  const auto consider_on = [&](const BuiltPlan& placed, std::size_t k, OtherKinds tries,
+                               const std::string& name) {
+    std::vector<sim::PlanSimulation> times;
+    BuiltModelPlan on_kind = on_base(placed, k, kinds, options, tries, &times);
+    add_timings(on_kind.timings, placed.timings);
+    for (KindPlan& kind : on_kind.plan.kinds) kind.plan.header.strategy = own_name;
+    for (BuiltPlan& kind : on_kind.kinds) kind.plan.header.strategy = own_name;
+    PlanCandidate candidate = with_times(on_kind, name, times);
+    consider(std::move(on_kind), std::move(candidate));
+  };
+  std::vector<BuiltPlan> runners_up;
+  const BuiltPlan base = plan_search::build_own(kinds[anchor].workload, own, &runners_up);
+  // The followed placement too, so that dcp is never slower than the densest kind's plan run for
+  // every layer. Elsewhere it is not tried: of the micro-benchmark's hybrid-attention batches, it
+  // was never the kept step's where the q-block placement differed from it.
+  consider_on(base, anchor, OtherKinds::kBalanceOrFollow,
+              own_name + " (on " + kinds[anchor].name + "'s placement)");
+  // 2. The densest kind's fastest partition at each other block size its search tried, every other
+  // kind on it: its own fastest plan may place tokens where the other kinds' work costs more than
+  // it gains (a ring layout of one long sequence, good for its full layers, spreads each window
+  // over several devices; one contiguous block per device keeps it on one or two).
+  for (const BuiltPlan& runner_up : runners_up) {
+    consider_on(runner_up, anchor, OtherKinds::kBalance,
+                own_name + " (on " + kinds[anchor].name + "'s placement, block " +
+                    std::to_string(runner_up.workload.blocks().block_size()) + ")");
   }
   // 3. Every other kind planned alone with dcp's own search, the rest on its token placement: a
   // kind's best block size is its own (a narrow window balances on finer blocks than a full mask),
@@ -232,17 +245,9 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
     if (k == anchor) continue;
     const BuiltPlan placed = build_plan(kinds[k].workload, own);
     if (!cut_uniformly(placed.workload)) continue;
-    std::vector<sim::PlanSimulation> placed_times;
-    BuiltModelPlan on_kind = on_base(placed, k, kinds, options, true, &placed_times);
-    add_timings(on_kind.timings, placed.timings);
-    for (KindPlan& kind : on_kind.plan.kinds) kind.plan.header.strategy = own_name;
-    for (BuiltPlan& kind : on_kind.kinds) kind.plan.header.strategy = own_name;
-    PlanCandidate kind_candidate =
-        with_times(on_kind,
-                   own_name + " (on " + kinds[k].name + "'s placement, block " +
-                       std::to_string(placed.workload.blocks().block_size()) + ")",
-                   placed_times);
-    consider(std::move(on_kind), std::move(kind_candidate));
+    consider_on(placed, k, OtherKinds::kBalance,
+                own_name + " (on " + kinds[k].name + "'s placement, block " +
+                    std::to_string(placed.workload.blocks().block_size()) + ")");
   }
   // 4. Every static strategy for every kind.
   if (options.strategy == Strategy::kDcp) {

@@ -13,19 +13,19 @@ namespace dcp {
 // One kind: build_plan's plan and search (the same plan bytes as a plan of one mask), under the
 // kind's name and layer count. Several kinds, strategy kDcp or kDcpPure, the fastest simulated
 // step of:
-//   1. the densest kind (densest_kind) planned alone by build_plan with dcp's own search (block
-//      sizes, balances, structured layouts), every other kind on its token placement
-//      (build_on_base, balanced: the fastest of following its work, on_q_blocks and
-//      balanced_on_tokens);
-//   2. where 1's plan is a partition at one block size, dcp's joint placement of every kind at that
-//      size (build_one_model_plan);
+//   1. the densest kind (densest_kind) planned alone with dcp's own search (block sizes, balances,
+//      structured layouts), every other kind on its token placement (build_on_base, balanced: the
+//      fastest of following its work, on_q_blocks and balanced_on_tokens);
+//   2. the densest kind's fastest partition at each other block size its search tried, every
+//      other kind on it (on_q_blocks or balanced_on_tokens);
 //   3. every other kind planned alone with dcp's own search, at its own block size, and the rest
-//      on its token placement as in 1;
+//      on its token placement as in 2;
 //   4. kDcp: every static strategy that can run on the cluster, for every kind (the kept plan's
 //      headers then name "dcp/<strategy>"), screened by a lower bound as build_plan screens them.
 // So dcp is never slower under the cost model than one mask's plan run for every layer, nor than a
-// static strategy. Candidates are named by how they were made, e.g. "dcp (on full's placement)".
-// A static strategy: its plan of every kind. Throws InvalidInput as build_one_model_plan.
+// static strategy. Candidates are named by how they were made, e.g. "dcp (on full's placement)" or
+// "dcp (on full's placement, block 4096)". A static strategy: its plan of every kind, its layout
+// shared. Throws InvalidInput as build_one_model_plan.
 BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds, const PlanOptions& options);
 
 // The kind with the most unmasked pairs (the first on a tie): the full layers of a model with

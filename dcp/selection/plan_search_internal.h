@@ -3,12 +3,17 @@
 // layers.
 #pragma once
 
+#include <vector>
+
 #include "dcp/selection/plan_search.h"
 
 namespace dcp::plan_search {
 
 // dcp's own plan: on the workload's blocks, or the fastest under the simulator of those at
-// options.block_sizes (its own_candidates then hold every candidate's simulated times).
-BuiltPlan build_own(const Workload& workload, const PlanOptions& options);
+// options.block_sizes (its own_candidates then hold every candidate's simulated times). With
+// `runners_up`, also the fastest partition (storage-dtype partials) at each block size other than
+// the kept plan's, fastest first: what a search over several kinds places the other kinds on.
+BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
+                    std::vector<BuiltPlan>* runners_up = nullptr);
 
 }  // namespace dcp::plan_search

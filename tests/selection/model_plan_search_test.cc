@@ -182,6 +182,23 @@ TEST(ModelPlanSearch, SearchesEachKindsOwnBlockSizeAndIsNoSlowerThanOneMasksPlac
           .step_seconds;
   EXPECT_LE(sim::simulate(built.plan, options.cluster).step_seconds, one_mask * (1 + 1e-12));
   EXPECT_LE(sim::simulate(built.plan, options.cluster).step_seconds, it->seconds() * (1 + 1e-12));
+  // The global kind's placement at the block size its search did not keep is a candidate too.
+  const TokenCount kept_size = global.workload.blocks().block_size();
+  const TokenCount other_size = kept_size == 64 ? 128 : 64;
+  const std::string runner_up =
+      "dcp (on global's placement, block " + std::to_string(other_size) + ")";
+  const auto other = std::find_if(built.candidates.begin(), built.candidates.end(),
+                                  [&](const PlanCandidate& c) { return c.strategy == runner_up; });
+  ASSERT_NE(other, built.candidates.end()) << runner_up;
+  EXPECT_TRUE(other->simulated);
+  EXPECT_LE(sim::simulate(built.plan, options.cluster).step_seconds,
+            other->seconds() * (1 + 1e-12));
+  EXPECT_EQ(std::count_if(built.candidates.begin(), built.candidates.end(),
+                          [&](const PlanCandidate& c) {
+                            return c.strategy == "dcp (on global's placement, block " +
+                                                     std::to_string(kept_size) + ")";
+                          }),
+            0);
 }
 
 TEST(KindPlacement, OnQBlocksComputesEveryWorkUnitWhereItsQBlockIs) {

@@ -165,7 +165,6 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
 
 }  // namespace
 
-
 std::size_t densest_kind(const std::vector<KindWorkload>& kinds) {
   std::size_t densest = 0;
   for (std::size_t k = 1; k < kinds.size(); ++k) {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/rng.h"
 
 #include "dcp/model/cluster_file.h"
@@ -46,8 +47,6 @@ enum Call : std::size_t {
   kCallCount
 };
 
-std::size_t to_size(std::int64_t x) { return static_cast<std::size_t>(x); }
-
 void check_range(std::int64_t value, std::int64_t lo, std::int64_t hi, const char* option) {
   if (value < lo || value > hi) {
     throw InvalidInput(std::string("calibration option ") + option + " must be in [" +
@@ -65,12 +64,6 @@ void check_options(const DeviceCalibrationOptions& o) {
     throw InvalidInput("calibration option min_seconds must be in [0.0001, 10], got " +
                        std::to_string(o.min_seconds));
   }
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 // --- Attention operations --------------------------------------------------------------------

@@ -9,20 +9,13 @@
 #include <utility>
 
 #include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/timing.h"
 
 namespace dcp::calibration {
 namespace {
 
 using Kind = comm::TransferOp::Kind;
-
-std::size_t to_size(std::int64_t x) { return static_cast<std::size_t>(x); }
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 std::string seconds_text(double seconds) {
   char text[32];

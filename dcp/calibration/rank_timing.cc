@@ -5,14 +5,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dcp/core/ids.h"
 #include "dcp/core/timing.h"
 
 namespace dcp::calibration {
 namespace {
 
 constexpr std::int64_t kMaxIterations = 10000;
-
-std::size_t to_size(std::int64_t x) { return static_cast<std::size_t>(x); }
 
 }  // namespace
 
@@ -81,6 +80,12 @@ std::vector<std::vector<double>> time_operations(RankSync& sync,
     }
   }
   return seconds;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 }  // namespace dcp::calibration

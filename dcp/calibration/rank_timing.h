@@ -47,4 +47,7 @@ std::vector<std::vector<double>> time_operations(RankSync& sync,
                                                  std::span<const TimedOperation> operations,
                                                  std::int32_t repeats, double min_seconds);
 
+// The median of repeated timings (the mean of the middle two of an even count); values not empty.
+double median(std::vector<double> values);
+
 }  // namespace dcp::calibration

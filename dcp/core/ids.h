@@ -2,6 +2,7 @@
 // Domain index types used across layers, in one place.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace dcp {
@@ -31,5 +32,8 @@ using VertexId = std::int32_t;
 using NetId = std::int32_t;
 using PartId = std::int32_t;
 using Weight = std::int64_t;
+
+// A count or index of the signed types above (never negative there) as a container's size_t.
+constexpr std::size_t to_size(std::int64_t value) { return static_cast<std::size_t>(value); }
 
 }  // namespace dcp

@@ -26,7 +26,10 @@ std::vector<std::string_view> split(std::string_view text, char separator);
 // Removes leading and trailing ASCII whitespace.
 std::string_view trim(std::string_view text);
 
-// Quotes a user-supplied value for an error message: 'value'.
+// Quotes a user-supplied value for an error message: 'value'. The std::string overload is an
+// exact match, so that a std::string argument never picks std::quoted, which argument-dependent
+// lookup also finds wherever <iomanip> is included.
 std::string quoted(std::string_view text);
+inline std::string quoted(const std::string& text) { return quoted(std::string_view(text)); }
 
 }  // namespace dcp

@@ -19,11 +19,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string_view>
 
 namespace dcp::kernels {
+
+// The lse of a row that sees no key, and a row's running maximum before its first key.
+inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 enum class ElementType : std::uint8_t { kFp32, kBf16, kFp16 };
 std::string_view to_string(ElementType type);

@@ -11,14 +11,13 @@
 
 #include "dcp/model/block_layout.h"
 
+#include "dcp/program/plan_file_detail.h"
+
 namespace dcp {
 namespace {
 
 // An enumeration's value as the file stores it, one byte: a value out of range reads as large.
-template <typename E>
-std::uint8_t code(E value) {
-  return static_cast<std::uint8_t>(value);
-}
+using plan_file_detail::code;
 
 class StructureCheck {
  public:

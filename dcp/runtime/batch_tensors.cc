@@ -10,13 +10,12 @@
 #include <utility>
 
 #include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/rng.h"
 
 namespace dcp::runtime {
 
 namespace {
-
-std::size_t to_size(std::int64_t value) { return static_cast<std::size_t>(value); }
 
 std::vector<std::byte> random_tensor(std::size_t elements, kernels::ElementType type, Rng& rng) {
   // Uniform on [-sqrt(3), sqrt(3)]: unit variance, so scaled scores have the spread of real ones.

@@ -7,17 +7,14 @@
 #include <string>
 
 #include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/thread_pool.h"
 
 #include "dcp/kernels/reference/reference_attention.h"
 
 namespace dcp::runtime {
 
-namespace {
-
-std::size_t to_size(std::int64_t value) { return static_cast<std::size_t>(value); }
-
-}  // namespace
+namespace {}  // namespace
 
 BatchShape batch_shape_of(const Workload& workload) {
   BatchShape shape;

@@ -9,14 +9,13 @@
 #include <thread>
 
 #include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 
 #include "dcp/comm/local/local_communicator.h"
 
 namespace dcp::runtime {
 
 namespace {
-
-std::size_t to_size(std::int64_t value) { return static_cast<std::size_t>(value); }
 
 std::vector<double> pack(const PassProfile& profile) {
   std::vector<double> packed = {profile.seconds,

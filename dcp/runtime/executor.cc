@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/timing.h"
 
 #include "dcp/program/plan_file.h"
@@ -15,8 +16,6 @@
 namespace dcp::runtime {
 
 namespace {
-
-std::size_t to_size(std::int64_t value) { return static_cast<std::size_t>(value); }
 
 std::string instruction_context(const Program& program, std::size_t index) {
   return "device " + std::to_string(program.device) + ", " + std::string(to_string(program.pass)) +

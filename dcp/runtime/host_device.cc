@@ -10,14 +10,13 @@
 #include <vector>
 
 #include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 
 #include "dcp/runtime/device.h"
 
 namespace dcp::runtime {
 
 namespace {
-
-std::size_t to_size(std::int64_t value) { return static_cast<std::size_t>(value); }
 
 // Copies heads [head, head + heads) of tokens [token, token + tokens) of a local tensor
 // [*][all_heads][d] into a dense [tokens][heads][d] value, or back (to_local).

@@ -9,12 +9,11 @@
 #include <utility>
 
 #include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 
 namespace dcp::runtime {
 
 namespace {
-
-std::size_t to_size(std::int64_t value) { return static_cast<std::size_t>(value); }
 
 // Walks the instructions keeping, per slot, the tokens of the value it holds (-1: none) and where
 // that value lies (the slot, or its place in the kept tensor), and lowers each instruction against

@@ -26,14 +26,14 @@ namespace {
 // Source: the reference system's shipped end-to-end figures (docs/figures/reference in its
 // artifact), read from the bar heights; block sizes from its best configurations
 // (scripts/artifact_evaluation/best_configs.json).
-struct Row {
+struct E2eRow {
   const char* dataset;
   TokenCount max_seq_len;
   std::array<double, 4> mlm;
   std::array<double, 4> dcp;
 };
 constexpr const char* kMasks[] = {"causal", "lambda", "causal_blockwise", "shared_question"};
-constexpr Row kRows[] = {
+constexpr E2eRow kE2eRows[] = {
     {"longalign", 16384, {1.320, 1.372, 1.372, 1.377}, {1.297, 1.241, 1.182, 1.226}},
     {"longalign", 32768, {1.438, 1.498, 1.494, 1.495}, {1.387, 1.233, 1.265, 1.287}},
     {"longalign", 65536, {1.860, 1.872, 1.874, 1.878}, {1.962, 1.418, 1.491, 1.820}},
@@ -53,7 +53,7 @@ TokenCount reference_block_size(const std::string& dataset, TokenCount max_seq_l
 
 constexpr const char* kSystems[] = {"mlm", "dcp-reference", "dcp"};
 
-struct Job {
+struct E2eJob {
   std::string dataset;
   TokenCount max_seq_len = 0;
   std::int32_t batch = 0;
@@ -110,7 +110,7 @@ std::string length_name(TokenCount tokens) { return std::to_string(tokens / 1024
 
 std::vector<E2eCell> e2e_cells() {
   std::vector<E2eCell> cells;
-  for (const Row& row : kRows) {
+  for (const E2eRow& row : kE2eRows) {
     for (std::size_t m = 0; m < std::size(kMasks); ++m) {
       cells.push_back({row.dataset, row.max_seq_len, kMasks[m], row.mlm[m], row.dcp[m],
                        reference_block_size(row.dataset, row.max_seq_len, kMasks[m])});
@@ -124,8 +124,8 @@ E2eResult run_e2e_suite(const E2eOptions& options, std::ostream& progress) {
   const ClusterSpec groups =
       sim::tensor_parallel_groups(options.gpus, options.model.tensor_parallel);
   const std::vector<E2eCell> cells = e2e_cells();
-  std::vector<Job> jobs;
-  for (const Row& row : kRows) {
+  std::vector<E2eJob> jobs;
+  for (const E2eRow& row : kE2eRows) {
     PackingOptions packing;
     packing.tokens_per_batch = scaled(options, row.max_seq_len);
     packing.max_length = packing.tokens_per_batch;
@@ -138,7 +138,7 @@ E2eResult run_e2e_suite(const E2eOptions& options, std::ostream& progress) {
     }
   }
   run_jobs(jobs.size(), options.threads, progress, [&](std::size_t j) {
-    Job& job = jobs[j];
+    E2eJob& job = jobs[j];
     for (const char* mask : kMasks) {
       const TokenCount block =
           scaled(options, reference_block_size(job.dataset, job.max_seq_len, mask), 64);
@@ -153,7 +153,7 @@ E2eResult run_e2e_suite(const E2eOptions& options, std::ostream& progress) {
   // Means over batches per (dataset, length, mask, system): forward, backward, tokens per device.
   std::map<std::tuple<std::string, TokenCount, std::string, std::string>, std::array<double, 4>>
       sums;
-  for (const Job& job : jobs) {
+  for (const E2eJob& job : jobs) {
     double tokens = 0;
     for (const TokenCount l : job.lengths) tokens += static_cast<double>(l);
     std::size_t v = 0;

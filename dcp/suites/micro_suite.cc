@@ -30,7 +30,7 @@ struct Measured : PlanFigures {
   std::string kept;
 };
 
-struct Job : SampledBatch {
+struct MicroJob : SampledBatch {
   std::vector<Measured> results;  // per strategy
 };
 
@@ -174,14 +174,14 @@ std::vector<Measured> measure_all(const Workload& workload, const MicroOptions& 
 }  // namespace
 
 std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostream& progress) {
-  std::vector<Job> jobs;
+  std::vector<MicroJob> jobs;
   for (SampledBatch& sampled :
        sample_configurations(options.datasets, options.scales, options.masks.size(),
                              options.batches, options.tokens, options.seed)) {
     jobs.push_back({std::move(sampled), {}});
   }
   run_jobs(jobs.size(), options.threads, progress, [&](std::size_t j) {
-    Job& job = jobs[j];
+    MicroJob& job = jobs[j];
     const Workload workload =
         suite_workload(job, options.shape, options.masks[job.mask], options.cluster);
     job.results = measure_all(workload, options);
@@ -216,7 +216,7 @@ std::vector<MicroRecord> run_micro_suite(const MicroOptions& options, std::ostre
             r.strategy = to_string(options.strategies[i]);
             std::map<std::string, int> kept;
             double imbalance = 0;
-            for (const Job& job : jobs) {
+            for (const MicroJob& job : jobs) {
               if (job.dataset != d || job.scale != s || job.mask != m) continue;
               const Measured& x = job.results[i];
               if (!x.feasible) {

@@ -12,7 +12,7 @@ constexpr std::array<double, 4> kScales = {0.5, 1, 2, 4};
 
 // ms per 131072-token batch, one value per scale (0.5, 1, 2, 4). Source: the reference system's
 // shipped figures (docs/figures/reference in its artifact), read from the bar heights.
-struct Row {
+struct PaperRow {
   const char* dataset;
   const char* mask;
   const char* pass;
@@ -20,7 +20,7 @@ struct Row {
   std::array<double, 4> ms;
 };
 
-constexpr Row kRows[] = {
+constexpr PaperRow kPaperRows[] = {
     // Causal: every system of the paper.
     {"ldc", "causal", "forward", "ring", {28.3, 52.5, 26.9, 26.8}},
     {"ldc", "causal", "forward", "zigzag", {37.2, 32.0, 29.5, 28.8}},
@@ -73,7 +73,7 @@ constexpr Row kRows[] = {
 
 std::vector<PaperCell> paper_cells() {
   std::vector<PaperCell> cells;
-  for (const Row& row : kRows) {
+  for (const PaperRow& row : kPaperRows) {
     for (std::size_t s = 0; s < kScales.size(); ++s) {
       PaperCell cell;
       cell.dataset = row.dataset;

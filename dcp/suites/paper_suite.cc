@@ -33,7 +33,7 @@ struct Variant {
   bool operator==(const Variant&) const = default;
 };
 
-struct Job {
+struct PaperJob {
   std::string dataset;
   double scale = 1;
   std::int32_t batch = 0;
@@ -135,7 +135,7 @@ std::vector<PaperRecord> run_paper_suite(const PaperOptions& options, std::ostre
       }
     }
   }
-  std::vector<Job> jobs;
+  std::vector<PaperJob> jobs;
   for (const auto& [key, variants] : needed) {
     const auto batches = paper_batches(options, key.first, key.second);
     for (std::size_t b = 0; b < batches.size(); ++b) {
@@ -143,7 +143,7 @@ std::vector<PaperRecord> run_paper_suite(const PaperOptions& options, std::ostre
     }
   }
   run_jobs(jobs.size(), options.threads, progress, [&](std::size_t j) {
-    Job& job = jobs[j];
+    PaperJob& job = jobs[j];
     for (const Variant& variant : needed.at({job.dataset, job.scale})) {
       job.seconds.push_back(run_variant(options, job.lengths, variant));
     }
@@ -154,7 +154,7 @@ std::vector<PaperRecord> run_paper_suite(const PaperOptions& options, std::ostre
   std::map<std::tuple<std::string, double, std::string, std::string, std::int32_t>,
            std::array<double, 3>>
       sums;
-  for (const Job& job : jobs) {
+  for (const PaperJob& job : jobs) {
     const std::vector<Variant>& variants = needed.at({job.dataset, job.scale});
     for (std::size_t v = 0; v < variants.size(); ++v) {
       auto& sum = sums[{job.dataset, job.scale, variants[v].mask, variants[v].strategy,

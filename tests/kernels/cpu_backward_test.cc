@@ -15,20 +15,9 @@ namespace dcp::kernels {
 namespace {
 
 using testing::AttentionCase;
+using testing::kFp32Tolerance;
+using testing::make_params;
 using testing::Outputs;
-
-constexpr double kFp32Tolerance = 1e-4;
-
-AttentionParams make_params(std::int32_t qh, std::int32_t kvh, std::int32_t d,
-                            ElementType storage = ElementType::kFp32) {
-  AttentionParams p;
-  p.q_heads = qh;
-  p.kv_heads = kvh;
-  p.head_dim = d;
-  p.storage = storage;
-  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
-  return p;
-}
 
 // The row statistics both kernels start from: lse of the reference forward over all tiles and
 // delta = rowsum(dout * o).

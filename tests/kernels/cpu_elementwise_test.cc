@@ -15,8 +15,6 @@
 namespace dcp::kernels {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
 std::vector<float> normals(Rng& rng, std::size_t n) {
   std::vector<float> x(n);
   for (auto& v : x) v = static_cast<float>(rng.normal());

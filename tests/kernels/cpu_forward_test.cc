@@ -16,21 +16,9 @@ namespace dcp::kernels {
 namespace {
 
 using testing::AttentionCase;
+using testing::kFp32Tolerance;
+using testing::make_params;
 using testing::Outputs;
-
-constexpr double kFp32Tolerance = 1e-4;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-AttentionParams make_params(std::int32_t qh, std::int32_t kvh, std::int32_t d,
-                            ElementType storage = ElementType::kFp32) {
-  AttentionParams p;
-  p.q_heads = qh;
-  p.kv_heads = kvh;
-  p.head_dim = d;
-  p.storage = storage;
-  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
-  return p;
-}
 
 void expect_forward_matches_reference(const AttentionCase& c, int threads) {
   ReferenceKernels ref;

@@ -18,8 +18,6 @@ using testing::AttentionCase;
 using testing::MaskData;
 using testing::sz;
 
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
 struct Problem {
   AttentionParams params;
   std::int32_t lq = 0, lk = 0;

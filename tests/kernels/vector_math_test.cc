@@ -10,10 +10,10 @@
 
 #include "dcp/core/rng.h"
 
+#include "dcp/kernels/attention_kernels.h"
+
 namespace dcp::kernels {
 namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 TEST(VectorMath, TheSelectedImplementationIsSupported) {
   const auto all = supported_vector_math();

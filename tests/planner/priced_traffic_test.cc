@@ -86,7 +86,7 @@ PlanOptions pure_options(ClusterShape shape, std::int64_t kept_kv_budget = kKeep
 
 using Case = std::tuple<LengthDistributionKind, std::string, ClusterShape, bool>;
 
-class PricedTraffic : public testing::TestWithParam<Case> {};
+class PricedTraffic : public ::testing::TestWithParam<Case> {};
 
 // As dcp ships a step by default (every received kv value kept for the backward pass, partials
 // in the storage dtype, bf16) and as it ships it with neither (kv received again, partials in
@@ -118,7 +118,7 @@ TEST_P(PricedTraffic, ProgramsMoveExactlyThePricedBytesPerPassAndLinkClass) {
                             priced.backward_bytes_inter_node + priced.backward_bytes_intra_node);
 }
 
-std::string case_name(const testing::TestParamInfo<Case>& info) {
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const auto& [dist, mask, shape, keep_kv] = info.param;
   std::string name = std::string(to_string(dist)) + "_" + mask.substr(0, mask.find(':')) + "_" +
                      std::to_string(shape.nodes) + "x" + std::to_string(shape.devices_per_node) +
@@ -131,12 +131,13 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(
     Sweep, PricedTraffic,
-    testing::Combine(testing::Values(LengthDistributionKind::kLongDataCollections,
-                                     LengthDistributionKind::kLongAlign),
-                     testing::Values("causal", "lambda:sink=16,window=512",
-                                     "shared_question:question=0.2,answers=4",
-                                     "causal_blockwise:block=64,local=2", "random"),
-                     testing::Values(ClusterShape{2, 4}, ClusterShape{4, 8}), testing::Bool()),
+    ::testing::Combine(::testing::Values(LengthDistributionKind::kLongDataCollections,
+                                         LengthDistributionKind::kLongAlign),
+                       ::testing::Values("causal", "lambda:sink=16,window=512",
+                                         "shared_question:question=0.2,answers=4",
+                                         "causal_blockwise:block=64,local=2", "random"),
+                       ::testing::Values(ClusterShape{2, 4}, ClusterShape{4, 8}),
+                       ::testing::Bool()),
     case_name);
 
 // Within a budget, a (kv value, node) is kept on all of the node's devices that read it or on

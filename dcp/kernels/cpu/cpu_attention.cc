@@ -15,7 +15,6 @@
 namespace dcp::kernels {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Elements per parallel piece of the element-wise operations: large enough that a piece
 // outweighs the pool's hand-off, small enough to split a block between the threads.
 constexpr std::size_t kPiece = std::size_t{1} << 15;

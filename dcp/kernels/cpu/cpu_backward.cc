@@ -16,8 +16,6 @@
 namespace dcp::kernels {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
 struct BackwardTask {
   std::size_t row;
   std::size_t tile;

@@ -16,8 +16,6 @@
 namespace dcp::kernels {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
 struct ForwardTask {
   std::size_t row;
   std::int32_t q_chunk;

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dcp/core/ids.h"
 #include "dcp/core/thread_pool.h"
 
 #include "dcp/kernels/attention_kernels.h"
@@ -21,8 +22,6 @@ constexpr std::int32_t kForwardQChunk = 128;
 constexpr std::int32_t kForwardKvChunk = 256;
 constexpr std::int32_t kBackwardQChunk = 128;
 constexpr std::int32_t kBackwardKvChunk = 128;
-
-inline std::size_t to_size(std::int64_t x) { return static_cast<std::size_t>(x); }
 
 // Throws InvalidInput unless q_heads, kv_heads, head_dim >= 1 and kv_heads divides q_heads.
 void check_params(const AttentionParams& params);

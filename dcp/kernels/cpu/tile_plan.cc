@@ -8,8 +8,6 @@
 namespace dcp::kernels {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
 std::int32_t ceil_div(std::int32_t a, std::int32_t b) { return (a + b - 1) / b; }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "dcp/kernels/attention_kernels.h"
+
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers self-initialise their "undefined" vectors, which -Wuninitialized
 // reports at the header's lines once inlined (GCC bug 105593); silence it for the header only.
@@ -22,8 +24,6 @@
 
 namespace dcp::kernels {
 namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // exp(x) = 2^n * exp(r) with n = round(x / ln 2) and r = x - n ln 2 in [-ln2/2, ln2/2]; ln 2 is
 // split into a high part with trailing zero bits (n * kLn2Hi is exact) and a low correction.

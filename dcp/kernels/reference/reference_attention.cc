@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 
 #include "dcp/kernels/blas_setup.h"
 
@@ -16,11 +17,8 @@
 namespace dcp::kernels {
 namespace {
 
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 // Query rows per dgemm: S for 64 rows of an 8k-key block is 4 MiB, and the calls stay large.
 constexpr std::int32_t kRowChunk = 64;
-
-std::size_t to_size(std::int64_t x) { return static_cast<std::size_t>(x); }
 
 void check_shape(const AttentionParams& p) {
   if (p.q_heads < 1 || p.kv_heads < 1 || p.head_dim < 1 || p.q_heads % p.kv_heads != 0) {

@@ -5,15 +5,13 @@
 #include <limits>
 #include <vector>
 
+#include "dcp/core/ids.h"
+
 #include "dcp/kernels/blas_setup.h"
 #include "dcp/kernels/reference/reference_attention.h"
 
 namespace dcp::kernels {
 namespace {
-
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-std::size_t to_size(std::int64_t x) { return static_cast<std::size_t>(x); }
 
 std::vector<double> to_double(ElementType type, const void* src, std::size_t n) {
   std::vector<float> f(n);

@@ -17,6 +17,7 @@
 #include "dcp/sim/model_simulation.h"
 
 namespace dcp {
+thread_local bool exp_cheap3 = false;
 namespace {
 
 // The candidate's step under the cluster: forward and backward summed over kinds x layers.
@@ -242,7 +243,17 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   // and this is what a placement per kind gives that kind's layers, without moving tokens.
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (k == anchor) continue;
-    const BuiltPlan placed = build_plan(kinds[k].workload, own);
+    std::optional<BuiltPlan> cheap;
+    if (exp_cheap3 && !own.block_sizes.empty()) {
+      const TokenCount smallest = *std::min_element(own.block_sizes.begin(), own.block_sizes.end());
+      try {
+        PlanOptions one = own;
+        one.block_sizes.clear();
+        cheap.emplace(build_one_plan(reblocked(kinds[k].workload, smallest), one));
+      } catch (const InvalidInput&) {
+      }
+    }
+    const BuiltPlan placed = cheap ? std::move(*cheap) : build_plan(kinds[k].workload, own);
     if (!cut_uniformly(placed.workload)) continue;
     consider_on(placed, k, OtherKinds::kBalance,
                 own_name + " (on " + kinds[k].name + "'s placement, block " +

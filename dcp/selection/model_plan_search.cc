@@ -17,7 +17,6 @@
 #include "dcp/sim/model_simulation.h"
 
 namespace dcp {
-thread_local bool exp_cheap3 = false;
 namespace {
 
 // The candidate's step under the cluster: forward and backward summed over kinds x layers.
@@ -238,26 +237,30 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
                 own_name + " (on " + kinds[anchor].name + "'s placement, block " +
                     std::to_string(runner_up.workload.blocks().block_size()) + ")");
   }
-  // 3. Every other kind planned alone with dcp's own search, the rest on its token placement: a
-  // kind's best block size is its own (a narrow window balances on finer blocks than a full mask),
-  // and this is what a placement per kind gives that kind's layers, without moving tokens.
+  // 3. Every other kind planned alone at the finest block size of the sweep, the rest on its token
+  // placement: a narrow window balances on finer blocks than a full mask (the others' placements
+  // at the coarser sizes are 1 and 2), and this is what a placement per kind gives that kind's
+  // layers, without moving tokens. Its partition at the default and the tighter balance, not its
+  // whole search: on the micro-benchmark's hybrid-attention batches, its search kept nothing
+  // faster here and cost 0.1 to 0.2 x a one-mask plan more.
+  PlanOptions finest = own;
+  if (!finest.block_sizes.empty()) {
+    finest.block_sizes = {*std::min_element(own.block_sizes.begin(), own.block_sizes.end())};
+    finest.structured_layouts = false;
+  }
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (k == anchor) continue;
-    std::optional<BuiltPlan> cheap;
-    if (exp_cheap3 && !own.block_sizes.empty()) {
-      const TokenCount smallest = *std::min_element(own.block_sizes.begin(), own.block_sizes.end());
-      try {
-        PlanOptions one = own;
-        one.block_sizes.clear();
-        cheap.emplace(build_one_plan(reblocked(kinds[k].workload, smallest), one));
-      } catch (const InvalidInput&) {
-      }
+    std::optional<BuiltPlan> placed;
+    try {
+      placed.emplace(build_plan(kinds[k].workload, finest));
+    } catch (const InvalidInput&) {
+      // Too many blocks at the finest size (the tile limits): its search finds a size that fits.
+      placed.emplace(build_plan(kinds[k].workload, own));
     }
-    const BuiltPlan placed = cheap ? std::move(*cheap) : build_plan(kinds[k].workload, own);
-    if (!cut_uniformly(placed.workload)) continue;
-    consider_on(placed, k, OtherKinds::kBalance,
+    if (!cut_uniformly(placed->workload)) continue;
+    consider_on(*placed, k, OtherKinds::kBalance,
                 own_name + " (on " + kinds[k].name + "'s placement, block " +
-                    std::to_string(placed.workload.blocks().block_size()) + ")");
+                    std::to_string(placed->workload.blocks().block_size()) + ")");
   }
   // 4. Every static strategy for every kind.
   if (options.strategy == Strategy::kDcp) {

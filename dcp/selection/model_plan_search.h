@@ -18,8 +18,9 @@ namespace dcp {
 //      fastest of following its work, on_q_blocks and balanced_on_tokens);
 //   2. the densest kind's fastest partition at each other block size its search tried, every
 //      other kind on it (on_q_blocks or balanced_on_tokens);
-//   3. every other kind planned alone with dcp's own search, at its own block size, and the rest
-//      on its token placement as in 2;
+//   3. every other kind's partition at the finest block size of the sweep (options.block_sizes;
+//      at the default and the tighter balance, the faster kept), the rest on its token placement
+//      as in 2;
 //   4. kDcp: every static strategy that can run on the cluster, for every kind (the kept plan's
 //      headers then name "dcp/<strategy>"), screened by a lower bound as build_plan screens them.
 // So dcp is never slower under the cost model than one mask's plan run for every layer, nor than a

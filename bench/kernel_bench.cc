@@ -4,7 +4,6 @@
 //
 // Usage: dcp_kernel_bench [repetitions]   (median of the repetitions after one warm-up run)
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -191,12 +190,7 @@ struct KernelResult {
 KernelResult kernel_gflops(int q_heads, int kv_heads, ElementType storage, int threads,
                            bool causal) {
   const int L = kTokens, d = kHeadDim;
-  AttentionParams p;
-  p.q_heads = q_heads;
-  p.kv_heads = kv_heads;
-  p.head_dim = d;
-  p.storage = storage;
-  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const AttentionParams p = dcp::kernels::attention_params(q_heads, kv_heads, d, storage);
   const auto nq = static_cast<std::size_t>(L * q_heads * d);
   const auto nk = static_cast<std::size_t>(L * kv_heads * d);
   const std::size_t es = dcp::kernels::element_size(storage);

@@ -17,6 +17,7 @@
 // and o = 0, and contributes zero gradients; no kernel ever produces NaN from it.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -45,6 +46,14 @@ struct AttentionParams {
   ElementType storage = ElementType::kFp32;
   float softmax_scale = 1;
 };
+
+// The parameters of q_heads, kv_heads and head_dim in `storage`, with the usual softmax scale
+// 1 / sqrt(head_dim).
+inline AttentionParams attention_params(std::int32_t q_heads, std::int32_t kv_heads,
+                                        std::int32_t head_dim,
+                                        ElementType storage = ElementType::kFp32) {
+  return {q_heads, kv_heads, head_dim, storage, 1.0f / std::sqrt(static_cast<float>(head_dim))};
+}
 
 // Which keys each query row of a tile attends to, relative to the tile. row_offsets == nullptr
 // means every key (a full tile: no per-element mask). Otherwise row r attends to the keys

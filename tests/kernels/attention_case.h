@@ -23,18 +23,6 @@ inline std::size_t sz(std::int64_t x) { return static_cast<std::size_t>(x); }
 // What the fp32 CPU kernels may differ from the fp64 reference by.
 inline constexpr double kFp32Tolerance = 1e-4;
 
-// The parameters of one call: q and kv heads, head dimension, storage type, scale 1/sqrt(d).
-inline AttentionParams make_params(std::int32_t qh, std::int32_t kvh, std::int32_t d,
-                                   ElementType storage = ElementType::kFp32) {
-  AttentionParams p;
-  p.q_heads = qh;
-  p.kv_heads = kvh;
-  p.head_dim = d;
-  p.storage = storage;
-  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
-  return p;
-}
-
 // A tile mask in owned storage.
 struct MaskData {
   bool full = true;

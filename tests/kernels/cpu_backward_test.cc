@@ -16,7 +16,6 @@ namespace {
 
 using testing::AttentionCase;
 using testing::kFp32Tolerance;
-using testing::make_params;
 using testing::Outputs;
 
 // The row statistics both kernels start from: lse of the reference forward over all tiles and
@@ -46,13 +45,13 @@ void expect_backward_matches_reference(const AttentionCase& c, int threads, doub
 }
 
 TEST(CpuKernels, BackwardMatchesReferenceOnFullTile) {
-  AttentionCase c(make_params(1, 1, 64), 51);
+  AttentionCase c(attention_params(1, 1, 64), 51);
   c.add_tile(c.add_row(200), 300, testing::full_mask());
   expect_backward_matches_reference(c, 2);
 }
 
 TEST(CpuKernels, BackwardMatchesReferenceOnCausalTile) {
-  AttentionCase c(make_params(8, 2, 96), 52);
+  AttentionCase c(attention_params(8, 2, 96), 52);
   c.add_tile(c.add_row(270), 270, testing::causal_mask(270, 270, 0));
   expect_backward_matches_reference(c, 2);
 }
@@ -62,7 +61,7 @@ TEST(CpuKernels, BackwardMatchesReferenceOnRandomMasksForEveryHeadShape) {
   for (auto [qh, kvh] : {std::pair{8, 2}, std::pair{4, 4}, std::pair{2, 1}}) {
     for (std::int32_t d : {1, 3, 64, 96, 128}) {
       SCOPED_TRACE(testing::sz(qh * 1000 + kvh * 100 + d));
-      AttentionCase c(make_params(qh, kvh, d), ++seed);
+      AttentionCase c(attention_params(qh, kvh, d), ++seed);
       testing::add_mixed_rows(c);
       expect_backward_matches_reference(c, 3);
     }
@@ -70,7 +69,7 @@ TEST(CpuKernels, BackwardMatchesReferenceOnRandomMasksForEveryHeadShape) {
 }
 
 TEST(CpuKernels, BackwardHandlesOneTokenTilesEmptyRowsAndEmptyTiles) {
-  AttentionCase c(make_params(2, 1, 5), 70);
+  AttentionCase c(attention_params(2, 1, 5), 70);
   c.add_tile(c.add_row(1), 1, testing::full_mask());
   const std::size_t b = c.add_row(1);
   c.add_tile(b, 1, testing::full_mask());
@@ -95,7 +94,7 @@ TEST(CpuKernels, BackwardHandlesOneTokenTilesEmptyRowsAndEmptyTiles) {
 }
 
 TEST(CpuKernels, FullyMaskedRowsContributeZeroGradientsAndNoNan) {
-  AttentionCase c(make_params(2, 1, 16), 71);
+  AttentionCase c(attention_params(2, 1, 16), 71);
   const std::size_t row = c.add_row(6);
   c.add_tile(row, 10, testing::MaskData{false, {0, 1, 1, 2, 3, 3, 4}, {0, 4, 2, 3, 5, 10, 9, 10}});
   const Stats s = stats_of(c);
@@ -112,7 +111,7 @@ TEST(CpuKernels, FullyMaskedRowsContributeZeroGradientsAndNoNan) {
 }
 
 TEST(CpuKernels, AccumulatingBackwardAddsToTheExistingGradients) {
-  AttentionCase c(make_params(4, 2, 24), 72);
+  AttentionCase c(attention_params(4, 2, 24), 72);
   const std::size_t row = c.add_row(130);
   c.add_tile(row, 140, testing::causal_mask(130, 140, 10));
   c.add_tile(row, 50, testing::random_mask(c.rng(), 130, 50, 2, 0.3));
@@ -134,7 +133,7 @@ TEST(CpuKernels, AccumulatingBackwardAddsToTheExistingGradients) {
 }
 
 TEST(CpuKernels, BackwardThreadCountsAgreeWithinFp32RoundingAndRepeatBitForBit) {
-  AttentionCase c(make_params(8, 2, 64), 73);
+  AttentionCase c(attention_params(8, 2, 64), 73);
   const std::size_t row = c.add_row(260);
   c.add_tile(row, 300, testing::random_mask(c.rng(), 260, 300, 3, 0.1));
   c.add_tile(row, 129, testing::full_mask());
@@ -159,7 +158,7 @@ TEST(CpuKernels, BackwardThreadCountsAgreeWithinFp32RoundingAndRepeatBitForBit) 
 }
 
 TEST(CpuKernels, BackwardStaysNanFreeAndAccurateWithLargeScores) {
-  AttentionParams p = make_params(2, 1, 16);
+  AttentionParams p = attention_params(2, 1, 16);
   p.softmax_scale = 8.0f;
   AttentionCase c(p, 74, 4.0);
   const std::size_t row = c.add_row(70);
@@ -183,8 +182,8 @@ TEST(CpuKernels, BackwardStaysNanFreeAndAccurateWithLargeScores) {
 // As for the forward: the cpu kernel on bf16 inputs must be within twice the error that rounding
 // the inputs to bf16 causes in an exact (fp64) backward.
 TEST(CpuKernels, Bf16BackwardErrorStaysWithinTwiceTheInputRoundingBaseline) {
-  AttentionCase rounded(make_params(4, 2, 64, ElementType::kBf16), 75);
-  AttentionCase exact(make_params(4, 2, 64, ElementType::kFp32), 75);
+  AttentionCase rounded(attention_params(4, 2, 64, ElementType::kBf16), 75);
+  AttentionCase exact(attention_params(4, 2, 64, ElementType::kFp32), 75);
   for (AttentionCase* c : {&rounded, &exact}) {
     const std::size_t row = c->add_row(150);
     c->add_tile(row, 180, testing::causal_mask(150, 180, 30));

@@ -17,7 +17,6 @@ namespace {
 
 using testing::AttentionCase;
 using testing::kFp32Tolerance;
-using testing::make_params;
 using testing::Outputs;
 
 void expect_forward_matches_reference(const AttentionCase& c, int threads) {
@@ -31,13 +30,13 @@ void expect_forward_matches_reference(const AttentionCase& c, int threads) {
 }
 
 TEST(CpuKernels, ForwardMatchesReferenceOnFullTileWithSizesNotMultiplesOfTheChunk) {
-  AttentionCase c(make_params(1, 1, 64), 21);
+  AttentionCase c(attention_params(1, 1, 64), 21);
   c.add_tile(c.add_row(200), 300, testing::full_mask());
   expect_forward_matches_reference(c, 2);
 }
 
 TEST(CpuKernels, ForwardMatchesReferenceOnCausalTile) {
-  AttentionCase c(make_params(8, 2, 96), 22);
+  AttentionCase c(attention_params(8, 2, 96), 22);
   c.add_tile(c.add_row(300), 300, testing::causal_mask(300, 300, 0));
   expect_forward_matches_reference(c, 2);
 }
@@ -49,7 +48,7 @@ TEST(CpuKernels, ForwardMatchesReferenceOnRandomMasksForEveryHeadShape) {
   for (auto [qh, kvh] : {std::pair{8, 2}, std::pair{4, 4}, std::pair{2, 1}}) {
     for (std::int32_t d : {1, 3, 64, 96, 128}) {
       SCOPED_TRACE(testing::sz(qh * 1000 + kvh * 100 + d));
-      AttentionCase c(make_params(qh, kvh, d), ++seed);
+      AttentionCase c(attention_params(qh, kvh, d), ++seed);
       testing::add_mixed_rows(c);
       expect_forward_matches_reference(c, 3);
     }
@@ -57,7 +56,7 @@ TEST(CpuKernels, ForwardMatchesReferenceOnRandomMasksForEveryHeadShape) {
 }
 
 TEST(CpuKernels, ForwardHandlesOneTokenTilesAndEmptyRows) {
-  AttentionCase c(make_params(2, 1, 5), 40);
+  AttentionCase c(attention_params(2, 1, 5), 40);
   c.add_tile(c.add_row(1), 1, testing::full_mask());
   const std::size_t b = c.add_row(1);
   c.add_tile(b, 1, testing::full_mask());
@@ -69,7 +68,7 @@ TEST(CpuKernels, ForwardHandlesOneTokenTilesAndEmptyRows) {
 }
 
 TEST(CpuKernels, FullyMaskedRowsGiveZeroOutputAndNegativeInfinityLse) {
-  AttentionCase c(make_params(2, 2, 16), 41);
+  AttentionCase c(attention_params(2, 2, 16), 41);
   const std::size_t row = c.add_row(6);
   // Rows 1 and 4 attend nothing in either tile; an empty tile (no rows attend) on top.
   c.add_tile(row, 10, testing::MaskData{false, {0, 1, 1, 2, 3, 3, 4}, {0, 4, 2, 3, 5, 10, 9, 10}});
@@ -92,7 +91,7 @@ TEST(CpuKernels, FullyMaskedRowsGiveZeroOutputAndNegativeInfinityLse) {
 }
 
 TEST(CpuKernels, AccumulatingTileByTileEqualsOneCallOverBothTiles) {
-  AttentionCase c(make_params(4, 2, 32), 42);
+  AttentionCase c(attention_params(4, 2, 32), 42);
   const std::size_t row = c.add_row(150);
   c.add_tile(row, 200, testing::causal_mask(150, 200, 40));
   c.add_tile(row, 90, testing::random_mask(c.rng(), 150, 90, 2, 0.3));
@@ -117,7 +116,7 @@ TEST(CpuKernels, AccumulatingTileByTileEqualsOneCallOverBothTiles) {
 }
 
 TEST(CpuKernels, AccumulatingARowWithNoKeysLeavesThePartialUnchanged) {
-  AttentionCase c(make_params(1, 1, 8), 43);
+  AttentionCase c(attention_params(1, 1, 8), 43);
   const std::size_t row = c.add_row(4);
   c.add_tile(row, 5, testing::full_mask());
   c.add_tile(row, 5, testing::MaskData{false, {0, 0, 0, 0, 0}, {}});
@@ -131,7 +130,7 @@ TEST(CpuKernels, AccumulatingARowWithNoKeysLeavesThePartialUnchanged) {
 }
 
 TEST(CpuKernels, ForwardThreadCountsAgreeWithinFp32Rounding) {
-  AttentionCase c(make_params(8, 2, 64), 44);
+  AttentionCase c(attention_params(8, 2, 64), 44);
   const std::size_t row = c.add_row(260);
   c.add_tile(row, 300, testing::random_mask(c.rng(), 260, 300, 3, 0.1));
   c.add_tile(c.add_row(100), 400, testing::full_mask());
@@ -149,7 +148,7 @@ TEST(CpuKernels, ForwardThreadCountsAgreeWithinFp32Rounding) {
 
 TEST(CpuKernels, ForwardStaysNanFreeAndAccurateWithLargeScores) {
   // Scores in the thousands: exp without the running max would overflow.
-  AttentionParams p = make_params(2, 1, 16);
+  AttentionParams p = attention_params(2, 1, 16);
   p.softmax_scale = 8.0f;
   AttentionCase c(p, 45, 4.0);
   const std::size_t row = c.add_row(70);
@@ -169,8 +168,8 @@ TEST(CpuKernels, ForwardStaysNanFreeAndAccurateWithLargeScores) {
 // within twice that baseline of the truth, i.e. its own fp32 arithmetic adds at most as much
 // error as the storage rounding does.
 void expect_low_precision_within_twice_the_rounding_baseline(ElementType storage) {
-  AttentionCase rounded(make_params(4, 2, 64, storage), 46);
-  AttentionCase exact(make_params(4, 2, 64, ElementType::kFp32), 46);
+  AttentionCase rounded(attention_params(4, 2, 64, storage), 46);
+  AttentionCase exact(attention_params(4, 2, 64, ElementType::kFp32), 46);
   for (AttentionCase* c : {&rounded, &exact}) {
     const std::size_t row = c->add_row(150);
     c->add_tile(row, 180, testing::causal_mask(150, 180, 30));

@@ -14,8 +14,6 @@
 
 namespace dcp::runtime {
 
-namespace {}  // namespace
-
 BatchShape batch_shape_of(const Workload& workload) {
   BatchShape shape;
   shape.tokens = workload.batch().total_tokens();

@@ -12,13 +12,12 @@
 
 #include <gtest/gtest.h>
 
+#include "dcp/core/ids.h"
 #include "dcp/core/rng.h"
 
 #include "dcp/kernels/attention_kernels.h"
 
 namespace dcp::kernels::testing {
-
-inline std::size_t sz(std::int64_t x) { return static_cast<std::size_t>(x); }
 
 // What the fp32 CPU kernels may differ from the fp64 reference by.
 inline constexpr double kFp32Tolerance = 1e-4;
@@ -33,8 +32,8 @@ struct MaskData {
   }
   bool attends(std::int32_t r, std::int32_t c) const {
     if (full) return true;
-    for (std::int32_t i = row_offsets[sz(r)]; i < row_offsets[sz(r) + 1]; ++i) {
-      if (c >= intervals[sz(2 * i)] && c < intervals[sz(2 * i + 1)]) return true;
+    for (std::int32_t i = row_offsets[to_size(r)]; i < row_offsets[to_size(r) + 1]; ++i) {
+      if (c >= intervals[to_size(2 * i)] && c < intervals[to_size(2 * i + 1)]) return true;
     }
     return false;
   }
@@ -127,7 +126,7 @@ class AttentionCase {
   std::size_t add_row(std::int32_t q_tokens) {
     RowData row;
     row.q_tokens = q_tokens;
-    const std::size_t n = sz(std::int64_t{q_tokens} * params_.q_heads * params_.head_dim);
+    const std::size_t n = to_size(std::int64_t{q_tokens} * params_.q_heads * params_.head_dim);
     row.q = random_stored(rng_, params_.storage, n, magnitude_);
     row.dout = random_stored(rng_, params_.storage, n, 1.0);
     rows_.push_back(std::move(row));
@@ -138,7 +137,7 @@ class AttentionCase {
     TileData tile;
     tile.kv_tokens = kv_tokens;
     tile.mask = std::move(mask);
-    const std::size_t n = sz(std::int64_t{kv_tokens} * params_.kv_heads * params_.head_dim);
+    const std::size_t n = to_size(std::int64_t{kv_tokens} * params_.kv_heads * params_.head_dim);
     tile.k = random_stored(rng_, params_.storage, n, magnitude_);
     tile.v = random_stored(rng_, params_.storage, n, 1.0);
     rows_[row].tiles.push_back(std::move(tile));
@@ -148,15 +147,16 @@ class AttentionCase {
   Outputs make_outputs(float fill = 0.0f) const {
     Outputs out;
     for (const RowData& row : rows_) {
-      const std::size_t n = sz(std::int64_t{row.q_tokens} * params_.q_heads * params_.head_dim);
+      const std::size_t n =
+          to_size(std::int64_t{row.q_tokens} * params_.q_heads * params_.head_dim);
       out.o.emplace_back(n, fill);
       out.dq.emplace_back(n, fill);
-      out.lse.emplace_back(sz(std::int64_t{row.q_tokens} * params_.q_heads), fill);
+      out.lse.emplace_back(to_size(std::int64_t{row.q_tokens} * params_.q_heads), fill);
       out.dk.emplace_back();
       out.dv.emplace_back();
       for (const TileData& tile : row.tiles) {
         const std::size_t m =
-            sz(std::int64_t{tile.kv_tokens} * params_.kv_heads * params_.head_dim);
+            to_size(std::int64_t{tile.kv_tokens} * params_.kv_heads * params_.head_dim);
         out.dk.back().emplace_back(m, fill);
         out.dv.back().emplace_back(m, fill);
       }
@@ -195,15 +195,15 @@ class AttentionCase {
     const std::int32_t qh = params_.q_heads, d = params_.head_dim;
     for (std::size_t r = 0; r < rows_.size(); ++r) {
       const RowData& row = rows_[r];
-      std::vector<float> delta(sz(std::int64_t{row.q_tokens} * qh));
+      std::vector<float> delta(to_size(std::int64_t{row.q_tokens} * qh));
       for (std::int32_t t = 0; t < row.q_tokens; ++t) {
         for (std::int32_t j = 0; j < qh; ++j) {
           double sum = 0;
           for (std::int32_t x = 0; x < d; ++x) {
-            const std::size_t i = sz((std::int64_t{t} * qh + j) * d + x);
+            const std::size_t i = to_size((std::int64_t{t} * qh + j) * d + x);
             sum += double{stats.o[r][i]} * row.dout.values[i];
           }
-          delta[sz(std::int64_t{j} * row.q_tokens + t)] = static_cast<float>(sum);
+          delta[to_size(std::int64_t{j} * row.q_tokens + t)] = static_cast<float>(sum);
         }
       }
       result.push_back(std::move(delta));

@@ -60,7 +60,7 @@ TEST(CpuKernels, BackwardMatchesReferenceOnRandomMasksForEveryHeadShape) {
   std::uint64_t seed = 60;
   for (auto [qh, kvh] : {std::pair{8, 2}, std::pair{4, 4}, std::pair{2, 1}}) {
     for (std::int32_t d : {1, 3, 64, 96, 128}) {
-      SCOPED_TRACE(testing::sz(qh * 1000 + kvh * 100 + d));
+      SCOPED_TRACE(to_size(qh * 1000 + kvh * 100 + d));
       AttentionCase c(attention_params(qh, kvh, d), ++seed);
       testing::add_mixed_rows(c);
       expect_backward_matches_reference(c, 3);
@@ -102,7 +102,7 @@ TEST(CpuKernels, FullyMaskedRowsContributeZeroGradientsAndNoNan) {
   auto out = c.make_outputs();
   c.backward(cpu, s.forward, s.delta, out);
   for (std::int32_t r : {1, 4}) {
-    for (std::int32_t x = 0; x < 32; ++x) EXPECT_EQ(out.dq[0][testing::sz(r * 32 + x)], 0.0f);
+    for (std::int32_t x = 0; x < 32; ++x) EXPECT_EQ(out.dq[0][to_size(r * 32 + x)], 0.0f);
   }
   for (float x : out.dq[0]) EXPECT_FALSE(std::isnan(x));
   for (float x : out.dk[0][0]) EXPECT_FALSE(std::isnan(x));

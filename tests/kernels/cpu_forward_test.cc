@@ -47,7 +47,7 @@ TEST(CpuKernels, ForwardMatchesReferenceOnRandomMasksForEveryHeadShape) {
   std::uint64_t seed = 30;
   for (auto [qh, kvh] : {std::pair{8, 2}, std::pair{4, 4}, std::pair{2, 1}}) {
     for (std::int32_t d : {1, 3, 64, 96, 128}) {
-      SCOPED_TRACE(testing::sz(qh * 1000 + kvh * 100 + d));
+      SCOPED_TRACE(to_size(qh * 1000 + kvh * 100 + d));
       AttentionCase c(attention_params(qh, kvh, d), ++seed);
       testing::add_mixed_rows(c);
       expect_forward_matches_reference(c, 3);
@@ -79,9 +79,9 @@ TEST(CpuKernels, FullyMaskedRowsGiveZeroOutputAndNegativeInfinityLse) {
   c.forward(cpu, out);
   for (std::int32_t j = 0; j < 2; ++j) {
     for (std::int32_t r : {1, 4}) {
-      EXPECT_EQ(out.lse[0][testing::sz(j * 6 + r)], kNegInf);
+      EXPECT_EQ(out.lse[0][to_size(j * 6 + r)], kNegInf);
       for (std::int32_t x = 0; x < 16; ++x)
-        EXPECT_EQ(out.o[0][testing::sz((r * 2 + j) * 16 + x)], 0.0f);
+        EXPECT_EQ(out.o[0][to_size((r * 2 + j) * 16 + x)], 0.0f);
     }
   }
   for (float x : out.lse[1]) EXPECT_EQ(x, kNegInf);

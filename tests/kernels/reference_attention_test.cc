@@ -16,7 +16,6 @@ namespace {
 
 using testing::AttentionCase;
 using testing::MaskData;
-using testing::sz;
 
 struct Problem {
   AttentionParams params;
@@ -39,9 +38,9 @@ Problem random_problem(std::uint64_t seed, std::int32_t qh, std::int32_t kvh, st
     x.resize(n);
     for (auto& e : x) e = rng.normal();
   };
-  fill(p.q, sz(std::int64_t{lq} * qh * d));
+  fill(p.q, to_size(std::int64_t{lq} * qh * d));
   fill(p.dout, p.q.size());
-  fill(p.k, sz(std::int64_t{lk} * kvh * d));
+  fill(p.k, to_size(std::int64_t{lk} * kvh * d));
   fill(p.v, p.k.size());
   p.mask = testing::random_mask(rng, lq, lk, 3, 0.25);
   return p;
@@ -51,34 +50,34 @@ Problem random_problem(std::uint64_t seed, std::int32_t qh, std::int32_t kvh, st
 void naive_forward(const Problem& p, std::vector<double>& o, std::vector<double>& lse) {
   const std::int32_t qh = p.params.q_heads, kvh = p.params.kv_heads, d = p.params.head_dim;
   o.assign(p.q.size(), 0.0);
-  lse.assign(sz(std::int64_t{p.lq} * qh), kNegInf);
+  lse.assign(to_size(std::int64_t{p.lq} * qh), kNegInf);
   for (std::int32_t j = 0; j < qh; ++j) {
     const std::int32_t h = j / (qh / kvh);
     for (std::int32_t r = 0; r < p.lq; ++r) {
-      std::vector<double> s(sz(p.lk), kNegInf);
+      std::vector<double> s(to_size(p.lk), kNegInf);
       double m = kNegInf;
       for (std::int32_t c = 0; c < p.lk; ++c) {
         if (!p.mask.attends(r, c)) continue;
         double dot = 0;
         for (std::int32_t x = 0; x < d; ++x) {
-          dot += p.q[sz((std::int64_t{r} * qh + j) * d + x)] *
-                 p.k[sz((std::int64_t{c} * kvh + h) * d + x)];
+          dot += p.q[to_size((std::int64_t{r} * qh + j) * d + x)] *
+                 p.k[to_size((std::int64_t{c} * kvh + h) * d + x)];
         }
-        s[sz(c)] = double{p.params.softmax_scale} * dot;
-        m = std::max(m, s[sz(c)]);
+        s[to_size(c)] = double{p.params.softmax_scale} * dot;
+        m = std::max(m, s[to_size(c)]);
       }
       if (m == kNegInf) continue;
       double sum = 0;
       for (std::int32_t c = 0; c < p.lk; ++c)
-        sum += s[sz(c)] == kNegInf ? 0.0 : std::exp(s[sz(c)] - m);
+        sum += s[to_size(c)] == kNegInf ? 0.0 : std::exp(s[to_size(c)] - m);
       const double l = m + std::log(sum);
-      lse[sz(std::int64_t{j} * p.lq + r)] = l;
+      lse[to_size(std::int64_t{j} * p.lq + r)] = l;
       for (std::int32_t c = 0; c < p.lk; ++c) {
-        if (s[sz(c)] == kNegInf) continue;
-        const double w = std::exp(s[sz(c)] - l);
+        if (s[to_size(c)] == kNegInf) continue;
+        const double w = std::exp(s[to_size(c)] - l);
         for (std::int32_t x = 0; x < d; ++x) {
-          o[sz((std::int64_t{r} * qh + j) * d + x)] +=
-              w * p.v[sz((std::int64_t{c} * kvh + h) * d + x)];
+          o[to_size((std::int64_t{r} * qh + j) * d + x)] +=
+              w * p.v[to_size((std::int64_t{c} * kvh + h) * d + x)];
         }
       }
     }
@@ -97,7 +96,7 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 TEST(ReferenceAttention, ForwardMatchesThePerElementFormula) {
   for (auto [qh, kvh, d] : {std::tuple{2, 1, 3}, std::tuple{4, 2, 5}, std::tuple{1, 1, 1}}) {
     const Problem p = random_problem(11, qh, kvh, d, 70, 90);  // 70 rows: two row chunks
-    std::vector<double> o(p.q.size()), lse(sz(std::int64_t{p.lq} * qh)), o2, lse2;
+    std::vector<double> o(p.q.size()), lse(to_size(std::int64_t{p.lq} * qh)), o2, lse2;
     reference_forward(p.params, p.lq, p.lk, p.q.data(), p.k.data(), p.v.data(), p.mask.view(),
                       o.data(), lse.data());
     naive_forward(p, o2, lse2);
@@ -114,23 +113,23 @@ TEST(ReferenceAttention, FullyMaskedRowsGiveZeroOutputAndNegativeInfinityLse) {
                     o.data(), lse.data());
   for (std::int32_t j = 0; j < 2; ++j) {
     for (std::int32_t r : {0, 2}) {
-      EXPECT_EQ(lse[sz(j * 3 + r)], kNegInf);
-      for (std::int32_t x = 0; x < 4; ++x) EXPECT_EQ(o[sz((r * 2 + j) * 4 + x)], 0.0);
+      EXPECT_EQ(lse[to_size(j * 3 + r)], kNegInf);
+      for (std::int32_t x = 0; x < 4; ++x) EXPECT_EQ(o[to_size((r * 2 + j) * 4 + x)], 0.0);
     }
-    EXPECT_TRUE(std::isfinite(lse[sz(j * 3 + 1)]));
+    EXPECT_TRUE(std::isfinite(lse[to_size(j * 3 + 1)]));
   }
   std::vector<double> delta(6), dq(p.q.size()), dk(p.k.size()), dv(p.v.size());
   reference_delta(3, 2, 4, o.data(), p.dout.data(), delta.data());
   reference_backward(p.params, p.lq, p.lk, p.q.data(), p.k.data(), p.v.data(), p.mask.view(),
                      p.dout.data(), lse.data(), delta.data(), dq.data(), dk.data(), dv.data());
   for (std::int32_t r : {0, 2}) {
-    for (std::int32_t x = 0; x < 8; ++x) EXPECT_EQ(dq[sz(r * 8 + x)], 0.0);
+    for (std::int32_t x = 0; x < 8; ++x) EXPECT_EQ(dq[to_size(r * 8 + x)], 0.0);
   }
   for (double x : dq) EXPECT_FALSE(std::isnan(x));
   for (std::int32_t c : {0, 3, 4}) {  // keys nobody attends get no gradient
     for (std::int32_t x = 0; x < 4; ++x) {
-      EXPECT_EQ(dk[sz(c * 4 + x)], 0.0);
-      EXPECT_EQ(dv[sz(c * 4 + x)], 0.0);
+      EXPECT_EQ(dk[to_size(c * 4 + x)], 0.0);
+      EXPECT_EQ(dv[to_size(c * 4 + x)], 0.0);
     }
   }
 }
@@ -140,14 +139,14 @@ TEST(ReferenceAttention, FullyMaskedRowsGiveZeroOutputAndNegativeInfinityLse) {
 TEST(ReferenceAttention, BackwardMatchesFiniteDifferencesOfTheForward) {
   Problem p = random_problem(13, 4, 2, 3, 5, 6);
   const auto loss = [&](const Problem& x) {
-    std::vector<double> o(x.q.size()), lse(sz(std::int64_t{x.lq} * x.params.q_heads));
+    std::vector<double> o(x.q.size()), lse(to_size(std::int64_t{x.lq} * x.params.q_heads));
     reference_forward(x.params, x.lq, x.lk, x.q.data(), x.k.data(), x.v.data(), x.mask.view(),
                       o.data(), lse.data());
     double sum = 0;
     for (std::size_t i = 0; i < o.size(); ++i) sum += o[i] * x.dout[i];
     return sum;
   };
-  std::vector<double> o(p.q.size()), lse(sz(std::int64_t{p.lq} * 4)), delta(lse.size());
+  std::vector<double> o(p.q.size()), lse(to_size(std::int64_t{p.lq} * 4)), delta(lse.size());
   reference_forward(p.params, p.lq, p.lk, p.q.data(), p.k.data(), p.v.data(), p.mask.view(),
                     o.data(), lse.data());
   reference_delta(p.lq, 4, 3, o.data(), p.dout.data(), delta.data());

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // merge, add and delta of the CPU kernels match the reference kernels, -inf cases included.
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include <gtest/gtest.h>

@@ -2,7 +2,6 @@
 // The CPU forward matches the fp64 reference on full, causal and random interval masks, GQA,
 // odd sizes, accumulation and merges, and stays NaN-free.
 #include <cmath>
-#include <limits>
 #include <tuple>
 
 #include <gtest/gtest.h>

@@ -4,7 +4,6 @@
 #include "dcp/kernels/reference/reference_attention.h"
 
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include <gtest/gtest.h>

@@ -3,7 +3,6 @@
 #include "dcp/kernels/cpu/vector_math.h"
 
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include <gtest/gtest.h>

@@ -3,7 +3,6 @@
 // every sub-tile from the row's final lse and delta, with race-free, deterministic dq sums.
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <numeric>
 #include <vector>
 

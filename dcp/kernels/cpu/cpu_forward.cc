@@ -3,7 +3,6 @@
 // every kv tile, with QK^T and PV as sgemm calls on fp32 data.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
 #include <vector>
 

@@ -2,7 +2,6 @@
 // ReferenceKernels: the kernel interface on the fp64 oracle, one row at a time on one thread.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "dcp/core/ids.h"

@@ -3,8 +3,9 @@
 # Installs the Debian packages dcp builds with, skipping apt entirely when they are all present.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libgtest-dev libbenchmark-dev clang-format libopenblas-dev
-  openmpi-bin libopenmpi-dev)
+# clang and its sanitizer runtimes build the test tree (the ci preset); g++ builds the rest.
+packages=(cmake ninja-build g++ clang libclang-rt-dev libgtest-dev libbenchmark-dev clang-format
+  libopenblas-dev openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -140,8 +140,12 @@ std::vector<std::pair<std::string, MaskSource>> kind_masks_from_flags(const Args
     if (!is_kind_assignment(text)) continue;
     if (args.has("--mask-file"))
       throw UsageError("give --mask-file or named --mask kinds, not both");
-    auto [name, spec] = with_flag("--mask " + quoted(text),
-                                  [&] { return split_kind_assignment(text, "a kind's mask"); });
+    // Named, not a structured binding: the lambdas below capture them (C++20 allows capturing
+    // bindings; Clang 14 does not).
+    auto assignment = with_flag("--mask " + quoted(text),
+                                [&] { return split_kind_assignment(text, "a kind's mask"); });
+    std::string name = std::move(assignment.first);
+    const std::string spec = std::move(assignment.second);
     MaskSource source;
     source.spec = with_flag("--mask " + quoted(text), [&] { return parse_mask_spec(spec); });
     for (const auto& [known, unused] : kinds) {
@@ -173,8 +177,10 @@ std::vector<std::int32_t> kind_layers_from_flags(
   const std::string given = *args.get("--layers");
   for (const std::string_view item : split(given, ',')) {
     const std::string text(trim(item));
-    auto [name, count] = with_flag("--layers " + quoted(text),
-                                   [&] { return split_kind_assignment(text, "a kind's layers"); });
+    auto assignment = with_flag("--layers " + quoted(text),
+                                [&] { return split_kind_assignment(text, "a kind's layers"); });
+    const std::string name = std::move(assignment.first);
+    const std::string count = std::move(assignment.second);
     std::size_t index = kinds.size();
     for (std::size_t k = 0; k < kinds.size(); ++k) {
       if (kinds[k].first == name) index = k;

@@ -16,7 +16,9 @@
 // reports at the header's lines once inlined (GCC bug 105593); silence it for the header only.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #define DCP_KERNELS_X86 1

@@ -123,9 +123,13 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
     Placement follow = follow_placement(base.workload, base.placement, workload);
     std::optional<BuiltPlan> built;
     std::optional<sim::PlanSimulation> time;
+    // The balanced placement's work devices: where the balance moved nothing off the followed or
+    // the q-block placement, that placement is not built again.
+    std::vector<DeviceId> balanced_devices;
     if (balance) {
       const PlacementResult balanced =
           balanced_on_tokens(workload, follow, placement_options_of(own, workload));
+      balanced_devices = balanced.placement.work_unit_device;
       BuiltPlan even =
           build_at_placement(workload, balanced.placement, balanced.within_bounds, own);
       even.timings.partition_ms = balanced.timings.total_ms;
@@ -140,12 +144,32 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
       owned.emplace(on_q_blocks(follow, workload));
       if (owned->work_unit_device == follow.work_unit_device) owned.reset();
     }
+    // Where the followed placement may replace the balanced one before the q-block placement is
+    // tried, and the latter is the balanced one again, the balanced plan comes back on a tie as it
+    // would if built again.
+    bool balanced_kept = balance;
+    std::optional<std::pair<BuiltPlan, sim::PlanSimulation>> balanced_copy;
+    if (owned && tries == OtherKinds::kBalanceOrFollow &&
+        owned->work_unit_device == balanced_devices) {
+      balanced_copy.emplace(*built, *time);
+    }
     const auto try_placement = [&](Placement placement) {
+      // The token blocks are the base's in every placement tried here, so the work devices tell
+      // them apart.
+      if (balance && placement.work_unit_device == balanced_devices) {
+        if (!balanced_kept && balanced_copy->second.seconds() <= time->seconds()) {
+          built.emplace(std::move(balanced_copy->first));
+          time = std::move(balanced_copy->second);
+          balanced_kept = true;
+        }
+        return;
+      }
       BuiltPlan tried = build_at_placement(workload, std::move(placement), true, own);
       sim::PlanSimulation tried_time = sim::simulate(tried.plan, options.cluster);
       if (!built || tried_time.seconds() <= time->seconds()) {
         built.emplace(std::move(tried));
         time = std::move(tried_time);
+        balanced_kept = false;
       }
     };
     if (!owned || tries == OtherKinds::kBalanceOrFollow) try_placement(std::move(follow));

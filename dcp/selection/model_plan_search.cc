@@ -121,59 +121,53 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
     own.strategy = Strategy::kDcpPure;
     own.partial_dtype = base.plan.header.partial_dtype;
     Placement follow = follow_placement(base.workload, base.placement, workload);
-    std::optional<BuiltPlan> built;
-    std::optional<sim::PlanSimulation> time;
-    // The balanced placement's work devices: where the balance moved nothing off the followed or
-    // the q-block placement, that placement is not built again.
-    std::vector<DeviceId> balanced_devices;
-    if (balance) {
-      const PlacementResult balanced =
-          balanced_on_tokens(workload, follow, placement_options_of(own, workload));
-      balanced_devices = balanced.placement.work_unit_device;
-      BuiltPlan even =
-          build_at_placement(workload, balanced.placement, balanced.within_bounds, own);
-      even.timings.partition_ms = balanced.timings.total_ms;
-      time = sim::simulate(even.plan, options.cluster);
-      built.emplace(std::move(even));
-    }
+    // The placements tried, in order; the fastest is kept, the later on a tie.
+    struct Tried {
+      Placement placement;
+      bool within_bounds = true;
+      double partition_ms = 0;
+      bool again_later = false;
+    };
+    std::vector<Tried> placements;
     // Every work unit on its q block's device: where the other kind's work units were moved for
     // its own balance, following them moves q blocks and partial outputs this kind's even work
     // does not need moved (where nothing was moved the two are one placement).
     std::optional<Placement> owned;
     if (balance) {
+      PlacementResult balanced =
+          balanced_on_tokens(workload, follow, placement_options_of(own, workload));
+      placements.push_back(
+          {std::move(balanced.placement), balanced.within_bounds, balanced.timings.total_ms});
       owned.emplace(on_q_blocks(follow, workload));
       if (owned->work_unit_device == follow.work_unit_device) owned.reset();
     }
-    // Where the followed placement may replace the balanced one before the q-block placement is
-    // tried, and the latter is the balanced one again, the balanced plan comes back on a tie as it
-    // would if built again.
-    bool balanced_kept = balance;
-    std::optional<std::pair<BuiltPlan, sim::PlanSimulation>> balanced_copy;
-    if (owned && tries == OtherKinds::kBalanceOrFollow &&
-        owned->work_unit_device == balanced_devices) {
-      balanced_copy.emplace(*built, *time);
-    }
-    const auto try_placement = [&](Placement placement) {
-      // The token blocks are the base's in every placement tried here, so the work devices tell
-      // them apart.
-      if (balance && placement.work_unit_device == balanced_devices) {
-        if (!balanced_kept && balanced_copy->second.seconds() <= time->seconds()) {
-          built.emplace(std::move(balanced_copy->first));
-          time = std::move(balanced_copy->second);
-          balanced_kept = true;
+    if (!owned || tries == OtherKinds::kBalanceOrFollow) placements.push_back({std::move(follow)});
+    if (owned) placements.push_back({std::move(*owned)});
+    // A placement tried again later is built once, there (where the later wins a tie, as the same
+    // plan built twice would): the balance can leave the followed or the q-block placement as it
+    // was. The token blocks are the base's in all of them, so the work devices tell them apart.
+    for (std::size_t a = 0; a < placements.size(); ++a) {
+      for (std::size_t b = a + 1; b < placements.size(); ++b) {
+        if (placements[a].placement.work_unit_device == placements[b].placement.work_unit_device) {
+          placements[b] = std::move(placements[a]);
+          placements[a].again_later = true;
+          break;
         }
-        return;
       }
-      BuiltPlan tried = build_at_placement(workload, std::move(placement), true, own);
-      sim::PlanSimulation tried_time = sim::simulate(tried.plan, options.cluster);
-      if (!built || tried_time.seconds() <= time->seconds()) {
-        built.emplace(std::move(tried));
-        time = std::move(tried_time);
-        balanced_kept = false;
+    }
+    std::optional<BuiltPlan> built;
+    std::optional<sim::PlanSimulation> time;
+    for (Tried& tried : placements) {
+      if (tried.again_later) continue;
+      BuiltPlan plan =
+          build_at_placement(workload, std::move(tried.placement), tried.within_bounds, own);
+      plan.timings.partition_ms = tried.partition_ms;
+      sim::PlanSimulation plan_time = sim::simulate(plan.plan, options.cluster);
+      if (!built || plan_time.seconds() <= time->seconds()) {
+        built.emplace(std::move(plan));
+        time = std::move(plan_time);
       }
-    };
-    if (!owned || tries == OtherKinds::kBalanceOrFollow) try_placement(std::move(follow));
-    if (owned) try_placement(std::move(*owned));
+    }
     built->plan.header.strategy = strategy;
     keep(std::move(*built), std::move(time));
   }

@@ -33,15 +33,21 @@ PlanCandidate simulated(const BuiltModelPlan& built, std::string strategy,
   return candidate;
 }
 
+// One kind's simulated pass times.
+struct PassSeconds {
+  double forward = 0;
+  double backward = 0;
+};
+
 // The same for kinds whose passes are simulated already, one per kind in order.
 PlanCandidate with_times(const BuiltModelPlan& built, std::string strategy,
-                         const std::vector<sim::PlanSimulation>& times) {
+                         const std::vector<PassSeconds>& times) {
   PlanCandidate candidate;
   candidate.strategy = std::move(strategy);
   for (std::size_t k = 0; k < times.size(); ++k) {
     const std::int32_t layers = built.plan.kinds[k].layers;
-    candidate.forward_seconds += layers * times[k].forward.seconds;
-    candidate.backward_seconds += layers * times[k].backward.seconds;
+    candidate.forward_seconds += layers * times[k].forward;
+    candidate.backward_seconds += layers * times[k].backward;
   }
   candidate.estimate_seconds = candidate.seconds();
   return candidate;
@@ -84,11 +90,17 @@ void add_timings(PlanTimings& total, const PlanTimings& part) {
 // on its q block's device (on_q_blocks); or all three.
 enum class OtherKinds { kFollow, kBalance, kBalanceOrFollow };
 
+PassSeconds seconds_of(const sim::PlanSimulation& simulation) {
+  return {simulation.forward.seconds, simulation.backward.seconds};
+}
+
 // build_on_base; with `times`, each kind's simulated passes (the simulations that chose its
-// plan, so that the search need not simulate them again).
+// plan, so that the search need not simulate them again), the base's `base_times` where its
+// search simulated it (a simulation is deterministic: the same plan gives the same times).
 BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
                        const std::vector<KindWorkload>& kinds, const PlanOptions& options,
-                       OtherKinds tries, std::vector<sim::PlanSimulation>* times) {
+                       OtherKinds tries, std::vector<PassSeconds>* times,
+                       std::optional<PassSeconds> base_times = std::nullopt) {
   const bool balance = tries != OtherKinds::kFollow;
   const auto start = Clock::now();
   BuiltModelPlan result;
@@ -96,15 +108,15 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
   const std::string prefix = "dcp/";
   const bool static_base = strategy.rfind(prefix, 0) == 0;
   const std::vector<KindWorkload> cut = static_base ? kinds : on_blocks_of(base.workload, kinds);
-  const auto keep = [&](BuiltPlan built, std::optional<sim::PlanSimulation> time) {
+  const auto keep = [&](BuiltPlan built, std::optional<PassSeconds> time) {
     if (times != nullptr) {
-      times->push_back(time ? std::move(*time) : sim::simulate(built.plan, options.cluster));
+      times->push_back(time ? *time : seconds_of(sim::simulate(built.plan, options.cluster)));
     }
     result.kinds.push_back(std::move(built));
   };
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (k == base_kind) {
-      keep(base, std::nullopt);
+      keep(base, base_times);
       continue;
     }
     if (static_base) {
@@ -169,7 +181,7 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
       }
     }
     built->plan.header.strategy = strategy;
-    keep(std::move(*built), std::move(time));
+    keep(std::move(*built), seconds_of(*time));
   }
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (k != base_kind) add_timings(result.timings, result.kinds[k].timings);
@@ -229,31 +241,40 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   own.strategy = Strategy::kDcpPure;
   const std::string own_name(to_string(options.strategy));
   // The other kinds on `placed` (a plan of kinds[k]), considered under `name`.
-  const auto consider_on = [&](const BuiltPlan& placed, std::size_t k, OtherKinds tries,
-                               const std::string& name) {
-    std::vector<sim::PlanSimulation> times;
-    BuiltModelPlan on_kind = on_base(placed, k, kinds, options, tries, &times);
+  const auto consider_on = [&](const BuiltPlan& placed, std::optional<PassSeconds> placed_times,
+                               std::size_t k, OtherKinds tries, const std::string& name) {
+    std::vector<PassSeconds> times;
+    BuiltModelPlan on_kind = on_base(placed, k, kinds, options, tries, &times, placed_times);
     add_timings(on_kind.timings, placed.timings);
     for (KindPlan& kind : on_kind.plan.kinds) kind.plan.header.strategy = own_name;
     for (BuiltPlan& kind : on_kind.kinds) kind.plan.header.strategy = own_name;
     PlanCandidate candidate = with_times(on_kind, name, times);
     consider(std::move(on_kind), std::move(candidate));
   };
-  std::vector<BuiltPlan> runners_up;
+  // What its search simulated a plan of one kind at, if it did.
+  const auto known_times = [](const BuiltPlan& plan) -> std::optional<PassSeconds> {
+    const OwnCandidate* kept = plan_search::kept_own(plan);
+    if (kept == nullptr) return std::nullopt;
+    return PassSeconds{kept->forward_seconds, kept->backward_seconds};
+  };
+  std::vector<plan_search::SimulatedPlan> runners_up;
   const BuiltPlan base = plan_search::build_own(kinds[anchor].workload, own, &runners_up);
   // The followed placement too, so that dcp is never slower than the densest kind's plan run for
   // every layer. Elsewhere it is not tried: of the micro-benchmark's hybrid-attention batches, it
   // was never the kept step's where the q-block placement differed from it.
-  consider_on(base, anchor, OtherKinds::kBalanceOrFollow,
+  consider_on(base, known_times(base), anchor, OtherKinds::kBalanceOrFollow,
               own_name + " (on " + kinds[anchor].name + "'s placement)");
   // 2. The densest kind's fastest partition at each other block size its search tried, every other
   // kind on it: its own fastest plan may place tokens where the other kinds' work costs more than
   // it gains (a ring layout of one long sequence, good for its full layers, spreads each window
   // over several devices; one contiguous block per device keeps it on one or two).
-  for (const BuiltPlan& runner_up : runners_up) {
-    consider_on(runner_up, anchor, OtherKinds::kBalance,
+  for (const plan_search::SimulatedPlan& runner_up : runners_up) {
+    consider_on(runner_up.plan,
+                PassSeconds{runner_up.simulated.forward_seconds,
+                            runner_up.simulated.backward_seconds},
+                anchor, OtherKinds::kBalance,
                 own_name + " (on " + kinds[anchor].name + "'s placement, block " +
-                    std::to_string(runner_up.workload.blocks().block_size()) + ")");
+                    std::to_string(runner_up.plan.workload.blocks().block_size()) + ")");
   }
   // 3. Every other kind planned alone at the finest block size of the sweep, the rest on its token
   // placement: a narrow window balances on finer blocks than a full mask (the others' placements
@@ -276,7 +297,7 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
       placed.emplace(build_plan(kinds[k].workload, own));
     }
     if (!cut_uniformly(placed->workload)) continue;
-    consider_on(*placed, k, OtherKinds::kBalance,
+    consider_on(*placed, known_times(*placed), k, OtherKinds::kBalance,
                 own_name + " (on " + kinds[k].name + "'s placement, block " +
                     std::to_string(placed->workload.blocks().block_size()) + ")");
   }

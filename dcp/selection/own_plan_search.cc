@@ -67,8 +67,16 @@ double partial_share(const PassTraffic& traffic) {
 
 }  // namespace
 
+const OwnCandidate* kept_own(const BuiltPlan& plan) {
+  const std::vector<OwnCandidate>& tried = plan.own_candidates;
+  if (tried.empty()) return nullptr;
+  return &*std::min_element(tried.begin(), tried.end(), [](const auto& a, const auto& b) {
+    return a.seconds() < b.seconds();
+  });
+}
+
 BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
-                    std::vector<BuiltPlan>* runners_up) {
+                    std::vector<SimulatedPlan>* runners_up) {
   if (options.block_sizes.empty()) return build_one_plan(workload, options);
   const auto top = static_cast<TokenCount>(std::bit_ceil(
       static_cast<std::uint64_t>(std::max<TokenCount>(1, workload.batch().max_length()))));
@@ -91,8 +99,8 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
   std::size_t kept_index = 0;
   // Whether fp32 partials may make the kept plan faster (see below), from its simulation.
   bool fp32_may_gain = false;
-  // runners_up: the fastest partition at each block size, with its time.
-  std::vector<std::pair<double, BuiltPlan>> per_size;
+  // runners_up: the fastest partition at each block size.
+  std::vector<SimulatedPlan> per_size;
   const auto consider = [&](BuiltPlan built, OwnCandidate candidate) {
     const sim::PlanSimulation simulation = sim::simulate(built.plan, options.cluster);
     candidate.forward_seconds = simulation.forward.seconds;
@@ -100,12 +108,12 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     tried.push_back(candidate);
     if (runners_up != nullptr && candidate.layout == "partition") {
       const auto same_size = std::find_if(per_size.begin(), per_size.end(), [&](const auto& entry) {
-        return entry.second.workload.blocks().block_size() == candidate.block_size;
+        return entry.plan.workload.blocks().block_size() == candidate.block_size;
       });
       if (same_size == per_size.end()) {
-        per_size.emplace_back(candidate.seconds(), built);
-      } else if (candidate.seconds() < same_size->first) {
-        *same_size = {candidate.seconds(), built};
+        per_size.push_back({built, candidate});
+      } else if (candidate.seconds() < same_size->simulated.seconds()) {
+        *same_size = {built, candidate};
       }
     }
     if (!best || candidate.seconds() < tried[kept_index].seconds()) {
@@ -189,11 +197,12 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     const OwnCandidate& kept = best->own_candidates[kept_index];
     std::erase_if(per_size, [&](const auto& entry) {
       return kept.layout == "partition" &&
-             entry.second.workload.blocks().block_size() == kept.block_size;
+             entry.plan.workload.blocks().block_size() == kept.block_size;
     });
-    std::stable_sort(per_size.begin(), per_size.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (auto& entry : per_size) runners_up->push_back(std::move(entry.second));
+    std::stable_sort(per_size.begin(), per_size.end(), [](const auto& a, const auto& b) {
+      return a.simulated.seconds() < b.simulated.seconds();
+    });
+    for (auto& entry : per_size) runners_up->push_back(std::move(entry));
   }
   return std::move(*best);
 }

@@ -9,11 +9,21 @@
 
 namespace dcp::plan_search {
 
+// A plan of dcp's own search with its simulated times.
+struct SimulatedPlan {
+  BuiltPlan plan;
+  OwnCandidate simulated;
+};
+
 // dcp's own plan: on the workload's blocks, or the fastest under the simulator of those at
 // options.block_sizes (its own_candidates then hold every candidate's simulated times). With
 // `runners_up`, also the fastest partition (storage-dtype partials) at each block size other than
 // the kept plan's, fastest first: what a search over several kinds places the other kinds on.
 BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
-                    std::vector<BuiltPlan>* runners_up = nullptr);
+                    std::vector<SimulatedPlan>* runners_up = nullptr);
+
+// The own candidate build_own kept, the first fastest of plan.own_candidates (whose simulated
+// times are the plan's), or nullptr where none was simulated (one block size).
+const OwnCandidate* kept_own(const BuiltPlan& plan);
 
 }  // namespace dcp::plan_search

@@ -30,14 +30,11 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
   const std::vector<OwnCandidate> own_candidates = best.own_candidates;
   const auto select_start = Clock::now();
   PlanSelection selection;
-  if (own_candidates.empty()) {  // one block size: not simulated yet
-    selection.candidates.push_back(simulated(best, "dcp", options.cluster));
-  } else {  // the kept one: the first fastest
-    const auto kept =
-        std::min_element(own_candidates.begin(), own_candidates.end(),
-                         [](const auto& a, const auto& b) { return a.seconds() < b.seconds(); });
+  if (const OwnCandidate* kept = plan_search::kept_own(best)) {
     selection.candidates.push_back(
         {"dcp", true, "", true, 0, kept->forward_seconds, kept->backward_seconds});
+  } else {  // one block size: not simulated yet
+    selection.candidates.push_back(simulated(best, "dcp", options.cluster));
   }
   double best_seconds = selection.candidates.front().seconds();
   for (const Strategy strategy : kStaticStrategies) {

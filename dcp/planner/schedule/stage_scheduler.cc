@@ -12,7 +12,6 @@
 
 #include "dcp/core/error.h"
 
-#include "dcp/planner/schedule/value_map.h"
 
 namespace dcp {
 
@@ -66,9 +65,60 @@ struct Problem {
   std::vector<double> unit_cost;
   std::vector<std::vector<WorkUnitId>> device_units;  // heaviest first
   std::vector<std::vector<std::int32_t>> kept;        // per device: dense values kept, sorted
-  double comm_lower_bound = 0;                        // seconds
+  // The greedy's state per (device, value) and per (node, value) is kept for the values that
+  // the device's (the node's) work units read only, numbered in one flat table each, so that
+  // its look-ups, millions a plan, index arrays rather than hash tables: per work unit, the
+  // entries of its q and kv values in its device's and its node's table.
+  std::vector<std::int32_t> unit_q_entry, unit_kv_entry;
+  std::vector<std::int32_t> unit_q_node_entry, unit_kv_node_entry;
+  std::int32_t device_entries = 0, node_entries = 0;
+  std::vector<std::int32_t> kept_entries;  // the device table's entries of kept values
+  double comm_lower_bound = 0;             // seconds
   bool any_remote = false;
 };
+
+// Numbers the values the work units of each group (a device, or a node) read: for every unit,
+// its q and kv values' entries in one flat table where each group's values are consecutive.
+// `group_of` maps a device to its group; returns the table's size.
+template <typename GroupOf>
+std::int32_t number_values(Problem& p, std::int32_t groups, const GroupOf& group_of,
+                           std::vector<std::int32_t>& q_entry, std::vector<std::int32_t>& kv_entry,
+                           std::vector<std::int32_t>* kept_entries) {
+  q_entry.assign(p.unit_q.size(), 0);
+  kv_entry.assign(p.unit_kv.size(), 0);
+  std::vector<std::int32_t> entry(p.value_key.size(), -1);
+  std::vector<std::int32_t> touched;
+  std::int32_t next = 0;
+  const auto number = [&](std::int32_t v) {
+    auto& e = entry[static_cast<std::size_t>(v)];
+    if (e < 0) {
+      e = next++;
+      touched.push_back(v);
+    }
+    return e;
+  };
+  for (std::int32_t g = 0; g < groups; ++g) {
+    for (std::size_t d = 0; d < p.device_units.size(); ++d) {
+      if (group_of(static_cast<DeviceId>(d)) != g) continue;
+      for (const WorkUnitId w : p.device_units[d]) {
+        const auto i = static_cast<std::size_t>(w);
+        q_entry[i] = number(p.unit_q[i]);
+        kv_entry[i] = number(p.unit_kv[i]);
+      }
+      if (kept_entries != nullptr) {
+        // Kept values no unit of the device reads are never looked up.
+        for (const std::int32_t v : p.kept[d]) {
+          if (entry[static_cast<std::size_t>(v)] >= 0) {
+            kept_entries->push_back(entry[static_cast<std::size_t>(v)]);
+          }
+        }
+      }
+    }
+    for (const std::int32_t v : touched) entry[static_cast<std::size_t>(v)] = -1;
+    touched.clear();
+  }
+  return next;
+}
 
 Problem make_problem(const Workload& workload, const Placement& placement,
                      const ClusterSpec& cluster, const PlanHeader& header, Pass pass,
@@ -176,6 +226,12 @@ Problem make_problem(const Workload& workload, const Placement& placement,
   for (const auto* list : {&recv, &send, &nic_recv, &nic_send}) {
     for (const double t : *list) p.comm_lower_bound = std::max(p.comm_lower_bound, t);
   }
+  p.device_entries = number_values(
+      p, shape.devices(), [](DeviceId d) { return d; }, p.unit_q_entry, p.unit_kv_entry,
+      &p.kept_entries);
+  p.node_entries = number_values(
+      p, shape.nodes, [&](DeviceId d) { return shape.node_of(d); }, p.unit_q_node_entry,
+      p.unit_kv_node_entry, nullptr);
   return p;
 }
 
@@ -194,18 +250,15 @@ class Greedy {
         nics_(shape_.nodes * problem.cluster->nics_per_node) {
     const auto devices = static_cast<std::size_t>(shape_.devices());
     stage_.assign(problem.unit_cost.size(), kPending);
-    usable_.resize(devices);
-    node_holder_.resize(static_cast<std::size_t>(shape_.nodes));
+    usable_.assign(static_cast<std::size_t>(problem.device_entries), kNever);
+    node_holder_.assign(static_cast<std::size_t>(problem.node_entries), kNoHolder);
     pending_.resize(devices);
-    for (std::size_t d = 0; d < devices; ++d) {
-      for (const std::int32_t v : p_.kept[d])
-        usable_[d].set(p_.value_key[static_cast<std::size_t>(v)], 0);
-    }
+    for (const std::int32_t entry : p_.kept_entries) usable_[static_cast<std::size_t>(entry)] = 0;
     for (std::size_t d = 0; d < devices; ++d) {
       for (const WorkUnitId w : p_.device_units[d]) {
         const auto i = static_cast<std::size_t>(w);
-        if (usable(static_cast<DeviceId>(d), p_.unit_q[i]) == 0 &&
-            usable(static_cast<DeviceId>(d), p_.unit_kv[i]) == 0) {
+        if (usable(static_cast<DeviceId>(d), p_.unit_q[i], p_.unit_q_entry[i]) == 0 &&
+            usable(static_cast<DeviceId>(d), p_.unit_kv[i], p_.unit_kv_entry[i]) == 0) {
           assign(w, static_cast<DeviceId>(d), 0);
         } else {
           pending_[d].push_back(w);
@@ -242,12 +295,11 @@ class Greedy {
   }
 
  private:
-  // Stage from which value v can be used on device d (kNever if it is not coming).
-  std::int32_t usable(DeviceId d, std::int32_t v) const {
+  // Stage from which value v, at `entry` of device d's table, can be used on d (kNever if it is
+  // not coming).
+  std::int32_t usable(DeviceId d, std::int32_t v, std::int32_t entry) const {
     if (p_.value_owner[static_cast<std::size_t>(v)] == d) return 0;
-    const std::int32_t* stage =
-        usable_[static_cast<std::size_t>(d)].find(p_.value_key[static_cast<std::size_t>(v)]);
-    return stage == nullptr ? kNever : *stage;
+    return usable_[static_cast<std::size_t>(entry)];
   }
 
   void assign(WorkUnitId w, DeviceId d, std::int32_t stage) {
@@ -268,6 +320,7 @@ class Greedy {
     assert(stage < kHolderStages);
     return device * kHolderStages + stage;
   }
+  static constexpr std::int32_t kNoHolder = -1;
 
   std::size_t shape_devices() const { return static_cast<std::size_t>(shape_.devices()); }
   // Whether unit w fits device d's stage under the cap (always true uncapped, in
@@ -287,6 +340,8 @@ class Greedy {
     std::int32_t value;
     DeviceId src;
     bool inter_node;
+    std::int32_t entry;       // in the device table
+    std::int32_t node_entry;  // in the node table
   };
 
   // The transfers unit w on device d needs in `launch`, or false if one of its inputs cannot
@@ -294,20 +349,21 @@ class Greedy {
   bool plan_fetch(WorkUnitId w, DeviceId d, std::int32_t launch, std::vector<Fetch>& out) const {
     out.clear();
     const auto i = static_cast<std::size_t>(w);
-    for (const std::int32_t v : {p_.unit_q[i], p_.unit_kv[i]}) {
-      if (usable(d, v) <= launch + 1) continue;
+    for (const bool q : {true, false}) {
+      const std::int32_t v = q ? p_.unit_q[i] : p_.unit_kv[i];
+      const std::int32_t entry = q ? p_.unit_q_entry[i] : p_.unit_kv_entry[i];
+      const std::int32_t node_entry = q ? p_.unit_q_node_entry[i] : p_.unit_kv_node_entry[i];
+      if (usable(d, v, entry) <= launch + 1) continue;
       const DeviceId owner = p_.value_owner[static_cast<std::size_t>(v)];
-      const std::int32_t node = shape_.node_of(d);
-      if (shape_.node_of(owner) == node) {
-        out.push_back({v, owner, false});
+      if (shape_.node_of(owner) == shape_.node_of(d)) {
+        out.push_back({v, owner, false, entry, node_entry});
         continue;
       }
-      const std::int32_t* held = node_holder_[static_cast<std::size_t>(node)].find(
-          p_.value_key[static_cast<std::size_t>(v)]);
-      if (held == nullptr) {
-        out.push_back({v, owner, true});
-      } else if (*held % kHolderStages <= launch) {
-        out.push_back({v, *held / kHolderStages, false});
+      const std::int32_t held = node_holder_[static_cast<std::size_t>(node_entry)];
+      if (held == kNoHolder) {
+        out.push_back({v, owner, true, entry, node_entry});
+      } else if (held % kHolderStages <= launch) {
+        out.push_back({v, held / kHolderStages, false, entry, node_entry});
       } else {
         return false;
       }
@@ -357,13 +413,12 @@ class Greedy {
       if (f.inter_node) {
         nic_send_[static_cast<std::size_t>(nic(f.src))] += p_.value_inter_seconds[v];
         nic_recv_[static_cast<std::size_t>(nic(d))] += p_.value_inter_seconds[v];
-        node_holder_[static_cast<std::size_t>(shape_.node_of(d))].set(p_.value_key[v],
-                                                                      holder(d, launch + 1));
+        node_holder_[static_cast<std::size_t>(f.node_entry)] = holder(d, launch + 1);
       } else {
         intra_send_[static_cast<std::size_t>(f.src)] += p_.value_intra_seconds[v];
         intra_recv_[static_cast<std::size_t>(d)] += p_.value_intra_seconds[v];
       }
-      usable_[static_cast<std::size_t>(d)].set(p_.value_key[v], launch + 1);
+      usable_[static_cast<std::size_t>(f.entry)] = launch + 1;
       transfers_.push_back({p_.value_key[v], f.src, d, launch});
     }
   }
@@ -414,8 +469,9 @@ class Greedy {
       std::size_t kept = 0;
       for (const WorkUnitId w : list) {
         const auto i = static_cast<std::size_t>(w);
-        if (stage_[i] == kPending && usable(d, p_.unit_q[i]) <= stage &&
-            usable(d, p_.unit_kv[i]) <= stage && under_cap(w, d, stage, budgeted)) {
+        if (stage_[i] == kPending && usable(d, p_.unit_q[i], p_.unit_q_entry[i]) <= stage &&
+            usable(d, p_.unit_kv[i], p_.unit_kv_entry[i]) <= stage &&
+            under_cap(w, d, stage, budgeted)) {
           assign(w, d, stage);
         }
         if (stage_[i] == kPending) list[kept++] = w;
@@ -429,9 +485,10 @@ class Greedy {
   std::int32_t s_;
   std::int32_t nics_;  // network interfaces, all nodes'
   std::vector<std::int32_t> stage_;
-  std::vector<ValueMap> usable_;  // per device: value -> stage usable from
-  // Per node: value -> holder(the device that received it from another node, stage usable from).
-  std::vector<ValueMap> node_holder_;
+  std::vector<std::int32_t> usable_;  // per device table entry: the stage usable from
+  // Per node table entry: holder(the device that received the value from another node, the
+  // stage it is usable from there), or kNoHolder.
+  std::vector<std::int32_t> node_holder_;
   std::vector<std::vector<WorkUnitId>> pending_;
   std::vector<double> compute_;                                        // stage-major, per device
   std::vector<double> intra_send_, intra_recv_, nic_send_, nic_recv_;  // this launch, seconds

@@ -4,6 +4,7 @@
 #include "dcp/planner/plan_builder.h"
 
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "dcp/core/error.h"
@@ -22,8 +23,9 @@ ScheduleSummary summarize(const ScheduledPass& scheduled) {
 }
 
 // dcp's own plan on built's workload and placement, its partials travelling in `partial_dtype`:
-// the header, the kv kept, both passes' schedules and Programs (timed).
-void schedule_and_compile(BuiltPlan& built, const PlanOptions& options, DType partial_dtype) {
+// the header, the kv kept, both passes' schedules (timed), returned for compile_passes.
+std::pair<PassSchedule, PassSchedule> schedule_passes(BuiltPlan& built, const PlanOptions& options,
+                                               DType partial_dtype) {
   built.plan.header =
       plan_header(built.workload, options.cluster.shape, std::string(to_string(options.strategy)),
                   options.seed, partial_dtype);
@@ -38,9 +40,15 @@ void schedule_and_compile(BuiltPlan& built, const PlanOptions& options, DType pa
     (pass == Pass::kForward ? built.timings.schedule_forward_ms
                             : built.timings.schedule_backward_ms) = ms_since(begin);
   }
-  compile_passes(built, passes[0].schedule, passes[1].schedule, &built.kept);
   built.forward = summarize(passes[0]);
   built.backward = summarize(passes[1]);
+  return {std::move(passes[0].schedule), std::move(passes[1].schedule)};
+}
+
+// The same, and both passes' Programs (timed).
+void schedule_and_compile(BuiltPlan& built, const PlanOptions& options, DType partial_dtype) {
+  const auto [forward, backward] = schedule_passes(built, options, partial_dtype);
+  compile_passes(built, forward, backward, &built.kept);
 }
 
 }  // namespace
@@ -100,8 +108,8 @@ BuiltPlan build_one_plan(const Workload& workload, const PlanOptions& options) {
   return build_static(std::move(layout), options, estimates, start);
 }
 
-BuiltPlan build_at_placement(const Workload& workload, Placement placement, bool within_bounds,
-                             const PlanOptions& options) {
+ScheduledPlan schedule_at_placement(const Workload& workload, Placement placement,
+                                    bool within_bounds, const PlanOptions& options) {
   validate(options.cluster);
   validate(options.schedule);
   if (!is_dcp(options.strategy)) {
@@ -109,11 +117,28 @@ BuiltPlan build_at_placement(const Workload& workload, Placement placement, bool
                        std::string(to_string(options.strategy)));
   }
   validate(placement, workload);
-  BuiltPlan built{Plan{}, workload, std::move(placement), within_bounds, {}, {}, {}, {}, {}, {}};
+  ScheduledPlan scheduled{
+      BuiltPlan{Plan{}, workload, std::move(placement), within_bounds, {}, {}, {}, {}, {}, {}},
+      {},
+      {}};
   const auto start = Clock::now();
-  schedule_and_compile(built, options, partial_dtype_of(options, workload.shape().dtype));
-  built.timings.total_ms = ms_since(start);
-  return built;
+  std::tie(scheduled.forward, scheduled.backward) = plan_building::schedule_passes(
+      scheduled.built, options, partial_dtype_of(options, workload.shape().dtype));
+  scheduled.built.timings.total_ms = ms_since(start);
+  return scheduled;
+}
+
+BuiltPlan compile_scheduled(ScheduledPlan scheduled) {
+  BuiltPlan& built = scheduled.built;
+  plan_building::compile_passes(built, scheduled.forward, scheduled.backward, &built.kept);
+  built.timings.total_ms += built.timings.compile_ms;
+  return std::move(built);
+}
+
+BuiltPlan build_at_placement(const Workload& workload, Placement placement, bool within_bounds,
+                             const PlanOptions& options) {
+  return compile_scheduled(
+      schedule_at_placement(workload, std::move(placement), within_bounds, options));
 }
 
 BuiltPlan build_on_placement(const BuiltPlan& placed, const PlanOptions& options,

@@ -159,6 +159,18 @@ BuiltPlan build_one_plan(const Workload& workload, const PlanOptions& options);
 BuiltPlan build_at_placement(const Workload& workload, Placement placement, bool within_bounds,
                              const PlanOptions& options);
 
+// build_at_placement in two steps, so that a search can drop a plan its schedule estimates
+// (BuiltPlan::forward, backward) already rule out before compiling it: the plan scheduled, its
+// Programs not yet made, then compiled.
+struct ScheduledPlan {
+  BuiltPlan built;  // no Programs yet
+  PassSchedule forward;
+  PassSchedule backward;
+};
+ScheduledPlan schedule_at_placement(const Workload& workload, Placement placement,
+                                    bool within_bounds, const PlanOptions& options);
+BuiltPlan compile_scheduled(ScheduledPlan scheduled);
+
 // dcp's own plan on `placed`'s workload and placement (a plan of build_one_plan's for a dcp
 // strategy), scheduled and compiled again with partials travelling in `partial_dtype`: the kv
 // kept, both passes' schedules and Programs. Its timings count `placed`'s placement as its own.

@@ -85,6 +85,10 @@ struct TileMask {
 // that passes is safe.
 std::optional<std::string> tile_mask_problem(const TileMask& mask);
 
+// A hash of the mask's integers, for finding equal masks (equal masks hash equal): the compiler
+// keeps each distinct mask once, and the simulator prices each once.
+std::uint64_t hash_value(const TileMask& mask);
+
 // A value owned by this device that must be complete when the pass ends: its Store names it, and
 // the verifier checks it gathered `contributions` work units of `pairs` unmasked (q, k) pairs
 // (per head) in total.

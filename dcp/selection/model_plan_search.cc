@@ -167,21 +167,42 @@ BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
         }
       }
     }
-    std::optional<BuiltPlan> built;
-    std::optional<sim::PlanSimulation> time;
-    for (Tried& tried : placements) {
-      if (tried.again_later) continue;
-      BuiltPlan plan =
-          build_at_placement(workload, std::move(tried.placement), tried.within_bounds, own);
-      plan.timings.partition_ms = tried.partition_ms;
-      sim::PlanSimulation plan_time = sim::simulate(plan.plan, options.cluster);
-      if (!built || plan_time.seconds() <= time->seconds()) {
-        built.emplace(std::move(plan));
-        time = std::move(plan_time);
-      }
+    // Each placement scheduled, then compiled and simulated in the order of its schedule
+    // estimate, unless the estimate is kScreenFactor times the fastest simulated so far: then it
+    // is slower (plan_search.h), and neither compiling nor simulating it changes the choice.
+    const std::size_t count = placements.size();
+    std::vector<std::optional<ScheduledPlan>> scheduled(count);
+    std::vector<double> estimates(count, 0);
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (placements[i].again_later) continue;
+      scheduled[i].emplace(schedule_at_placement(workload, std::move(placements[i].placement),
+                                                 placements[i].within_bounds, own));
+      scheduled[i]->built.timings.partition_ms = placements[i].partition_ms;
+      estimates[i] = scheduled[i]->built.forward.estimate.seconds +
+                     scheduled[i]->built.backward.estimate.seconds;
+      order.push_back(i);
     }
-    built->plan.header.strategy = strategy;
-    keep(std::move(*built), seconds_of(*time));
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return estimates[a] < estimates[b]; });
+    std::vector<std::optional<BuiltPlan>> compiled(count);
+    std::vector<PassSeconds> simulated(count);
+    double fastest = std::numeric_limits<double>::infinity();
+    for (const std::size_t i : order) {
+      if (estimates[i] >= kScreenFactor * fastest) continue;
+      compiled[i].emplace(compile_scheduled(std::move(*scheduled[i])));
+      simulated[i] = seconds_of(sim::simulate(compiled[i]->plan, options.cluster));
+      fastest = std::min(fastest, simulated[i].forward + simulated[i].backward);
+    }
+    // The fastest in the order tried, the later on a tie.
+    std::optional<std::size_t> kept;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!compiled[i]) continue;
+      const auto seconds = [&](std::size_t j) { return simulated[j].forward + simulated[j].backward; };
+      if (!kept || seconds(i) <= seconds(*kept)) kept = i;
+    }
+    compiled[*kept]->plan.header.strategy = strategy;
+    keep(std::move(*compiled[*kept]), simulated[*kept]);
   }
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (k != base_kind) add_timings(result.timings, result.kinds[k].timings);

@@ -207,15 +207,7 @@ class Simulation {
   // A masked tile's kernel time. Devices' Programs hold many equal masks (a causal block pair's
   // diagonal), so each distinct mask is costed once per pass.
   double mask_seconds(const TileMask& mask, Pass pass) {
-    std::uint64_t hash = 14695981039346656037ULL;  // FNV-1a over the mask's integers
-    const auto mix = [&hash](std::int32_t value) {
-      hash = (hash ^ static_cast<std::uint32_t>(value)) * 1099511628211ULL;
-    };
-    mix(mask.q_tokens);
-    mix(mask.kv_tokens);
-    for (const std::int32_t v : mask.row_offsets) mix(v);
-    for (const std::int32_t v : mask.intervals) mix(v);
-    auto& same_hash = mask_seconds_[hash];
+    auto& same_hash = mask_seconds_[hash_value(mask)];
     for (const auto& [seen, seconds] : same_hash) {
       if (*seen == mask) return seconds;
     }

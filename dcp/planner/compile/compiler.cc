@@ -28,32 +28,26 @@ TileMask make_tile_mask(const Workload& workload, const Tile& tile) {
   result.kv_tokens = static_cast<std::int32_t>(kv.tokens);
   result.row_offsets.reserve(static_cast<std::size_t>(q.tokens) + 1);
   result.row_offsets.push_back(0);
-  std::vector<Interval> row;
-  for (TokenCount r = 0; r < q.tokens; ++r) {
-    mask.row_intervals(q.begin + r, row);
-    for (const Interval& interval : row) {
-      const TokenCount begin = std::max(interval.begin, kv.begin);
-      const TokenCount end = std::min(interval.end, kv.begin + kv.tokens);
-      if (begin >= end) continue;
-      result.intervals.push_back(static_cast<std::int32_t>(begin - kv.begin));
-      result.intervals.push_back(static_cast<std::int32_t>(end - kv.begin));
+  // Segment by segment: a tile's rows lie in a few of them (one, for the built-in masks).
+  const TokenCount rows_end = q.begin + q.tokens;
+  const TokenCount kv_end = kv.begin + kv.tokens;
+  for (std::size_t s = mask.segment_of(q.begin); s < mask.segments().size(); ++s) {
+    const MaskSegment& segment = mask.segments()[s];
+    if (segment.row_begin >= rows_end) break;
+    const std::span<const AffineInterval> intervals = mask.intervals(segment);
+    for (TokenCount r = std::max(segment.row_begin, q.begin); r < std::min(segment.row_end, rows_end);
+         ++r) {
+      for (const AffineInterval& interval : intervals) {
+        const TokenCount begin = std::max(interval.begin_at(r), kv.begin);
+        const TokenCount end = std::min(interval.end_at(r), kv_end);
+        if (begin >= end) continue;
+        result.intervals.push_back(static_cast<std::int32_t>(begin - kv.begin));
+        result.intervals.push_back(static_cast<std::int32_t>(end - kv.begin));
+      }
+      result.row_offsets.push_back(static_cast<std::int32_t>(result.intervals.size() / 2));
     }
-    result.row_offsets.push_back(static_cast<std::int32_t>(result.intervals.size() / 2));
   }
   return result;
-}
-
-std::uint64_t hash_mask(const TileMask& mask) {
-  std::uint64_t h = 1469598103934665603ULL;
-  const auto mix = [&](std::int32_t x) {
-    h ^= static_cast<std::uint32_t>(x);
-    h *= 1099511628211ULL;
-  };
-  mix(mask.q_tokens);
-  mix(mask.kv_tokens);
-  for (const std::int32_t x : mask.row_offsets) mix(x);
-  for (const std::int32_t x : mask.intervals) mix(x);
-  return h;
 }
 
 // What every device's compilation shares.
@@ -64,7 +58,11 @@ struct PassContext {
   const PassSchedule& schedule;
   std::vector<std::vector<WorkUnitId>> device_units;           // by (stage, q value, kv value)
   std::vector<std::vector<const Transfer*>> device_transfers;  // src or dst, schedule order
-  std::vector<std::optional<TileMask>> tile_masks;             // built on first use
+  // Each masked tile's mask as an index into distinct_masks, built on first use (-1 before):
+  // equal masks (a causal mask's diagonal tiles, a window's) are one entry, found once a pass.
+  std::vector<std::int32_t> tile_masks;
+  std::vector<TileMask> distinct_masks;
+  std::unordered_map<std::uint64_t, std::vector<std::int32_t>> distinct_by_hash;
   std::vector<std::int32_t> q_tiles, kv_tiles;                 // per block
   std::vector<PairCount> q_pairs, kv_pairs;                    // per block, one head
   std::vector<std::int32_t> heads_of_kv_block;                 // q head blocks per kv head block
@@ -128,7 +126,7 @@ struct PassContext {
         std::stable_sort(list.begin(), list.end(), by_launch);
       }
     }
-    tile_masks.resize(static_cast<std::size_t>(w.tile_count()));
+    tile_masks.assign(static_cast<std::size_t>(w.tile_count()), -1);
     const auto blocks = static_cast<std::size_t>(w.blocks().block_count());
     q_tiles.assign(blocks, 0);
     kv_tiles.assign(blocks, 0);
@@ -148,10 +146,19 @@ struct PassContext {
     }
   }
 
-  const TileMask& tile_mask(TileId tile) {
-    auto& slot = tile_masks[static_cast<std::size_t>(tile)];
-    if (!slot) slot = make_tile_mask(workload, workload.tiles()[static_cast<std::size_t>(tile)]);
-    return *slot;
+  // The index in distinct_masks of the tile's mask.
+  std::int32_t tile_mask(TileId tile) {
+    std::int32_t& index = tile_masks[static_cast<std::size_t>(tile)];
+    if (index >= 0) return index;
+    TileMask mask = make_tile_mask(workload, workload.tiles()[static_cast<std::size_t>(tile)]);
+    std::vector<std::int32_t>& same_hash = distinct_by_hash[hash_value(mask)];
+    for (const std::int32_t seen : same_hash) {
+      if (distinct_masks[static_cast<std::size_t>(seen)] == mask) return index = seen;
+    }
+    index = static_cast<std::int32_t>(distinct_masks.size());
+    distinct_masks.push_back(std::move(mask));
+    same_hash.push_back(index);
+    return index;
   }
 };
 
@@ -461,17 +468,13 @@ class DeviceCompiler {
     }
   }
 
+  // The Program's mask of the tile: each distinct mask once, in order of first use.
   MaskId mask_of(TileId tile) {
-    if (const auto it = tile_mask_.find(tile); it != tile_mask_.end()) return it->second;
-    const TileMask& mask = c_.tile_mask(tile);
-    auto& candidates = masks_by_hash_[hash_mask(mask)];
-    for (const MaskId m : candidates) {
-      if (program_.masks[static_cast<std::size_t>(m)] == mask) return tile_mask_[tile] = m;
-    }
+    const std::int32_t distinct = c_.tile_mask(tile);
+    if (const auto it = program_mask_.find(distinct); it != program_mask_.end()) return it->second;
     const auto m = static_cast<MaskId>(program_.masks.size());
-    program_.masks.push_back(mask);
-    candidates.push_back(m);
-    return tile_mask_[tile] = m;
+    program_.masks.push_back(c_.distinct_masks[static_cast<std::size_t>(distinct)]);
+    return program_mask_[distinct] = m;
   }
 
   // Frees every value at the end of the stage of its last use, then maps virtual registers to
@@ -600,8 +603,7 @@ class DeviceCompiler {
   std::map<std::int32_t, std::vector<std::pair<ValueKey, VReg>>> kept_arrivals_;  // forward
   std::map<ValueKey, std::int32_t> restore_stage_;  // backward: kept value -> first stage read
   std::vector<bool> referenced_;                    // per block
-  std::unordered_map<TileId, MaskId> tile_mask_;
-  std::unordered_map<std::uint64_t, std::vector<MaskId>> masks_by_hash_;
+  std::unordered_map<std::int32_t, MaskId> program_mask_;  // by index in distinct_masks
 };
 
 }  // namespace

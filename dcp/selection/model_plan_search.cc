@@ -12,6 +12,7 @@
 #include "dcp/core/timing.h"
 
 #include "dcp/planner/placement/kind_placement.h"
+#include "dcp/planner/schedule/schedule.h"
 #include "dcp/selection/plan_search.h"
 #include "dcp/selection/plan_search_internal.h"
 #include "dcp/sim/model_simulation.h"
@@ -85,124 +86,202 @@ void add_timings(PlanTimings& total, const PlanTimings& part) {
   total.compile_ms += part.compile_ms;
 }
 
-// The work placements on_base tries for each other kind: the followed placement
-// (follow_placement); that held to the kind's compute caps (balanced_on_tokens) and every work unit
-// on its q block's device (on_q_blocks); or all three.
+// The work placements on_base tries for each other kind (schedule_tries).
 enum class OtherKinds { kFollow, kBalance, kBalanceOrFollow };
 
 PassSeconds seconds_of(const sim::PlanSimulation& simulation) {
   return {simulation.forward.seconds, simulation.backward.seconds};
 }
 
+// Another kind's work placements on a base's token blocks, each scheduled; compile_fastest
+// compiles and simulates them.
+struct ScheduledTries {
+  std::vector<std::optional<ScheduledPlan>> plans;  // in the order tried; none: built later
+  std::vector<double> estimates;                    // forward plus backward schedule estimate
+  double fastest_estimate() const {
+    double fastest = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      if (plans[i]) fastest = std::min(fastest, estimates[i]);
+    }
+    return fastest;
+  }
+};
+
+// The work placements on_base tries for `workload` (another kind, cut on base's blocks), each
+// scheduled: the followed placement (follow_placement); that held to the kind's compute caps
+// (balanced_on_tokens) and every work unit on its q block's device (on_q_blocks); or all three.
+ScheduledTries schedule_tries(const BuiltPlan& base, const Workload& workload,
+                              const PlanOptions& own, OtherKinds tries) {
+  const bool balance = tries != OtherKinds::kFollow;
+  Placement follow = follow_placement(base.workload, base.placement, workload);
+  // The placements tried, in order; the fastest is kept, the later on a tie.
+  struct Tried {
+    Placement placement;
+    bool within_bounds = true;
+    double partition_ms = 0;
+    bool again_later = false;
+  };
+  std::vector<Tried> placements;
+  // Every work unit on its q block's device: where the other kind's work units were moved for
+  // its own balance, following them moves q blocks and partial outputs this kind's even work
+  // does not need moved (where nothing was moved the two are one placement).
+  std::optional<Placement> owned;
+  if (balance) {
+    PlacementResult balanced =
+        balanced_on_tokens(workload, follow, placement_options_of(own, workload));
+    placements.push_back(
+        {std::move(balanced.placement), balanced.within_bounds, balanced.timings.total_ms});
+    owned.emplace(on_q_blocks(follow, workload));
+    if (owned->work_unit_device == follow.work_unit_device) owned.reset();
+  }
+  if (!owned || tries == OtherKinds::kBalanceOrFollow) placements.push_back({std::move(follow)});
+  if (owned) placements.push_back({std::move(*owned)});
+  // A placement tried again later is built once, there (where the later wins a tie, as the same
+  // plan built twice would): the balance can leave the followed or the q-block placement as it
+  // was. The token blocks are the base's in all of them, so the work devices tell them apart.
+  for (std::size_t a = 0; a < placements.size(); ++a) {
+    for (std::size_t b = a + 1; b < placements.size(); ++b) {
+      if (placements[a].placement.work_unit_device == placements[b].placement.work_unit_device) {
+        placements[b] = std::move(placements[a]);
+        placements[a].again_later = true;
+        break;
+      }
+    }
+  }
+  ScheduledTries scheduled;
+  scheduled.plans.resize(placements.size());
+  scheduled.estimates.assign(placements.size(), 0);
+  for (std::size_t i = 0; i < placements.size(); ++i) {
+    if (placements[i].again_later) continue;
+    ScheduledPlan& plan = scheduled.plans[i].emplace(schedule_at_placement(
+        workload, std::move(placements[i].placement), placements[i].within_bounds, own));
+    plan.built.timings.partition_ms = placements[i].partition_ms;
+    scheduled.estimates[i] =
+        plan.built.forward.estimate.seconds + plan.built.backward.estimate.seconds;
+  }
+  return scheduled;
+}
+
+// The fastest simulated of the tries (the later on a tie), with its times. They are compiled and
+// simulated in the order of their estimates, and one whose estimate is kScreenFactor times the
+// fastest simulated so far is neither (it is slower: plan_search.h).
+std::pair<BuiltPlan, PassSeconds> compile_fastest(ScheduledTries tries,
+                                                  const ClusterSpec& cluster) {
+  const std::size_t count = tries.plans.size();
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (tries.plans[i]) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return tries.estimates[a] < tries.estimates[b];
+  });
+  std::vector<std::optional<BuiltPlan>> compiled(count);
+  std::vector<PassSeconds> simulated(count);
+  const auto seconds = [&](std::size_t i) { return simulated[i].forward + simulated[i].backward; };
+  double fastest = std::numeric_limits<double>::infinity();
+  for (const std::size_t i : order) {
+    if (tries.estimates[i] >= kScreenFactor * fastest) continue;
+    compiled[i].emplace(compile_scheduled(std::move(*tries.plans[i])));
+    simulated[i] = seconds_of(sim::simulate(compiled[i]->plan, cluster));
+    fastest = std::min(fastest, seconds(i));
+  }
+  std::optional<std::size_t> kept;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (compiled[i] && (!kept || seconds(i) <= seconds(*kept))) kept = i;
+  }
+  return {std::move(*compiled[*kept]), simulated[*kept]};
+}
+
+// Forward plus backward compute per device, the mean over the cluster's devices, as schedule
+// estimates price it (unit_seconds).
+double mean_compute_seconds(const Workload& workload, const PlanOptions& options) {
+  double total = 0;
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const WorkUnit unit = workload.work_unit(w);
+    total += unit_seconds(workload, options.cluster, Pass::kForward, unit) +
+             unit_seconds(workload, options.cluster, Pass::kBackward, unit);
+  }
+  return total / options.cluster.shape.devices();
+}
+
 // build_on_base; with `times`, each kind's simulated passes (the simulations that chose its
 // plan, so that the search need not simulate them again), the base's `base_times` where its
-// search simulated it (a simulation is deterministic: the same plan gives the same times).
-BuiltModelPlan on_base(const BuiltPlan& base, std::size_t base_kind,
-                       const std::vector<KindWorkload>& kinds, const PlanOptions& options,
-                       OtherKinds tries, std::vector<PassSeconds>* times,
-                       std::optional<PassSeconds> base_times = std::nullopt) {
-  const bool balance = tries != OtherKinds::kFollow;
+// search simulated it (a simulation is deterministic: the same plan gives the same times). With
+// those and a `screen`, nothing where the step estimated from the base's times and the other
+// kinds' fastest schedule estimates is at least screen->above (then it is slower than the step
+// that set it: plan_search.h).
+struct StepScreen {
+  double above = std::numeric_limits<double>::infinity();
+  double estimate = 0;   // the step estimated
+  bool bounded = false;  // a bound of that estimate, from before scheduling, ruled it out
+};
+std::optional<BuiltModelPlan> on_base(const BuiltPlan& base, std::size_t base_kind,
+                                      const std::vector<KindWorkload>& kinds,
+                                      const PlanOptions& options, OtherKinds tries,
+                                      std::vector<PassSeconds>* times,
+                                      std::optional<PassSeconds> base_times = std::nullopt,
+                                      StepScreen* screen = nullptr) {
   const auto start = Clock::now();
   BuiltModelPlan result;
   const std::string& strategy = base.plan.header.strategy;
   const std::string prefix = "dcp/";
   const bool static_base = strategy.rfind(prefix, 0) == 0;
   const std::vector<KindWorkload> cut = static_base ? kinds : on_blocks_of(base.workload, kinds);
-  const auto keep = [&](BuiltPlan built, std::optional<PassSeconds> time) {
-    if (times != nullptr) {
-      times->push_back(time ? *time : seconds_of(sim::simulate(built.plan, options.cluster)));
+  PlanOptions own = options;
+  own.strategy = Strategy::kDcpPure;
+  own.partial_dtype = base.plan.header.partial_dtype;
+  const bool screened = times != nullptr && base_times && !static_base && screen != nullptr;
+  if (screened) {
+    // First from the other kinds' mean compute per device, which no schedule estimate is below
+    // (a device's stages add up to its compute): where that screens, nothing is scheduled.
+    double step = 0;
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      step += kinds[k].layers * (k == base_kind ? base_times->forward + base_times->backward
+                                                : mean_compute_seconds(cut[k].workload, options));
     }
-    result.kinds.push_back(std::move(built));
-  };
+    screen->estimate = step;
+    screen->bounded = true;
+    if (step >= screen->above) return std::nullopt;
+    screen->bounded = false;
+  }
+  std::vector<std::optional<ScheduledTries>> scheduled(kinds.size());
+  std::vector<std::optional<BuiltPlan>> built(kinds.size());
+  std::vector<std::optional<PassSeconds>> known(kinds.size());
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (k == base_kind) {
-      keep(base, base_times);
-      continue;
-    }
-    if (static_base) {
+      built[k].emplace(base);
+      known[k] = base_times;
+    } else if (static_base) {
       // A static layout ignores the mask: it runs every kind as it is.
       PlanOptions static_options = options;
       static_options.strategy = parse_strategy(strategy.substr(prefix.size()));
-      BuiltPlan built = build_one_plan(kinds[k].workload, static_options);
-      built.plan.header.strategy = strategy;
-      keep(std::move(built), std::nullopt);
-      continue;
+      built[k].emplace(build_one_plan(kinds[k].workload, static_options));
+      built[k]->plan.header.strategy = strategy;
+    } else {
+      scheduled[k].emplace(schedule_tries(base, cut[k].workload, own, tries));
     }
-    const Workload& workload = cut[k].workload;
-    PlanOptions own = options;
-    own.strategy = Strategy::kDcpPure;
-    own.partial_dtype = base.plan.header.partial_dtype;
-    Placement follow = follow_placement(base.workload, base.placement, workload);
-    // The placements tried, in order; the fastest is kept, the later on a tie.
-    struct Tried {
-      Placement placement;
-      bool within_bounds = true;
-      double partition_ms = 0;
-      bool again_later = false;
-    };
-    std::vector<Tried> placements;
-    // Every work unit on its q block's device: where the other kind's work units were moved for
-    // its own balance, following them moves q blocks and partial outputs this kind's even work
-    // does not need moved (where nothing was moved the two are one placement).
-    std::optional<Placement> owned;
-    if (balance) {
-      PlacementResult balanced =
-          balanced_on_tokens(workload, follow, placement_options_of(own, workload));
-      placements.push_back(
-          {std::move(balanced.placement), balanced.within_bounds, balanced.timings.total_ms});
-      owned.emplace(on_q_blocks(follow, workload));
-      if (owned->work_unit_device == follow.work_unit_device) owned.reset();
+  }
+  if (screened) {
+    double step = 0;
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      step += kinds[k].layers * (k == base_kind ? base_times->forward + base_times->backward
+                                                : scheduled[k]->fastest_estimate());
     }
-    if (!owned || tries == OtherKinds::kBalanceOrFollow) placements.push_back({std::move(follow)});
-    if (owned) placements.push_back({std::move(*owned)});
-    // A placement tried again later is built once, there (where the later wins a tie, as the same
-    // plan built twice would): the balance can leave the followed or the q-block placement as it
-    // was. The token blocks are the base's in all of them, so the work devices tell them apart.
-    for (std::size_t a = 0; a < placements.size(); ++a) {
-      for (std::size_t b = a + 1; b < placements.size(); ++b) {
-        if (placements[a].placement.work_unit_device == placements[b].placement.work_unit_device) {
-          placements[b] = std::move(placements[a]);
-          placements[a].again_later = true;
-          break;
-        }
-      }
+    screen->estimate = step;
+    if (step >= screen->above) return std::nullopt;
+  }
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    if (scheduled[k]) {
+      auto [plan, seconds] = compile_fastest(std::move(*scheduled[k]), options.cluster);
+      plan.plan.header.strategy = strategy;
+      built[k].emplace(std::move(plan));
+      known[k] = seconds;
     }
-    // Each placement scheduled, then compiled and simulated in the order of its schedule
-    // estimate, unless the estimate is kScreenFactor times the fastest simulated so far: then it
-    // is slower (plan_search.h), and neither compiling nor simulating it changes the choice.
-    const std::size_t count = placements.size();
-    std::vector<std::optional<ScheduledPlan>> scheduled(count);
-    std::vector<double> estimates(count, 0);
-    std::vector<std::size_t> order;
-    for (std::size_t i = 0; i < count; ++i) {
-      if (placements[i].again_later) continue;
-      scheduled[i].emplace(schedule_at_placement(workload, std::move(placements[i].placement),
-                                                 placements[i].within_bounds, own));
-      scheduled[i]->built.timings.partition_ms = placements[i].partition_ms;
-      estimates[i] = scheduled[i]->built.forward.estimate.seconds +
-                     scheduled[i]->built.backward.estimate.seconds;
-      order.push_back(i);
+    if (times != nullptr) {
+      times->push_back(known[k] ? *known[k]
+                                : seconds_of(sim::simulate(built[k]->plan, options.cluster)));
     }
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return estimates[a] < estimates[b]; });
-    std::vector<std::optional<BuiltPlan>> compiled(count);
-    std::vector<PassSeconds> simulated(count);
-    double fastest = std::numeric_limits<double>::infinity();
-    for (const std::size_t i : order) {
-      if (estimates[i] >= kScreenFactor * fastest) continue;
-      compiled[i].emplace(compile_scheduled(std::move(*scheduled[i])));
-      simulated[i] = seconds_of(sim::simulate(compiled[i]->plan, options.cluster));
-      fastest = std::min(fastest, simulated[i].forward + simulated[i].backward);
-    }
-    // The fastest in the order tried, the later on a tie.
-    std::optional<std::size_t> kept;
-    for (std::size_t i = 0; i < count; ++i) {
-      if (!compiled[i]) continue;
-      const auto seconds = [&](std::size_t j) { return simulated[j].forward + simulated[j].backward; };
-      if (!kept || seconds(i) <= seconds(*kept)) kept = i;
-    }
-    compiled[*kept]->plan.header.strategy = strategy;
-    keep(std::move(*compiled[*kept]), simulated[*kept]);
+    result.kinds.push_back(std::move(*built[k]));
   }
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (k != base_kind) add_timings(result.timings, result.kinds[k].timings);
@@ -227,8 +306,8 @@ std::size_t densest_kind(const std::vector<KindWorkload>& kinds) {
 BuiltModelPlan build_on_base(const BuiltPlan& base, std::size_t base_kind,
                              const std::vector<KindWorkload>& kinds, const PlanOptions& options,
                              bool balance) {
-  return on_base(base, base_kind, kinds, options,
-                 balance ? OtherKinds::kBalanceOrFollow : OtherKinds::kFollow, nullptr);
+  return *on_base(base, base_kind, kinds, options,
+                  balance ? OtherKinds::kBalanceOrFollow : OtherKinds::kFollow, nullptr);
 }
 
 BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
@@ -265,7 +344,22 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   const auto consider_on = [&](const BuiltPlan& placed, std::optional<PassSeconds> placed_times,
                                std::size_t k, OtherKinds tries, const std::string& name) {
     std::vector<PassSeconds> times;
-    BuiltModelPlan on_kind = on_base(placed, k, kinds, options, tries, &times, placed_times);
+    // Screened as a static strategy is (plan_search.h): where the step estimated from the
+    // schedules is kScreenFactor times the fastest simulated step so far, nothing is compiled.
+    StepScreen screen;
+    if (best) screen.above = kScreenFactor * best_seconds;
+    std::optional<BuiltModelPlan> built =
+        on_base(placed, k, kinds, options, tries, &times, placed_times, &screen);
+    if (!built) {
+      PlanCandidate screened;
+      screened.strategy = name;
+      screened.simulated = false;
+      screened.bounded = screen.bounded;
+      screened.estimate_seconds = screen.estimate;
+      candidates.push_back(std::move(screened));
+      return;
+    }
+    BuiltModelPlan& on_kind = *built;
     add_timings(on_kind.timings, placed.timings);
     for (KindPlan& kind : on_kind.plan.kinds) kind.plan.header.strategy = own_name;
     for (BuiltPlan& kind : on_kind.kinds) kind.plan.header.strategy = own_name;

@@ -6,7 +6,6 @@
 #include <cassert>
 #include <limits>
 #include <optional>
-#include <queue>
 #include <string>
 #include <unordered_set>
 
@@ -423,6 +422,21 @@ class Greedy {
     }
   }
 
+  // Restores the min-heap after its top's key rose.
+  template <typename Entry>
+  static void sift_down(std::vector<Entry>& heap) {
+    std::size_t i = 0;
+    for (;;) {
+      const std::size_t left = 2 * i + 1;
+      if (left >= heap.size()) return;
+      std::size_t least = left;
+      if (left + 1 < heap.size() && heap[left + 1] < heap[left]) least = left + 1;
+      if (!(heap[least] < heap[i])) return;
+      std::swap(heap[i], heap[least]);
+      i = least;
+    }
+  }
+
   void fill_launch(std::int32_t launch, bool budgeted) {
     const std::size_t devices = shape_devices();
     intra_send_.assign(devices, 0.0);
@@ -438,18 +452,22 @@ class Greedy {
       budget = std::max(stage_compute, p_.comm_lower_bound / s_);
     }
     const std::int32_t stage = launch + 1;
+    // The device with the least compute in the stage takes the next unit (a min-heap of
+    // (compute, device)); the one that took it stays at the top with its compute raised and sinks,
+    // one sift rather than a pop and a push.
     using Entry = std::pair<double, DeviceId>;
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> turn;
+    std::vector<Entry> turn;
     std::vector<std::size_t> cursor(devices, 0);
     for (DeviceId d = 0; d < shape_.devices(); ++d) {
-      if (!pending_[static_cast<std::size_t>(d)].empty()) turn.emplace(compute(stage, d), d);
+      if (!pending_[static_cast<std::size_t>(d)].empty()) turn.emplace_back(compute(stage, d), d);
     }
+    std::make_heap(turn.begin(), turn.end(), std::greater<>());
     std::vector<Fetch> fetches;
     while (!turn.empty()) {
-      const DeviceId d = turn.top().second;
-      turn.pop();
+      const DeviceId d = turn.front().second;
       const auto& list = pending_[static_cast<std::size_t>(d)];
       std::size_t& c = cursor[static_cast<std::size_t>(d)];
+      bool took = false;
       for (; c < list.size(); ++c) {
         const WorkUnitId w = list[c];
         if (stage_[static_cast<std::size_t>(w)] != kPending) continue;
@@ -458,8 +476,15 @@ class Greedy {
         commit(fetches, d, launch);
         assign(w, d, stage);
         ++c;
-        turn.emplace(compute(stage, d), d);
+        took = true;
         break;
+      }
+      if (took) {
+        turn.front().first = compute(stage, d);
+        sift_down(turn);
+      } else {
+        std::pop_heap(turn.begin(), turn.end(), std::greater<>());
+        turn.pop_back();
       }
     }
     // Units whose inputs all arrive by now, fetched for others, join this stage too (within the

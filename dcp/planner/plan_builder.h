@@ -21,6 +21,12 @@
 
 namespace dcp {
 
+// PlanOptions::screen_factor's default. Over the kinds suite's 570 work placements, a schedule
+// estimate was 0.75 to 1.06 times the simulated time, so a candidate screened at 1.25 x the
+// fastest is at least 1.18 x slower; static plans' estimates are within a few percent
+// (docs/simulator.md).
+inline constexpr double kScreenFactor = 1.25;
+
 struct PlanOptions {
   Strategy strategy = Strategy::kDcp;
   ClusterSpec cluster;         // the shape and the cost model
@@ -55,6 +61,10 @@ struct PlanOptions {
   // The dtype partials (o, dq, dk, dv) travel in between devices: fp32 or the storage dtype
   // (they are accumulated in fp32 either way). Unset: partial_dtype_of's default.
   std::optional<DType> partial_dtype;
+  // dcp's search (dcp/selection/plan_search.h): a candidate whose estimate (a schedule's, or a
+  // bound of it) is at least this many times the fastest simulated so far is neither compiled nor
+  // simulated; infinity compiles and simulates every candidate. At least 1.
+  double screen_factor = kScreenFactor;
 };
 
 // The dtype `options` sends partials in for a workload stored in `storage`: the one set, else
@@ -92,7 +102,7 @@ struct PlanCandidate {
   bool feasible = true;  // false: the strategy cannot run on the cluster (`reason`)
   std::string reason;
   // false: screened out; its schedule estimate (forward plus backward) was at least
-  // kScreenFactor times the best simulated time so far, so it was not compiled.
+  // PlanOptions::screen_factor times the best simulated time so far, so it was not compiled.
   bool simulated = true;
   double estimate_seconds = 0;
   double forward_seconds = 0;  // simulated

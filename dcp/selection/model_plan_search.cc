@@ -163,10 +163,10 @@ ScheduledTries schedule_tries(const BuiltPlan& base, const Workload& workload,
 }
 
 // The fastest simulated of the tries (the later on a tie), with its times. They are compiled and
-// simulated in the order of their estimates, and one whose estimate is kScreenFactor times the
-// fastest simulated so far is neither (it is slower: plan_search.h).
-std::pair<BuiltPlan, PassSeconds> compile_fastest(ScheduledTries tries,
-                                                  const ClusterSpec& cluster) {
+// simulated in the order of their estimates, and one whose estimate is screen_factor times the
+// fastest simulated so far is neither (it is slower: PlanOptions::screen_factor).
+std::pair<BuiltPlan, PassSeconds> compile_fastest(ScheduledTries tries, const ClusterSpec& cluster,
+                                                  double screen_factor) {
   const std::size_t count = tries.plans.size();
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < count; ++i) {
@@ -180,7 +180,7 @@ std::pair<BuiltPlan, PassSeconds> compile_fastest(ScheduledTries tries,
   const auto seconds = [&](std::size_t i) { return simulated[i].forward + simulated[i].backward; };
   double fastest = std::numeric_limits<double>::infinity();
   for (const std::size_t i : order) {
-    if (tries.estimates[i] >= kScreenFactor * fastest) continue;
+    if (tries.estimates[i] >= screen_factor * fastest) continue;
     compiled[i].emplace(compile_scheduled(std::move(*tries.plans[i])));
     simulated[i] = seconds_of(sim::simulate(compiled[i]->plan, cluster));
     fastest = std::min(fastest, seconds(i));
@@ -209,7 +209,7 @@ double mean_compute_seconds(const Workload& workload, const PlanOptions& options
 // search simulated it (a simulation is deterministic: the same plan gives the same times). With
 // those and a `screen`, nothing where the step estimated from the base's times and the other
 // kinds' fastest schedule estimates is at least screen->above (then it is slower than the step
-// that set it: plan_search.h).
+// that set it: PlanOptions::screen_factor).
 struct StepScreen {
   double above = std::numeric_limits<double>::infinity();
   double estimate = 0;   // the step estimated
@@ -272,7 +272,7 @@ std::optional<BuiltModelPlan> on_base(const BuiltPlan& base, std::size_t base_ki
   }
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (scheduled[k]) {
-      auto [plan, seconds] = compile_fastest(std::move(*scheduled[k]), options.cluster);
+      auto [plan, seconds] = compile_fastest(std::move(*scheduled[k]), options.cluster, options.screen_factor);
       plan.plan.header.strategy = strategy;
       built[k].emplace(std::move(plan));
       known[k] = seconds;
@@ -317,6 +317,7 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   if (!is_dcp(options.strategy)) return build_one_model_plan(kinds, options);
   validate(options.cluster);
   validate(options.schedule);
+  plan_search::validate_screen_factor(options);
   const auto start = Clock::now();
   {
     std::vector<Workload> workloads;
@@ -344,10 +345,10 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   const auto consider_on = [&](const BuiltPlan& placed, std::optional<PassSeconds> placed_times,
                                std::size_t k, OtherKinds tries, const std::string& name) {
     std::vector<PassSeconds> times;
-    // Screened as a static strategy is (plan_search.h): where the step estimated from the
-    // schedules is kScreenFactor times the fastest simulated step so far, nothing is compiled.
+    // Screened as a static strategy is: where the step estimated from the schedules is
+    // screen_factor times the fastest simulated step so far, nothing is compiled.
     StepScreen screen;
-    if (best) screen.above = kScreenFactor * best_seconds;
+    if (best) screen.above = options.screen_factor * best_seconds;
     std::optional<BuiltModelPlan> built =
         on_base(placed, k, kinds, options, tries, &times, placed_times, &screen);
     if (!built) {
@@ -433,7 +434,7 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
         for (const KindWorkload& kind : kinds) {
           bound += kind.layers * static_plan_lower_bound(kind.workload, static_options);
         }
-        if (bound >= kScreenFactor * best_seconds) {
+        if (bound >= options.screen_factor * best_seconds) {
           screened.bounded = true;
           screened.estimate_seconds = bound;
           candidates.push_back(std::move(screened));

@@ -16,7 +16,7 @@ namespace dcp {
 // kDcp: dcp's own plan (placement, schedules, compile), then every static strategy that can run
 // on the cluster; each is simulated forward and backward under options.cluster (dcp::sim), and
 // the fastest in forward plus backward time is kept (dcp's own on a tie). A static strategy whose
-// schedule estimate is at least kScreenFactor times the best simulated time is not compiled. Since
+// schedule estimate is at least options.screen_factor times the best simulated time is not compiled. Since
 // dcp can simulate before it executes, it is never slower than a static strategy under the cost
 // model. The kept plan's header names "dcp" or "dcp/<static strategy>". kDcpPure: dcp's own plan
 // always. dcp's own plan is the fastest of its plans at PlanOptions::block_sizes when given, and
@@ -38,9 +38,6 @@ BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, Buil
 // InvalidInput as static_plan does.
 BuiltPlan build_structured(Strategy layout, const Workload& workload, const PlanOptions& options);
 
-// A static strategy whose schedule estimate (or its lower bound) is at least this many times the
-// best simulated time so far is not compiled nor simulated.
-inline constexpr double kScreenFactor = 1.25;
 // What an automatic block size means to planning: dcp's own plan at each of these sizes
 // (PlanOptions::block_sizes), the block sizes the DCP paper found best.
 inline constexpr TokenCount kBlockSizeSweep[] = {1024, 2048, 4096};

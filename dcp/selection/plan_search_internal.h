@@ -9,6 +9,9 @@
 
 namespace dcp::plan_search {
 
+// Throws InvalidInput unless options.screen_factor is at least 1 (infinity: no screening).
+void validate_screen_factor(const PlanOptions& options);
+
 // A plan of dcp's own search with its simulated times.
 struct SimulatedPlan {
   BuiltPlan plan;

@@ -50,7 +50,7 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
       selection.candidates.push_back({name, false, e.what(), false, 0, 0, 0});
       continue;
     }
-    if (bound >= kScreenFactor * best_seconds) {
+    if (bound >= options.screen_factor * best_seconds) {
       PlanCandidate screened{name, true, "", false, bound, 0, 0};
       screened.bounded = true;
       selection.candidates.push_back(screened);
@@ -68,7 +68,7 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
     // compiled and simulated (docs/cost_model.md; the estimate is within a few percent of the
     // simulation for static plans, whose time is transfers and whole-tile kernels).
     const double estimated = estimates.seconds();
-    if (estimated >= kScreenFactor * best_seconds) {
+    if (estimated >= options.screen_factor * best_seconds) {
       selection.candidates.push_back({name, true, "", false, estimated, 0, 0});
       continue;
     }
@@ -92,10 +92,18 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
 
 }  // namespace
 
+void plan_search::validate_screen_factor(const PlanOptions& options) {
+  if (!(options.screen_factor >= 1)) {
+    throw InvalidInput("the screen factor must be at least 1 (infinity: every candidate " +
+                       std::string("simulated), got ") + std::to_string(options.screen_factor));
+  }
+}
+
 BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
   validate(options.cluster);
   // Here, so that build_own cannot take a bad option for a layout that cannot run.
   validate(options.schedule);
+  plan_search::validate_screen_factor(options);
   if (!is_dcp(options.strategy)) return build_one_plan(workload, options);
   const auto start = Clock::now();
   BuiltPlan best = plan_search::build_own(workload, options);
@@ -112,6 +120,7 @@ BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, Buil
                        std::string(to_string(options.strategy)));
   }
   validate(options.cluster);
+  plan_search::validate_screen_factor(options);
   const auto start = Clock::now();
   own.plan.header.strategy = std::string(to_string(Strategy::kDcp));
   return select_static(workload, options, std::move(own), start);

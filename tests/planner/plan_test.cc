@@ -103,6 +103,21 @@ TEST(PlanBuilder, AStaticPlanBuiltInStepsIsTheOneBuiltWhole) {
   }
 }
 
+TEST(PlanBuilder, ADcpPlanScheduledThenCompiledIsTheOneBuiltWhole) {
+  const Workload workload = small_workload(random_batch(7), MaskKind::kCausal, 8, 2);
+  const PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
+  const BuiltPlan placed = build_one_plan(workload, options);
+  const BuiltPlan whole = build_at_placement(workload, placed.placement, true, options);
+  ScheduledPlan scheduled = schedule_at_placement(workload, placed.placement, true, options);
+  EXPECT_TRUE(scheduled.built.plan.forward.empty());
+  // The schedules' estimates are there before anything is compiled.
+  EXPECT_DOUBLE_EQ(scheduled.built.forward.estimate.seconds, whole.forward.estimate.seconds);
+  EXPECT_DOUBLE_EQ(scheduled.built.backward.estimate.seconds, whole.backward.estimate.seconds);
+  const BuiltPlan stepped = compile_scheduled(std::move(scheduled));
+  EXPECT_EQ(serialize_plan(stepped.plan), serialize_plan(whole.plan));
+  EXPECT_EQ(serialize_plan(whole.plan), serialize_plan(placed.plan));
+}
+
 TEST(PlanBuilder, BinaryRoundTripKeepsEveryField) {
   const Workload workload = small_workload(random_batch(4), MaskKind::kSharedQuestion, 8, 2);
   const BuiltPlan built = build_one_plan(workload, a100_plan_options(Strategy::kDcpPure, {2, 2}));

@@ -114,6 +114,21 @@ std::size_t first_section(const std::string& bytes) {
   return static_cast<std::size_t>(u64_at(bytes, 12));
 }
 
+TEST(TileMaskHash, EqualMasksHashEqualAndEveryFieldCounts) {
+  const TileMask causal{3, 3, {0, 1, 2, 3}, {0, 1, 0, 2, 0, 3}};
+  TileMask copy = causal;
+  EXPECT_EQ(hash_value(copy), hash_value(causal));
+  copy.intervals.back() = 2;  // an interval
+  EXPECT_NE(hash_value(copy), hash_value(causal));
+  TileMask wider = causal;
+  wider.kv_tokens = 4;  // a size
+  EXPECT_NE(hash_value(wider), hash_value(causal));
+  // Rows moved between the offsets and the intervals: the same integers in another split.
+  const TileMask a{2, 4, {0, 1, 2}, {0, 1, 2, 3}};
+  const TileMask b{2, 4, {0, 1}, {2, 0, 1, 2, 3}};
+  EXPECT_NE(hash_value(a), hash_value(b));
+}
+
 TEST(PlanFile, SampleIsAValidPlan) { EXPECT_NO_THROW(check_plan(sample_plan(), "sample")); }
 
 TEST(PlanFile, RoundTripGivesEqualPlanAndIdenticalBytes) {

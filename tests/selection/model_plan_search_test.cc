@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -197,6 +198,66 @@ TEST(ModelPlanSearch, PlacesOnEachKindsOwnPlacementAndIsNoSlowerThanOneMasksPlac
                                                      std::to_string(kept_size) + ")";
                           }),
             0);
+}
+
+TEST(ModelPlanSearch, ScreensOnlyCandidatesSlowerThanTheKeptStep) {
+  // Batches and windows where the search screens some candidates (by their schedules'
+  // estimates, or by the mean compute before scheduling).
+  struct Case {
+    std::vector<TokenCount> lengths;
+    std::string window;
+    std::int32_t nodes;
+  };
+  const std::vector<Case> cases = {{{1500, 700, 300, 96, 1}, "sliding_window:window=96", 2},
+                                   {{2000, 2000}, "sliding_window:window=96", 1},
+                                   {{2000, 2000}, "sliding_window:window=512", 2}};
+  std::int32_t screened = 0, bounded = 0;
+  for (const Case& c : cases) {
+    const SequenceBatch batch(c.lengths);
+    const std::vector<KindWorkload> kinds = {
+        {"global", 2, kind_workload(batch, "causal", 64)},
+        {"local", 10, kind_workload(batch, c.window, 64)}};
+    PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {c.nodes, 2});
+    options.block_sizes = {64, 128, 256};
+    const BuiltModelPlan built = build_model_plan(kinds, options);
+    PlanOptions every = options;
+    every.screen_factor = std::numeric_limits<double>::infinity();
+    const BuiltModelPlan unscreened = build_model_plan(kinds, every);
+    // The same plan, byte for byte, as when every candidate is compiled and simulated.
+    EXPECT_EQ(built.kept, unscreened.kept) << c.window;
+    EXPECT_EQ(serialize_model_plan(built.plan), serialize_model_plan(unscreened.plan)) << c.window;
+    const double step = sim::simulate(built.plan, options.cluster).step_seconds;
+    ASSERT_EQ(built.candidates.size(), unscreened.candidates.size());
+    for (std::size_t i = 0; i < built.candidates.size(); ++i) {
+      const PlanCandidate& candidate = built.candidates[i];
+      if (!candidate.feasible || candidate.simulated) continue;
+      ++screened;
+      bounded += candidate.bounded ? 1 : 0;
+      EXPECT_GE(candidate.estimate_seconds, options.screen_factor * step) << candidate.strategy;
+      // Built anyway, it is slower than the kept step.
+      const PlanCandidate& built_anyway = unscreened.candidates[i];
+      ASSERT_EQ(built_anyway.strategy, candidate.strategy);
+      if (built_anyway.simulated) {
+        EXPECT_GT(built_anyway.seconds(), step) << candidate.strategy;
+      }
+    }
+  }
+  EXPECT_GT(screened, bounded);
+  EXPECT_GT(bounded, 0);
+}
+
+TEST(ModelPlanSearch, RefusesAScreenFactorBelowOne) {
+  PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {1, 2});
+  options.screen_factor = 0.5;
+  try {
+    build_model_plan(global_and_local(kBatch, 64), options);
+    FAIL() << "a screen factor of 0.5 was taken";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("screen factor must be at least 1"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("0.5"), std::string::npos) << e.what();
+  }
+  options.screen_factor = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(build_plan(kind_workload(kBatch, "causal", 64), options), InvalidInput);
 }
 
 TEST(KindPlacement, OnQBlocksComputesEveryWorkUnitWhereItsQBlockIs) {

@@ -25,7 +25,7 @@ ScheduleSummary summarize(const ScheduledPass& scheduled) {
 // dcp's own plan on built's workload and placement, its partials travelling in `partial_dtype`:
 // the header, the kv kept, both passes' schedules (timed), returned for compile_passes.
 std::pair<PassSchedule, PassSchedule> schedule_passes(BuiltPlan& built, const PlanOptions& options,
-                                               DType partial_dtype) {
+                                                      DType partial_dtype) {
   built.plan.header =
       plan_header(built.workload, options.cluster.shape, std::string(to_string(options.strategy)),
                   options.seed, partial_dtype);

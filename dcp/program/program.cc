@@ -49,9 +49,9 @@ std::uint64_t hash_value(const TileMask& mask) {
   const auto absorb = [&](const std::vector<std::int32_t>& values) {
     std::size_t i = 0;
     for (; i + 1 < values.size(); i += 2) {
-      const std::uint64_t word = static_cast<std::uint64_t>(static_cast<std::uint32_t>(values[i])) |
-                                 static_cast<std::uint64_t>(static_cast<std::uint32_t>(values[i + 1]))
-                                     << 32;
+      const std::uint64_t word =
+          static_cast<std::uint64_t>(static_cast<std::uint32_t>(values[i])) |
+          static_cast<std::uint64_t>(static_cast<std::uint32_t>(values[i + 1])) << 32;
       lanes[lane] = (lanes[lane] ^ word) * kMultiplier;
       lane = (lane + 1) & 3;
     }

@@ -272,7 +272,8 @@ std::optional<BuiltModelPlan> on_base(const BuiltPlan& base, std::size_t base_ki
   }
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (scheduled[k]) {
-      auto [plan, seconds] = compile_fastest(std::move(*scheduled[k]), options.cluster, options.screen_factor);
+      auto [plan, seconds] =
+          compile_fastest(std::move(*scheduled[k]), options.cluster, options.screen_factor);
       plan.plan.header.strategy = strategy;
       built[k].emplace(std::move(plan));
       known[k] = seconds;
@@ -385,12 +386,12 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   // it gains (a ring layout of one long sequence, good for its full layers, spreads each window
   // over several devices; one contiguous block per device keeps it on one or two).
   for (const plan_search::SimulatedPlan& runner_up : runners_up) {
-    consider_on(runner_up.plan,
-                PassSeconds{runner_up.simulated.forward_seconds,
-                            runner_up.simulated.backward_seconds},
-                anchor, OtherKinds::kBalance,
-                own_name + " (on " + kinds[anchor].name + "'s placement, block " +
-                    std::to_string(runner_up.plan.workload.blocks().block_size()) + ")");
+    consider_on(
+        runner_up.plan,
+        PassSeconds{runner_up.simulated.forward_seconds, runner_up.simulated.backward_seconds},
+        anchor, OtherKinds::kBalance,
+        own_name + " (on " + kinds[anchor].name + "'s placement, block " +
+            std::to_string(runner_up.plan.workload.blocks().block_size()) + ")");
   }
   // 3. Every other kind planned alone at the finest block size of the sweep, the rest on its token
   // placement: a narrow window balances on finer blocks than a full mask (the others' placements

@@ -70,9 +70,8 @@ double partial_share(const PassTraffic& traffic) {
 const OwnCandidate* kept_own(const BuiltPlan& plan) {
   const std::vector<OwnCandidate>& tried = plan.own_candidates;
   if (tried.empty()) return nullptr;
-  return &*std::min_element(tried.begin(), tried.end(), [](const auto& a, const auto& b) {
-    return a.seconds() < b.seconds();
-  });
+  return &*std::min_element(tried.begin(), tried.end(),
+                            [](const auto& a, const auto& b) { return a.seconds() < b.seconds(); });
 }
 
 BuiltPlan build_own(const Workload& workload, const PlanOptions& options,

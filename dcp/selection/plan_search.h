@@ -16,13 +16,13 @@ namespace dcp {
 // kDcp: dcp's own plan (placement, schedules, compile), then every static strategy that can run
 // on the cluster; each is simulated forward and backward under options.cluster (dcp::sim), and
 // the fastest in forward plus backward time is kept (dcp's own on a tie). A static strategy whose
-// schedule estimate is at least options.screen_factor times the best simulated time is not compiled. Since
-// dcp can simulate before it executes, it is never slower than a static strategy under the cost
-// model. The kept plan's header names "dcp" or "dcp/<static strategy>". kDcpPure: dcp's own plan
-// always. dcp's own plan is the fastest of its plans at PlanOptions::block_sizes when given, and
-// of its structured candidates (PlanOptions::structured_layouts). A static strategy: its plan
-// (build_one_plan).
-// Throws InvalidInput if the cluster spec is invalid, or the strategy cannot run on it.
+// schedule estimate is at least options.screen_factor times the best simulated time is not
+// compiled. Since dcp can simulate before it executes, it is never slower than a static strategy
+// under the cost model. The kept plan's header names "dcp" or "dcp/<static strategy>". kDcpPure:
+// dcp's own plan always. dcp's own plan is the fastest of its plans at PlanOptions::block_sizes
+// when given, and of its structured candidates (PlanOptions::structured_layouts). A static
+// strategy: its plan (build_one_plan). Throws InvalidInput if the cluster spec is invalid, or the
+// strategy cannot run on it.
 BuiltPlan build_plan(const Workload& workload, const PlanOptions& options);
 
 // kDcp's selection given dcp's own plan: `own` is what build_plan returns for `options` with

@@ -214,9 +214,8 @@ TEST(ModelPlanSearch, ScreensOnlyCandidatesSlowerThanTheKeptStep) {
   std::int32_t screened = 0, bounded = 0;
   for (const Case& c : cases) {
     const SequenceBatch batch(c.lengths);
-    const std::vector<KindWorkload> kinds = {
-        {"global", 2, kind_workload(batch, "causal", 64)},
-        {"local", 10, kind_workload(batch, c.window, 64)}};
+    const std::vector<KindWorkload> kinds = {{"global", 2, kind_workload(batch, "causal", 64)},
+                                             {"local", 10, kind_workload(batch, c.window, 64)}};
     PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {c.nodes, 2});
     options.block_sizes = {64, 128, 256};
     const BuiltModelPlan built = build_model_plan(kinds, options);

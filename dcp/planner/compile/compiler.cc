@@ -35,8 +35,8 @@ TileMask make_tile_mask(const Workload& workload, const Tile& tile) {
     const MaskSegment& segment = mask.segments()[s];
     if (segment.row_begin >= rows_end) break;
     const std::span<const AffineInterval> intervals = mask.intervals(segment);
-    for (TokenCount r = std::max(segment.row_begin, q.begin); r < std::min(segment.row_end, rows_end);
-         ++r) {
+    for (TokenCount r = std::max(segment.row_begin, q.begin);
+         r < std::min(segment.row_end, rows_end); ++r) {
       for (const AffineInterval& interval : intervals) {
         const TokenCount begin = std::max(interval.begin_at(r), kv.begin);
         const TokenCount end = std::min(interval.end_at(r), kv_end);
@@ -63,9 +63,9 @@ struct PassContext {
   std::vector<std::int32_t> tile_masks;
   std::vector<TileMask> distinct_masks;
   std::unordered_map<std::uint64_t, std::vector<std::int32_t>> distinct_by_hash;
-  std::vector<std::int32_t> q_tiles, kv_tiles;                 // per block
-  std::vector<PairCount> q_pairs, kv_pairs;                    // per block, one head
-  std::vector<std::int32_t> heads_of_kv_block;                 // q head blocks per kv head block
+  std::vector<std::int32_t> q_tiles, kv_tiles;  // per block
+  std::vector<PairCount> q_pairs, kv_pairs;     // per block, one head
+  std::vector<std::int32_t> heads_of_kv_block;  // q head blocks per kv head block
 
   const KeptKv* kept;         // may be null
   std::int32_t launches = 0;  // launch_count(schedule)

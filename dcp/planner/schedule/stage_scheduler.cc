@@ -11,7 +11,6 @@
 
 #include "dcp/core/error.h"
 
-
 namespace dcp {
 
 void validate(const ScheduleOptions& options) {
@@ -422,18 +421,26 @@ class Greedy {
     }
   }
 
-  // Restores the min-heap after its top's key rose.
-  template <typename Entry>
-  static void sift_down(std::vector<Entry>& heap) {
+  // A device's turn in a launch: the least compute in the stage goes first, then the lower id.
+  struct Turn {
+    double compute;
+    DeviceId device;
+  };
+  // Whether a goes after b (the heap's order, a min-heap under std's max-heap functions).
+  static bool after(const Turn& a, const Turn& b) {
+    return a.compute > b.compute || (a.compute == b.compute && a.device > b.device);
+  }
+  // Restores the heap after its top's compute rose.
+  static void sift_down(std::vector<Turn>& heap) {
     std::size_t i = 0;
     for (;;) {
       const std::size_t left = 2 * i + 1;
       if (left >= heap.size()) return;
-      std::size_t least = left;
-      if (left + 1 < heap.size() && heap[left + 1] < heap[left]) least = left + 1;
-      if (!(heap[least] < heap[i])) return;
-      std::swap(heap[i], heap[least]);
-      i = least;
+      std::size_t first = left;
+      if (left + 1 < heap.size() && after(heap[left], heap[left + 1])) first = left + 1;
+      if (!after(heap[i], heap[first])) return;
+      std::swap(heap[i], heap[first]);
+      i = first;
     }
   }
 
@@ -455,16 +462,15 @@ class Greedy {
     // The device with the least compute in the stage takes the next unit (a min-heap of
     // (compute, device)); the one that took it stays at the top with its compute raised and sinks,
     // one sift rather than a pop and a push.
-    using Entry = std::pair<double, DeviceId>;
-    std::vector<Entry> turn;
+    std::vector<Turn> turn;
     std::vector<std::size_t> cursor(devices, 0);
     for (DeviceId d = 0; d < shape_.devices(); ++d) {
-      if (!pending_[static_cast<std::size_t>(d)].empty()) turn.emplace_back(compute(stage, d), d);
+      if (!pending_[static_cast<std::size_t>(d)].empty()) turn.push_back({compute(stage, d), d});
     }
-    std::make_heap(turn.begin(), turn.end(), std::greater<>());
+    std::make_heap(turn.begin(), turn.end(), after);
     std::vector<Fetch> fetches;
     while (!turn.empty()) {
-      const DeviceId d = turn.front().second;
+      const DeviceId d = turn.front().device;
       const auto& list = pending_[static_cast<std::size_t>(d)];
       std::size_t& c = cursor[static_cast<std::size_t>(d)];
       bool took = false;
@@ -480,10 +486,10 @@ class Greedy {
         break;
       }
       if (took) {
-        turn.front().first = compute(stage, d);
+        turn.front().compute = compute(stage, d);
         sift_down(turn);
       } else {
-        std::pop_heap(turn.begin(), turn.end(), std::greater<>());
+        std::pop_heap(turn.begin(), turn.end(), after);
         turn.pop_back();
       }
     }
@@ -524,48 +530,6 @@ class Greedy {
 };
 
 }  // namespace
-
-std::optional<PassSchedule> own_outputs_last(const Workload& workload, const Placement& placement,
-                                             const PassSchedule& schedule, std::int32_t from) {
-  const auto devices = static_cast<std::size_t>(placement.cluster.devices());
-  std::vector<char> sends(devices, 0);
-  std::vector<char> own(schedule.unit_stage.size(), 0);
-  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
-    const DeviceId d = placement.work_unit_device[static_cast<std::size_t>(w)];
-    bool owns_all = true;
-    for (const ValueKey& value : output_values(workload, schedule.pass, workload.work_unit(w))) {
-      owns_all &= placement.token_block_device[static_cast<std::size_t>(value.block)] == d;
-    }
-    own[static_cast<std::size_t>(w)] = owns_all ? 1 : 0;
-    if (!owns_all) sends[static_cast<std::size_t>(d)] = 1;
-  }
-  PassSchedule moved = schedule;
-  bool any = false;
-  for (std::size_t w = 0; w < moved.unit_stage.size(); ++w) {
-    if (moved.unit_stage[w] == from && own[w] != 0 &&
-        sends[static_cast<std::size_t>(placement.work_unit_device[w])] != 0) {
-      moved.unit_stage[w] = schedule.stages;
-      any = true;
-    }
-  }
-  if (!any) return std::nullopt;
-  ++moved.stages;
-  return moved;
-}
-
-bool keep_own_outputs_last_if_faster(const Workload& workload, const Placement& placement,
-                                     const ClusterSpec& cluster, const PlanHeader& header,
-                                     PassSchedule& schedule, ScheduleEstimate& schedule_estimate,
-                                     std::int32_t from) {
-  std::optional<PassSchedule> moved = own_outputs_last(workload, placement, schedule, from);
-  if (!moved) return false;
-  ScheduleEstimate moved_estimate = estimate(workload, placement, cluster, header, *moved);
-  // Kept only if lower by more than noise in the model.
-  if (moved_estimate.seconds >= schedule_estimate.seconds * kEstimateGainShare) return false;
-  schedule = std::move(*moved);
-  schedule_estimate = std::move(moved_estimate);
-  return true;
-}
 
 ScheduledPass schedule_pass(const Workload& workload, const Placement& placement,
                             const ClusterSpec& cluster, const PlanHeader& header, Pass pass,

@@ -92,6 +92,9 @@ enum class OtherKinds { kFollow, kBalance, kBalanceOrFollow };
 PassSeconds seconds_of(const sim::PlanSimulation& simulation) {
   return {simulation.forward.seconds, simulation.backward.seconds};
 }
+PassSeconds seconds_of(const OwnCandidate& simulated) {
+  return {simulated.forward_seconds, simulated.backward_seconds};
+}
 
 // Another kind's work placements on a base's token blocks, each scheduled; compile_fastest
 // compiles and simulates them.
@@ -231,17 +234,22 @@ std::optional<BuiltModelPlan> on_base(const BuiltPlan& base, std::size_t base_ki
   own.strategy = Strategy::kDcpPure;
   own.partial_dtype = base.plan.header.partial_dtype;
   const bool screened = times != nullptr && base_times && !static_base && screen != nullptr;
+  // The step from the base's times and, for every other kind, `other(k)`.
+  const auto step = [&](const auto& other) {
+    double seconds = 0;
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      seconds += kinds[k].layers *
+                 (k == base_kind ? base_times->forward + base_times->backward : other(k));
+    }
+    return seconds;
+  };
   if (screened) {
     // First from the other kinds' mean compute per device, which no schedule estimate is below
     // (a device's stages add up to its compute): where that screens, nothing is scheduled.
-    double step = 0;
-    for (std::size_t k = 0; k < kinds.size(); ++k) {
-      step += kinds[k].layers * (k == base_kind ? base_times->forward + base_times->backward
-                                                : mean_compute_seconds(cut[k].workload, options));
-    }
-    screen->estimate = step;
+    screen->estimate =
+        step([&](std::size_t k) { return mean_compute_seconds(cut[k].workload, options); });
     screen->bounded = true;
-    if (step >= screen->above) return std::nullopt;
+    if (screen->estimate >= screen->above) return std::nullopt;
     screen->bounded = false;
   }
   std::vector<std::optional<ScheduledTries>> scheduled(kinds.size());
@@ -262,13 +270,8 @@ std::optional<BuiltModelPlan> on_base(const BuiltPlan& base, std::size_t base_ki
     }
   }
   if (screened) {
-    double step = 0;
-    for (std::size_t k = 0; k < kinds.size(); ++k) {
-      step += kinds[k].layers * (k == base_kind ? base_times->forward + base_times->backward
-                                                : scheduled[k]->fastest_estimate());
-    }
-    screen->estimate = step;
-    if (step >= screen->above) return std::nullopt;
+    screen->estimate = step([&](std::size_t k) { return scheduled[k]->fastest_estimate(); });
+    if (screen->estimate >= screen->above) return std::nullopt;
   }
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (scheduled[k]) {
@@ -372,7 +375,7 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   const auto known_times = [](const BuiltPlan& plan) -> std::optional<PassSeconds> {
     const OwnCandidate* kept = plan_search::kept_own(plan);
     if (kept == nullptr) return std::nullopt;
-    return PassSeconds{kept->forward_seconds, kept->backward_seconds};
+    return seconds_of(*kept);
   };
   std::vector<plan_search::SimulatedPlan> runners_up;
   const BuiltPlan base = plan_search::build_own(kinds[anchor].workload, own, &runners_up);
@@ -386,12 +389,9 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   // it gains (a ring layout of one long sequence, good for its full layers, spreads each window
   // over several devices; one contiguous block per device keeps it on one or two).
   for (const plan_search::SimulatedPlan& runner_up : runners_up) {
-    consider_on(
-        runner_up.plan,
-        PassSeconds{runner_up.simulated.forward_seconds, runner_up.simulated.backward_seconds},
-        anchor, OtherKinds::kBalance,
-        own_name + " (on " + kinds[anchor].name + "'s placement, block " +
-            std::to_string(runner_up.plan.workload.blocks().block_size()) + ")");
+    consider_on(runner_up.plan, seconds_of(runner_up.simulated), anchor, OtherKinds::kBalance,
+                own_name + " (on " + kinds[anchor].name + "'s placement, block " +
+                    std::to_string(runner_up.plan.workload.blocks().block_size()) + ")");
   }
   // 3. Every other kind planned alone at the finest block size of the sweep, the rest on its token
   // placement: a narrow window balances on finer blocks than a full mask (the others' placements

@@ -94,8 +94,9 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
 
 void plan_search::validate_screen_factor(const PlanOptions& options) {
   if (!(options.screen_factor >= 1)) {
-    throw InvalidInput("the screen factor must be at least 1 (infinity: every candidate " +
-                       std::string("simulated), got ") + std::to_string(options.screen_factor));
+    throw InvalidInput(
+        "the screen factor must be at least 1 (infinity: every candidate simulated), got " +
+        std::to_string(options.screen_factor));
   }
 }
 

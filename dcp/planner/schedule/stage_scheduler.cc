@@ -75,12 +75,12 @@ struct Problem {
   bool any_remote = false;
 };
 
-// Numbers the values the work units of each group (a device, or a node) read: for every unit,
-// its q and kv values' entries in one flat table where each group's values are consecutive.
-// `group_of` maps a device to its group; returns the table's size.
+// Numbers the values the work units of each group (a device, or a node: consecutive devices)
+// read: for every unit, its q and kv values' entries in one flat table where each group's values
+// are consecutive. `group_of` maps a device to its group; returns the table's size.
 template <typename GroupOf>
-std::int32_t number_values(Problem& p, std::int32_t groups, const GroupOf& group_of,
-                           std::vector<std::int32_t>& q_entry, std::vector<std::int32_t>& kv_entry,
+std::int32_t number_values(Problem& p, const GroupOf& group_of, std::vector<std::int32_t>& q_entry,
+                           std::vector<std::int32_t>& kv_entry,
                            std::vector<std::int32_t>* kept_entries) {
   q_entry.assign(p.unit_q.size(), 0);
   kv_entry.assign(p.unit_kv.size(), 0);
@@ -95,25 +95,24 @@ std::int32_t number_values(Problem& p, std::int32_t groups, const GroupOf& group
     }
     return e;
   };
-  for (std::int32_t g = 0; g < groups; ++g) {
-    for (std::size_t d = 0; d < p.device_units.size(); ++d) {
-      if (group_of(static_cast<DeviceId>(d)) != g) continue;
-      for (const WorkUnitId w : p.device_units[d]) {
-        const auto i = static_cast<std::size_t>(w);
-        q_entry[i] = number(p.unit_q[i]);
-        kv_entry[i] = number(p.unit_kv[i]);
-      }
-      if (kept_entries != nullptr) {
-        // Kept values no unit of the device reads are never looked up.
-        for (const std::int32_t v : p.kept[d]) {
-          if (entry[static_cast<std::size_t>(v)] >= 0) {
-            kept_entries->push_back(entry[static_cast<std::size_t>(v)]);
-          }
+  for (std::size_t d = 0; d < p.device_units.size(); ++d) {
+    if (d > 0 && group_of(static_cast<DeviceId>(d)) != group_of(static_cast<DeviceId>(d - 1))) {
+      for (const std::int32_t v : touched) entry[static_cast<std::size_t>(v)] = -1;
+      touched.clear();
+    }
+    for (const WorkUnitId w : p.device_units[d]) {
+      const auto i = static_cast<std::size_t>(w);
+      q_entry[i] = number(p.unit_q[i]);
+      kv_entry[i] = number(p.unit_kv[i]);
+    }
+    if (kept_entries != nullptr) {
+      // Kept values no unit of the device reads are never looked up.
+      for (const std::int32_t v : p.kept[d]) {
+        if (entry[static_cast<std::size_t>(v)] >= 0) {
+          kept_entries->push_back(entry[static_cast<std::size_t>(v)]);
         }
       }
     }
-    for (const std::int32_t v : touched) entry[static_cast<std::size_t>(v)] = -1;
-    touched.clear();
   }
   return next;
 }
@@ -225,11 +224,10 @@ Problem make_problem(const Workload& workload, const Placement& placement,
     for (const double t : *list) p.comm_lower_bound = std::max(p.comm_lower_bound, t);
   }
   p.device_entries = number_values(
-      p, shape.devices(), [](DeviceId d) { return d; }, p.unit_q_entry, p.unit_kv_entry,
-      &p.kept_entries);
+      p, [](DeviceId d) { return d; }, p.unit_q_entry, p.unit_kv_entry, &p.kept_entries);
   p.node_entries = number_values(
-      p, shape.nodes, [&](DeviceId d) { return shape.node_of(d); }, p.unit_q_node_entry,
-      p.unit_kv_node_entry, nullptr);
+      p, [&](DeviceId d) { return shape.node_of(d); }, p.unit_q_node_entry, p.unit_kv_node_entry,
+      nullptr);
   return p;
 }
 

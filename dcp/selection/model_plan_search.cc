@@ -3,6 +3,7 @@
 #include "dcp/selection/model_plan_search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <string>
@@ -87,7 +88,7 @@ void add_timings(PlanTimings& total, const PlanTimings& part) {
 }
 
 // The work placements on_base tries for each other kind (schedule_tries).
-enum class OtherKinds { kFollow, kBalance, kBalanceOrFollow };
+enum class OtherKinds { kFollow, kOnQBlocks, kBalance, kBalanceOrFollow };
 
 PassSeconds seconds_of(const sim::PlanSimulation& simulation) {
   return {simulation.forward.seconds, simulation.backward.seconds};
@@ -111,11 +112,12 @@ struct ScheduledTries {
 };
 
 // The work placements on_base tries for `workload` (another kind, cut on base's blocks), each
-// scheduled: the followed placement (follow_placement); that held to the kind's compute caps
-// (balanced_on_tokens) and every work unit on its q block's device (on_q_blocks); or all three.
+// scheduled: the followed placement (follow_placement); every work unit on its q block's device
+// (on_q_blocks); that and the followed placement held to the kind's compute caps
+// (balanced_on_tokens); or all three.
 ScheduledTries schedule_tries(const BuiltPlan& base, const Workload& workload,
                               const PlanOptions& own, OtherKinds tries) {
-  const bool balance = tries != OtherKinds::kFollow;
+  const bool balance = tries == OtherKinds::kBalance || tries == OtherKinds::kBalanceOrFollow;
   Placement follow = follow_placement(base.workload, base.placement, workload);
   // The placements tried, in order; the fastest is kept, the later on a tie.
   struct Tried {
@@ -134,6 +136,8 @@ ScheduledTries schedule_tries(const BuiltPlan& base, const Workload& workload,
         balanced_on_tokens(workload, follow, placement_options_of(own, workload));
     placements.push_back(
         {std::move(balanced.placement), balanced.within_bounds, balanced.timings.total_ms});
+  }
+  if (tries != OtherKinds::kFollow) {
     owned.emplace(on_q_blocks(follow, workload));
     if (owned->work_unit_device == follow.work_unit_device) owned.reset();
   }
@@ -297,6 +301,22 @@ std::optional<BuiltModelPlan> on_base(const BuiltPlan& base, std::size_t base_ki
   return result;
 }
 
+// The size of `sizes` nearest, in ratio, to the keys a query of `workload` reads on average (the
+// finer on a tie): a block about as long as a window keeps each q block's keys on it and the block
+// before it, and finer blocks add tiles to place, schedule and compile.
+TokenCount reads_block_size(const Workload& workload, const std::vector<TokenCount>& sizes) {
+  const double reads = std::max(1.0, static_cast<double>(workload.unmasked_pairs()) /
+                                         static_cast<double>(workload.batch().total_tokens()));
+  const auto gap = [&](TokenCount size) {
+    return std::abs(std::log(static_cast<double>(size) / reads));
+  };
+  TokenCount best = sizes.front();
+  for (const TokenCount size : sizes) {
+    if (gap(size) < gap(best) || (gap(size) == gap(best) && size < best)) best = size;
+  }
+  return best;
+}
+
 }  // namespace
 
 std::size_t densest_kind(const std::vector<KindWorkload>& kinds) {
@@ -387,30 +407,32 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   // 2. The densest kind's fastest partition at each other block size its search tried, every other
   // kind on it: its own fastest plan may place tokens where the other kinds' work costs more than
   // it gains (a ring layout of one long sequence, good for its full layers, spreads each window
-  // over several devices; one contiguous block per device keeps it on one or two).
+  // over several devices; one contiguous block per device keeps it on one or two). The others on
+  // their q blocks only: held to their compute caps, they were never the faster here on the
+  // micro-benchmark's hybrid-attention batches (they are in 3, on another kind's partition).
   for (const plan_search::SimulatedPlan& runner_up : runners_up) {
-    consider_on(runner_up.plan, seconds_of(runner_up.simulated), anchor, OtherKinds::kBalance,
+    consider_on(runner_up.plan, seconds_of(runner_up.simulated), anchor, OtherKinds::kOnQBlocks,
                 own_name + " (on " + kinds[anchor].name + "'s placement, block " +
                     std::to_string(runner_up.plan.workload.blocks().block_size()) + ")");
   }
-  // 3. Every other kind planned alone at the finest block size of the sweep, the rest on its token
-  // placement: a narrow window balances on finer blocks than a full mask (the others' placements
-  // at the coarser sizes are 1 and 2), and this is what a placement per kind gives that kind's
-  // layers, without moving tokens. Its partition at the default and the tighter balance, not its
-  // whole search: on the micro-benchmark's hybrid-attention batches, its search kept nothing
-  // faster here and cost 0.1 to 0.2 x a one-mask plan more.
-  PlanOptions finest = own;
-  if (!finest.block_sizes.empty()) {
-    finest.block_sizes = {*std::min_element(own.block_sizes.begin(), own.block_sizes.end())};
-    finest.structured_layouts = false;
-  }
+  // 3. Every other kind planned alone, the rest on its token placement: what a placement per kind
+  // gives that kind's layers, without moving tokens. At the block size nearest to what its queries
+  // read (reads_block_size; a narrow window balances on finer blocks than a full mask, and the
+  // others' placements at the sizes of the sweep are 1 and 2). Its partition at the default and
+  // the tighter balance, not its whole search: on the micro-benchmark's hybrid-attention batches,
+  // its search kept nothing faster here and cost 0.1 to 0.2 x a one-mask plan more.
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (k == anchor) continue;
+    PlanOptions alone = own;
+    if (!alone.block_sizes.empty()) {
+      alone.block_sizes = {reads_block_size(kinds[k].workload, own.block_sizes)};
+      alone.structured_layouts = false;
+    }
     std::optional<BuiltPlan> placed;
     try {
-      placed.emplace(build_plan(kinds[k].workload, finest));
+      placed.emplace(build_plan(kinds[k].workload, alone));
     } catch (const InvalidInput&) {
-      // Too many blocks at the finest size (the tile limits): its search finds a size that fits.
+      // Too many blocks at that size (the tile limits): its search finds a size that fits.
       placed.emplace(build_plan(kinds[k].workload, own));
     }
     if (!cut_uniformly(placed->workload)) continue;

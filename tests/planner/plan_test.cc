@@ -304,6 +304,52 @@ TEST(StageScheduler, CappedStagesHoldEachDevicesShareAndChoosingKeepsTheLowerEst
   }
 }
 
+// Choosing S, the search looks kStagesPastKept past the kept S at least: every S up to there
+// (each run alone gives one of the schedules the search compared) is no faster, beyond the gain
+// share; the kept S is within max_fetch_launches.
+TEST(StageScheduler, ChoosingSLooksPastTheKeptStageCount) {
+  std::int32_t above_one = 0;
+  AttentionShape shape;
+  shape.q_heads = 8;
+  shape.kv_heads = 2;
+  shape.head_dim = 128;
+  // Long enough sequences for transfers to matter, so that pipelines of S > 1 win somewhere.
+  for (const std::vector<TokenCount>& lengths :
+       {std::vector<TokenCount>{32768}, std::vector<TokenCount>{16384, 9000, 3000, 700}}) {
+    const SequenceBatch batch(lengths);
+    const Workload workload(shape, batch, build_batch_mask(small_spec(MaskKind::kCausal), batch),
+                            1024, 1);
+    PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 4});
+    const ClusterSpec& spec = options.cluster;
+    PlacementOptions placement_options = options.placement;
+    placement_options.cluster = spec.shape;
+    const Placement placement = place(workload, placement_options).placement;
+    const PlanHeader header = plan_header(workload, spec.shape, "dcp", 0);
+    for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+      ScheduleOptions schedule_options;
+      schedule_options.own_outputs_last = false;
+      schedule_options.max_fetch_launches = 12;
+      const ScheduledPass chosen =
+          schedule_pass(workload, placement, spec, header, pass, schedule_options);
+      ASSERT_GE(chosen.fetch_launches, 1);
+      ASSERT_LE(chosen.fetch_launches, schedule_options.max_fetch_launches);
+      above_one += chosen.fetch_launches > 1 ? 1 : 0;
+      const std::int32_t last =
+          std::min(schedule_options.max_fetch_launches, chosen.fetch_launches + kStagesPastKept);
+      for (std::int32_t s = 1; s <= last; ++s) {
+        ScheduleOptions one = schedule_options;
+        one.fetch_launches = s;
+        const ScheduledPass alone = schedule_pass(workload, placement, spec, header, pass, one);
+        EXPECT_LE(chosen.estimate.seconds, alone.estimate.seconds / kEstimateGainShare)
+            << lengths.size() << " sequences, pass " << to_string(pass) << " S " << s;
+        if (s == chosen.fetch_launches) {
+          EXPECT_EQ(chosen.estimate.seconds, alone.estimate.seconds);
+        }
+      }
+    }
+  }
+  EXPECT_GT(above_one, 0);  // the batches exercise a pipeline, not only S = 1
+}
 // Own outputs last (backward, kv kept): the new last stage holds only units whose dq and dkv their
 // device owns and whose inputs it has from stage 0, on devices that send partials; putting them
 // back into stage 0 gives the same transfers, and the scheduler keeps the variant only where its

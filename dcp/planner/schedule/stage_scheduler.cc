@@ -542,7 +542,8 @@ ScheduledPass schedule_pass(const Workload& workload, const Placement& placement
   const std::int32_t last = !problem.any_remote ? first
                             : choose            ? options.max_fetch_launches
                                                 : options.fetch_launches;
-  for (std::int32_t s = first; s <= last; ++s) {
+  for (std::int32_t s = first; s <= last && (!have || s - best.fetch_launches <= kStagesPastKept);
+       ++s) {
     for (const bool balanced : {false, true}) {
       // With one launch, every stage after 0 is unbudgeted: the cap changes nothing.
       const bool wanted = balanced ? options.balance != StageBalance::kUncapped &&

@@ -21,7 +21,7 @@ enum class StageBalance : std::uint8_t {
 struct ScheduleOptions {
   // Fetch launches S: stages 1..S fetch their inputs while the previous stage computes (an input
   // relayed inside a node may add one more stage). 0: the S in [1, max_fetch_launches] with the
-  // lowest estimated time.
+  // lowest estimated time (searched up to kStagesPastKept past the kept S).
   std::int32_t fetch_launches = 0;
   std::int32_t max_fetch_launches = 8;
   StageBalance balance = StageBalance::kChoose;
@@ -37,6 +37,11 @@ struct ScheduleOptions {
 // A schedule that the estimate finds faster replaces another only where its estimate is below
 // this share of the other's: smaller gains are noise in the model.
 inline constexpr double kEstimateGainShare = 0.995;
+
+// Choosing S, the search stops once this many S past the kept one have not replaced it: the
+// estimate falls with S while more stages hide more transfers and rises after, with noise of a
+// few stages (docs/scheduling.md: no plan of the micro-benchmark or the kinds suite changed).
+inline constexpr std::int32_t kStagesPastKept = 4;
 
 // Throws InvalidInput naming the field for S < 0, max < 1, S > 64, or structured stage parts
 // outside [0, 64].

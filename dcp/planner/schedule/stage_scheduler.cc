@@ -473,8 +473,9 @@ class Greedy {
       std::size_t& c = cursor[static_cast<std::size_t>(d)];
       bool took = false;
       for (; c < list.size(); ++c) {
+        // Pending at the launch's start, and only this cursor takes the device's units.
         const WorkUnitId w = list[c];
-        if (stage_[static_cast<std::size_t>(w)] != kPending) continue;
+        assert(stage_[static_cast<std::size_t>(w)] == kPending);
         if (!under_cap(w, d, stage, budgeted)) continue;
         if (!plan_fetch(w, d, launch, fetches) || !fits(fetches, d, budget)) continue;
         commit(fetches, d, launch);

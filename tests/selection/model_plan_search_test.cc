@@ -167,7 +167,8 @@ TEST(ModelPlanSearch, PlacesOnEachKindsOwnPlacementAndIsNoSlowerThanOneMasksPlac
   options.block_sizes = {128, 64};
   const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64, 2, 10);
   const BuiltModelPlan built = build_model_plan(kinds, options);
-  // The local kind planned alone at the finest block size of the sweep.
+  // The local kind planned alone at the block size nearest to what its queries read (a 96-token
+  // window, less at the sequences' starts: 64 rather than 128).
   const std::string named = "dcp (on local's placement, block 64)";
   const auto it = std::find_if(built.candidates.begin(), built.candidates.end(),
                                [&](const PlanCandidate& c) { return c.strategy == named; });
@@ -198,6 +199,29 @@ TEST(ModelPlanSearch, PlacesOnEachKindsOwnPlacementAndIsNoSlowerThanOneMasksPlac
                                                      std::to_string(kept_size) + ")";
                           }),
             0);
+}
+
+// Blocks shorter than a window only add tiles: a kind is planned alone at the size of the sweep
+// nearest to the keys its queries read on average, a wide window's at a coarse size.
+TEST(ModelPlanSearch, PlansEachOtherKindAloneAtTheBlockSizeItsQueriesRead) {
+  PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {2, 2});
+  options.block_sizes = {64, 128, 256};
+  const SequenceBatch batch({3000, 2000});
+  for (const auto& [window, size] : {std::pair{256, 256}, std::pair{100, 128}, std::pair{40, 64}}) {
+    const std::vector<KindWorkload> kinds = {
+        {"global", 1, kind_workload(batch, "causal", 64)},
+        {"local", 5, kind_workload(batch, "sliding_window:window=" + std::to_string(window), 64)}};
+    const BuiltModelPlan built = build_model_plan(kinds, options);
+    std::vector<std::string> own;
+    for (const PlanCandidate& candidate : built.candidates) {
+      if (candidate.strategy.find("on local's placement") != std::string::npos) {
+        own.push_back(candidate.strategy);
+      }
+    }
+    ASSERT_EQ(own.size(), 1u) << "window " << window;
+    EXPECT_EQ(own.front(), "dcp (on local's placement, block " + std::to_string(size) + ")")
+        << "window " << window;
+  }
 }
 
 TEST(ModelPlanSearch, ScreensOnlyCandidatesSlowerThanTheKeptStep) {

@@ -127,16 +127,16 @@ ScheduledTries schedule_tries(const BuiltPlan& base, const Workload& workload,
     bool again_later = false;
   };
   std::vector<Tried> placements;
-  // Every work unit on its q block's device: where the other kind's work units were moved for
-  // its own balance, following them moves q blocks and partial outputs this kind's even work
-  // does not need moved (where nothing was moved the two are one placement).
-  std::optional<Placement> owned;
   if (balance) {
     PlacementResult balanced =
         balanced_on_tokens(workload, follow, placement_options_of(own, workload));
     placements.push_back(
         {std::move(balanced.placement), balanced.within_bounds, balanced.timings.total_ms});
   }
+  // Every work unit on its q block's device: where the other kind's work units were moved for
+  // its own balance, following them moves q blocks and partial outputs this kind's even work
+  // does not need moved (where nothing was moved the two are one placement).
+  std::optional<Placement> owned;
   if (tries != OtherKinds::kFollow) {
     owned.emplace(on_q_blocks(follow, workload));
     if (owned->work_unit_device == follow.work_unit_device) owned.reset();

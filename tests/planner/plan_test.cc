@@ -31,6 +31,14 @@ using testing::random_batch;
 using testing::small_spec;
 using testing::small_workload;
 
+// dcp's placement of `workload` on options' cluster (options.placement's settings), as the stage
+// scheduler's tests schedule it.
+Placement dcp_placement(const Workload& workload, const PlanOptions& options) {
+  PlacementOptions placement_options = options.placement;
+  placement_options.cluster = options.cluster.shape;
+  return place(workload, placement_options).placement;
+}
+
 class EveryStrategyAndWorld : public ::testing::TestWithParam<std::tuple<Strategy, ClusterShape>> {
 };
 
@@ -131,9 +139,7 @@ TEST(PlanBuilder, BinaryRoundTripKeepsEveryField) {
 TEST(StageScheduler, StageZeroUsesOnlyLocalInputsAndInputsCrossToANodeOnce) {
   const Workload workload = small_workload(random_batch(5), MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcp, {4, 2});
-  PlacementOptions placement_options = options.placement;
-  placement_options.cluster = options.cluster.shape;
-  const Placement placement = place(workload, placement_options).placement;
+  const Placement placement = dcp_placement(workload, options);
   const PlanHeader header = plan_header(workload, options.cluster.shape, "dcp", 0);
   for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
     for (const std::int32_t s : {1, 2, 5}) {
@@ -174,9 +180,7 @@ TEST(StageScheduler, EveryBudgetedLaunchFitsEachNetworkInterface) {
     PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 4});
     options.cluster.nics_per_node = 4;
     ClusterSpec spec = options.cluster;
-    PlacementOptions placement_options = options.placement;
-    placement_options.cluster = spec.shape;
-    const Placement placement = place(workload, placement_options).placement;
+    const Placement placement = dcp_placement(workload, options);
     const PlanHeader header = plan_header(workload, spec.shape, "dcp", 0);
     const auto devices = static_cast<std::size_t>(spec.shape.devices());
     const auto nics = static_cast<std::size_t>(spec.shape.nodes * spec.nics_per_node);
@@ -250,9 +254,7 @@ TEST(StageScheduler, CappedStagesHoldEachDevicesShareAndChoosingKeepsTheLowerEst
     const Workload workload = small_workload(random_batch(seed), MaskKind::kCausal, 8, 2);
     PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 4});
     const ClusterSpec& spec = options.cluster;
-    PlacementOptions placement_options = options.placement;
-    placement_options.cluster = spec.shape;
-    const Placement placement = place(workload, placement_options).placement;
+    const Placement placement = dcp_placement(workload, options);
     const PlanHeader header = plan_header(workload, spec.shape, "dcp", 0);
     const auto devices = static_cast<std::size_t>(spec.shape.devices());
     for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
@@ -321,9 +323,7 @@ TEST(StageScheduler, ChoosingSLooksPastTheKeptStageCount) {
                             1024, 1);
     PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 4});
     const ClusterSpec& spec = options.cluster;
-    PlacementOptions placement_options = options.placement;
-    placement_options.cluster = spec.shape;
-    const Placement placement = place(workload, placement_options).placement;
+    const Placement placement = dcp_placement(workload, options);
     const PlanHeader header = plan_header(workload, spec.shape, "dcp", 0);
     for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
       ScheduleOptions schedule_options;
@@ -350,6 +350,7 @@ TEST(StageScheduler, ChoosingSLooksPastTheKeptStageCount) {
   }
   EXPECT_GT(above_one, 0);  // the batches exercise a pipeline, not only S = 1
 }
+
 // Own outputs last (backward, kv kept): the new last stage holds only units whose dq and dkv their
 // device owns and whose inputs it has from stage 0, on devices that send partials; putting them
 // back into stage 0 gives the same transfers, and the scheduler keeps the variant only where its

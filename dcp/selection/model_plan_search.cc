@@ -418,14 +418,20 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   // 3. Every other kind planned alone, the rest on its token placement: what a placement per kind
   // gives that kind's layers, without moving tokens. At the block size nearest to what its queries
   // read (reads_block_size; a narrow window balances on finer blocks than a full mask, and the
-  // others' placements at the sizes of the sweep are 1 and 2). Its partition at the default and
+  // others' placements at the sizes of the sweep are 1 and 2), of those the densest kind's search
+  // tried: its layers run on these blocks too, and where its longest sequence is dense its search
+  // leaves out the finer sizes (kDenseMinBlockSize), at which it has the most work units to
+  // schedule and compile and its plan was never the fastest. Its partition at the default and
   // the tighter balance, not its whole search: on the micro-benchmark's hybrid-attention batches,
   // its search kept nothing faster here and cost 0.1 to 0.2 x a one-mask plan more.
+  const std::vector<TokenCount> anchor_sizes =
+      own.block_sizes.empty() ? std::vector<TokenCount>{}
+                              : plan_search::searched_block_sizes(kinds[anchor].workload, own);
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (k == anchor) continue;
     PlanOptions alone = own;
-    if (!alone.block_sizes.empty()) {
-      alone.block_sizes = {reads_block_size(kinds[k].workload, own.block_sizes)};
+    if (!anchor_sizes.empty()) {
+      alone.block_sizes = {reads_block_size(kinds[k].workload, anchor_sizes)};
       alone.structured_layouts = false;
     }
     std::optional<BuiltPlan> placed;

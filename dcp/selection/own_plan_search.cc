@@ -74,9 +74,17 @@ const OwnCandidate* kept_own(const BuiltPlan& plan) {
                             [](const auto& a, const auto& b) { return a.seconds() < b.seconds(); });
 }
 
-BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
-                    std::vector<SimulatedPlan>* runners_up) {
-  if (options.block_sizes.empty()) return build_one_plan(workload, options);
+namespace {
+
+// Whether build_own tries the structured layouts.
+bool tries_structured(const Workload& workload, const PlanOptions& options) {
+  return options.structured_layouts && options.kept_kv_budget == kKeepAllKv &&
+         few_long_sequences(workload);
+}
+
+}  // namespace
+
+std::vector<TokenCount> searched_block_sizes(const Workload& workload, const PlanOptions& options) {
   const auto top = static_cast<TokenCount>(std::bit_ceil(
       static_cast<std::uint64_t>(std::max<TokenCount>(1, workload.batch().max_length()))));
   std::vector<TokenCount> sizes;
@@ -85,13 +93,19 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     const TokenCount effective = std::min(size, top);
     if (std::find(sizes.begin(), sizes.end(), effective) == sizes.end()) sizes.push_back(effective);
   }
-  const bool structured = options.structured_layouts && options.kept_kv_budget == kKeepAllKv &&
-                          few_long_sequences(workload);
-  if (structured && longest_is_dense(workload) &&
+  if (tries_structured(workload, options) && longest_is_dense(workload) &&
       std::any_of(sizes.begin(), sizes.end(),
                   [](TokenCount size) { return size >= kDenseMinBlockSize; })) {
     std::erase_if(sizes, [](TokenCount size) { return size < kDenseMinBlockSize; });
   }
+  return sizes;
+}
+
+BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
+                    std::vector<SimulatedPlan>* runners_up) {
+  if (options.block_sizes.empty()) return build_one_plan(workload, options);
+  const std::vector<TokenCount> sizes = searched_block_sizes(workload, options);
+  const bool structured = tries_structured(workload, options);
   const DType storage = workload.shape().dtype;
   std::optional<BuiltPlan> best;
   std::vector<OwnCandidate> tried;

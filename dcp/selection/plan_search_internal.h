@@ -25,6 +25,12 @@ struct SimulatedPlan {
 BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
                     std::vector<SimulatedPlan>* runners_up = nullptr);
 
+// The block sizes build_own partitions the workload at: options.block_sizes, each at most the
+// longest sequence's length rounded up to a power of two, without repeats, and without those
+// below kDenseMinBlockSize where that rule applies (plan_search.h). Throws InvalidInput for a
+// size below 1.
+std::vector<TokenCount> searched_block_sizes(const Workload& workload, const PlanOptions& options);
+
 // The own candidate build_own kept, the first fastest of plan.own_candidates (whose simulated
 // times are the plan's), or nullptr where none was simulated (one block size).
 const OwnCandidate* kept_own(const BuiltPlan& plan);

@@ -224,6 +224,35 @@ TEST(ModelPlanSearch, PlansEachOtherKindAloneAtTheBlockSizeItsQueriesRead) {
   }
 }
 
+// Where the densest kind's search leaves out the finer block sizes (one dense sequence dominates:
+// kDenseMinBlockSize), the other kind's own placement is not cut finer either: the densest
+// kind's layers run on its blocks too.
+TEST(ModelPlanSearch, PlansEachOtherKindAloneAtABlockSizeTheDensestKindsSearchTries) {
+  PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {2, 4});
+  options.block_sizes = {1024, kDenseMinBlockSize};
+  const auto own_placement = [&](const SequenceBatch& batch) {
+    const std::vector<KindWorkload> kinds = {
+        {"global", 1, kind_workload(batch, "causal", 1024)},
+        {"local", 5, kind_workload(batch, "sliding_window:window=1024", 1024)}};
+    std::vector<std::string> own;
+    for (const PlanCandidate& candidate : build_model_plan(kinds, options).candidates) {
+      if (candidate.strategy.find("on local's placement") != std::string::npos) {
+        own.push_back(candidate.strategy);
+      }
+    }
+    return own;
+  };
+  const std::string dense = std::to_string(kDenseMinBlockSize);
+  EXPECT_EQ(own_placement(SequenceBatch({2500, 300})),
+            std::vector<std::string>{"dcp (on local's placement, block " + dense + ")"});
+  // Beside nine short sequences the long one is not a few long sequences' (few_long_sequences):
+  // the densest kind's search tries 1024-token blocks, and the window reads about that many keys.
+  std::vector<TokenCount> lengths(10, 300);
+  lengths.front() = 2500;
+  EXPECT_EQ(own_placement(SequenceBatch(lengths)),
+            std::vector<std::string>{"dcp (on local's placement, block 1024)"});
+}
+
 TEST(ModelPlanSearch, ScreensOnlyCandidatesSlowerThanTheKeptStep) {
   // Batches and windows where the search screens some candidates (by their schedules'
   // estimates, or by the mean compute before scheduling).

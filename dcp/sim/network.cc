@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+
+#include "dcp/core/error.h"
 
 namespace dcp::sim {
 namespace {
@@ -153,6 +156,50 @@ void Network::allocate() {
     });
     std::erase_if(used, [&](std::size_t r) { return load[r] <= 0; });
   }
+}
+
+double exchange_seconds(const std::vector<std::int64_t>& bytes, const ClusterSpec& cluster) {
+  // The network's prices need no plan: latency, set-up and links come from the spec alone.
+  const CostModel cost(cluster, PlanHeader{});
+  const ClusterShape& shape = cluster.shape;
+  const auto devices = static_cast<std::size_t>(shape.devices());
+  if (bytes.size() != devices * devices) {
+    throw InvalidInput("an exchange over " + std::to_string(devices) + " devices needs " +
+                       std::to_string(devices * devices) + " byte counts, got " +
+                       std::to_string(bytes.size()));
+  }
+  // Distinct peers per device, whether it sends to them, receives from them or both.
+  std::vector<std::int64_t> peers(devices, 0);
+  for (std::size_t a = 0; a < devices; ++a) {
+    for (std::size_t b = 0; b < devices; ++b) {
+      if (a != b && (bytes[a * devices + b] > 0 || bytes[b * devices + a] > 0)) ++peers[a];
+    }
+  }
+  Network network(
+      cost, devices,
+      static_cast<std::size_t>(shape.nodes) * static_cast<std::size_t>(cluster.nics_per_node));
+  std::vector<TransferEvent> transfers;
+  for (std::size_t src = 0; src < devices; ++src) {
+    for (std::size_t dst = 0; dst < devices; ++dst) {
+      const std::int64_t moved = bytes[src * devices + dst];
+      if (src == dst || moved <= 0) continue;
+      TransferEvent transfer;
+      transfer.src = static_cast<DeviceId>(src);
+      transfer.dst = static_cast<DeviceId>(dst);
+      transfer.bytes = moved;
+      transfer.message_bytes = moved;
+      transfer.inter_node = shape.node_of(transfer.src) != shape.node_of(transfer.dst);
+      transfer.posted = std::max(cost.launch_seconds(peers[src]), cost.launch_seconds(peers[dst]));
+      transfer.ready = transfer.posted + cost.latency(transfer.inter_node);
+      network.add(transfer.ready, static_cast<std::int32_t>(transfers.size()));
+      transfers.push_back(transfer);
+    }
+  }
+  double now = 0;
+  std::vector<std::int32_t> ended;
+  while (network.step(transfers, now, ended)) {
+  }
+  return now;
 }
 
 }  // namespace dcp::sim

@@ -11,6 +11,7 @@
 #include "dcp/core/json_writer.h"
 #include "dcp/core/timing.h"
 
+#include "dcp/sim/network.h"
 #include "dcp/suites/reports.h"
 #include "dcp/suites/suite_jobs.h"
 
@@ -99,40 +100,14 @@ std::vector<DeviceId> token_devices(const Plan& plan) {
 
 double redistribution_seconds(const std::vector<DeviceId>& from, const std::vector<DeviceId>& to,
                               std::int64_t bytes_per_token, const ClusterSpec& cluster) {
-  const ClusterShape& shape = cluster.shape;
-  const auto devices = static_cast<std::size_t>(shape.devices());
-  const auto nics =
-      static_cast<std::size_t>(shape.nodes) * static_cast<std::size_t>(cluster.nics_per_node);
-  std::vector<double> intra_out(devices, 0), intra_in(devices, 0), nic_out(nics, 0),
-      nic_in(nics, 0);
-  const auto nic_of = [&](DeviceId d) {
-    const std::int32_t local = d % shape.devices_per_node;
-    return static_cast<std::size_t>(shape.node_of(d) * cluster.nics_per_node +
-                                    local * cluster.nics_per_node / shape.devices_per_node);
-  };
-  bool moved = false;
+  const auto devices = static_cast<std::size_t>(cluster.shape.devices());
+  std::vector<std::int64_t> bytes(devices * devices, 0);
   for (std::size_t t = 0; t < from.size(); ++t) {
-    const DeviceId a = from[t], b = to[t];
-    if (a == b) continue;
-    moved = true;
-    const auto bytes = static_cast<double>(bytes_per_token);
-    if (shape.node_of(a) == shape.node_of(b)) {
-      intra_out[static_cast<std::size_t>(a)] += bytes;
-      intra_in[static_cast<std::size_t>(b)] += bytes;
-    } else {
-      nic_out[nic_of(a)] += bytes;
-      nic_in[nic_of(b)] += bytes;
-    }
+    if (from[t] == to[t]) continue;
+    bytes[static_cast<std::size_t>(from[t]) * devices + static_cast<std::size_t>(to[t])] +=
+        bytes_per_token;
   }
-  if (!moved) return 0;
-  double intra = 0, inter = 0;
-  for (std::size_t d = 0; d < devices; ++d) intra = std::max({intra, intra_out[d], intra_in[d]});
-  for (std::size_t n = 0; n < nics; ++n) inter = std::max({inter, nic_out[n], nic_in[n]});
-  double seconds = intra / cluster.intra_node_bandwidth + cluster.intra_node_latency;
-  if (inter > 0) {
-    seconds = std::max(seconds, inter / cluster.nic_bandwidth() + cluster.inter_node_latency);
-  }
-  return seconds;
+  return sim::exchange_seconds(bytes, cluster);
 }
 
 std::vector<KindsRecord> run_kinds_suite(const KindsOptions& options, std::ostream& progress) {
@@ -282,7 +257,8 @@ std::string kinds_markdown(const KindsOptions& options, const std::vector<KindsR
       "its own (`build_model_plan`).\n"
       "- **redispatch**: dcp's plan of each kind's mask alone, the hidden states (q heads x head "
       "dim per token) moved between the placements by all-to-all wherever consecutive layers "
-      "change kind, forward and backward.\n"
+      "change kind, forward and backward; each all-to-all priced by the simulator's network as "
+      "dcp's own transfers are (launch set-up, latency, shared links, stream rates).\n"
       "- **one mask**: dcp planned for the full layers' mask alone, its placement run for every "
       "layer.\n"
       "- **static**: the fastest of ring, zigzag, ulysses, hybrid and loongtrain run for every "

@@ -85,9 +85,9 @@ std::string kinds_markdown(const KindsOptions& options, const std::vector<KindsR
 // The device of every token of the batch (packed order) under a plan's token placement.
 std::vector<DeviceId> token_devices(const Plan& plan);
 // Seconds to move `bytes_per_token` of every token whose device differs between `from` and `to`,
-// all at once: every device sends and receives on its links (inside a node at the intra-node
-// bandwidth, between nodes through its network interface, shared as the cluster says), the
-// busiest link side deciding, plus one latency.
+// all at once: an all-to-all, one launch on every device, priced by the simulator's network as
+// dcp's own transfers are (sim::exchange_seconds: set-up, latency, links shared, each message at
+// most its stream bandwidth and at the efficiency of its size).
 double redistribution_seconds(const std::vector<DeviceId>& from, const std::vector<DeviceId>& to,
                               std::int64_t bytes_per_token, const ClusterSpec& cluster);
 

@@ -21,6 +21,7 @@
 #include "dcp/selection/plan_search.h"
 #include "dcp/sim/chrome_trace.h"
 #include "dcp/sim/cost_model.h"
+#include "dcp/sim/network.h"
 
 #include "tests/testing/sample_plan.h"
 
@@ -135,6 +136,35 @@ TEST(Simulator, TwoSendersShareTheirNodesNetworkInterface) {
       simulate(h, transfers(h, {{0, 2}, {1, 3}}, {1000, 3000}), test_cluster(shape));
   EXPECT_NEAR(unequal.transfers[0].end, 5e-6 + 2 * bytes / 1e9, 1e-15);
   EXPECT_NEAR(unequal.transfers[1].end, 5e-6 + 4 * bytes / 1e9, 1e-14);
+}
+
+// An exchange (a baseline's all-to-all) costs what the simulator charges Launches of the same
+// messages: set-up per peer, latency, shared links, stream caps and message-size efficiency.
+TEST(Simulator, AnExchangeCostsWhatLaunchesOfItsMessagesDo) {
+  const ClusterShape shape{2, 4};
+  ClusterSpec spec = cluster_preset("a100-p4de");  // fitted stream rates and efficiency curves
+  spec.shape = shape;
+  const PlanHeader h = test_header(shape, 1, 1000);
+  Rng rng(7);
+  for (int round = 0; round < 5; ++round) {
+    std::vector<std::pair<int, int>> pairs;
+    std::vector<std::int32_t> tokens;
+    std::vector<std::int64_t> bytes(64, 0);
+    for (int src = 0; src < 8; ++src) {
+      for (int dst = 0; dst < 8; ++dst) {
+        if (src == dst || rng.uniform_int(0, 2) == 0) continue;
+        pairs.emplace_back(src, dst);
+        tokens.push_back(static_cast<std::int32_t>(rng.uniform_int(100, 4000)));
+        bytes[static_cast<std::size_t>(src * 8 + dst)] =
+            value_bytes(h, SlotKind::kKV, tokens.back());
+      }
+    }
+    const PassSimulation launched = simulate(h, transfers(h, pairs, tokens), spec);
+    EXPECT_NEAR(exchange_seconds(bytes, spec), launched.seconds, 1e-12 * launched.seconds)
+        << "round " << round;
+  }
+  EXPECT_EQ(exchange_seconds(std::vector<std::int64_t>(64, 0), spec), 0.0);
+  EXPECT_THROW(exchange_seconds(std::vector<std::int64_t>(63, 0), spec), InvalidInput);
 }
 
 TEST(Simulator, DevicesOnDifferentInterfacesDoNotShareThem) {

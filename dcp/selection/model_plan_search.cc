@@ -419,9 +419,10 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   // gives that kind's layers, without moving tokens. At the block size nearest to what its queries
   // read (reads_block_size; a narrow window balances on finer blocks than a full mask, and the
   // others' placements at the sizes of the sweep are 1 and 2), of those the densest kind's search
-  // tried: its layers run on these blocks too, and where its longest sequence is dense its search
-  // leaves out the finer sizes (kDenseMinBlockSize), at which it has the most work units to
-  // schedule and compile and its plan was never the fastest. Its partition at the default and
+  // tried (searched_block_sizes): the densest kind's layers run on these blocks too, and where its
+  // search drops the sizes below kDenseMinBlockSize (a few long sequences, the longest dense:
+  // plan_search.h), it has the most work units to schedule and compile at them and its plan was
+  // never the fastest there. Its partition at the default and
   // the tighter balance, not its whole search: on the micro-benchmark's hybrid-attention batches,
   // its search kept nothing faster here and cost 0.1 to 0.2 x a one-mask plan more.
   const std::vector<TokenCount> anchor_sizes =
@@ -438,8 +439,10 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
     try {
       placed.emplace(build_plan(kinds[k].workload, alone));
     } catch (const InvalidInput&) {
-      // Too many blocks at that size (the tile limits): its search finds a size that fits.
-      placed.emplace(build_plan(kinds[k].workload, own));
+      // Too many blocks at that size (the tile limits): its search at the other sizes the densest
+      // kind's search tried finds one that fits.
+      alone.block_sizes = anchor_sizes;
+      placed.emplace(build_plan(kinds[k].workload, alone));
     }
     if (!cut_uniformly(placed->workload)) continue;
     consider_on(*placed, known_times(*placed), k, OtherKinds::kBalance,

@@ -168,6 +168,13 @@ double exchange_seconds(const std::vector<std::int64_t>& bytes, const ClusterSpe
                        std::to_string(devices * devices) + " byte counts, got " +
                        std::to_string(bytes.size()));
   }
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] < 0) {
+      throw InvalidInput("an exchange cannot move " + std::to_string(bytes[i]) +
+                         " bytes from device " + std::to_string(i / devices) + " to device " +
+                         std::to_string(i % devices));
+    }
+  }
   // Distinct peers per device, whether it sends to them, receives from them or both.
   std::vector<std::int64_t> peers(devices, 0);
   for (std::size_t a = 0; a < devices; ++a) {

@@ -98,13 +98,14 @@ class Network {
   std::vector<std::int32_t> class_index_;  // per (resource, resource); -1: none yet
 };
 
-// One exchange priced as the simulator prices a Launch on every device at once: `bytes`
-// (devices x devices, sender-major) from each device to each other one, each pair's bytes one
-// message; a device's launch set up for its distinct peers, sent and received
-// (CostModel::launch_seconds); each transfer posted when both ends' launches are and joining the
-// network after its link's latency. Returns when the last transfer ends, 0 where nothing moves.
-// What a baseline's all-to-all costs beside dcp's own transfers, at the same rates. Throws
-// InvalidInput if the cluster spec is invalid or `bytes` is not devices x devices.
+// One exchange priced as the simulator prices a Launch on every device at once under the default
+// ExecutorModel: `bytes` (devices x devices, sender-major; the diagonal, a device's own, is not
+// moved) from each device to each other one, each pair's bytes one message; a device's launch set
+// up for its distinct peers, sent and received (CostModel::launch_seconds); each transfer posted
+// when both ends' launches are and joining the network after its link's latency. Returns when the
+// last transfer ends, 0 where nothing moves. What a baseline's all-to-all costs beside dcp's own
+// transfers, at the same rates. Throws InvalidInput if the cluster spec is invalid, `bytes` is
+// not devices x devices, or a count is negative (naming the two devices).
 double exchange_seconds(const std::vector<std::int64_t>& bytes, const ClusterSpec& cluster);
 
 }  // namespace dcp::sim

@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 
+#include "dcp/core/error.h"
 #include "dcp/core/json_writer.h"
 #include "dcp/core/timing.h"
 
@@ -101,6 +102,19 @@ std::vector<DeviceId> token_devices(const Plan& plan) {
 double redistribution_seconds(const std::vector<DeviceId>& from, const std::vector<DeviceId>& to,
                               std::int64_t bytes_per_token, const ClusterSpec& cluster) {
   const auto devices = static_cast<std::size_t>(cluster.shape.devices());
+  if (from.size() != to.size()) {
+    throw InvalidInput(
+        "a redistribution needs both placements of every token: " + std::to_string(from.size()) +
+        " and " + std::to_string(to.size()) + " devices given");
+  }
+  for (const auto* placed : {&from, &to}) {
+    for (const DeviceId d : *placed) {
+      if (d < 0 || static_cast<std::size_t>(d) >= devices) {
+        throw InvalidInput("device " + std::to_string(d) + " is not in the cluster's " +
+                           std::to_string(devices));
+      }
+    }
+  }
   std::vector<std::int64_t> bytes(devices * devices, 0);
   for (std::size_t t = 0; t < from.size(); ++t) {
     if (from[t] == to[t]) continue;

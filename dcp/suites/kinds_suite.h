@@ -87,7 +87,8 @@ std::vector<DeviceId> token_devices(const Plan& plan);
 // Seconds to move `bytes_per_token` of every token whose device differs between `from` and `to`,
 // all at once: an all-to-all, one launch on every device, priced by the simulator's network as
 // dcp's own transfers are (sim::exchange_seconds: set-up, latency, links shared, each message at
-// most its stream bandwidth and at the efficiency of its size).
+// most its stream bandwidth and at the efficiency of its size). Throws InvalidInput if the two
+// placements differ in length or name a device outside the cluster.
 double redistribution_seconds(const std::vector<DeviceId>& from, const std::vector<DeviceId>& to,
                               std::int64_t bytes_per_token, const ClusterSpec& cluster);
 

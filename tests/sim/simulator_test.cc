@@ -159,12 +159,22 @@ TEST(Simulator, AnExchangeCostsWhatLaunchesOfItsMessagesDo) {
             value_bytes(h, SlotKind::kKV, tokens.back());
       }
     }
+    ASSERT_FALSE(pairs.empty());
     const PassSimulation launched = simulate(h, transfers(h, pairs, tokens), spec);
     EXPECT_NEAR(exchange_seconds(bytes, spec), launched.seconds, 1e-12 * launched.seconds)
         << "round " << round;
   }
   EXPECT_EQ(exchange_seconds(std::vector<std::int64_t>(64, 0), spec), 0.0);
   EXPECT_THROW(exchange_seconds(std::vector<std::int64_t>(63, 0), spec), InvalidInput);
+  std::vector<std::int64_t> negative(64, 0);
+  negative[1 * 8 + 2] = -5;
+  try {
+    exchange_seconds(negative, spec);
+    ADD_FAILURE() << "a negative count was taken";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("-5 bytes from device 1 to device 2"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Simulator, DevicesOnDifferentInterfacesDoNotShareThem) {

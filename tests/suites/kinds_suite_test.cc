@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "dcp/core/error.h"
+
 #include "dcp/sim/network.h"
 
 #include "tests/testing/text_counts.h"
@@ -44,6 +46,8 @@ TEST(KindsSuite, PricesARedistributionAsTheSimulatorPricesItsMessages) {
   // rates and message sizes only slow it.
   EXPECT_GT(seconds, 2 * bytes / cluster.nic_bandwidth() + cluster.inter_node_latency);
   EXPECT_EQ(redistribution_seconds(from, from, bytes, cluster), 0.0);
+  EXPECT_THROW(redistribution_seconds(from, {0, 1, 2}, bytes, cluster), InvalidInput);
+  EXPECT_THROW(redistribution_seconds(from, {0, 1, 2, 4}, bytes, cluster), InvalidInput);
 }
 
 TEST(KindsSuite, DcpIsNeverSlowerThanOneMasksPlacementOrAStaticStrategy) {

@@ -422,9 +422,9 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   // tried (searched_block_sizes): the densest kind's layers run on these blocks too, and where its
   // search drops the sizes below kDenseMinBlockSize (a few long sequences, the longest dense:
   // plan_search.h), it has the most work units to schedule and compile at them and its plan was
-  // never the fastest there. Its partition at the default and
-  // the tighter balance, not its whole search: on the micro-benchmark's hybrid-attention batches,
-  // its search kept nothing faster here and cost 0.1 to 0.2 x a one-mask plan more.
+  // never the fastest there. Its partition at the default and the tighter balance, not its whole
+  // search: on the micro-benchmark's hybrid-attention batches, its search kept nothing faster here
+  // and cost 0.1 to 0.2 x a one-mask plan more.
   const std::vector<TokenCount> anchor_sizes =
       own.block_sizes.empty() ? std::vector<TokenCount>{}
                               : plan_search::searched_block_sizes(kinds[anchor].workload, own);

@@ -17,12 +17,16 @@ std::size_t index_of(std::int32_t id) { return static_cast<std::size_t>(id); }
 
 }  // namespace
 
-Network::Network(const CostModel& cost, std::size_t devices, std::size_t nics)
-    : cost_(cost), devices_(devices), nics_(nics), link_bytes_(cost.spec()) {
-  const std::size_t resources = 2 * devices + 2 * nics;
+Network::Network(const CostModel& cost)
+    : cost_(cost),
+      devices_(static_cast<std::size_t>(cost.spec().shape.devices())),
+      nics_(static_cast<std::size_t>(cost.spec().shape.nodes) *
+            static_cast<std::size_t>(cost.spec().nics_per_node)),
+      link_bytes_(cost.spec()) {
+  const std::size_t resources = 2 * devices_ + 2 * nics_;
   capacity_.resize(resources);
   class_index_.assign(resources * resources, -1);
-  for (std::size_t r = 0; r < resources; ++r) capacity_[r] = cost_.bandwidth(r >= 2 * devices);
+  for (std::size_t r = 0; r < resources; ++r) capacity_[r] = cost_.bandwidth(r >= 2 * devices_);
 }
 
 bool Network::step(const std::vector<TransferEvent>& transfers, double& now,
@@ -182,9 +186,7 @@ double exchange_seconds(const std::vector<std::int64_t>& bytes, const ClusterSpe
       if (a != b && (bytes[a * devices + b] > 0 || bytes[b * devices + a] > 0)) ++peers[a];
     }
   }
-  Network network(
-      cost, devices,
-      static_cast<std::size_t>(shape.nodes) * static_cast<std::size_t>(cluster.nics_per_node));
+  Network network(cost);
   std::vector<TransferEvent> transfers;
   for (std::size_t src = 0; src < devices; ++src) {
     for (std::size_t dst = 0; dst < devices; ++dst) {

@@ -20,9 +20,9 @@ namespace dcp::sim {
 
 class Network {
  public:
-  // `devices` devices and `nics` network interfaces in all, priced by `cost` (which must outlive
-  // the network).
-  Network(const CostModel& cost, std::size_t devices, std::size_t nics);
+  // The links of cost's cluster (its devices, and its nodes' network interfaces), priced by `cost`
+  // (which must outlive the network).
+  explicit Network(const CostModel& cost);
 
   // Transfer `id` (an index into the transfers step() is given) joins at `ready`.
   void add(double ready, std::int32_t id) { pending_.push({ready, id}); }

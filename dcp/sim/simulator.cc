@@ -82,8 +82,7 @@ class Simulation {
         cost_(cluster, header),
         executor_(executor),
         shape_(cluster.shape),
-        network_(cost_, at(cluster.shape.devices()),
-                 at(cluster.shape.nodes) * at(cluster.nics_per_node)) {
+        network_(cost_) {
     const auto devices = at(shape_.devices());
     devices_.resize(devices);
     result_.devices.resize(devices);

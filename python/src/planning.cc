@@ -340,6 +340,7 @@ void bind_planning(nb::module_& m) {
   nb::class_<PlanRequest>(m, "PlanRequest",
                           "A batch with its attention kinds, attention shape, cluster and planner "
                           "options");
+  m.attr("DEFAULT_CLUSTER") = std::string(kDefaultCluster);
   m.def("make_request", &make_request, nb::arg("seqlens"), nb::arg("masks"),
         nb::arg("layers").none(), nb::arg("options"),
         "A plan request: the batch, its masks (a dict: named attention kinds, with `layers` their "

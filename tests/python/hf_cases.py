@@ -72,13 +72,13 @@ def layer_kinds(family: str) -> list[str]:
     return dcphf.attention_kinds(hf_models.tiny_config(family))[1]
 
 
-def train_hf_dense(family: str, batches: list[list[int]]) -> dict:
-    """The same model, seed and batches on one process with attn_implementation="sdpa", fed each
-    packed batch with position ids that restart at every document (transformers then builds the
-    block-diagonal mask itself)."""
+def train_hf_dense(family: str, batches: list[list[int]], dataset=None) -> dict:
+    """The same model, seed and batches (of `dataset`, default text_dataset()) on one process with
+    attn_implementation="sdpa", fed each packed batch with position ids that restart at every
+    document (transformers then builds the block-diagonal mask itself)."""
     import gpt_model
     import hf_models
-    dataset = text_dataset()
+    dataset = text_dataset() if dataset is None else dataset
     model = hf_models.build_model(family, "sdpa", seed=HF_TRAIN["seed"])
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=HF_TRAIN["lr"])

@@ -12,6 +12,7 @@ import concurrent.futures
 import dataclasses
 import functools
 import itertools
+import threading
 import time
 import warnings
 from typing import Any, Callable, Iterable, Iterator
@@ -326,13 +327,17 @@ class _Planned:
     replica_steps: list[float]    # each replica's simulated step (empty with one replica)
 
 
+_WORKER_PREFIX = "dcp-loader"
+
+
 class _LoaderIterator:
     def __init__(self, loader: DCPDataloader):
         self.loader = loader
         self.queue = _core.PlanQueue(loader.planner_threads)
         # Global batches are split and planned on Python threads that wait on the C++ planner
         # threads (the GIL is released there), `prefetch` of them ahead.
-        self.workers = concurrent.futures.ThreadPoolExecutor(max_workers=loader.prefetch)
+        self.workers = concurrent.futures.ThreadPoolExecutor(max_workers=loader.prefetch,
+                                                             thread_name_prefix=_WORKER_PREFIX)
         self.batches = loader._global_batches(loader._position)
         self.pending: collections.deque = collections.deque()
         self.exhausted = False
@@ -405,7 +410,10 @@ class _LoaderIterator:
             for future in self.pending:
                 future.cancel()
             self.queue.close()  # a worker waiting on a dropped plan raises, and is dropped
-            self.workers.shutdown(wait=True, cancel_futures=True)
+            # The last reference may go on a worker (garbage collected there), which cannot join
+            # itself; the others still finish at once, their plans dropped.
+            on_worker = threading.current_thread().name.startswith(_WORKER_PREFIX)
+            self.workers.shutdown(wait=not on_worker, cancel_futures=True)
             self.queue = None
             self.pending.clear()
             self.batches.close()

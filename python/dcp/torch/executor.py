@@ -148,6 +148,7 @@ class DCPExecutor:
         self._kept_after_failure: list[torch.Tensor] = []
         self.generation = 0  # counts prepare() calls; the backward op checks it
         self.local_tokens = 0
+        self.has_tokens = True  # False when the prepared plan gives this rank no tokens
         # Names this executor in dcp's custom ops (compiled graphs hold the key, not the object).
         self.key = ops.register_executor(self)
 
@@ -200,6 +201,7 @@ class DCPExecutor:
         self.kinds = kinds
         self.generation += 1
         self.local_tokens = self._core.local_tokens
+        self.has_tokens = self.local_tokens > 0
         self.kept_bytes = self._runs[0].kept_bytes
         self.dtype = _STORAGE[plan.dtype]
 

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from dcp.torch.attention import attention
+from dcp.torch.dataloader import IGNORE_INDEX
 from dcp.torch.executor import DCPExecutor, NotPreparedError
 
 NAME = "dcp"
@@ -145,8 +146,16 @@ def dcp_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
     q = query[0].transpose(0, 1).contiguous()
     k = key[0].transpose(0, 1).contiguous()
     v = value[0].transpose(0, 1).contiguous()
-    o = attention(executor, q, k, v, softmax_scale=scaling, kind=kind)
-    return o[None], None
+    if executor.has_tokens:
+        return attention(executor, q, k, v, softmax_scale=scaling, kind=kind)[None], None
+    # A rank without tokens runs one stand-in token (model_inputs): its Programs run on no
+    # tokens, and the stand-in's output is zero.
+    if not torch.compiler.is_compiling() and q.shape[0] != 1:
+        raise ValueError(f"{layer}: the plan gives this rank no tokens, but the layer got "
+                         f"{q.shape[0]}; call the model with dcp.torch.hf.model_inputs(lb, "
+                         "executor), which passes one stand-in token")
+    o = attention(executor, q[:0], k[:0], v[:0], softmax_scale=scaling, kind=kind)
+    return torch.cat([o, o.new_zeros((1, *o.shape[1:]))])[None], None
 
 
 def _attention_kind(module: torch.nn.Module, layer: str) -> str:
@@ -394,6 +403,29 @@ def plan_options(config: Any) -> dict:
         return dict(options, mask_fn=ModelMask(next(iter(kinds.values()), "causal")))
     layers = {kind: layer_kinds.count(kind) for kind in kinds}
     return dict(options, mask_fn=ModelKinds(kinds), layers=layers)
+
+
+def model_inputs(local_batch: Any, executor: DCPExecutor, loss: bool = True) -> dict:
+    """The keyword arguments of a transformers model's call on a rank's local batch:
+    model(**model_inputs(lb, executor)): input_ids and position_ids as (1, local tokens), the
+    executor, use_cache=False and, with `loss`, loss_kwargs(lb).
+
+    A rank the plan gives no tokens still runs every layer (it takes part in the plan's
+    transfers, and in FSDP2's and DDP's collectives), but transformers' layers cannot run on no
+    tokens (they reshape with an inferred dimension). Such a rank runs one stand-in token: id 0
+    at position 0, no label; its attention output is zero (dcp_attention runs the rank's Programs
+    on no tokens), so nothing it computes reaches the loss or the gradients."""
+    ids, positions, labels = local_batch.input_ids, local_batch.position_ids, local_batch.labels
+    if ids.numel() == 0:
+        ids = torch.zeros(1, dtype=ids.dtype, device=ids.device)
+        positions = torch.zeros(1, dtype=positions.dtype, device=positions.device)
+        labels = torch.full((1,), IGNORE_INDEX, dtype=labels.dtype, device=labels.device)
+    inputs = dict(input_ids=ids[None], position_ids=positions[None], dcp_executor=executor,
+                  use_cache=False)
+    if loss:
+        inputs.update(labels=labels[None], shift_labels=labels[None],
+                      num_items_in_batch=local_batch.loss_tokens)
+    return inputs
 
 
 def loss_kwargs(local_batch: Any) -> dict:

@@ -126,9 +126,9 @@ def train_data_parallel(rank: int, size: int, family: str, mode: str, steps: int
     return out
 
 
-def epoch_shares(rank: int, size: int, dataset_lengths: list[int], tokens_per_batch: int) -> list:
+def epoch_shares(rank: int, size: int, dataset_lengths: list[int], tokens_per_batch: int) -> dict:
     """One epoch of a loader on a 2 x (size / 2) mesh: this rank's (replica, step, samples, plan
-    bytes, simulated steps of the replicas) of every global batch."""
+    bytes, simulated steps of the replicas) of every global batch, and the samples left out."""
     from torch.distributed.device_mesh import init_device_mesh
     from dist_cases import TokenDataset
     mesh = init_device_mesh("cpu", (2, size // 2), mesh_dim_names=("dp", "cp"))
@@ -141,7 +141,7 @@ def epoch_shares(rank: int, size: int, dataset_lengths: list[int], tokens_per_ba
         out.append(dict(replica=lb.replica, step=lb.step, indices=lb.batch_indices,
                         plan=plan.to_bytes(), replica_steps=lb.replica_steps,
                         tokens=sum(lb.seqlens), loss_tokens=lb.loss_tokens))
-    return out
+    return dict(batches=out, left_out=loader.left_out)
 
 
 def resume_run(rank: int, size: int, directory: str, phase: str) -> list[float]:
@@ -183,3 +183,23 @@ def resume_run(rank: int, size: int, directory: str, phase: str) -> list[float]:
         dcp_checkpoint.save({"model": model_state, "optim": optim_state, "loader": loader},
                             checkpoint_id=directory)
     return losses
+
+
+def shard_over_dp_only(rank: int, size: int) -> str:
+    """FSDP2 over the dp dim of a 2 x 2 mesh while the loader spreads the global batch over all
+    four ranks: sum_gradients must refuse it. Returns the error's message."""
+    import hf_models
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    import dcp.torch.hf as dcphf
+    dcphf.register()
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "cp"))
+    model = hf_models.build_model("llama", "dcp", seed=0)
+    fully_shard(model, mesh=mesh["dp"])
+    loader = make_loader(model.config, "mesh", text_dataset())
+    try:
+        dcpt.sum_gradients(model, loader)
+    except ValueError as error:
+        return str(error)
+    return "sum_gradients took FSDP2 over the dp dim"

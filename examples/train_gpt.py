@@ -194,16 +194,21 @@ def read_loss_csv(path: str) -> list[float]:
 
 def training_loop(args: argparse.Namespace, model: torch.nn.Module,
                   optimizer: torch.optim.Optimizer, batches, distributed: bool, say,
-                  progress: Progress, step_loss) -> tuple[list[dict], list[float], float]:
-    """args.steps optimizer steps over `batches` (dicts with labels, seqlens and indices), the
-    loss of each from step_loss(batch): learning-rate schedule, backward, the gradients summed
-    over the group, clipping. Prints and draws each step on the lead rank; returns the CSV rows,
-    the global losses and the seconds taken."""
+                  progress: Progress, step_loss, start_step: int = 0,
+                  reduce=None) -> tuple[list[dict], list[float], float]:
+    """Optimizer steps start_step .. args.steps - 1 over `batches` (dicts with labels, seqlens
+    and indices), the loss of each from step_loss(batch): learning-rate schedule, backward, the
+    gradients summed over the group by reduce(model, loss), which returns the global loss
+    (default sum_over_group; a model whose wrapper sums its gradients passes one that sums the
+    loss only), clipping. Prints and draws each step on the lead rank; returns the CSV rows, the
+    global losses and the seconds taken."""
+    if reduce is None:
+        reduce = sum_over_group if distributed else (lambda model, loss: loss.item())
     lead = not distributed or dist.get_rank() == 0
     rows, losses = [], []
     start = time.perf_counter()
     try:
-        for step in range(args.steps):
+        for step in range(start_step, args.steps):
             step_start = time.perf_counter()
             batch = next(batches, None)
             if batch is None:
@@ -214,7 +219,7 @@ def training_loop(args: argparse.Namespace, model: torch.nn.Module,
             optimizer.zero_grad(set_to_none=True)
             loss = step_loss(batch)
             loss.backward()
-            total_loss = sum_over_group(model, loss) if distributed else loss.item()
+            total_loss = reduce(model, loss)
             if args.clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
             optimizer.step()

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """examples/train_hf.py as a user runs it: torchrun on 2 gloo ranks with dcp, and the one-process
-sdpa baseline (--dense) on the same batches, give the same losses; bad flags exit 2."""
+sdpa baseline (--dense) on the same batches, give the same losses; so do 4 ranks under FSDP2 on a
+2 x 2 (dp, cp) mesh, stopped with --save and continued with --resume; bad flags exit 2."""
 from __future__ import annotations
 
 import csv
@@ -40,9 +41,36 @@ def test_two_ranks_train_like_the_dense_baseline(tmp_path) -> None:
     assert os.path.getsize(os.path.join(dcp_out, "loss.svg")) > 0
 
 
+@pytest.mark.seconds(40)
+def test_fsdp2_on_a_mesh_saved_and_resumed_trains_like_the_dense_baseline(tmp_path) -> None:
+    flags = ["--model", "llama", "--tokens-per-batch", "384", "--block-size", "32", "--dp", "2"]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", EXAMPLE,
+              *flags, "--fsdp"]
+    ckpt = str(tmp_path / "ckpt")
+    first = subprocess.run([*launch, "--steps", "2", "--save", ckpt, "--out",
+                            str(tmp_path / "first")], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "4 ranks as 2 x 2 (dp, cp), FSDP2" in first.stdout
+    rest = subprocess.run([*launch, "--steps", "4", "--resume", ckpt, "--out",
+                           str(tmp_path / "rest")], capture_output=True, text=True, timeout=300)
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    assert "resumed from" in rest.stdout and "after step 2" in rest.stdout
+    dense = subprocess.run([sys.executable, EXAMPLE, *flags, "--steps", "4", "--dense", "--out",
+                            str(tmp_path / "dense")], capture_output=True, text=True, timeout=300)
+    assert dense.returncode == 0, dense.stderr[-3000:]
+    got = rows(str(tmp_path / "first")) + rows(str(tmp_path / "rest"))
+    want = rows(str(tmp_path / "dense"))
+    assert [r["step"] for r in got] == [r["step"] for r in want] == ["1", "2", "3", "4"]
+    for a, b in zip(got, want):
+        assert a["batch_crc"] == b["batch_crc"]
+        assert abs(float(a["loss"]) - float(b["loss"])) <= 1e-4 * abs(float(b["loss"]))
+
+
 @pytest.mark.parametrize("flags,words", [
     (["--model", "nosuchfamily"], "neither a family"),
     (["--steps", "0"], "--steps 0"),
+    (["--dp", "0"], "--dp 0"),
+    (["--resume", "/nonexistent/ckpt"], "is not a directory"),
 ])
 def test_bad_flags_exit_2(flags, words, tmp_path) -> None:
     run = subprocess.run([sys.executable, EXAMPLE, *flags, "--out", str(tmp_path)],

@@ -12,7 +12,6 @@ import concurrent.futures
 import dataclasses
 import functools
 import itertools
-import threading
 import time
 import warnings
 from typing import Any, Callable, Iterable, Iterator
@@ -327,7 +326,32 @@ class _Planned:
     replica_steps: list[float]    # each replica's simulated step (empty with one replica)
 
 
-_WORKER_PREFIX = "dcp-loader"
+def _judge(loader: DCPDataloader, queue, samples, masks,
+           shares_: list[list[int]]) -> list[tuple[Any, float]]:
+    """Plans shares of a global batch at once; each one's plan and simulated step."""
+    tickets = [queue.submit(loader._request(samples, masks, s)) for s in shares_]
+    plans = [queue.take(t) for t in tickets]
+    return [(p, float(p.simulate(loader.cluster)["step_seconds"])) for p in plans]
+
+
+def _plan(loader: DCPDataloader, queue, epoch: int, number: int, bin_sizes: list[int],
+          indices: list[int], samples: list[torch.Tensor]) -> _Planned:
+    """A global batch split among the replicas (shares.split) and this replica's share planned."""
+    masks = loader._masks(samples)
+    loss_tokens = sum(s.numel() for s in samples) - len(samples)
+    if loader.replicas == 1:
+        plan = queue.take(queue.submit(loader._request(samples, masks)))
+        return _Planned(epoch, number, samples, indices, plan, loss_tokens, [])
+    starts = np.cumsum([0] + bin_sizes)
+    bins = [list(range(starts[i], starts[i + 1])) for i in range(len(bin_sizes))]
+    split = shares.split(loader._works(samples, masks), [s.numel() for s in samples], bins,
+                         loader.replicas, loader.tokens_per_batch,
+                         lambda ss: _judge(loader, queue, samples, masks, ss),
+                         loader.balance_rounds)
+    mine = split.shares[loader.replica]
+    return _Planned(epoch, number, [samples[i] for i in mine], [indices[i] for i in mine],
+                    split.plans[loader.replica], loss_tokens, split.steps)
+
 
 
 class _LoaderIterator:
@@ -337,7 +361,7 @@ class _LoaderIterator:
         # Global batches are split and planned on Python threads that wait on the C++ planner
         # threads (the GIL is released there), `prefetch` of them ahead.
         self.workers = concurrent.futures.ThreadPoolExecutor(max_workers=loader.prefetch,
-                                                             thread_name_prefix=_WORKER_PREFIX)
+                                                             thread_name_prefix="dcp-loader")
         self.batches = loader._global_batches(loader._position)
         self.pending: collections.deque = collections.deque()
         self.exhausted = False
@@ -353,29 +377,9 @@ class _LoaderIterator:
             if item is None:
                 self.exhausted = True
                 break
-            self.pending.append(self.workers.submit(self._plan, *item))
-
-    def _judge(self, samples, masks, shares: list[list[int]]) -> list[tuple[Any, float]]:
-        tickets = [self.queue.submit(self.loader._request(samples, masks, s)) for s in shares]
-        plans = [self.queue.take(t) for t in tickets]
-        return [(p, float(p.simulate(self.loader.cluster)["step_seconds"])) for p in plans]
-
-    def _plan(self, epoch: int, number: int, bin_sizes: list[int], indices: list[int],
-              samples: list[torch.Tensor]) -> _Planned:
-        loader = self.loader
-        masks = loader._masks(samples)
-        loss_tokens = sum(s.numel() for s in samples) - len(samples)
-        if loader.replicas == 1:
-            plan = self.queue.take(self.queue.submit(loader._request(samples, masks)))
-            return _Planned(epoch, number, samples, indices, plan, loss_tokens, [])
-        starts = np.cumsum([0] + bin_sizes)
-        bins = [list(range(starts[i], starts[i + 1])) for i in range(len(bin_sizes))]
-        split = shares.split(loader._works(samples, masks), [s.numel() for s in samples], bins,
-                             loader.replicas, loader.tokens_per_batch,
-                             lambda ss: self._judge(samples, masks, ss), loader.balance_rounds)
-        mine = split.shares[loader.replica]
-        return _Planned(epoch, number, [samples[i] for i in mine], [indices[i] for i in mine],
-                        split.plans[loader.replica], loss_tokens, split.steps)
+            # The workers hold the loader and the queue, not this iterator: dropping the
+            # iterator closes it at once, in the thread that drops it.
+            self.pending.append(self.workers.submit(_plan, self.loader, self.queue, *item))
 
     def __iter__(self) -> "_LoaderIterator":
         return self
@@ -410,10 +414,7 @@ class _LoaderIterator:
             for future in self.pending:
                 future.cancel()
             self.queue.close()  # a worker waiting on a dropped plan raises, and is dropped
-            # The last reference may go on a worker (garbage collected there), which cannot join
-            # itself; the others still finish at once, their plans dropped.
-            on_worker = threading.current_thread().name.startswith(_WORKER_PREFIX)
-            self.workers.shutdown(wait=not on_worker, cancel_futures=True)
+            self.workers.shutdown(wait=True, cancel_futures=True)
             self.queue = None
             self.pending.clear()
             self.batches.close()

@@ -148,7 +148,6 @@ class DCPExecutor:
         self._kept_after_failure: list[torch.Tensor] = []
         self.generation = 0  # counts prepare() calls; the backward op checks it
         self.local_tokens = 0
-        self.has_tokens = True  # False when the prepared plan gives this rank no tokens
         # Names this executor in dcp's custom ops (compiled graphs hold the key, not the object).
         self.key = ops.register_executor(self)
 
@@ -201,7 +200,6 @@ class DCPExecutor:
         self.kinds = kinds
         self.generation += 1
         self.local_tokens = self._core.local_tokens
-        self.has_tokens = self.local_tokens > 0
         self.kept_bytes = self._runs[0].kept_bytes
         self.dtype = _STORAGE[plan.dtype]
 
@@ -256,6 +254,13 @@ class DCPExecutor:
                              f"{', '.join(self.kinds)})")
         return self._runs[self.kinds.index(kind)]
 
+    def _stand_in(self, q) -> bool:
+        """Whether a rank the plan gives no tokens passes one stand-in row (a layer that cannot
+        run on no tokens): its Programs run on no tokens, and the row attends to nothing (o 0,
+        lse -inf, gradients 0)."""
+        return self.local_tokens == 0 and isinstance(q, torch.Tensor) and q.dim() == 3 \
+            and q.shape[0] == 1
+
     def _check(self, name: str, t: torch.Tensor, heads: int, dtype: torch.dtype | None = None):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} is a {type(t).__name__}, not a torch.Tensor")
@@ -288,6 +293,10 @@ class DCPExecutor:
         attention kind (None: the plan's only one)."""
         run = self._kind(kind)
         p = self.plan
+        if self._stand_in(q):
+            o, lse, kept = self.forward(q[:0], k[:0], v[:0], softmax_scale, kind)
+            return (torch.zeros_like(q), torch.full((p.q_heads, 1), float("-inf"), device=self.device),
+                    kept)
         q = self._check("q", q, p.q_heads)
         k = self._check("k", k, p.kv_heads)
         v = self._check("v", v, p.kv_heads)
@@ -306,6 +315,10 @@ class DCPExecutor:
         gradient do, with the Programs of the forward call's attention kind."""
         run = self._kind(kind)
         p = self.plan
+        if self._stand_in(q):
+            self.backward(q[:0], k[:0], v[:0], o[:0], lse[:, :0], do[:0], kept, softmax_scale,
+                          kind)
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         q = self._check("q", q, p.q_heads)
         k = self._check("k", k, p.kv_heads)
         v = self._check("v", v, p.kv_heads)

@@ -146,16 +146,10 @@ def dcp_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
     q = query[0].transpose(0, 1).contiguous()
     k = key[0].transpose(0, 1).contiguous()
     v = value[0].transpose(0, 1).contiguous()
-    if executor.has_tokens:
-        return attention(executor, q, k, v, softmax_scale=scaling, kind=kind)[None], None
-    # A rank without tokens runs one stand-in token (model_inputs): its Programs run on no
-    # tokens, and the stand-in's output is zero.
-    if not torch.compiler.is_compiling() and q.shape[0] != 1:
-        raise ValueError(f"{layer}: the plan gives this rank no tokens, but the layer got "
-                         f"{q.shape[0]}; call the model with dcp.torch.hf.model_inputs(lb, "
-                         "executor), which passes one stand-in token")
-    o = attention(executor, q[:0], k[:0], v[:0], softmax_scale=scaling, kind=kind)
-    return torch.cat([o, o.new_zeros((1, *o.shape[1:]))])[None], None
+    # On a rank without tokens, q, k and v hold model_inputs's stand-in token, which the
+    # executor takes as a row that attends to nothing.
+    o = attention(executor, q, k, v, softmax_scale=scaling, kind=kind)
+    return o[None], None
 
 
 def _attention_kind(module: torch.nn.Module, layer: str) -> str:

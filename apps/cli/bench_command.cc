@@ -18,6 +18,7 @@
 #include "dcp/suites/micro_suite.h"
 #include "dcp/suites/paper_suite.h"
 #include "dcp/suites/planning_suite.h"
+#include "dcp/suites/pool_suite.h"
 #include "dcp/suites/reports.h"
 
 #include "apps/cli/args.h"
@@ -113,13 +114,17 @@ void write_json(const Args& args, Records records, std::ostream& out) {
 
 int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const std::vector<FlagSpec> specs = {
-      {"--suite", "NAME", "micro | paper | e2e | calibration | planning | balance | kinds [micro]"},
+      {"--suite", "NAME",
+       "micro | paper | e2e | calibration | planning | balance | kinds | pool [micro]"},
+      {"--clusters", "LIST", "pool: cluster presets or files [a100-p4de,h100-dgx]"},
+      {"--pools", "LIST", "pool: devices of each pool, whole nodes of 8 [16,64,256]"},
       {"--models", "LIST",
        "kinds: hybrid-attention models [gemma3-w1024,gemma3-w4096,alternating-w128]"},
       {"--batches", "N",
        "batches per configuration [3; e2e 2; planning 50 per shape, dataset and mask]"},
       {"--datasets", "LIST",
-       "micro, planning, balance, kinds: length distributions [ldc,longalign]"},
+       "micro, planning, balance, kinds: length distributions [ldc,longalign]; pool: "
+       "DATASET:TOKENS, the per-device token bound [megatron:2048,ldc:8192,longalign:8192]"},
       {"--dataset", "NAME", "calibration: length distribution [ldc]"},
       {"--scales", "LIST",
        "micro, planning, balance, kinds: length scales [0.5,1,2,4]; planning: batches go "
@@ -162,7 +167,7 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
   const Args args(specs, argv);
   if (args.flag("--help")) {
     out << format_help(
-        "dcp bench --suite micro|paper|e2e|calibration|planning|balance|kinds [flags]",
+        "dcp bench --suite micro|paper|e2e|calibration|planning|balance|kinds|pool [flags]",
         "micro: the DCP paper's attention micro-benchmark under the simulator: datasets x "
         "length scales x masks x strategies on 4 x 8 A100s (a100-p4de), 131072-token batches; "
         "reports micro_bench.md and two SVG charts. paper: every cell the DCP paper measured "
@@ -180,6 +185,9 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
         "batches: dcp's plan of every kind on one token placement against a placement per kind "
         "re-dispatched between layers, one mask's placement for every layer and the static "
         "strategies, simulated per training step, with planning times; reports kinds_bench.md. "
+        "pool: data and context parallelism over pools of 16 to 256 devices, per micro-batch: "
+        "dcp over the whole pool against fixed CP groups with static strategies, Megatron-style "
+        "dynamic CP and dcp inside fixed groups; reports pool_bench.md. "
         "Reports are written only into --out-dir (the repository's own: --out-dir docs). "
         "Progress goes to stderr.",
         specs);
@@ -428,8 +436,64 @@ int run_bench(std::span<const std::string> argv, std::ostream& out) {
     out << markdown;
     return 0;
   }
+  if (suite == "pool") {
+    for (const char* flag : {"--dataset", "--strategies", "--static-dp", "--fit", "--masks",
+                             "--scales", "--tokens", "--cluster", "--heads", "--kv-heads",
+                             "--head-dim", "--dtype", "--models", "--shapes", "--balances"}) {
+      if (args.has(flag)) {
+        throw UsageError(std::string(flag) +
+                         " does not apply to --suite pool (its model, masks and layouts are "
+                         "fixed; see --clusters, --pools, --datasets)");
+      }
+    }
+    suites::PoolOptions options;
+    options.model = suites::pool_model();
+    options.clusters = list_flag<ClusterSpec>(
+        args, "--clusters", "a100-p4de,h100-dgx",
+        [](std::string_view name) { return resolve_cluster(std::string(name)); });
+    options.pool_devices =
+        list_flag<std::int32_t>(args, "--pools", "16,64,256", [](std::string_view text) {
+          const std::int64_t n = parse_int(text, "--pools");
+          if (n < 8 || n > 4096 || n % 8 != 0) {
+            throw InvalidInput("--pools: " + dcp::quoted(text) +
+                               " is not a whole number of 8-device nodes in [8, 4096]");
+          }
+          return static_cast<std::int32_t>(n);
+        });
+    options.workloads = list_flag<suites::PoolWorkload>(
+        args, "--datasets", "megatron:2048,ldc:8192,longalign:8192", [](std::string_view text) {
+          const std::size_t colon = text.find(':');
+          if (colon == std::string_view::npos) {
+            throw InvalidInput("--datasets: " + dcp::quoted(text) +
+                               " is not DATASET:TOKENS (the per-device token bound)");
+          }
+          suites::PoolWorkload workload;
+          workload.dataset = parse_length_distribution(text.substr(0, colon));
+          const std::int64_t tokens = parse_int(text.substr(colon + 1), "--datasets");
+          if (tokens < 64 || tokens > (std::int64_t{1} << 24)) {
+            throw InvalidInput("--datasets: the bound in " + dcp::quoted(text) +
+                               " is not in [64, 16777216]");
+          }
+          workload.device_tokens = tokens;
+          return workload;
+        });
+    options.batches = static_cast<std::int32_t>(args.get_int("--batches", 2, 1, 10000));
+    options.seed = seed;
+    options.threads = threads_from(args);
+    prepare_outputs(args);
+    std::cerr << "dcp bench pool: " << options.clusters.size() << " clusters x "
+              << options.pool_devices.size() << " pools x " << options.workloads.size()
+              << " workloads x " << options.batches << " micro-batches\n";
+    const std::vector<suites::PoolRecord> records = suites::run_pool_suite(options, std::cerr);
+    const std::string markdown = suites::pool_markdown(options, records, command_line(argv));
+    write_json(
+        args, [&] { return suites::pool_records_json(records); }, out);
+    write_report(args, "pool_bench.md", markdown, out);
+    out << markdown;
+    return 0;
+  }
   throw UsageError("--suite " + dcp::quoted(suite) +
-                   ": expected micro, paper, e2e, calibration, planning, balance or kinds");
+                   ": expected micro, paper, e2e, calibration, planning, balance, kinds or pool");
 }
 
 }  // namespace dcp::cli

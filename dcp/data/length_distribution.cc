@@ -20,7 +20,7 @@ struct KindInfo {
   LengthSupport support;
 };
 
-constexpr std::array<KindInfo, 5> kKinds = {{
+constexpr std::array<KindInfo, 6> kKinds = {{
     {LengthDistributionKind::kLongDataCollections,
      "ldc",
      "Long-Data-Collections-like skewed, long-tailed lengths: log-normal(mu=ln 480, sigma=1.4) "
@@ -43,6 +43,11 @@ constexpr std::array<KindInfo, 5> kKinds = {{
      "wlb",
      "WLB-LLM 128K job: log-normal(mu=7.8, sigma=1.06) truncated to [1, 131072]",
      {1, 131072}},
+    {LengthDistributionKind::kMegatronLogNormal,
+     "megatron",
+     "Megatron-Core dynamic CP example's mock data: log-normal(mean 1024 before the cut, "
+     "sigma=1.5) truncated to [128, 8192]",
+     {128, 8192}},
 }};
 
 const KindInfo& info(LengthDistributionKind kind) {
@@ -147,6 +152,8 @@ TokenCount sample_length(LengthDistributionKind kind, Rng& rng) {
       return sample_magi(rng);
     case LengthDistributionKind::kWlb:
       return truncated_log_normal(rng, 7.8, 1.06, 1, 131072);
+    case LengthDistributionKind::kMegatronLogNormal:
+      return truncated_log_normal(rng, std::log(1024.0) - 1.5 * 1.5 / 2, 1.5, 128, 8192);
   }
   throw Error("unknown LengthDistributionKind " + std::to_string(static_cast<int>(kind)));
 }

@@ -39,6 +39,11 @@ namespace dcp {
 //   within it. Median ~530; 71.4% of documents are at most 1024 tokens.
 // kWlb ("wlb"): the length distribution of WLB-LLM's 128K-context training job (WLB-LLM, OSDI'25),
 //   reconstructed as log-normal(mu = 7.8, sigma = 1.06) truncated to [1, 131072] (median ~2440).
+// kMegatronLogNormal ("megatron"): the mock lengths of Megatron-Core's dynamic context-parallel
+//   example (examples/dynamic_context_parallel: log-normal, mean 1024, sigma 1.5, lengths 128 to
+//   8192). Model: log-normal(mu = ln 1024 - sigma^2 / 2, sigma = 1.5), whose mean before the cut
+//   is 1024, truncated to [128, 8192] (the example names the four numbers, not how it cuts; the
+//   cut removes 26% of the mass below and 1.6% above; the kept median is ~530, the mean ~1020).
 //
 // Every sampled length is rounded to the nearest integer and is at least 1.
 enum class LengthDistributionKind {
@@ -46,10 +51,12 @@ enum class LengthDistributionKind {
   kLongAlign,
   kProLong,
   kMagiHistogram,
-  kWlb
+  kWlb,
+  kMegatronLogNormal
 };
 
-// The name used on command lines and in result files: "ldc", "longalign", "prolong", "magi", "wlb".
+// The name used on command lines and in result files: "ldc", "longalign", "prolong", "magi", "wlb",
+// "megatron".
 std::string_view to_string(LengthDistributionKind kind);
 
 // The inverse of to_string. Throws InvalidInput naming the text and the known names.

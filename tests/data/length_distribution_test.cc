@@ -41,7 +41,8 @@ double fraction_at_most(const std::vector<TokenCount>& values, TokenCount bound)
 }
 
 TEST(LengthDistribution, NamesRoundTripThroughParse) {
-  const std::vector<std::string> expected = {"ldc", "longalign", "prolong", "magi", "wlb"};
+  const std::vector<std::string> expected = {"ldc",  "longalign", "prolong",
+                                             "magi", "wlb",       "megatron"};
   ASSERT_EQ(all_length_distributions().size(), expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) {
     const LengthDistributionKind kind = all_length_distributions()[i];
@@ -56,7 +57,8 @@ TEST(LengthDistribution, ParseRejectsAnUnknownNameAndListsTheKnownOnes) {
     FAIL() << "expected InvalidInput";
   } catch (const InvalidInput& error) {
     EXPECT_EQ(std::string(error.what()),
-              "unknown length distribution 'LDC' (known: ldc, longalign, prolong, magi, wlb)");
+              "unknown length distribution 'LDC' (known: ldc, longalign, prolong, magi, wlb, "
+              "megatron)");
   }
   EXPECT_THROW(parse_length_distribution(""), InvalidInput);
 }
@@ -106,6 +108,7 @@ TEST(LengthDistribution, EveryLengthLiesInTheDocumentedSupport) {
       {LengthDistributionKind::kProLong, 575, 340149},
       {LengthDistributionKind::kMagiHistogram, 1, 196608},
       {LengthDistributionKind::kWlb, 1, 131072},
+      {LengthDistributionKind::kMegatronLogNormal, 128, 8192},
   };
   for (const Expected& c : cases) {
     EXPECT_EQ(support(c.kind).min, c.min) << to_string(c.kind);
@@ -145,6 +148,17 @@ TEST(LengthDistribution, WlbMedianMatchesTheLogNormal) {
   const std::vector<TokenCount> lengths = sample_lengths(LengthDistributionKind::kWlb, kDraws, 5);
   EXPECT_NEAR(median(lengths), 2440, 0.1 * 2440);
   EXPECT_NEAR(mean(lengths), 4266, 0.1 * 4266);
+}
+
+TEST(LengthDistribution, MegatronIsTheLogNormalOfMeanAThousandCutTo128Through8192) {
+  // mu = ln 1024 - 1.125 = 5.806: median exp(mu) = 332 before the cut; the cut keeps
+  // Phi((ln 8192 - mu) / 1.5) - Phi((ln 128 - mu) / 1.5) = 0.984 - 0.262 = 0.722 of the mass, its
+  // median at Phi^-1(0.262 + 0.722 / 2) = Phi^-1(0.623): exp(mu + 1.5 x 0.313) = 531, and its
+  // mean 1023 (computed analytically).
+  const std::vector<TokenCount> lengths =
+      sample_lengths(LengthDistributionKind::kMegatronLogNormal, kDraws, 5);
+  EXPECT_NEAR(median(lengths), 531, 0.05 * 531);
+  EXPECT_NEAR(mean(lengths), 1023, 0.05 * 1023);
 }
 
 TEST(LengthDistribution, LongAlignIsLogUniformBetween8KAnd64K) {

@@ -129,13 +129,27 @@ LayoutStep fixed_groups(const PoolOptions& options, const ClusterSpec& cluster,
     works.push_back(sample_flops(options.model, n));
     tokens.push_back(static_cast<double>(n));
   }
-  // By work; where that finds no room, by tokens (the tightest fit of the two).
+  // By work; where that leaves samples out, by tokens if it holds more. What no group holds
+  // carries over to the next micro-batch, as (b)'s does: the time per token held.
+  const auto held_by = [&](const std::vector<std::vector<std::size_t>>& shares) {
+    TokenCount held = 0;
+    for (const auto& share : shares) {
+      for (const std::size_t i : share) held += lengths[i];
+    }
+    return held;
+  };
   std::vector<std::vector<std::size_t>> shares =
       deal_by_work(works, lengths, devices / group, capacity);
-  if (shares.empty()) shares = deal_by_work(tokens, lengths, devices / group, capacity);
-  if (shares.empty()) {
+  TokenCount total = 0;
+  for (const TokenCount n : lengths) total += n;
+  if (held_by(shares) < total) {
+    auto by_tokens = deal_by_work(tokens, lengths, devices / group, capacity);
+    if (held_by(by_tokens) > held_by(shares)) shares = std::move(by_tokens);
+  }
+  const TokenCount held = held_by(shares);
+  if (held == 0) {
     layout.fits = false;
-    layout.detail = "a sample exceeds a group's tokens";
+    layout.detail = "no sample fits a group";
     return layout;
   }
   const ClusterSpec group_spec = group_cluster(cluster, group, options.devices_per_node);
@@ -147,8 +161,13 @@ LayoutStep fixed_groups(const PoolOptions& options, const ClusterSpec& cluster,
     layout.max_device_tokens = std::max(layout.max_device_tokens, step.max_device_tokens);
     ++used[step.detail];
   }
+  layout.ms *= static_cast<double>(total) / static_cast<double>(held);
   for (const auto& [name, count] : used) {
     layout.detail += (layout.detail.empty() ? "" : ", ") + name + " x" + std::to_string(count);
+  }
+  if (held < total) {
+    layout.detail += "; " + format_percent(1 - static_cast<double>(held) / total) +
+                     " of the tokens carried over";
   }
   return layout;
 }
@@ -273,7 +292,7 @@ std::vector<std::vector<std::size_t>> deal_by_work(const std::vector<double>& wo
     for (std::size_t g = 0; g < shares.size(); ++g) {
       if (room[g] >= lengths[i] && (best == shares.size() || load[g] < load[best])) best = g;
     }
-    if (best == shares.size()) return {};
+    if (best == shares.size()) continue;  // left out
     shares[best].push_back(i);
     load[best] += works[i];
     room[best] -= lengths[i];
@@ -482,7 +501,8 @@ std::string pool_markdown(const PoolOptions& options, const std::vector<PoolReco
   md +=
       "- **CP4, CP8** (a): fixed groups of 4 or 8 devices, the samples dealt to them largest "
       "work first (the sample's FLOPs: dense per token, attention per causal pair) to the least "
-      "loaded group with room (by tokens where that finds none), each group run by the fastest "
+      "loaded group with room (by tokens where that holds more; what no group holds carries over "
+      "to the next micro-batch, as for (b)), each group run by the fastest "
       "static strategy (ring, zigzag, ulysses, hybrid, te, loongtrain) under the simulator.\n"
       "- **dynamic** (b): Megatron-style dynamic CP: each sample in a group of the smallest power "
       "of two devices that holds it at the bound, groups of one size sharing samples, opened "

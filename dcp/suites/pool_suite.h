@@ -88,8 +88,8 @@ std::int32_t dynamic_group_size(TokenCount length, TokenCount device_tokens);
 double sample_flops(const sim::TransformerConfig& model, TokenCount length);
 
 // Samples dealt to `groups` groups, largest work first, each to the group with the least work
-// that has room for its tokens within `capacity` (ties: the lower group); empty when some sample
-// fits no group.
+// that has room for its tokens within `capacity` (ties: the lower group); a sample no group has
+// room for is left out.
 std::vector<std::vector<std::size_t>> deal_by_work(const std::vector<double>& works,
                                                    const std::vector<TokenCount>& lengths,
                                                    std::int32_t groups, TokenCount capacity);

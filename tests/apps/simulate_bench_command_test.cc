@@ -231,7 +231,20 @@ TEST(PlanningSuite, RefusesBadShapesAndFlagsItFixes) {
   expect_usage_error({"bench", "--suite", "planning", "--strategies", "ring"},
                      "--strategies does not apply to --suite planning");
   expect_usage_error({"bench", "--suite", "nope"},
-                     "expected micro, paper, e2e, calibration, planning, balance or kinds");
+                     "expected micro, paper, e2e, calibration, planning, balance, kinds or pool");
+}
+
+TEST(PoolSuite, RefusesBadPoolsAndWorkloadsAndFlagsItFixes) {
+  expect_usage_error({"bench", "--suite", "pool", "--pools", "12"},
+                     "--pools: '12' is not a whole number of 8-device nodes");
+  expect_usage_error({"bench", "--suite", "pool", "--datasets", "ldc"},
+                     "--datasets: 'ldc' is not DATASET:TOKENS");
+  expect_usage_error({"bench", "--suite", "pool", "--datasets", "ldc:8"},
+                     "the bound in 'ldc:8' is not in [64, 16777216]");
+  expect_usage_error({"bench", "--suite", "pool", "--datasets", "nope:2048"},
+                     "unknown length distribution 'nope'");
+  expect_usage_error({"bench", "--suite", "pool", "--masks", "causal"},
+                     "--masks does not apply to --suite pool");
 }
 
 }  // namespace

@@ -33,8 +33,9 @@ TEST(PoolSuite, DealsLargestWorkFirstToTheLeastLoadedGroupWithRoom) {
   // Room for two samples per group: the third sample of the heavier group goes elsewhere.
   EXPECT_EQ(deal_by_work(works, lengths, 2, 20),
             (std::vector<std::vector<std::size_t>>{{0, 3}, {1, 2}}));
-  // No room at all for a sample: empty.
-  EXPECT_TRUE(deal_by_work(works, {10, 10, 10, 30}, 2, 20).empty());
+  // No room for the 30-token sample: left out.
+  EXPECT_EQ(deal_by_work(works, {10, 10, 10, 30}, 2, 20),
+            (std::vector<std::vector<std::size_t>>{{0}, {1, 2}}));
   EXPECT_THROW(deal_by_work(works, lengths, 0, 20), InvalidInput);
   EXPECT_THROW(deal_by_work({1.0}, lengths, 2, 20), InvalidInput);
 }

@@ -20,6 +20,7 @@ import scale_cases  # noqa: E402
 from dist_cases import LOADER_LENGTHS, TokenDataset  # noqa: E402
 from worlds import run_world  # noqa: E402
 
+import dcp  # noqa: E402
 import dcp.torch as dcpt  # noqa: E402
 from dcp.torch import shares  # noqa: E402
 
@@ -164,6 +165,18 @@ def test_a_loader_state_of_another_configuration_is_refused(field, overrides,
     for name, value in (("world_size", 4), ("replicas", 2), ("version", 99), ("batch", -1)):
         with pytest.raises(ValueError, match=name):
             _loader(TokenDataset(LOADER_LENGTHS)).load_state_dict({**state, name: value})
+
+
+def test_the_loader_plans_at_the_balances_it_is_given() -> None:
+    lengths = LOADER_LENGTHS
+    loader = _loader(TokenDataset(lengths), eps_memory=0.02, eps_compute=0.1)
+    lb, plan = next(iter(loader))
+    want = dcp.plan(lb.seqlens, "causal", heads=4, kv_heads=2, head_dim=8, dtype="fp32",
+                    block_size=16, cluster="cpu-local", nodes=1, devices_per_node=1, seed=7,
+                    eps_memory=0.02, eps_compute=0.1)
+    assert plan.to_bytes() == want.to_bytes()
+    with pytest.raises(ValueError, match="memory epsilon"):
+        next(iter(_loader(TokenDataset(lengths), eps_memory=-1)))
 
 
 def test_a_mesh_without_the_named_dims_is_refused() -> None:

@@ -232,6 +232,9 @@ def train(args: argparse.Namespace, distributed: bool) -> int:
     finally:
         if iterator is not None:
             iterator.close()
+    if loader is not None:
+        say(f"loader: {loader.plan_seconds:.2f} s of planning in background threads; the loop "
+            f"waited {loader.wait_seconds * 1000:.1f} ms for plans")
     if args.save is not None:
         checkpoint(args.save, model, optimizer, loader, start_step + len(rows), load=False)
         say(f"saved model, optimizer and loader after step {start_step + len(rows)} to "

@@ -166,7 +166,8 @@ LayoutStep fixed_groups(const PoolOptions& options, const ClusterSpec& cluster,
     layout.detail += (layout.detail.empty() ? "" : ", ") + name + " x" + std::to_string(count);
   }
   if (held < total) {
-    layout.detail += "; " + format_percent(1 - static_cast<double>(held) / total) +
+    layout.detail += "; " +
+                     format_percent(1 - static_cast<double>(held) / static_cast<double>(total)) +
                      " of the tokens carried over";
   }
   return layout;
@@ -203,7 +204,8 @@ LayoutStep dynamic_step(const PoolOptions& options, const ClusterSpec& cluster,
                      std::to_string(size);
   }
   if (held < total) {
-    layout.detail += "; " + format_percent(1 - static_cast<double>(held) / total) +
+    layout.detail += "; " +
+                     format_percent(1 - static_cast<double>(held) / static_cast<double>(total)) +
                      " of the tokens carried over";
   }
   return layout;

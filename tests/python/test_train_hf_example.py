@@ -55,6 +55,7 @@ def test_fsdp2_on_a_mesh_saved_and_resumed_trains_like_the_dense_baseline(tmp_pa
                            str(tmp_path / "rest")], capture_output=True, text=True, timeout=300)
     assert rest.returncode == 0, rest.stderr[-3000:]
     assert "resumed from" in rest.stdout and "after step 2" in rest.stdout
+    assert "s of planning in background threads" in rest.stdout
     dense = subprocess.run([sys.executable, EXAMPLE, *flags, "--steps", "4", "--dense", "--out",
                             str(tmp_path / "dense")], capture_output=True, text=True, timeout=300)
     assert dense.returncode == 0, dense.stderr[-3000:]

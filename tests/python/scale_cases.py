@@ -242,3 +242,65 @@ def compiled_empty_rank(rank: int, size: int) -> dict:
     breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
     return dict(eager=eager, compiled=compiled, breaks=breaks,
                 local_tokens=[lb.input_ids.numel() for lb, _ in batches])
+
+
+def dying_rank(rank: int, size: int, directory: str) -> float:
+    """FSDP2 over the pool: one step, a checkpoint, then rank 1 dies (os._exit) in the middle of
+    the next step's forward pass, inside its second attention call. Returns on no rank: the others
+    raise; their message carries the seconds they took."""
+    import os
+    import time
+
+    import torch.distributed.checkpoint as dcp_checkpoint
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    import dcp.torch.hf as dcphf
+    dcphf.register()
+    model = build("llama", "fsdp", size)
+    loader = make_loader(model.config, "fsdp", text_dataset())
+    dcpt.sum_gradients(model, loader)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=HF_TRAIN["lr"])
+    executor = dcpt.DCPExecutor(threads=1)
+    iterator = iter(loader)
+    for step in range(2):
+        lb, plan = next(iterator)
+        executor.prepare(plan)
+        if step == 1 and rank == 1:
+            forward, calls = executor.forward, []
+
+            def dying_forward(*args, **kwargs):
+                calls.append(1)
+                if len(calls) == 2:
+                    os._exit(3)
+                return forward(*args, **kwargs)
+            executor.forward = dying_forward
+        start = time.monotonic()
+        try:
+            result = model(**dcphf.model_inputs(lb, executor))
+            result.loss.backward()
+        except RuntimeError as error:
+            raise RuntimeError(f"after {time.monotonic() - start:.2f} s: {error}") from None
+        optimizer.step()
+        optimizer.zero_grad()
+        if step == 0:
+            model_state, optim_state = get_state_dict(model, optimizer)
+            dcp_checkpoint.save({"model": model_state, "optim": optim_state, "loader": loader},
+                                checkpoint_id=directory)
+    return 0.0
+
+
+def load_after_a_death(rank: int, size: int, directory: str) -> dict:
+    """A new process group loads the checkpoint dying_rank wrote before rank 1 died: the loader's
+    position and the model are whole."""
+    import torch.distributed.checkpoint as dcp_checkpoint
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    import dcp.torch.hf as dcphf
+    dcphf.register()
+    model = build("llama", "fsdp", size)
+    loader = make_loader(model.config, "fsdp", text_dataset())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=HF_TRAIN["lr"])
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state, "loader": loader}
+    dcp_checkpoint.load(state, checkpoint_id=directory)
+    return loader.state_dict()

@@ -8,6 +8,7 @@ torch.distributed.checkpoint continues with the same losses; states and wrappers
 are refused by name."""
 from __future__ import annotations
 
+import re
 import types
 
 import pytest
@@ -124,6 +125,31 @@ def test_a_resumed_run_continues_with_the_same_batches_plans_and_losses(tmp_path
     rest = run_world(4, scale_cases.resume_run, str(tmp_path / "ckpt"), "rest", **args)[0]
     assert first == whole[:3]
     assert rest == whole[3:], "the resumed steps differ from the uninterrupted run's"
+
+
+@pytest.mark.seconds(20)
+def test_a_rank_that_dies_mid_step_makes_the_others_raise_at_once(tmp_path) -> None:
+    timeout = 20
+    ckpt = str(tmp_path / "ckpt")
+    results = run_world(3, scale_cases.dying_rank, ckpt, timeout=300, group_timeout=timeout,
+                        allow_failures=True)
+    assert results[1][0] == "missing"  # it exited
+    named = 0
+    for rank in (0, 2):
+        kind, message = results[rank]
+        assert kind == "error", f"rank {rank} did not raise: {results[rank]}"
+        took = re.search(r"RuntimeError: after ([0-9.]+) s:", message)
+        assert took and float(took.group(1)) < timeout, message
+        # dcp's transfers name the peer; FSDP2's collectives raise gloo's error, which names its
+        # address.
+        if "transfers with ranks [1] failed" in message:
+            named += 1
+        else:
+            assert "by peer" in message, message
+    assert named >= 1, "no survivor's dcp transfers named rank 1"
+    # The checkpoint written before the death is whole: a new process group loads it.
+    states = run_world(3, scale_cases.load_after_a_death, ckpt, timeout=300)
+    assert all(s["batch"] == 1 and s["epoch"] == 0 for s in states)
 
 
 def _loader(dataset, **overrides):

@@ -85,6 +85,12 @@ def make_loader(model_config, mode: str, dataset, **overrides):
     return dcpt.DCPDataloader(dataset, **options)
 
 
+def train_families(rank: int, size: int, families: list[str], mode: str, empty: bool) -> dict:
+    """train_data_parallel of each family in one world: {family: its result}."""
+    return {family: train_data_parallel(rank, size, family, mode, None, empty)
+            for family in families}
+
+
 def train_data_parallel(rank: int, size: int, family: str, mode: str, steps: int | None = None,
                         empty: bool = False) -> dict:
     """`steps` AdamW steps of the family's tiny model on dcp inside FSDP2 or DDP (mode, as
@@ -145,9 +151,10 @@ def epoch_shares(rank: int, size: int, dataset_lengths: list[int], tokens_per_ba
 
 
 def resume_run(rank: int, size: int, directory: str, phase: str) -> list[float]:
-    """A tiny Llama under FSDP2 with its loader on a 2 x 2 mesh. phase 'whole': 6 steps; 'first':
-    3 steps, then model, optimizer and loader saved with torch.distributed.checkpoint to
-    `directory`; 'rest': all three loaded from there, then 3 steps. Returns the global losses."""
+    """A tiny Llama under FSDP2 with its loader on a 2 x 2 mesh, as train_data_parallel's 'mesh'
+    mode. phase 'first': 3 steps, then model, optimizer and loader saved with
+    torch.distributed.checkpoint to `directory`; 'rest': all three loaded from there, then 3
+    steps. Returns the global losses."""
     import torch.distributed.checkpoint as dcp_checkpoint
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -165,7 +172,7 @@ def resume_run(rank: int, size: int, directory: str, phase: str) -> list[float]:
                        optim_state_dict=state["optim"])
     executor = dcpt.DCPExecutor(group=loader.group, threads=1)
     losses = []
-    steps = 6 if phase == "whole" else 3
+    steps = 3
     iterator = iter(loader)
     for _ in range(steps):
         lb, plan = next(iterator)
@@ -206,9 +213,9 @@ def shard_over_dp_only(rank: int, size: int) -> str:
 
 
 def compiled_empty_rank(rank: int, size: int) -> dict:
-    """EMPTY_RANK's batches on a tiny Llama, eager and compiled (fullgraph, dynamic), from the
-    same weights, gradients summed by hand: the global losses of both, this rank's token counts
-    and the compiled run's graph breaks."""
+    """Two one-block batches (20 and 24 tokens) on a tiny Llama, eager and compiled (fullgraph,
+    dynamic), from the same weights, gradients summed by hand: the global losses of both, this
+    rank's token counts and the compiled run's graph breaks."""
     import hf_models
     import torch._dynamo
     from train_gpt import sum_over_group
@@ -216,9 +223,9 @@ def compiled_empty_rank(rank: int, size: int) -> dict:
     import dcp.torch.hf as dcphf
     dcphf.register()
     model_config = hf_models.tiny_config("llama")
-    loader = make_loader(model_config, "pool", SlicedText(EMPTY_RANK["lengths"]), shuffle=False,
-                         tokens_per_batch=EMPTY_RANK["tokens_per_batch"],
-                         block_size=EMPTY_RANK["block_size"])
+    # One block per batch, placed whole by dcp's own plan: on 2 ranks, one holds no tokens.
+    loader = make_loader(model_config, "pool", SlicedText([20, 24]), shuffle=False,
+                         tokens_per_batch=24, block_size=32, strategy="dcp-pure")
     batches = list(loader)
     executor = dcpt.DCPExecutor(threads=1)
 

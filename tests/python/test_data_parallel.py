@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 import hf_cases  # noqa: E402
 import scale_cases  # noqa: E402
 from dist_cases import LOADER_LENGTHS, TokenDataset  # noqa: E402
-from worlds import run_world  # noqa: E402
+from worlds import run_world, run_world_once  # noqa: E402
 
 import dcp  # noqa: E402
 import dcp.torch as dcpt  # noqa: E402
@@ -37,11 +37,16 @@ def _like_dense(got: dict, family: str, dataset=None) -> None:
         assert err <= 1e-4 * scale + 1e-9, f"{family} {name}: gradient off by {err} of {scale}"
 
 
+def _trained(mode: str) -> list:
+    """The 4-rank training of a tiny Llama in `mode`, run once for every test that reads it."""
+    return run_world_once(f"data-parallel-{mode}", 4, scale_cases.train_data_parallel, "llama",
+                          mode, timeout=600, group_timeout=120)
+
+
 @pytest.mark.seconds(25)
 @pytest.mark.parametrize("mode", ["fsdp", "ddp", "mesh"])
 def test_data_parallel_training_equals_one_sdpa_process(mode: str) -> None:
-    ranks = run_world(4, scale_cases.train_data_parallel, "llama", mode, timeout=600,
-                      group_timeout=120)
+    ranks = _trained(mode)
     got = ranks[0]
     assert len(got["losses"]) == hf_cases.HF_TRAIN["steps"]
     for other in ranks[1:]:
@@ -55,18 +60,20 @@ def test_data_parallel_training_equals_one_sdpa_process(mode: str) -> None:
             assert sorted(by_replica[0] + by_replica[1]) == sorted(batch)
 
 
-@pytest.mark.seconds(15)
-@pytest.mark.parametrize("family", ["llama", "gemma3", "qwen2"])
-def test_a_rank_without_tokens_trains_under_fsdp2(family: str) -> None:
-    ranks = run_world(4, scale_cases.train_data_parallel, family, "fsdp", None, True,
-                      timeout=600, group_timeout=120)
-    assert any(n == 0 for r in ranks for n in r["local_tokens"]), "no rank was left without tokens"
-    _like_dense(ranks[0], family, scale_cases.SlicedText(scale_cases.EMPTY_RANK["lengths"]))
+@pytest.mark.seconds(25)
+def test_a_rank_without_tokens_trains_under_fsdp2() -> None:
+    families = ["llama", "gemma3", "qwen2"]  # one mask; two attention kinds each
+    ranks = run_world(4, scale_cases.train_families, families, "fsdp", True, timeout=600,
+                      group_timeout=120)
+    for family in families:
+        runs = [r[family] for r in ranks]
+        assert any(n == 0 for r in runs for n in r["local_tokens"]), f"{family}: no empty rank"
+        _like_dense(runs[0], family, scale_cases.SlicedText(scale_cases.EMPTY_RANK["lengths"]))
 
 
-@pytest.mark.seconds(30)
+@pytest.mark.seconds(20)
 def test_a_rank_without_tokens_runs_compiled() -> None:
-    ranks = run_world(4, scale_cases.compiled_empty_rank, timeout=600, group_timeout=300)
+    ranks = run_world(2, scale_cases.compiled_empty_rank, timeout=600, group_timeout=300)
     assert any(n == 0 for r in ranks for n in r["local_tokens"]), "no rank was left without tokens"
     for r in ranks:
         assert r["breaks"] == 0
@@ -120,7 +127,9 @@ def test_an_epoch_ending_with_fewer_samples_than_replicas_leaves_them_out() -> N
 @pytest.mark.seconds(30)
 def test_a_resumed_run_continues_with_the_same_batches_plans_and_losses(tmp_path) -> None:
     args = dict(timeout=600, group_timeout=120)
-    whole = run_world(4, scale_cases.resume_run, str(tmp_path / "unused"), "whole", **args)[0]
+    # The uninterrupted run: the mesh training's first six steps (the same model, loader and
+    # optimizer).
+    whole = _trained("mesh")[0]["losses"][:6]
     first = run_world(4, scale_cases.resume_run, str(tmp_path / "ckpt"), "first", **args)[0]
     rest = run_world(4, scale_cases.resume_run, str(tmp_path / "ckpt"), "rest", **args)[0]
     assert first == whole[:3]

@@ -15,6 +15,7 @@
 #include "dcp/core/timing.h"
 
 #include "dcp/plan_queue.h"
+#include "dcp/planner/placement/hierarchical_placer.h"
 #include "dcp/suites/kinds_suite.h"
 #include "dcp/suites/reports.h"
 #include "dcp/suites/suite_jobs.h"
@@ -22,16 +23,13 @@
 namespace dcp::suites {
 namespace {
 
-// A device may hold this much more than the per-device bound: dcp's default memory balance
-// (PlanOptions eps_memory), which a plan's placement keeps.
-constexpr double kMemorySlack = 0.2;
 // Megatron's measured iteration speed-ups of dynamic CP over DP-balanced packing with CP 4
 // (examples/dynamic_context_parallel), by GPU count.
 const std::map<std::int32_t, double> kMegatronMeasured = {
     {4, 1.285}, {8, 1.412}, {16, 1.212}, {32, 1.375}, {64, 1.495}};
 
-// A causal pair's forward and backward FLOPs per layer: QK^T and PV forward (4 per head and head
-// dimension), about 2.5 times that backward.
+// A causal pair's forward and backward FLOPs over every layer: QK^T and PV forward (4 per head and
+// head dimension), about 2.5 times that backward.
 double pair_flops(const sim::TransformerConfig& model) {
   return 3.5 * 4.0 * static_cast<double>(model.heads) * static_cast<double>(model.head_dim()) *
          model.layers;
@@ -116,6 +114,23 @@ std::vector<TokenCount> lengths_of(const std::vector<TokenCount>& all,
   return out;
 }
 
+TokenCount total_tokens(const std::vector<TokenCount>& lengths) {
+  TokenCount total = 0;
+  for (const TokenCount n : lengths) total += n;
+  return total;
+}
+
+// A layout that holds `held` of a micro-batch's `total` tokens carries the rest over to the next
+// micro-batch (as Megatron's scheduler does): it costs its time per token held.
+void carry_over(LayoutStep& layout, TokenCount held, TokenCount total) {
+  layout.ms *= static_cast<double>(total) / static_cast<double>(held);
+  if (held < total) {
+    layout.detail += "; " +
+                     format_percent(1 - static_cast<double>(held) / static_cast<double>(total)) +
+                     " of the tokens carried over";
+  }
+}
+
 // Fixed groups of `group` devices, the samples dealt by work; each group's step from `plan`,
 // the layout's the slowest group's.
 template <typename PlanGroup>
@@ -140,8 +155,7 @@ LayoutStep fixed_groups(const PoolOptions& options, const ClusterSpec& cluster,
   };
   std::vector<std::vector<std::size_t>> shares =
       deal_by_work(works, lengths, devices / group, capacity);
-  TokenCount total = 0;
-  for (const TokenCount n : lengths) total += n;
+  const TokenCount total = total_tokens(lengths);
   if (held_by(shares) < total) {
     auto by_tokens = deal_by_work(tokens, lengths, devices / group, capacity);
     if (held_by(by_tokens) > held_by(shares)) shares = std::move(by_tokens);
@@ -161,15 +175,10 @@ LayoutStep fixed_groups(const PoolOptions& options, const ClusterSpec& cluster,
     layout.max_device_tokens = std::max(layout.max_device_tokens, step.max_device_tokens);
     ++used[step.detail];
   }
-  layout.ms *= static_cast<double>(total) / static_cast<double>(held);
   for (const auto& [name, count] : used) {
     layout.detail += (layout.detail.empty() ? "" : ", ") + name + " x" + std::to_string(count);
   }
-  if (held < total) {
-    layout.detail += "; " +
-                     format_percent(1 - static_cast<double>(held) / static_cast<double>(total)) +
-                     " of the tokens carried over";
-  }
+  carry_over(layout, held, total);
   return layout;
 }
 
@@ -177,43 +186,33 @@ LayoutStep dynamic_step(const PoolOptions& options, const ClusterSpec& cluster,
                         const std::vector<TokenCount>& lengths, std::int32_t devices,
                         TokenCount device_tokens) {
   LayoutStep layout;
-  const auto rounds = dynamic_layout(lengths, devices, device_tokens, options.model);
+  // The first round runs; what it could not hold carries over to the next micro-batch.
+  const std::vector<DynamicGroup> round =
+      dynamic_layout(lengths, devices, device_tokens, options.model).front();
   std::map<std::int32_t, int> sizes;
-  // The first round runs; what it could not hold carries over to the next micro-batch, as
-  // Megatron's scheduler carries it: the micro-batch costs the first round's time per token.
-  const std::vector<DynamicGroup>& round = rounds.front();
-  TokenCount held = 0, total = 0;
-  for (const TokenCount n : lengths) total += n;
-  {
-    double slowest = 0;
-    for (const DynamicGroup& group : round) {
-      for (const std::size_t i : group.samples) held += lengths[i];
-      const ClusterSpec spec = group_cluster(cluster, group.devices, options.devices_per_node);
-      // One device moves nothing: its plan is any strategy's; TransformerEngine's a2a+p2p
-      // inside larger groups, as Megatron runs it.
-      const LayoutStep step = group_step(options, spec, lengths_of(lengths, group.samples),
-                                         group.devices == 1 ? Strategy::kDcpPure : Strategy::kTe);
-      slowest = std::max(slowest, step.ms);
-      layout.max_device_tokens = std::max(layout.max_device_tokens, step.max_device_tokens);
-      ++sizes[group.devices];
-    }
-    layout.ms = slowest * static_cast<double>(total) / static_cast<double>(held);
+  TokenCount held = 0;
+  for (const DynamicGroup& group : round) {
+    for (const std::size_t i : group.samples) held += lengths[i];
+    const ClusterSpec spec = group_cluster(cluster, group.devices, options.devices_per_node);
+    // One device moves nothing: its plan is any strategy's; TransformerEngine's a2a+p2p inside
+    // larger groups, as Megatron runs it.
+    const LayoutStep step = group_step(options, spec, lengths_of(lengths, group.samples),
+                                       group.devices == 1 ? Strategy::kDcpPure : Strategy::kTe);
+    layout.ms = std::max(layout.ms, step.ms);
+    layout.max_device_tokens = std::max(layout.max_device_tokens, step.max_device_tokens);
+    ++sizes[group.devices];
   }
   for (const auto& [size, count] : sizes) {
     layout.detail += (layout.detail.empty() ? "" : ", ") + std::to_string(count) + " x CP" +
                      std::to_string(size);
   }
-  if (held < total) {
-    layout.detail += "; " +
-                     format_percent(1 - static_cast<double>(held) / static_cast<double>(total)) +
-                     " of the tokens carried over";
-  }
+  carry_over(layout, held, total_tokens(lengths));
   return layout;
 }
 
 void check_memory(LayoutStep& step, TokenCount device_tokens) {
   if (static_cast<double>(step.max_device_tokens) >
-      static_cast<double>(device_tokens) * (1 + kMemorySlack)) {
+      static_cast<double>(device_tokens) * (1 + kDefaultEpsMemory)) {
     step.fits = false;
   }
 }
@@ -249,14 +248,6 @@ double PoolRecord::best_baseline_ms() const {
     if (s->fits) best = std::min(best, s->ms);
   }
   return best;
-}
-
-std::string PoolRecord::best_baseline() const {
-  const double best = best_baseline_ms();
-  if (fixed4.fits && fixed4.ms == best) return "fixed CP4";
-  if (fixed8.fits && fixed8.ms == best) return "fixed CP8";
-  if (dynamic.fits && dynamic.ms == best) return "dynamic CP";
-  return "dcp in CP8";
 }
 
 std::int32_t dynamic_group_size(TokenCount length, TokenCount device_tokens) {

@@ -67,9 +67,8 @@ struct PoolRecord {
   LayoutStep dcp_groups;         // (c) fixed CP 8, each group planned by dcp
   LayoutStep pool;               // (d) dcp over the whole pool
   double pool_plan_ms = 0;       // planning (d) on one thread
-  // The fastest of (a)-(c) that fits, and its name.
+  // The fastest of (a)-(c) that fits.
   double best_baseline_ms() const;
-  std::string best_baseline() const;
 };
 
 std::vector<PoolRecord> run_pool_suite(const PoolOptions& options, std::ostream& progress);

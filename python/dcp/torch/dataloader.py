@@ -206,6 +206,9 @@ class DCPDataloader:
                              f"tokens_per_batch {self.tokens_per_batch}")
         return tokens
 
+    def _read(self, indices: list[int]) -> list[torch.Tensor]:
+        return [self._sample(i) for i in indices]
+
     def _bins(self, epoch: int) -> Iterator[tuple[list[int], Callable[[], list[torch.Tensor]]]]:
         """The packed batches of one epoch: (indices, a function that reads their samples)."""
         if self.map_style:
@@ -213,7 +216,7 @@ class DCPDataloader:
                 self._lengths = [self._sample(i).numel() for i in range(len(self.dataset))]
             for indices in pack_batches(self._lengths, self.tokens_per_batch, self.seed + epoch,
                                         self.shuffle):
-                yield indices, functools.partial(lambda ix: [self._sample(i) for i in ix], indices)
+                yield indices, functools.partial(self._read, indices)
             return
         position = 0
         pool: list[torch.Tensor] = []
@@ -235,8 +238,8 @@ class DCPDataloader:
     def _global_batches(self, start: tuple[int, int]) -> Iterator[tuple]:
         """(epoch, global batch, its packed batches' sizes, indices, samples) from position
         `start` on: `replicas` packed batches at a time (the global batch's samples, in packing
-        order). The batches before
-        `start` are skipped without reading their samples (a map-style dataset)."""
+        order). The batches before `start` are skipped without reading their samples (a
+        map-style dataset)."""
         first_epoch, skip = start
         for epoch in range(first_epoch, self.epochs):
             bins = self._bins(epoch)
@@ -331,9 +334,9 @@ class _Planned:
 
 
 def _judge(loader: DCPDataloader, queue, samples, masks,
-           shares_: list[list[int]]) -> list[tuple[Any, float]]:
+           parts: list[list[int]]) -> list[tuple[Any, float]]:
     """Plans shares of a global batch at once; each one's plan and simulated step."""
-    tickets = [queue.submit(loader._request(samples, masks, s)) for s in shares_]
+    tickets = [queue.submit(loader._request(samples, masks, s)) for s in parts]
     plans = [queue.take(t) for t in tickets]
     return [(p, float(p.simulate(loader.cluster)["step_seconds"])) for p in plans]
 
@@ -355,7 +358,6 @@ def _plan(loader: DCPDataloader, queue, epoch: int, number: int, bin_sizes: list
     mine = split.shares[loader.replica]
     return _Planned(epoch, number, [samples[i] for i in mine], [indices[i] for i in mine],
                     split.plans[loader.replica], loss_tokens, split.steps)
-
 
 
 class _LoaderIterator:
@@ -400,14 +402,8 @@ class _LoaderIterator:
             self.loader.wait_seconds += time.perf_counter() - start
             self.loader.plan_seconds += planned.plan.plan_ms / 1000.0
             self._fill()
-            batch = _local_batch(planned.plan, self.loader.rank, planned.epoch, planned.indices,
-                                 planned.samples)
-            batch.loss_tokens = planned.loss_tokens
-            batch.step = planned.number
-            batch.replica, batch.replicas = self.loader.replica, self.loader.replicas
-            batch.replica_steps = planned.replica_steps
             self.loader._position = (planned.epoch, planned.number + 1)
-            return batch, planned.plan
+            return _local_batch(planned, self.loader), planned.plan
         except BaseException:
             self.close()
             raise
@@ -427,18 +423,18 @@ class _LoaderIterator:
         self.close()
 
 
-def _local_batch(plan: dcp.Plan, rank: int, epoch: int, indices: list[int],
-                 samples: list[torch.Tensor]) -> LocalBatch:
-    tokens = torch.cat(samples)
-    lengths = torch.tensor([s.numel() for s in samples])
+def _local_batch(planned: _Planned, loader: DCPDataloader) -> LocalBatch:
+    tokens = torch.cat(planned.samples)
+    lengths = torch.tensor([s.numel() for s in planned.samples])
     starts = torch.cumsum(lengths, 0) - lengths
     positions = torch.arange(tokens.numel()) - torch.repeat_interleave(starts, lengths)
     labels = torch.roll(tokens, -1)
     labels[starts + lengths - 1] = IGNORE_INDEX  # the last token of every sequence
-    local = torch.from_numpy(np.asarray(plan.local_token_positions(rank)))
+    local = torch.from_numpy(np.asarray(planned.plan.local_token_positions(loader.rank)))
     local_labels = labels[local]
     return LocalBatch(input_ids=tokens[local], labels=local_labels, position_ids=positions[local],
-                      loss_mask=local_labels != IGNORE_INDEX,
-                      loss_tokens=int(tokens.numel() - len(samples)),
-                      seqlens=lengths.tolist(), batch_indices=list(indices),
-                      global_positions=local, epoch=epoch)
+                      loss_mask=local_labels != IGNORE_INDEX, loss_tokens=planned.loss_tokens,
+                      seqlens=lengths.tolist(), batch_indices=list(planned.indices),
+                      global_positions=local, epoch=planned.epoch, step=planned.number,
+                      replica=loader.replica, replicas=loader.replicas,
+                      replica_steps=planned.replica_steps)

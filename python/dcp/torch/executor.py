@@ -290,13 +290,14 @@ class DCPExecutor:
         """o (like q), lse (float32, (q heads, local tokens)) and kept (uint8: the kv values
         received from other ranks that the kind's plan keeps for the backward pass, so that it
         need not receive them again; empty when the plan keeps none); no autograd. `kind`: the
-        attention kind (None: the plan's only one)."""
+        attention kind (None: the plan's only one). On a rank the plan gives no tokens, one row
+        of q, k and v is a stand-in that attends to nothing (o 0, lse -inf; backward: 0)."""
         run = self._kind(kind)
         p = self.plan
         if self._stand_in(q):
-            o, lse, kept = self.forward(q[:0], k[:0], v[:0], softmax_scale, kind)
-            return (torch.zeros_like(q), torch.full((p.q_heads, 1), float("-inf"), device=self.device),
-                    kept)
+            _, _, kept = self.forward(q[:0], k[:0], v[:0], softmax_scale, kind)
+            lse = torch.full((p.q_heads, 1), float("-inf"), device=self.device)
+            return torch.zeros_like(q), lse, kept
         q = self._check("q", q, p.q_heads)
         k = self._check("k", k, p.kv_heads)
         v = self._check("v", v, p.kv_heads)

@@ -407,8 +407,9 @@ def model_inputs(local_batch: Any, executor: DCPExecutor, loss: bool = True) -> 
     A rank the plan gives no tokens still runs every layer (it takes part in the plan's
     transfers, and in FSDP2's and DDP's collectives), but transformers' layers cannot run on no
     tokens (they reshape with an inferred dimension). Such a rank runs one stand-in token: id 0
-    at position 0, no label; its attention output is zero (dcp_attention runs the rank's Programs
-    on no tokens), so nothing it computes reaches the loss or the gradients."""
+    at position 0, no label; the executor runs the rank's Programs on no tokens and takes the
+    stand-in as a row that attends to nothing (output 0, gradients 0), so nothing it computes
+    reaches the loss or the gradients."""
     ids, positions, labels = local_batch.input_ids, local_batch.position_ids, local_batch.labels
     if ids.numel() == 0:
         ids = torch.zeros(1, dtype=ids.dtype, device=ids.device)
@@ -417,8 +418,7 @@ def model_inputs(local_batch: Any, executor: DCPExecutor, loss: bool = True) -> 
     inputs = dict(input_ids=ids[None], position_ids=positions[None], dcp_executor=executor,
                   use_cache=False)
     if loss:
-        inputs.update(labels=labels[None], shift_labels=labels[None],
-                      num_items_in_batch=local_batch.loss_tokens)
+        inputs.update(_loss_arguments(labels, local_batch.loss_tokens))
     return inputs
 
 
@@ -427,5 +427,8 @@ def loss_kwargs(local_batch: Any) -> dict:
     the local labels are already shifted (shift_labels), and the sum of token losses is divided by
     the whole batch's loss tokens (num_items_in_batch), so that the ranks' losses and gradients
     sum to one process's."""
-    labels = local_batch.labels[None]
-    return dict(labels=labels, shift_labels=labels, num_items_in_batch=local_batch.loss_tokens)
+    return _loss_arguments(local_batch.labels, local_batch.loss_tokens)
+
+
+def _loss_arguments(labels: torch.Tensor, loss_tokens: int) -> dict:
+    return dict(labels=labels[None], shift_labels=labels[None], num_items_in_batch=loss_tokens)

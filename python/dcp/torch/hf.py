@@ -432,3 +432,12 @@ def loss_kwargs(local_batch: Any) -> dict:
 
 def _loss_arguments(labels: torch.Tensor, loss_tokens: int) -> dict:
     return dict(labels=labels[None], shift_labels=labels[None], num_items_in_batch=loss_tokens)
+
+
+def __getattr__(name: str) -> Any:
+    """DCPTrainer and DCPSFTTrainer (dcp.torch.hf_trainer), imported when first asked for: they
+    need accelerate (and DCPSFTTrainer trl), which the attention function does not."""
+    if name in ("DCPTrainer", "DCPSFTTrainer", "DCPTrainerBatches"):
+        from dcp.torch import hf_trainer
+        return getattr(hf_trainer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -141,6 +141,11 @@ def dcp_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
             raise ValueError(f"{layer} is a {kind} layer, which is not an attention kind of the "
                              f"plan (it has {', '.join(executor.kinds)}); plan with "
                              "dcp.torch.hf.plan_options(model.config)")
+    if torch.is_autocast_enabled(query.device.type):
+        # Under autocast, RoPE's float32 cos and sin promote q and k to float32 while v keeps the
+        # autocast dtype: attention runs in the autocast dtype (the plan's), as sdpa does.
+        dtype = torch.get_autocast_dtype(query.device.type)
+        query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
     # transformers' layout is head-major (q and k are written so by RoPE); dcp's is token-major.
     # q and k: one copy each; v, a transposed view of its projection, and o need none.
     q = query[0].transpose(0, 1).contiguous()

@@ -325,6 +325,9 @@ class DCPTrainerMixin:
         refused = [
             ("group_by_length", getattr(args, "group_by_length", False),
              "dcp packs samples by tokens itself"),
+            ("train_sampling_strategy", getattr(args, "train_sampling_strategy", None)
+             if getattr(args, "train_sampling_strategy", None) == "group_by_length" else None,
+             "dcp packs samples by tokens itself"),
             ("auto_find_batch_size", getattr(args, "auto_find_batch_size", False),
              "dcp packs by tokens_per_batch; lower that instead"),
             ("label_smoothing_factor", getattr(args, "label_smoothing_factor", 0.0),
@@ -354,6 +357,8 @@ class DCPTrainerMixin:
                           f"is ignored: dcp packs samples into batches of up to tokens_per_batch "
                           "tokens, one batch per step of the pool (set to 1)", stacklevel=4)
             args.per_device_train_batch_size = 1
+        if getattr(args, "train_sampling_strategy", "random") == "sequential":
+            self._dcp_options.setdefault("shuffle", False)  # samples packed in dataset order
         if getattr(args, "dataloader_num_workers", 0):
             warnings.warn(f"{name}: dataloader_num_workers={args.dataloader_num_workers} is "
                           "ignored: dcp plans batches on its own planner threads "
@@ -366,6 +371,8 @@ class DCPTrainerMixin:
         if config is None:
             raise ValueError(f"{type(self).__name__}: the model ({type(model).__name__}) has no "
                              "transformers config to plan its attention from")
+        # Raises ValueError naming what dcp cannot plan (an attention kind, softcapping, ...).
+        self._dcp_plan_options = dcphf.plan_options(config)
         implementation = getattr(config, "_attn_implementation", None)
         if implementation != dcphf.NAME:
             if not hasattr(model, "set_attn_implementation"):
@@ -374,16 +381,15 @@ class DCPTrainerMixin:
             warnings.warn(f"{type(self).__name__}: the model ran attention {implementation!r}; "
                           "it now runs 'dcp' (set_attn_implementation)", stacklevel=4)
             model.set_attn_implementation(dcphf.NAME)
-        # Raises ValueError naming what dcp cannot plan (an attention kind, softcapping, ...).
-        self._dcp_plan_options = dcphf.plan_options(config)
         model_mask = self._dcp_plan_options["mask_fn"]
         kinds = model_mask.kinds if isinstance(model_mask, dcphf.ModelKinds) else None
         if self._dcp_user_mask is not None:
             self._dcp_plan_options["mask_fn"] = _SampleMask(self._dcp_user_mask, kinds)
-        args = self.args
-        if args.bf16:
+        # The plan's dtype is the one attention runs in: autocast's under mixed precision.
+        precision = str(getattr(self.accelerator, "mixed_precision", "no"))
+        if precision == "bf16":
             self._dcp_dtype = torch.bfloat16
-        elif args.fp16:
+        elif precision == "fp16":
             self._dcp_dtype = torch.float16
         else:
             self._dcp_dtype = next((p.dtype for p in model.parameters()

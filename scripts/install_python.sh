@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs the Python package dcp (pip install .) with what it builds and tests with: PyTorch,
-# NumPy, pytest with pytest-xdist (the tests run on every core) and transformers (the optional
-# extra dcp[hf]) from PyPI, scikit-build-core and nanobind to build. Skips what is there.
+# NumPy, pytest with pytest-xdist (the tests run on every core), transformers and accelerate (the
+# optional extra dcp[hf]) and TRL (dcp[trl]) from PyPI, scikit-build-core and nanobind to build.
+# Skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,7 +11,7 @@ python=${PYTHON:-python3}
 need=()
 # module:package
 for pair in torch:torch numpy:numpy pytest:pytest xdist:pytest-xdist nanobind:nanobind \
-    scikit_build_core:scikit-build-core transformers:transformers; do
+    scikit_build_core:scikit-build-core transformers:transformers accelerate:accelerate trl:trl; do
   "$python" -c "import ${pair%%:*}" 2>/dev/null || need+=("${pair#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -139,6 +139,11 @@ def test_bad_input_is_refused_before_the_first_step_naming_the_value() -> None:
         _trainer([samples[0], list(range(300))])
     with pytest.raises(ValueError, match="label 7 at position 1"):
         _trainer([{"input_ids": [1, 2, 3], "labels": [-100, 7, 3]}])
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            yield {"input_ids": [1, 2, 3], "completion_mask": [0, 1, 1]}
+    with pytest.raises(ValueError, match="map-style datasets only"):
+        _trainer(Stream())
     # An attention kind dcp cannot plan: Gemma 2's softcapping.
     config = transformers.Gemma2Config(vocab_size=256, hidden_size=32, intermediate_size=64,
                                        num_hidden_layers=2, num_attention_heads=2,

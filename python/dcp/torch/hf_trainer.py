@@ -224,7 +224,7 @@ class DCPTrainerBatches:
         """A batch's model inputs, with dcp's labels (the next token of the same sequence, -100
         where it is no target)."""
         labels = lb.labels
-        if self.target_masks and labels.numel():
+        if self.target_masks and labels.numel() and _is_map_style(self.dataset):
             keep = [target_mask(self.dataset[i], sample_tokens(self.dataset[i], i), i)
                     for i in lb.batch_indices]
             if any(k is not None for k in keep):
@@ -300,6 +300,10 @@ class DCPTrainerMixin:
         dcphf.register()
         super().__init__(*args, **kwargs)
         self._dcp_setup_model()
+        if self.args.per_device_train_batch_size != 1:  # TRL's and the Trainer's defaults
+            self.args.per_device_train_batch_size = 1
+            self._train_batch_size = 1
+        self._dcp_targets = False
         if self.train_dataset is not None:
             self._dcp_check_dataset(self.train_dataset, "train_dataset")
 
@@ -395,25 +399,32 @@ class DCPTrainerMixin:
             self._dcp_dtype = next((p.dtype for p in model.parameters()
                                     if p.is_floating_point()), torch.float32)
 
-    def _dcp_check_dataset(self, dataset: Any, what: str) -> None:
+    def _dcp_check_dataset(self, dataset: Any, what: str) -> bool:
         """Reads every sample of a map-style dataset (its lengths are packed anyway), or the
         first of an iterable one: a sample that is not token ids, or longer than
-        tokens_per_batch, is refused before the first step."""
+        tokens_per_batch, is refused before the first step. Returns whether a sample says which
+        tokens are targets (labels, completion_mask, assistant_masks)."""
         if isinstance(dataset, dict):
-            for key, part in dataset.items():
-                self._dcp_check_dataset(part, f"{what}[{key!r}]")
-            return
+            return any([self._dcp_check_dataset(part, f"{what}[{key!r}]")
+                        for key, part in dataset.items()])
+        targets = False
         try:
             if _is_map_style(dataset):
                 lengths = []
                 for index in range(len(dataset)):
                     sample = dataset[index]
                     tokens = sample_tokens(sample, index)
-                    target_mask(sample, tokens, index)
+                    targets |= target_mask(sample, tokens, index) is not None
                     lengths.append(tokens.numel())
             else:
                 first = next(iter(dataset), None)
                 lengths = [] if first is None else [sample_tokens(first, 0).numel()]
+                if first is not None and target_mask(first, sample_tokens(first, 0), 0) \
+                        is not None:
+                    raise ValueError("sample 0 says which tokens are targets (labels, "
+                                     "completion_mask or assistant_masks), which dcp reads from "
+                                     "map-style datasets only (it reads the samples of each "
+                                     "planned batch again); give a dataset with a length")
         except (TypeError, ValueError) as error:
             raise type(error)(f"{type(self).__name__}: {what}: {error}") from error
         for index, n in enumerate(lengths):
@@ -422,6 +433,8 @@ class DCPTrainerMixin:
                                  f"more than tokens_per_batch {self._dcp_tokens_per_batch}")
         if what == "train_dataset":
             self._dcp_lengths = lengths if _is_map_style(dataset) else None
+            self._dcp_targets = targets
+        return targets
 
     # - loaders -
 
@@ -464,8 +477,7 @@ class DCPTrainerMixin:
                            for i in range(len(self.train_dataset))]
             length = _epoch_batches(lengths, self._dcp_tokens_per_batch, loader.seed,
                                     loader.shuffle, loader.replicas)
-        target_masks = _is_map_style(self.train_dataset)
-        batches = DCPTrainerBatches(loader, self.train_dataset, length, target_masks)
+        batches = DCPTrainerBatches(loader, self.train_dataset, length, self._dcp_targets)
         if self._dcp_resume is not None:
             path = os.path.join(self._dcp_resume, LOADER_STATE)
             if not os.path.isfile(path):
@@ -627,13 +639,13 @@ class DCPTrainerMixin:
             for key, part in dataset.items():
                 metrics.update(self.evaluate(part, ignore_keys, f"{metric_key_prefix}_{key}"))
             return metrics
-        self._dcp_check_dataset(dataset, "eval_dataset")
+        targets = self._dcp_check_dataset(dataset, "eval_dataset")
         start = time.time()
         loader = self._dcp_loader(dataset, shuffle=False, epochs=1)
         self._dcp_pool_check(loader)
         if self._dcp_executor is None:
             self._dcp_executor = dcpt.DCPExecutor(group=loader.group)
-        batches = DCPTrainerBatches(loader, dataset, None, _is_map_style(dataset))
+        batches = DCPTrainerBatches(loader, dataset, None, targets)
         model = self.model
         was_training = model.training
         model.eval()

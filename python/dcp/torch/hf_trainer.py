@@ -19,14 +19,14 @@ What changes against the stock Trainer, and why (docs/python.md, "The Hugging Fa
 - Checkpoints hold the loader's position; resume_from_checkpoint continues with the next batch.
 - Evaluation runs on dcp too, over packed batches of the eval dataset (eval_loss only).
 
-Imports transformers and accelerate; DCPSFTTrainer imports trl when first used."""
+How samples are read, checked and packed into the loader is dcp.torch._trainer_loader's; this
+module holds the Trainer subclasses. Imports transformers and accelerate; DCPSFTTrainer imports
+trl when first used."""
 from __future__ import annotations
 
 import inspect
 import json
-import math
 import os
-import sys
 import time
 import warnings
 from typing import Any, Callable, Iterator
@@ -38,241 +38,17 @@ from transformers.trainer_utils import speed_metrics
 
 import dcp.torch as dcpt
 from dcp.torch import hf as dcphf
+from dcp.torch._trainer_loader import (ENDLESS, LOADER_OPTIONS, DCPTrainerBatches, SampleMask,
+                                       check_samples, epoch_length, is_map_style, sample_loader)
 from dcp.torch.dataloader import IGNORE_INDEX
 
+# The file of a checkpoint that holds the train loader's position (DCPTrainerBatches.state_dict).
 LOADER_STATE = "dcp_loader_state.json"
 
-# DCPDataloader's planner and loading options a trainer passes through as they are.
-LOADER_OPTIONS = ("block_size", "head_block_size", "strategy", "cluster", "nodes",
-                  "devices_per_node", "stages", "keep_kv", "partial_dtype", "eps_compute",
-                  "eps_memory", "softmax_scale", "prefetch", "planner_threads", "pool_size",
-                  "balance_rounds", "shuffle", "seed")
 
-# Streams run for as long as the Trainer asks; the Trainer counts its own epochs.
-_ENDLESS = 1 << 40
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
 
-
-# --- samples ----------------------------------------------------------------------------------
-
-def _as_list(value: Any) -> Any:
-    return value.tolist() if hasattr(value, "tolist") else value
-
-
-def sample_tokens(sample: Any, index: int) -> torch.Tensor:
-    """The token ids of a training sample: a 1-D integer sequence (tensor, array, list) or a dict
-    with 'input_ids'. Raises TypeError or ValueError naming the sample and what it holds."""
-    ids = sample
-    if isinstance(sample, dict):
-        if "input_ids" not in sample:
-            raise ValueError(f"sample {index} is a dict with keys {sorted(sample)}, without "
-                             "'input_ids'; dcp trains on token sequences (tokenize the dataset)")
-        ids = sample["input_ids"]
-    if isinstance(ids, (str, bytes)):
-        raise TypeError(f"sample {index} is text ({ids[:40]!r}...), not token ids; tokenize the "
-                        "dataset first")
-    try:
-        tokens = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(_as_list(ids))
-    except (TypeError, ValueError, RuntimeError) as error:
-        raise TypeError(f"sample {index} is a {type(ids).__name__}, not a sequence of token ids "
-                        f"({error})") from error
-    if tokens.dim() != 1:
-        raise ValueError(f"sample {index} has token ids of shape {tuple(tokens.shape)}; a sample "
-                         "is one 1-D sequence (unbatched, unpadded)")
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise TypeError(f"sample {index} holds {tokens.dtype} values; token ids are integers")
-    if tokens.numel() == 0:
-        raise ValueError(f"sample {index} has no tokens")
-    return tokens.to(torch.long)
-
-
-# Per-token masks of a dict sample that keep a token as a target of the loss (1) or not (0):
-# TRL's names, honoured when present.
-TARGET_MASKS = ("completion_mask", "assistant_masks")
-
-
-def target_mask(sample: Any, tokens: torch.Tensor, index: int) -> torch.Tensor | None:
-    """Which next-token labels of the sample count in the loss, as a bool (tokens,) tensor whose
-    entry i says whether token i+1 is a target (the last entry is False), or None when all do. A
-    dict sample's 'labels' (transformers' convention: the input ids, -100 where a token is no
-    target), 'completion_mask' and 'assistant_masks' (1 where a token is a target) decide."""
-    if not isinstance(sample, dict):
-        return None
-    keep = None
-    n = tokens.numel()
-    labels = sample.get("labels")
-    if labels is not None:
-        labels = torch.as_tensor(_as_list(labels)).to(torch.long)
-        if labels.shape != tokens.shape:
-            raise ValueError(f"sample {index} has labels of shape {tuple(labels.shape)} for "
-                             f"{n} input_ids")
-        bad = (labels != IGNORE_INDEX) & (labels != tokens)
-        if bool(bad.any()):
-            at = int(bad.nonzero()[0])
-            raise ValueError(f"sample {index} has label {int(labels[at])} at position {at} "
-                             f"where the input id is {int(tokens[at])}: dcp trains next-token "
-                             "prediction, so labels are the input ids, or -100 where a token is "
-                             "no target")
-        keep = labels != IGNORE_INDEX
-    for name in TARGET_MASKS:
-        mask = sample.get(name)
-        if mask is None:
-            continue
-        mask = torch.as_tensor(_as_list(mask))
-        if mask.shape != tokens.shape:
-            raise ValueError(f"sample {index} has a {name} of shape {tuple(mask.shape)} for {n} "
-                             "input_ids")
-        keep = mask.bool() if keep is None else keep & mask.bool()
-    if keep is None:
-        return None
-    # Label i is token i + 1.
-    return torch.cat([keep[1:], torch.zeros(1, dtype=torch.bool)])
-
-
-class _Tokens:
-    """A map-style dataset's samples as token tensors, which DCPDataloader packs. Each tensor
-    carries its sample (as `dcp_sample`) for a user's mask_fn, which gets the sample itself."""
-
-    def __init__(self, dataset: Any):
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        sample = self.dataset[index]
-        tokens = sample_tokens(sample, index).clone()
-        tokens.dcp_sample = sample
-        return tokens
-
-
-class _StreamTokens:
-    """An iterable dataset's samples as token tensors (as _Tokens)."""
-
-    def __init__(self, dataset: Any):
-        self.dataset = dataset
-
-    def __iter__(self) -> Iterator[torch.Tensor]:
-        for index, sample in enumerate(self.dataset):
-            tokens = sample_tokens(sample, index).clone()
-            tokens.dcp_sample = sample
-            yield tokens
-
-
-class _SampleMask:
-    """The loader's mask_fn around a user's: it gets the dataset's sample, not its tokens."""
-
-    def __init__(self, mask_fn: Callable[[Any], Any], kinds: dict[str, str] | None):
-        self.mask_fn, self.kinds = mask_fn, kinds
-
-    def __call__(self, tokens: torch.Tensor) -> Any:
-        mask = self.mask_fn(getattr(tokens, "dcp_sample", tokens))
-        if self.kinds is not None and (not isinstance(mask, dict)
-                                       or sorted(mask) != sorted(self.kinds)):
-            got = sorted(mask) if isinstance(mask, dict) else repr(mask)
-            raise ValueError(f"mask_fn returned {got} for a model whose layers attend in kinds "
-                             f"{sorted(self.kinds)}: return a dict {{kind: mask}} with every "
-                             f"kind (the model's own: {self.kinds})")
-        return mask
-
-
-def _is_map_style(dataset: Any) -> bool:
-    return hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__") and not isinstance(
-        dataset, torch.utils.data.IterableDataset)
-
-
-# --- the train loader as the Trainer iterates it -----------------------------------------------
-
-class DCPTrainerBatches:
-    """The Trainer's train loader: one endless stream of a DCPDataloader's batches, cut into the
-    Trainer's epochs of `len(self)` batches (the global batches of the loader's first epoch; a
-    dataset without a length has none, and the Trainer then needs max_steps). Each item is this
-    rank's model inputs for one batch (input_ids, position_ids, labels: (1, local tokens)) with
-    the plan and the LocalBatch; the loader's own epochs go on underneath, every sample once per
-    loader epoch.
-
-    state_dict(): the loader's position of the next batch and the batches taken in the current
-    Trainer epoch; the Trainer's checkpoints hold it (dcp_loader_state.json)."""
-
-    def __init__(self, loader: dcpt.DCPDataloader, dataset: Any, length: int | None,
-                 target_masks: bool):
-        self.loader = loader
-        self.dataset = dataset  # the Trainer reads its length (num_examples)
-        self.length = length
-        self.target_masks = target_masks
-        self.batch_size = 1
-        self.taken = 0          # batches taken in the current Trainer epoch
-        self._stream = None
-
-    def __len__(self) -> int:
-        if self.length is None:
-            raise TypeError("a DCPTrainer's batches over a dataset without a length have none")
-        return self.length
-
-    def __iter__(self) -> Iterator[dict]:
-        if self.length is not None and self.taken >= self.length:
-            self.taken = 0
-        if self._stream is None:
-            self._stream = iter(self.loader)
-        while self.length is None or self.taken < self.length:
-            item = next(self._stream, None)
-            if item is None:
-                return
-            self.taken += 1
-            yield self.inputs(*item)
-
-    def inputs(self, lb: dcpt.LocalBatch, plan: Any) -> dict:
-        """A batch's model inputs, with dcp's labels (the next token of the same sequence, -100
-        where it is no target)."""
-        labels = lb.labels
-        if self.target_masks and labels.numel() and _is_map_style(self.dataset):
-            keep = [target_mask(self.dataset[i], sample_tokens(self.dataset[i], i), i)
-                    for i in lb.batch_indices]
-            if any(k is not None for k in keep):
-                whole = torch.cat([k if k is not None else torch.ones(n, dtype=torch.bool)
-                                   for k, n in zip(keep, lb.seqlens)])
-                labels = torch.where(whole[lb.global_positions], labels,
-                                     torch.full_like(labels, IGNORE_INDEX))
-        return dict(input_ids=lb.input_ids[None], position_ids=lb.position_ids[None],
-                    labels=labels[None], dcp_plan=plan, dcp_batch=lb)
-
-    def skipped(self, batches: int) -> "DCPTrainerBatches":
-        """What the Trainer's skip of the batches it trained before a resume returns: these
-        batches, whose loader already stands after them (its state came from the checkpoint)."""
-        if batches != self.taken:
-            raise ValueError(f"resuming skips {batches} batches of the epoch, but the loader's "
-                             f"checkpointed state had taken {self.taken}: was the checkpoint "
-                             "written with other gradient_accumulation_steps or another dataset?")
-        return self
-
-    def state_dict(self) -> dict:
-        return dict(loader=self.loader.state_dict(), taken=self.taken, length=self.length)
-
-    def load_state_dict(self, state: dict) -> None:
-        if state.get("length") != self.length:
-            raise ValueError(f"the checkpoint's loader state has Trainer epochs of "
-                             f"{state.get('length')} batches; this dataset gives {self.length}")
-        self.loader.load_state_dict(state["loader"])
-        self.taken = int(state["taken"])
-        self._stream = None
-
-    def close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            self._stream = None
-
-
-def _epoch_batches(lengths: list[int], tokens_per_batch: int, seed: int, shuffle: bool,
-                   replicas: int) -> int:
-    """The global batches of a loader's first epoch (DCPDataloader's grouping: `replicas` packed
-    batches each, a last group of fewer samples than replicas left out)."""
-    bins = dcpt.pack_batches(lengths, tokens_per_batch, seed=seed, shuffle=shuffle)
-    groups = [bins[i:i + replicas] for i in range(0, len(bins), replicas)]
-    if groups and sum(len(b) for b in groups[-1]) < replicas:
-        groups.pop()
-    return len(groups)
-
-
-# --- the trainer --------------------------------------------------------------------------------
 
 class DCPTrainerMixin:
     """dcp's part of DCPTrainer and DCPSFTTrainer; see the module's docstring."""
@@ -281,36 +57,43 @@ class DCPTrainerMixin:
     # accumulation steps.
     loss_is_scaled_for_ga = True
 
-    def __init__(self, *args: Any, tokens_per_batch: int, mask_fn: Callable[[Any], Any] | None = None,
-                 group=None, mesh=None, mesh_dims: tuple[str, str] = ("dp", "cp"),
-                 dp_group=None, executor: dcpt.DCPExecutor | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, tokens_per_batch: int,
+                 mask_fn: Callable[[Any], Any] | None = None, group=None, mesh=None,
+                 mesh_dims: tuple[str, str] = ("dp", "cp"), dp_group=None,
+                 executor: dcpt.DCPExecutor | None = None, **kwargs: Any):
         self._dcp_options = {name: kwargs.pop(name) for name in LOADER_OPTIONS if name in kwargs}
         bound = inspect.signature(super().__init__).bind_partial(*args, **kwargs).arguments
         if isinstance(tokens_per_batch, bool) or not isinstance(tokens_per_batch, int) \
                 or tokens_per_batch < 2:
             raise ValueError(f"tokens_per_batch {tokens_per_batch!r} is not an integer above 1")
-        self._refuse(bound)
+        self._dcp_refuse_arguments(bound)
         self._dcp_tokens_per_batch = tokens_per_batch
         self._dcp_user_mask = mask_fn
         self._dcp_layout = dict(group=group, mesh=mesh, mesh_dims=mesh_dims, dp_group=dp_group)
         self._dcp_executor = executor
         self._dcp_batches: DCPTrainerBatches | None = None
         self._dcp_resume: str | None = None
-        self._dcp_gradients: str | None = None  # how gradients are summed, set at the first step
+        # How gradients are summed over the pool (_dcp_sum_gradients), set at the first step.
+        self._dcp_gradient_sum: str | None = None
+        # The train dataset's sample lengths and whether its samples mark targets (check_samples).
+        self._dcp_train_lengths: list[int] | None = None
+        self._dcp_train_targets = False
         dcphf.register()
         super().__init__(*args, **kwargs)
         self._dcp_setup_model()
         if self.args.per_device_train_batch_size != 1:  # TRL's and the Trainer's defaults
             self.args.per_device_train_batch_size = 1
             self._train_batch_size = 1
-        self._dcp_targets = False
         if self.train_dataset is not None:
-            self._dcp_check_dataset(self.train_dataset, "train_dataset")
+            lengths, targets = self._dcp_check_dataset(self.train_dataset, "train_dataset")
+            if not isinstance(self.train_dataset, dict):
+                self._dcp_train_lengths, self._dcp_train_targets = lengths, targets
 
     # - arguments -
 
-    def _refuse(self, bound: dict) -> None:
-        """Refuses what dcp cannot honour, or overrides it with a warning that says so."""
+    def _dcp_refuse_arguments(self, bound: dict) -> None:
+        """Refuses the Trainer arguments dcp cannot honour, or overrides them with a warning that
+        says so."""
         name = type(self).__name__
         args = bound.get("args")
         if bound.get("data_collator") is not None:
@@ -326,11 +109,11 @@ class DCPTrainerMixin:
                                  "the loss is the model's own over dcp's labels)")
         if args is None:
             return
+        strategy = getattr(args, "train_sampling_strategy", None)
         refused = [
             ("group_by_length", getattr(args, "group_by_length", False),
              "dcp packs samples by tokens itself"),
-            ("train_sampling_strategy", getattr(args, "train_sampling_strategy", None)
-             if getattr(args, "train_sampling_strategy", None) == "group_by_length" else None,
+            ("train_sampling_strategy", strategy if strategy == "group_by_length" else None,
              "dcp packs samples by tokens itself"),
             ("auto_find_batch_size", getattr(args, "auto_find_batch_size", False),
              "dcp packs by tokens_per_batch; lower that instead"),
@@ -349,10 +132,11 @@ class DCPTrainerMixin:
         for field, value, why in refused:
             if value:
                 raise ValueError(f"{name}: {field}={value!r} is not supported: {why}")
-        if getattr(args, "fsdp", None) and int(
-                (getattr(args, "fsdp_config", None) or {}).get("version", 1)) != 2:
-            raise ValueError(f"{name}: fsdp={args.fsdp!r} with FSDP version 1; dcp sums gradients "
-                             "under FSDP2 (fsdp_config={'version': 2}) or DDP")
+        if getattr(args, "fsdp", None):
+            version = int((getattr(args, "fsdp_config", None) or {}).get("version", 1))
+            if version != 2:
+                raise ValueError(f"{name}: fsdp={args.fsdp!r} with FSDP version {version}; dcp "
+                                 "sums gradients under FSDP2 (fsdp_config={'version': 2}) or DDP")
         if getattr(args, "n_gpu", 1) > 1:
             raise ValueError(f"{name}: {args.n_gpu} GPUs in one process (DataParallel); launch one "
                              "process per GPU (torchrun or accelerate launch)")
@@ -361,7 +145,7 @@ class DCPTrainerMixin:
                           f"is ignored: dcp packs samples into batches of up to tokens_per_batch "
                           "tokens, one batch per step of the pool (set to 1)", stacklevel=4)
             args.per_device_train_batch_size = 1
-        if getattr(args, "train_sampling_strategy", "random") == "sequential":
+        if strategy == "sequential":
             self._dcp_options.setdefault("shuffle", False)  # samples packed in dataset order
         if getattr(args, "dataloader_num_workers", 0):
             warnings.warn(f"{name}: dataloader_num_workers={args.dataloader_num_workers} is "
@@ -370,6 +154,8 @@ class DCPTrainerMixin:
             args.dataloader_num_workers = 0
 
     def _dcp_setup_model(self) -> None:
+        """Plans for the model as it runs: its attention's plan options (mask_fn wrapped around a
+        user's), dcp's attention set where it ran another, and the plan's dtype."""
         model = self.model
         config = getattr(model, "config", None)
         if config is None:
@@ -388,7 +174,7 @@ class DCPTrainerMixin:
         model_mask = self._dcp_plan_options["mask_fn"]
         kinds = model_mask.kinds if isinstance(model_mask, dcphf.ModelKinds) else None
         if self._dcp_user_mask is not None:
-            self._dcp_plan_options["mask_fn"] = _SampleMask(self._dcp_user_mask, kinds)
+            self._dcp_plan_options["mask_fn"] = SampleMask(self._dcp_user_mask, kinds)
         # The plan's dtype is the one attention runs in: autocast's under mixed precision.
         precision = str(getattr(self.accelerator, "mixed_precision", "no"))
         if precision == "bf16":
@@ -399,65 +185,44 @@ class DCPTrainerMixin:
             self._dcp_dtype = next((p.dtype for p in model.parameters()
                                     if p.is_floating_point()), torch.float32)
 
-    def _dcp_check_dataset(self, dataset: Any, what: str) -> bool:
-        """Reads every sample of a map-style dataset (its lengths are packed anyway), or the
-        first of an iterable one: a sample that is not token ids, or longer than
-        tokens_per_batch, is refused before the first step. Returns whether a sample says which
-        tokens are targets (labels, completion_mask, assistant_masks)."""
+    def _dcp_check_dataset(self, dataset: Any, what: str) -> tuple[list[int] | None, bool]:
+        """check_samples on the dataset (each dataset of a dict of them), its errors prefixed with
+        the trainer and the dataset's name: the sample lengths of a map-style dataset (None
+        otherwise) and whether a sample says which tokens are targets."""
         if isinstance(dataset, dict):
-            return any([self._dcp_check_dataset(part, f"{what}[{key!r}]")
-                        for key, part in dataset.items()])
-        targets = False
+            checks = [self._dcp_check_dataset(part, f"{what}[{key!r}]")
+                      for key, part in dataset.items()]
+            return None, any(targets for _, targets in checks)
         try:
-            if _is_map_style(dataset):
-                lengths = []
-                for index in range(len(dataset)):
-                    sample = dataset[index]
-                    tokens = sample_tokens(sample, index)
-                    targets |= target_mask(sample, tokens, index) is not None
-                    lengths.append(tokens.numel())
-            else:
-                first = next(iter(dataset), None)
-                lengths = [] if first is None else [sample_tokens(first, 0).numel()]
-                if first is not None and target_mask(first, sample_tokens(first, 0), 0) \
-                        is not None:
-                    raise ValueError("sample 0 says which tokens are targets (labels, "
-                                     "completion_mask or assistant_masks), which dcp reads from "
-                                     "map-style datasets only (it reads the samples of each "
-                                     "planned batch again); give a dataset with a length")
+            return check_samples(dataset, self._dcp_tokens_per_batch)
         except (TypeError, ValueError) as error:
             raise type(error)(f"{type(self).__name__}: {what}: {error}") from error
-        for index, n in enumerate(lengths):
-            if n > self._dcp_tokens_per_batch:
-                raise ValueError(f"{type(self).__name__}: {what}: sample {index} has {n} tokens, "
-                                 f"more than tokens_per_batch {self._dcp_tokens_per_batch}")
-        if what == "train_dataset":
-            self._dcp_lengths = lengths if _is_map_style(dataset) else None
-            self._dcp_targets = targets
-        return targets
 
     # - loaders -
 
     def _dcp_loader(self, dataset: Any, *, shuffle: bool | None = None,
-                    epochs: int = _ENDLESS) -> dcpt.DCPDataloader:
+                    epochs: int = ENDLESS) -> dcpt.DCPDataloader:
+        """A DCPDataloader over the dataset with the trainer's options, checked to span every
+        process (each must hold a rank of the pool); the first one also gives the executor its
+        group when none was passed."""
         options = dict(self._dcp_options)
         options.setdefault("seed", self.args.data_seed if self.args.data_seed is not None
                            else self.args.seed)
         if shuffle is not None:
             options["shuffle"] = shuffle
-        view = _Tokens(dataset) if _is_map_style(dataset) else _StreamTokens(dataset)
-        return dcpt.DCPDataloader(view, **self._dcp_layout,
-                                  tokens_per_batch=self._dcp_tokens_per_batch,
-                                  dtype=self._dcp_dtype, epochs=epochs, **options,
-                                  **self._dcp_plan_options)
-
-    def _dcp_pool_check(self, loader: dcpt.DCPDataloader) -> None:
+        loader = sample_loader(dataset, **self._dcp_layout,
+                               tokens_per_batch=self._dcp_tokens_per_batch,
+                               dtype=self._dcp_dtype, epochs=epochs, **options,
+                               **self._dcp_plan_options)
         pool = loader.world_size * loader.replicas
-        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        world = dist.get_world_size() if _distributed() else 1
         if pool != world:
             raise ValueError(f"{type(self).__name__}: the loader's pool is {pool} ranks "
                              f"({loader.replicas} replicas of {loader.world_size}), but {world} "
                              "processes train: every process must hold a rank of the pool")
+        if self._dcp_executor is None:
+            self._dcp_executor = dcpt.DCPExecutor(group=loader.group)
+        return loader
 
     def get_train_dataloader(self) -> DCPTrainerBatches:
         """The DCPDataloader's batches as the Trainer iterates them (DCPTrainerBatches), at the
@@ -468,16 +233,8 @@ class DCPTrainerMixin:
         if self._dcp_batches is not None:
             self._dcp_batches.close()
         loader = self._dcp_loader(self.train_dataset)
-        self._dcp_pool_check(loader)
-        length = None
-        if _is_map_style(self.train_dataset):
-            lengths = getattr(self, "_dcp_lengths", None)
-            if lengths is None or len(lengths) != len(self.train_dataset):
-                lengths = [sample_tokens(self.train_dataset[i], i).numel()
-                           for i in range(len(self.train_dataset))]
-            length = _epoch_batches(lengths, self._dcp_tokens_per_batch, loader.seed,
-                                    loader.shuffle, loader.replicas)
-        batches = DCPTrainerBatches(loader, self.train_dataset, length, self._dcp_targets)
+        length = epoch_length(self.train_dataset, self._dcp_train_lengths, loader)
+        batches = DCPTrainerBatches(loader, self.train_dataset, length, self._dcp_train_targets)
         if self._dcp_resume is not None:
             path = os.path.join(self._dcp_resume, LOADER_STATE)
             if not os.path.isfile(path):
@@ -485,8 +242,6 @@ class DCPTrainerMixin:
                                  f"{LOADER_STATE} (written by another trainer than DCPTrainer?)")
             with open(path) as f:
                 batches.load_state_dict(json.load(f))
-        if self._dcp_executor is None:
-            self._dcp_executor = dcpt.DCPExecutor(group=loader.group)
         self._dcp_batches = batches
         return batches
 
@@ -536,7 +291,7 @@ class DCPTrainerMixin:
         if self._dcp_batches is not None and self._dcp_batches.target_masks:
             count = torch.tensor(sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches),
                                  dtype=torch.float64)
-            if dist.is_available() and dist.is_initialized():
+            if _distributed():
                 dist.all_reduce(count)
             total = int(count.item())
         else:
@@ -569,13 +324,13 @@ class DCPTrainerMixin:
         """The Trainer's step; then, on the last micro-batch of an optimizer step, the gradients
         of an unwrapped model summed over the pool. Returns the loss summed over the pool: each
         rank's is its share of the global mean, so the Trainer logs the global mean."""
-        if self._dcp_gradients is None:
-            self._dcp_gradients = self._dcp_sum_gradients(model)
+        if self._dcp_gradient_sum is None:
+            self._dcp_gradient_sum = self._dcp_sum_gradients(model)
         loss = super().training_step(model, inputs, num_items_in_batch)
-        distributed = dist.is_available() and dist.is_initialized()
-        if self._dcp_gradients == "all-reduce" and self.accelerator.gradient_state.sync_gradients:
+        if self._dcp_gradient_sum == "all-reduce" \
+                and self.accelerator.gradient_state.sync_gradients:
             self._dcp_all_reduce_gradients(model)
-        if distributed:
+        if _distributed():
             loss = loss.clone()
             dist.all_reduce(loss)
         return loss
@@ -586,7 +341,7 @@ class DCPTrainerMixin:
         ours (no wrapper), or not at all (one process)."""
         from torch.distributed.fsdp import FSDPModule
         from torch.nn.parallel import DistributedDataParallel
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        if not _distributed() or dist.get_world_size() == 1:
             return "none"
         wrapped = isinstance(model, DistributedDataParallel) or any(
             isinstance(m, FSDPModule) for m in model.modules())
@@ -597,6 +352,9 @@ class DCPTrainerMixin:
 
     @staticmethod
     def _dcp_all_reduce_gradients(model) -> None:
+        """Sums an unwrapped model's gradients over the pool in one all-reduce of them all,
+        flattened; a parameter without a gradient sends zeros, so every rank's buffer has the same
+        layout."""
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             return
@@ -639,13 +397,10 @@ class DCPTrainerMixin:
             for key, part in dataset.items():
                 metrics.update(self.evaluate(part, ignore_keys, f"{metric_key_prefix}_{key}"))
             return metrics
-        targets = self._dcp_check_dataset(dataset, "eval_dataset")
+        _, has_targets = self._dcp_check_dataset(dataset, "eval_dataset")
         start = time.time()
         loader = self._dcp_loader(dataset, shuffle=False, epochs=1)
-        self._dcp_pool_check(loader)
-        if self._dcp_executor is None:
-            self._dcp_executor = dcpt.DCPExecutor(group=loader.group)
-        batches = DCPTrainerBatches(loader, dataset, None, targets)
+        batches = DCPTrainerBatches(loader, dataset, None, has_targets)
         model = self.model
         was_training = model.training
         model.eval()
@@ -654,20 +409,20 @@ class DCPTrainerMixin:
             with torch.no_grad(), self.compute_loss_context_manager():
                 for item in batches:
                     item = self._prepare_inputs(item)
-                    targets = int((item["labels"] != IGNORE_INDEX).sum())
+                    batch_targets = int((item["labels"] != IGNORE_INDEX).sum())
                     loss = self.compute_loss(model, item, num_items_in_batch=1)
                     totals[0] += float(loss)
-                    totals[1] += targets
+                    totals[1] += batch_targets
                     totals[2] += 1
         finally:
             batches.close()
             model.train(was_training)
-        if dist.is_available() and dist.is_initialized():
+        if _distributed():
             dist.all_reduce(totals)
             totals[2] /= dist.get_world_size()
         metrics = {f"{metric_key_prefix}_loss": float(totals[0] / max(totals[1], 1))}
         metrics.update(speed_metrics(metric_key_prefix, start, num_samples=len(dataset)
-                                     if _is_map_style(dataset) else None,
+                                     if is_map_style(dataset) else None,
                                      num_steps=int(totals[2])))
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control,
@@ -689,12 +444,13 @@ class DCPTrainer(DCPTrainerMixin, transformers.Trainer):
     cluster, nodes, eps_memory, ..., seed: default args.data_seed or args.seed)."""
 
 
-_SFT = None
+_SFT_TRAINER = None
 
 
 def _sft_trainer_class():
-    global _SFT
-    if _SFT is None:
+    """DCPSFTTrainer, made at the first use so that importing this module does not import TRL."""
+    global _SFT_TRAINER
+    if _SFT_TRAINER is None:
         try:
             from trl import SFTTrainer
         except ImportError as error:
@@ -710,8 +466,8 @@ def _sft_trainer_class():
 
         DCPSFTTrainer.__module__ = __name__
         DCPSFTTrainer.__qualname__ = "DCPSFTTrainer"
-        _SFT = DCPSFTTrainer
-    return _SFT
+        _SFT_TRAINER = DCPSFTTrainer
+    return _SFT_TRAINER
 
 
 def __getattr__(name: str) -> Any:

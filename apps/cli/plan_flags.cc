@@ -3,6 +3,7 @@
 // that plans: plan, run, attention, demo.
 #include "apps/cli/plan_flags.h"
 
+#include <cmath>
 #include <string>
 
 #include "dcp/core/parse.h"
@@ -48,6 +49,10 @@ const std::vector<FlagSpec>& plan_flags() {
        "dcp: device compute <= (1 + E) x mean [0.3]; with an automatic block size the two "
        "fastest partitions are also placed at 0.2 where E is larger, and kept if faster"},
       {"--eps-memory", "E", "dcp: device memory <= (1 + E) x mean [0.2]"},
+      {"--token-flops", "F",
+       "dcp: FLOPs of the rest of a layer per token, forward and backward (projections, MLP), run "
+       "by the device holding the token; dcp's search compares candidates by attention plus that "
+       "on the busiest device, at the cluster's forward rate [0: attention alone]"},
       {"--keep-kv", "all|none|MIB",
        "dcp: kv values received in the forward pass that a device keeps for the backward pass, "
        "instead of receiving them again: all, none, or up to MIB MiB per device and layer [all]"},
@@ -103,6 +108,11 @@ PlanOptions plan_options_from_flags(const Args& args, std::uint64_t seed) {
   }
   options.placement.eps_compute = args.get_double("--eps-compute", kDefaultEpsCompute);
   options.placement.eps_memory = args.get_double("--eps-memory", kDefaultEpsMemory);
+  options.token_flops = args.get_double("--token-flops", 0);
+  if (!std::isfinite(options.token_flops) || options.token_flops < 0) {
+    throw UsageError("--token-flops must be a number >= 0, got " +
+                     args.get_or("--token-flops", ""));
+  }
   with_flag("--eps-compute/--eps-memory", [&] {
     PlacementOptions check = options.placement;
     check.cluster = options.cluster.shape;

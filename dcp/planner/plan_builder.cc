@@ -3,9 +3,12 @@
 // static strategy's layout and Programs.
 #include "dcp/planner/plan_builder.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "dcp/core/error.h"
 #include "dcp/core/timing.h"
@@ -77,6 +80,38 @@ DType partial_dtype_of(const PlanOptions& options, DType storage) {
   // TransformerEngine's p2p ring sends dk and dv in kv's own dtype (its dkv buffers are
   // torch.empty_like(kv)); the other systems accumulate and send them in fp32.
   return is_dcp(options.strategy) || options.strategy == Strategy::kTe ? storage : DType::kFp32;
+}
+
+namespace {
+
+// Seconds of the rest of the layer per token on one device.
+double seconds_per_token(const PlanOptions& options) {
+  if (!std::isfinite(options.token_flops) || options.token_flops < 0) {
+    throw InvalidInput("token_flops must be a number >= 0, got " +
+                       std::to_string(options.token_flops));
+  }
+  if (options.token_flops == 0) return 0;
+  validate(options.cluster);
+  return options.token_flops / options.cluster.forward_flops;
+}
+
+}  // namespace
+
+double token_seconds_of(const Workload& workload, const Placement& placement,
+                        const PlanOptions& options) {
+  const double per_token = seconds_per_token(options);
+  if (per_token == 0) return 0;
+  std::vector<TokenCount> held(static_cast<std::size_t>(placement.cluster.devices()), 0);
+  for (BlockId b = 0; b < workload.blocks().block_count(); ++b) {
+    held[static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(b)])] +=
+        workload.blocks().block(b).tokens;
+  }
+  return per_token * static_cast<double>(*std::max_element(held.begin(), held.end()));
+}
+
+double mean_token_seconds(const Workload& workload, const PlanOptions& options) {
+  return seconds_per_token(options) * static_cast<double>(workload.batch().total_tokens()) /
+         options.cluster.shape.devices();
 }
 
 PlacementOptions placement_options_of(const PlanOptions& options, const Workload& workload) {

@@ -50,6 +50,10 @@ struct PlanOptions {
   // runs its Programs on the layouts of kStructuredLayouts (OwnCandidate) and keeps the fastest of
   // all its plans. They keep every kv value read, so only with kept_kv_budget kKeepAllKv.
   bool structured_layouts = true;
+  // dcp, dcp-pure with block_sizes given: dcp also runs its Programs on sequences packed whole
+  // (packed_placement at placement.eps_memory, OwnCandidate layout "packed") at the smallest block
+  // size it searches, and keeps the fastest of all its plans.
+  bool packed_layout = true;
   // dcp, dcp-pure with block_sizes given: the kRetryPartitions fastest partitions are placed again
   // at kRetryEpsCompute where placement.eps_compute is looser, and kept if faster (false: every
   // partition at placement.eps_compute, as the balance suite measures it).
@@ -61,6 +65,12 @@ struct PlanOptions {
   // The dtype partials (o, dq, dk, dv) travel in between devices: fp32 or the storage dtype
   // (they are accumulated in fp32 either way). Unset: partial_dtype_of's default.
   std::optional<DType> partial_dtype;
+  // The FLOPs of the rest of a layer per token, forward and backward (projections, MLP, norms: the
+  // model's per-token FLOPs outside attention over its attention layers), which every device runs
+  // for the tokens it holds, priced at the cluster's forward rate. dcp's placement balances it with
+  // the attention (PlacementOptions::token_compute) and dcp's search compares candidates by their
+  // step with it (PlanCandidate::token_seconds). 0: attention alone. At least 0.
+  double token_flops = 0;
   // dcp's search (dcp/selection/plan_search.h): a candidate whose estimate (a schedule's, or a
   // bound of it) is at least this many times the fastest simulated so far is neither compiled nor
   // simulated; infinity compiles and simulates every candidate. At least 1.
@@ -74,8 +84,17 @@ struct PlanOptions {
 DType partial_dtype_of(const PlanOptions& options, DType storage);
 
 // The placement options dcp's plans of `workload` are placed with under `options`: its placement
-// options with its cluster, seed, kept kv and partial dtype.
+// options with its cluster, seed, kept kv, partial dtype and token compute (token_flops in the
+// work units' units). Throws InvalidInput for a negative or non-finite token_flops.
 PlacementOptions placement_options_of(const PlanOptions& options, const Workload& workload);
+
+// The rest of one layer on the busiest device of `placement`: its tokens times
+// options.token_flops at the cluster's forward rate, in seconds (0 without token_flops). Throws
+// InvalidInput as placement_options_of does.
+double token_seconds_of(const Workload& workload, const Placement& placement,
+                        const PlanOptions& options);
+// What no placement of `workload` goes below: the mean device's tokens, so priced.
+double mean_token_seconds(const Workload& workload, const PlanOptions& options);
 
 struct PlanTimings {
   double partition_ms = 0;  // dcp's placement, or the static strategy's layout and schedules
@@ -110,7 +129,10 @@ struct PlanCandidate {
   // Screened by a lower bound of that estimate (static_estimate_lower_bound), so not even its
   // layout was built: estimate_seconds holds the bound.
   bool bounded = false;
-  double seconds() const { return forward_seconds + backward_seconds; }
+  // The rest of the layer on the candidate's busiest device (token_seconds_of; over every layer
+  // of a model plan), in seconds() and in estimate_seconds; 0 without PlanOptions::token_flops.
+  double token_seconds = 0;
+  double seconds() const { return forward_seconds + backward_seconds + token_seconds; }
 };
 
 // One plan of dcp's own, simulated by dcp's search (dcp/selection/plan_search.h): its hypergraph
@@ -120,7 +142,8 @@ struct PlanCandidate {
 // batch dominated by one sequence needs: every step's kv comes from one neighbour, in one large
 // message that the step's compute hides.
 struct OwnCandidate {
-  std::string layout = "partition";    // "partition", or the static strategy whose layout it runs
+  // "partition", "packed" (packed_placement), or the static strategy whose layout it runs
+  std::string layout = "partition";
   TokenCount block_size = 0;           // partition: its block size
   DType partial_dtype = DType::kBf16;  // what its partials travel in
   // partition: placed at kRetryEpsCompute (one of the fastest partitions' block sizes again, at
@@ -128,7 +151,8 @@ struct OwnCandidate {
   bool tighter_balance = false;
   double forward_seconds = 0;
   double backward_seconds = 0;
-  double seconds() const { return forward_seconds + backward_seconds; }
+  double token_seconds = 0;  // token_seconds_of its placement
+  double seconds() const { return forward_seconds + backward_seconds + token_seconds; }
 };
 
 struct PlanSelection {

@@ -21,16 +21,32 @@
 namespace dcp {
 namespace {
 
-// The candidate's step under the cluster: forward and backward summed over kinds x layers.
+std::int32_t total_layers(const std::vector<KindWorkload>& kinds) {
+  std::int32_t layers = 0;
+  for (const KindWorkload& kind : kinds) layers += kind.layers;
+  return layers;
+}
+
+// The rest of every layer on the busiest device of the kinds' one token placement.
+double token_seconds_of(const BuiltModelPlan& built, const PlanOptions& options) {
+  std::int32_t layers = 0;
+  for (const KindPlan& kind : built.plan.kinds) layers += kind.layers;
+  const BuiltPlan& first = built.kinds.front();
+  return layers * token_seconds_of(first.workload, first.placement, options);
+}
+
+// The candidate's step under the cluster: forward and backward summed over kinds x layers, and
+// the rest of every layer.
 PlanCandidate simulated(const BuiltModelPlan& built, std::string strategy,
-                        const ClusterSpec& cluster) {
-  const sim::ModelSimulation simulation = sim::simulate(built.plan, cluster);
+                        const PlanOptions& options) {
+  const sim::ModelSimulation simulation = sim::simulate(built.plan, options.cluster);
   PlanCandidate candidate;
   candidate.strategy = std::move(strategy);
   for (const sim::KindSimulation& kind : simulation.kinds) {
     candidate.forward_seconds += kind.layers * kind.passes.forward.seconds;
     candidate.backward_seconds += kind.layers * kind.passes.backward.seconds;
   }
+  candidate.token_seconds = token_seconds_of(built, options);
   candidate.estimate_seconds = candidate.seconds();
   return candidate;
 }
@@ -43,7 +59,7 @@ struct PassSeconds {
 
 // The same for kinds whose passes are simulated already, one per kind in order.
 PlanCandidate with_times(const BuiltModelPlan& built, std::string strategy,
-                         const std::vector<PassSeconds>& times) {
+                         const std::vector<PassSeconds>& times, const PlanOptions& options) {
   PlanCandidate candidate;
   candidate.strategy = std::move(strategy);
   for (std::size_t k = 0; k < times.size(); ++k) {
@@ -51,6 +67,7 @@ PlanCandidate with_times(const BuiltModelPlan& built, std::string strategy,
     candidate.forward_seconds += layers * times[k].forward;
     candidate.backward_seconds += layers * times[k].backward;
   }
+  candidate.token_seconds = token_seconds_of(built, options);
   candidate.estimate_seconds = candidate.seconds();
   return candidate;
 }
@@ -238,9 +255,10 @@ std::optional<BuiltModelPlan> on_base(const BuiltPlan& base, std::size_t base_ki
   own.strategy = Strategy::kDcpPure;
   own.partial_dtype = base.plan.header.partial_dtype;
   const bool screened = times != nullptr && base_times && !static_base && screen != nullptr;
-  // The step from the base's times and, for every other kind, `other(k)`.
+  // The step from the base's times and, for every other kind, `other(k)`, with the rest of every
+  // layer on the base's token placement.
   const auto step = [&](const auto& other) {
-    double seconds = 0;
+    double seconds = total_layers(kinds) * token_seconds_of(base.workload, base.placement, options);
     for (std::size_t k = 0; k < kinds.size(); ++k) {
       seconds += kinds[k].layers *
                  (k == base_kind ? base_times->forward + base_times->backward : other(k));
@@ -388,7 +406,7 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
     add_timings(on_kind.timings, placed.timings);
     for (KindPlan& kind : on_kind.plan.kinds) kind.plan.header.strategy = own_name;
     for (BuiltPlan& kind : on_kind.kinds) kind.plan.header.strategy = own_name;
-    PlanCandidate candidate = with_times(on_kind, name, times);
+    PlanCandidate candidate = with_times(on_kind, name, times, options);
     consider(std::move(on_kind), std::move(candidate));
   };
   // What its search simulated a plan of one kind at, if it did.
@@ -462,7 +480,8 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
       try {
         // Screened as a plan of one mask is (plan_search.h): a bound of each kind's estimate from
         // the strategy's structure, weighted by the kind's layers.
-        double bound = 0;
+        double bound =
+            total_layers(kinds) * mean_token_seconds(kinds.front().workload, static_options);
         for (const KindWorkload& kind : kinds) {
           bound += kind.layers * static_plan_lower_bound(kind.workload, static_options);
         }
@@ -479,7 +498,7 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
         candidates.push_back(std::move(screened));
         continue;
       }
-      PlanCandidate static_candidate = simulated(*built, name, options.cluster);
+      PlanCandidate static_candidate = simulated(*built, name, static_options);
       if (static_candidate.seconds() < best_seconds) {
         for (KindPlan& kind : built->plan.kinds) kind.plan.header.strategy = "dcp/" + name;
       }

@@ -13,6 +13,7 @@
 #include "dcp/core/error.h"
 
 #include "dcp/planner/model_plan_builder.h"
+#include "dcp/planner/placement/static_placements.h"
 #include "dcp/planner/plan_builder.h"
 #include "dcp/program/program_stats.h"
 #include "dcp/selection/plan_search.h"
@@ -118,6 +119,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     const sim::PlanSimulation simulation = sim::simulate(built.plan, options.cluster);
     candidate.forward_seconds = simulation.forward.seconds;
     candidate.backward_seconds = simulation.backward.seconds;
+    candidate.token_seconds = token_seconds_of(built.workload, built.placement, options);
     tried.push_back(candidate);
     if (runners_up != nullptr && candidate.layout == "partition") {
       const auto same_size = std::find_if(per_size.begin(), per_size.end(), [&](const auto& entry) {
@@ -175,6 +177,21 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       }
     }
   }
+  if (options.packed_layout && !sizes.empty()) {
+    const TokenCount size = *std::min_element(sizes.begin(), sizes.end());
+    std::optional<Workload> cut;
+    try {
+      cut.emplace(reblocked(workload, size));
+    } catch (const InvalidInput&) {
+      // Too many blocks at the smallest size; the partitions above found a size that fits.
+    }
+    if (cut) {
+      PackedPlacement packed =
+          packed_placement(*cut, options.cluster.shape, options.placement.eps_memory);
+      consider(build_at_placement(*cut, std::move(packed.placement), packed.within_bounds, options),
+               {"packed", size, storage, false});
+    }
+  }
   if (structured) {
     for (const Strategy layout : kStructuredLayouts) {
       std::optional<BuiltPlan> built;
@@ -197,7 +214,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       sends_partials(best->plan)) {
     OwnCandidate fp32 = tried[kept_index];
     fp32.partial_dtype = DType::kFp32;
-    if (fp32.layout == "partition") {
+    if (fp32.layout == "partition" || fp32.layout == "packed") {
       consider(build_on_placement(*best, options, DType::kFp32), fp32);
     } else {
       PlanOptions fp32_options = options;

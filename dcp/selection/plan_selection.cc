@@ -18,10 +18,14 @@
 namespace dcp {
 namespace {
 
-PlanCandidate simulated(const BuiltPlan& built, std::string strategy, const ClusterSpec& cluster) {
-  const sim::PlanSimulation simulation = sim::simulate(built.plan, cluster);
-  return {std::move(strategy),        true, "", true, 0, simulation.forward.seconds,
-          simulation.backward.seconds};
+// The candidate's step: its simulated passes and the rest of the layer on its busiest device.
+PlanCandidate simulated(const BuiltPlan& built, std::string strategy, const PlanOptions& options) {
+  const sim::PlanSimulation simulation = sim::simulate(built.plan, options.cluster);
+  PlanCandidate candidate{std::move(strategy),        true, "", true, 0, simulation.forward.seconds,
+                          simulation.backward.seconds};
+  candidate.token_seconds = token_seconds_of(built.workload, built.placement, options);
+  candidate.estimate_seconds = candidate.seconds();
+  return candidate;
 }
 
 // kDcp's selection from dcp's own plan `best`, as build_own made it.
@@ -31,10 +35,11 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
   const auto select_start = Clock::now();
   PlanSelection selection;
   if (const OwnCandidate* kept = plan_search::kept_own(best)) {
-    selection.candidates.push_back(
-        {"dcp", true, "", true, 0, kept->forward_seconds, kept->backward_seconds});
+    PlanCandidate own{"dcp", true, "", true, 0, kept->forward_seconds, kept->backward_seconds};
+    own.token_seconds = kept->token_seconds;
+    selection.candidates.push_back(own);
   } else {  // one block size: not simulated yet
-    selection.candidates.push_back(simulated(best, "dcp", options.cluster));
+    selection.candidates.push_back(simulated(best, "dcp", options));
   }
   double best_seconds = selection.candidates.front().seconds();
   for (const Strategy strategy : kStaticStrategies) {
@@ -45,7 +50,8 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
     // Screen from the strategy's structure first: a bound of its estimate needs no layout.
     double bound = 0;
     try {
-      bound = static_plan_lower_bound(workload, static_options);
+      bound = static_plan_lower_bound(workload, static_options) +
+              mean_token_seconds(workload, static_options);
     } catch (const InvalidInput& e) {
       selection.candidates.push_back({name, false, e.what(), false, 0, 0, 0});
       continue;
@@ -67,13 +73,14 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
     // Screen: a static plan whose schedule estimate is far above dcp's simulated time is not
     // compiled and simulated (docs/cost_model.md; the estimate is within a few percent of the
     // simulation for static plans, whose time is transfers and whole-tile kernels).
-    const double estimated = estimates.seconds();
+    const double estimated =
+        estimates.seconds() + token_seconds_of(layout->workload, layout->placement, options);
     if (estimated >= options.screen_factor * best_seconds) {
       selection.candidates.push_back({name, true, "", false, estimated, 0, 0});
       continue;
     }
     BuiltPlan candidate = build_static(std::move(*layout), static_options, estimates, static_start);
-    PlanCandidate simulated_candidate = simulated(candidate, name, options.cluster);
+    PlanCandidate simulated_candidate = simulated(candidate, name, static_options);
     simulated_candidate.estimate_seconds = estimated;
     selection.candidates.push_back(simulated_candidate);
     if (simulated_candidate.seconds() < best_seconds) {

@@ -23,7 +23,7 @@ std::int64_t layer_parameters(const TransformerConfig& m) {
 double passes(const TransformerConfig& m) { return m.full_recompute ? 4.0 : 3.0; }
 
 double dense_flops_per_gpu(const TransformerConfig& m, double tokens) {
-  return tokens * m.dense_forward_flops_per_token() * passes(m) / m.tensor_parallel;
+  return tokens * m.dense_step_flops_per_token();
 }
 
 // The sequence-parallel collectives of all layers: an all-gather before and a reduce-scatter after
@@ -55,6 +55,10 @@ std::int64_t TransformerConfig::parameters() const {
 
 double TransformerConfig::dense_forward_flops_per_token() const {
   return 2.0 * static_cast<double>(layers * layer_parameters(*this) + vocab * hidden);
+}
+
+double TransformerConfig::dense_step_flops_per_token() const {
+  return dense_forward_flops_per_token() * passes(*this) / tensor_parallel;
 }
 
 TransformerConfig paper_gpt_8b() { return TransformerConfig{}; }

@@ -34,6 +34,9 @@ struct TransformerConfig {
   // Forward FLOPs per token of the whole model outside attention's score and value products:
   // the QKV, output, FFN and vocabulary projections (2 FLOPs per weight).
   double dense_forward_flops_per_token() const;
+  // What one GPU of the tensor-parallel group runs of that per token in a step: forward,
+  // recomputed forward where full_recompute, and backward (twice the forward).
+  double dense_step_flops_per_token() const;
 };
 
 // The GPT "8B" of the DCP paper's end-to-end runs: 32 layers, hidden 4096, 32 heads, 8 kv

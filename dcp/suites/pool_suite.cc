@@ -64,6 +64,8 @@ LayoutStep group_step(const PoolOptions& options, const ClusterSpec& cluster,
   request.plan.cluster = cluster;
   request.plan.seed = options.seed;
   request.plan.placement.eps_memory = options.dcp_eps_memory;
+  // The rest of each layer, as the step below prices it: dcp places and chooses by the step.
+  request.plan.token_flops = options.model.dense_step_flops_per_token() / options.model.layers;
   // Over more than a node, dcp's static candidates run in data-parallel groups of a node, as the
   // fixed layouts do: the pool's search then holds theirs.
   if (cluster.shape.nodes > 1) request.plan.static_data_parallel = cluster.shape.nodes;

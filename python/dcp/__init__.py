@@ -94,7 +94,10 @@ def plan(seqlens: Sequence[int], mask: Any = "causal", layers: dict | None = Non
     again: 'all', 'none', or up to that many MiB per rank and attention layer),
     partial_dtype=None (the dtype partial o, dq, dk, dv travel in between ranks, accumulated in
     fp32 either way: 'fp32' or the storage dtype; None: the storage dtype for dcp's own plans,
-    fp32 for static strategies), seed=0.
+    fp32 for static strategies), token_flops=0 (dcp: the FLOPs of the rest of a layer per token,
+    forward and backward, which the rank holding the token runs; dcp's search then compares
+    candidates by attention plus that on the busiest rank; dcp.torch.hf.plan_options derives it
+    from a transformers config), seed=0.
 
     `mask` is a spec ('causal', 'lambda:sink=64,window=4096', ...) for every sequence, an int32
     (total tokens, K, 2) array of per-row key intervals, or a list with one spec or array per

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Planning from Python: requests (batch, masks, shape, cluster, strategy), plans built here or in
 // the background queue, plan files, verification, simulation, masks as interval arrays, packing.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -245,6 +246,12 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
       at_least(options.get<std::int32_t>("stages"), plan.schedule.fetch_launches, 0, "stages");
   if (const auto eps = options.get<double>("eps_compute")) plan.placement.eps_compute = *eps;
   if (const auto eps = options.get<double>("eps_memory")) plan.placement.eps_memory = *eps;
+  if (const auto flops = options.get<double>("token_flops")) {
+    if (!std::isfinite(*flops) || *flops < 0) {
+      throw InvalidInput("token_flops must be a number >= 0, got " + std::to_string(*flops));
+    }
+    plan.token_flops = *flops;
+  }
   if (options.get<bool>("compute_masked_tiles").value_or(false)) {
     if (is_dcp(plan.strategy)) {
       throw InvalidInput("compute_masked_tiles applies to static strategies, not " +

@@ -308,7 +308,8 @@ TEST(PlanCommand, ABatchOfFewLongSequencesAlsoTriesTheStructuredLayouts) {
   const Result spread = run({"plan", "--seqlens", "9000,9000,9000,9000,9000", "--nodes", "2",
                              "--devices-per-node", "4", "--strategy", "dcp-pure"});
   ASSERT_EQ(spread.status, 0) << spread.err;
-  EXPECT_EQ(spread.out.find(" layout "), std::string::npos) << spread.out;
+  EXPECT_EQ(spread.out.find("hybrid layout"), std::string::npos) << spread.out;
+  EXPECT_EQ(spread.out.find("loongtrain layout"), std::string::npos) << spread.out;
 }
 
 TEST(PlanCommand, PlansNamedAttentionKindsOnTheBlocksOfTheFirstKind) {

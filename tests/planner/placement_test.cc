@@ -2,6 +2,8 @@
 // Placements: every vertex placed once, both caps held, figures consistent, deterministic.
 #include "dcp/planner/placement/placement.h"
 
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "dcp/core/error.h"
@@ -125,6 +127,44 @@ TEST(HierarchicalPlacer, RejectsBadOptions) {
   options.cluster = {1, 8};
   options.eps_compute = -0.1;
   EXPECT_THROW(place(workload, options), InvalidInput);
+}
+
+// Sequences that fit a device's share stay whole, largest first on the device with the fewest
+// tokens; one too long for any device is cut at its blocks, within one node where that node has
+// room; every work unit runs with its q block.
+TEST(PackedPlacement, KeepsSequencesWholeWhereTheyFitAndCutOnlyTheLongOnes) {
+  const SequenceBatch batch({1000, 300, 260, 200, 120, 100, 80, 40});  // 2100 tokens
+  const Workload workload(AttentionShape{}, batch, build_batch_mask(MaskSpec{}, batch), 100, 1);
+  const ClusterShape cluster{2, 2};  // a share of 525 tokens, at most 551 at eps 0.05
+  const PackedPlacement packed = packed_placement(workload, cluster, 0.05);
+  validate(packed.placement, workload);
+  const BlockLayout& blocks = workload.blocks();
+  std::vector<TokenCount> held(4, 0);
+  std::vector<std::set<DeviceId>> devices_of(static_cast<std::size_t>(batch.size()));
+  for (BlockId b = 0; b < blocks.block_count(); ++b) {
+    const DeviceId d = packed.placement.token_block_device[static_cast<std::size_t>(b)];
+    held[static_cast<std::size_t>(d)] += blocks.block(b).tokens;
+    devices_of[static_cast<std::size_t>(blocks.block(b).seq)].insert(d);
+  }
+  // The 1000-token sequence is cut, over both devices of one node (10 blocks of 100).
+  ASSERT_EQ(devices_of[0].size(), 2u);
+  EXPECT_EQ(cluster.node_of(*devices_of[0].begin()), cluster.node_of(*devices_of[0].rbegin()));
+  // Every other sequence is whole on one device.
+  for (SeqIndex seq = 1; seq < batch.size(); ++seq)
+    EXPECT_EQ(devices_of[static_cast<std::size_t>(seq)].size(), 1u) << seq;
+  for (const TokenCount tokens : held) EXPECT_LE(tokens, 551);
+  EXPECT_TRUE(packed.within_bounds);
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const WorkUnit unit = workload.work_unit(w);
+    EXPECT_EQ(
+        packed.placement.work_unit_device[static_cast<std::size_t>(w)],
+        packed.placement
+            .token_block_device[static_cast<std::size_t>(blocks.block_id(unit.seq, unit.q_block))]);
+  }
+  // No room within the bound for the blocks: over it, reported.
+  const SequenceBatch one({1000});
+  const Workload long_one(AttentionShape{}, one, build_batch_mask(MaskSpec{}, one), 1000, 1);
+  EXPECT_FALSE(packed_placement(long_one, cluster, 0.05).within_bounds);
 }
 
 TEST(ZigzagPlacement, PutsChunksRAndTwoPMinusOneMinusROnDeviceR) {

@@ -16,6 +16,8 @@
 #include "dcp/model/cluster_file.h"
 #include "dcp/model/mask_spec.h"
 
+#include "dcp/planner/model_plan_builder.h"
+#include "dcp/planner/placement/static_placements.h"
 #include "dcp/planner/plan_builder.h"
 #include "dcp/program/plan_file.h"
 #include "dcp/program/program_stats.h"
@@ -51,6 +53,7 @@ TEST(PlanSearch, StructuredCandidatesWhereFewLongSequences) {
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 4});
   options.block_sizes = {256, 512};
   options.placement.eps_compute = kRetryEpsCompute;  // no retry at a tighter balance
+  options.packed_layout = false;                     // (its own test below)
   const BuiltPlan built = build_plan(workload, options);
   ASSERT_EQ(built.own_candidates.size(), 4u);
   EXPECT_EQ(built.own_candidates[0].block_size, 256);
@@ -180,6 +183,7 @@ TEST(PlanSearch, NoFineBlocksWhereOneDenseSequenceDominates) {
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 4});
   options.block_sizes = {1024, kDenseMinBlockSize};
   options.placement.eps_compute = kRetryEpsCompute;  // no retry at a tighter balance
+  options.packed_layout = false;
   const auto sizes = [&](MaskKind kind) {
     std::vector<std::string> tried;
     for (const OwnCandidate& c :
@@ -287,6 +291,7 @@ TEST(PlanSearch, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
   options.block_sizes = {128, 2048, 64, 4096};
   options.structured_layouts = false;  // (one sequence holds most tokens: see the next test)
   options.placement.eps_compute = kRetryEpsCompute;  // no retry (the test after the next)
+  options.packed_layout = false;
   const BuiltPlan swept = build_plan(workload, options);
   ASSERT_EQ(swept.own_candidates.size(), 3u);
   EXPECT_EQ(swept.own_candidates[0].block_size, 128);
@@ -331,6 +336,7 @@ TEST(PlanSearch, RetriesItsFastestPartitionsAtATighterBalance) {
       small_workload(SequenceBatch({400, 350, 300, 250, 200, 90, 5}), MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
   options.block_sizes = {64, 128, 256};
+  options.packed_layout = false;
   ASSERT_GT(options.placement.eps_compute, kRetryEpsCompute);
   const BuiltPlan built = build_plan(workload, options);
   ASSERT_GE(built.own_candidates.size(), 3u);
@@ -369,6 +375,9 @@ TEST(PlanSearch, SelectingFromDcpPuresPlanGivesBuildPlansDcpPlan) {
       const Workload workload = small_workload(random_batch(seed), MaskKind::kCausal, 8, 2);
       PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 2});
       options.block_sizes = {64, 128};
+      // Packed sequences are dcp's fastest on all of these batches; without them a static plan
+      // wins on some, which the selection must give whole too.
+      options.packed_layout = false;
       if (fast) {
         options.cluster.inter_node_bandwidth *= 50;
         options.cluster.inter_node_stream_bandwidth *= 50;
@@ -449,6 +458,77 @@ TEST(PlanSearch, DcpKeepsTheFastestOfItsOwnAndTheStaticPlansUnderTheSimulator) {
   // dcp-pure never selects.
   EXPECT_TRUE(build_plan(workload, a100_plan_options(Strategy::kDcpPure, {2, 2}))
                   .selection.candidates.empty());
+}
+
+// With token_flops, every candidate's step adds the rest of the layer on its busiest device (its
+// tokens at the cluster's forward rate), and the kept plan is the fastest by that step.
+TEST(PlanSearch, TokenFlopsPriceEachCandidatesBusiestDevice) {
+  const Workload workload = small_workload(random_batch(41), MaskKind::kCausal, 8, 2);
+  PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 2});
+  options.block_sizes = {64, 128};
+  const BuiltPlan attention_only = build_plan(workload, options);
+  for (const PlanCandidate& candidate : attention_only.selection.candidates)
+    EXPECT_EQ(candidate.token_seconds, 0) << candidate.strategy;
+  // A rest of the layer as heavy as a 4K-token sequence's attention per token.
+  options.token_flops = 3.5 * 4 * 128 * 8 * 2048;
+  const BuiltPlan best = build_plan(workload, options);
+  const auto busiest = [&](const Workload& cut, const Placement& placement) {
+    std::vector<TokenCount> held(static_cast<std::size_t>(placement.cluster.devices()), 0);
+    for (BlockId b = 0; b < cut.blocks().block_count(); ++b) {
+      held[static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(b)])] +=
+          cut.blocks().block(b).tokens;
+    }
+    return static_cast<double>(*std::max_element(held.begin(), held.end()));
+  };
+  const double per_token = options.token_flops / options.cluster.forward_flops;
+  EXPECT_DOUBLE_EQ(token_seconds_of(best.workload, best.placement, options),
+                   per_token * busiest(best.workload, best.placement));
+  const double mean = per_token * static_cast<double>(workload.batch().total_tokens()) / 4;
+  EXPECT_DOUBLE_EQ(mean_token_seconds(workload, options), mean);
+  double kept = 0;
+  for (const PlanCandidate& candidate : best.selection.candidates) {
+    if (!candidate.feasible || !candidate.simulated) continue;
+    EXPECT_GE(candidate.token_seconds, mean * (1 - 1e-12)) << candidate.strategy;
+    if (candidate.strategy == best.selection.kept) kept = candidate.seconds();
+  }
+  for (const PlanCandidate& candidate : best.selection.candidates) {
+    if (candidate.feasible && candidate.simulated) EXPECT_LE(kept, candidate.seconds());
+  }
+  for (const OwnCandidate& own : best.own_candidates) EXPECT_GT(own.token_seconds, 0);
+  // The kept plan's step is its simulated passes plus its busiest device's tokens.
+  const sim::PlanSimulation simulated = sim::simulate(best.plan, options.cluster);
+  EXPECT_NEAR(kept, simulated.seconds() + token_seconds_of(best.workload, best.placement, options),
+              1e-12);
+  options.token_flops = -1;
+  EXPECT_THROW(build_plan(workload, options), InvalidInput);
+}
+
+// dcp's own search also runs its Programs on the sequences packed whole at the smallest block size
+// it searches: the very plan built on packed_placement alone, kept where it is the fastest.
+TEST(PlanSearch, TriesSequencesPackedWholeAtTheSmallestBlockSize) {
+  const Workload workload = small_workload(random_batch(43), MaskKind::kCausal, 8, 2);
+  PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
+  options.block_sizes = {128, 64};
+  const BuiltPlan built = build_plan(workload, options);
+  const auto packed = std::find_if(built.own_candidates.begin(), built.own_candidates.end(),
+                                   [](const OwnCandidate& c) { return c.layout == "packed"; });
+  ASSERT_NE(packed, built.own_candidates.end());
+  EXPECT_EQ(packed->block_size, 64);
+  const Workload cut = reblocked(workload, 64);
+  PackedPlacement placement =
+      packed_placement(cut, options.cluster.shape, options.placement.eps_memory);
+  const BuiltPlan alone =
+      build_at_placement(cut, std::move(placement.placement), placement.within_bounds, options);
+  EXPECT_TRUE(verify(alone.plan).ok);
+  if (packed->partial_dtype == alone.plan.header.partial_dtype) {
+    EXPECT_DOUBLE_EQ(sim::simulate(alone.plan, options.cluster).seconds(), packed->seconds());
+  }
+  double fastest = packed->seconds();
+  for (const OwnCandidate& c : built.own_candidates) fastest = std::min(fastest, c.seconds());
+  EXPECT_DOUBLE_EQ(sim::simulate(built.plan, options.cluster).seconds(), fastest);
+  options.packed_layout = false;
+  for (const OwnCandidate& c : build_plan(workload, options).own_candidates)
+    EXPECT_NE(c.layout, "packed");
 }
 
 }  // namespace

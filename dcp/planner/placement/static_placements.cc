@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
+#include <vector>
 
 namespace dcp {
 
@@ -61,6 +63,61 @@ Placement zigzag_block_placement(const Workload& workload, const ClusterShape& c
   }
   place_work_with_q(workload, placement);
   return placement;
+}
+
+PackedPlacement packed_placement(const Workload& workload, const ClusterShape& cluster,
+                                 double eps_memory) {
+  const BlockLayout& blocks = workload.blocks();
+  const SequenceBatch& batch = workload.batch();
+  const auto devices = static_cast<std::size_t>(cluster.devices());
+  const double cap =
+      (1 + eps_memory) * static_cast<double>(batch.total_tokens()) / static_cast<double>(devices);
+  std::vector<TokenCount> held(devices, 0);
+  // The device with the fewest tokens among [first, last) that takes `tokens` within the cap, or
+  // none; the lowest id on a tie.
+  const auto lightest_fitting = [&](std::size_t first, std::size_t last,
+                                    TokenCount tokens) -> std::optional<std::size_t> {
+    std::optional<std::size_t> best;
+    for (std::size_t d = first; d < last; ++d) {
+      if (static_cast<double>(held[d] + tokens) > cap) continue;
+      if (!best || held[d] < held[*best]) best = d;
+    }
+    return best;
+  };
+  const auto lightest = [&] {
+    return static_cast<std::size_t>(std::min_element(held.begin(), held.end()) - held.begin());
+  };
+  std::vector<SeqIndex> order(static_cast<std::size_t>(batch.size()));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](SeqIndex a, SeqIndex b) { return batch.length(a) > batch.length(b); });
+  PackedPlacement result;
+  Placement& placement = result.placement;
+  placement.cluster = cluster;
+  placement.token_block_device.assign(static_cast<std::size_t>(blocks.block_count()), 0);
+  const auto per_node = static_cast<std::size_t>(cluster.devices_per_node);
+  for (const SeqIndex seq : order) {
+    const std::optional<std::size_t> whole = lightest_fitting(0, devices, batch.length(seq));
+    const std::size_t home = whole ? *whole : lightest();
+    const std::size_t node_first = home / per_node * per_node;
+    for (LocalBlockIndex b = 0; b < blocks.blocks_in(seq); ++b) {
+      const BlockId block = blocks.block_id(seq, b);
+      const TokenCount tokens = blocks.block(block).tokens;
+      std::size_t d = home;
+      if (!whole) {
+        const std::optional<std::size_t> in_node =
+            lightest_fitting(node_first, node_first + per_node, tokens);
+        d = in_node ? *in_node : lightest();
+      }
+      placement.token_block_device[static_cast<std::size_t>(block)] = static_cast<DeviceId>(d);
+      held[d] += tokens;
+    }
+  }
+  for (const TokenCount tokens : held) {
+    result.within_bounds = result.within_bounds && static_cast<double>(tokens) <= cap;
+  }
+  place_work_with_q(workload, placement);
+  return result;
 }
 
 Placement greedy_placement(const Workload& workload, const ClusterShape& cluster,

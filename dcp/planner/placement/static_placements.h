@@ -45,4 +45,18 @@ Placement zigzag_block_placement(const Workload& workload, const ClusterShape& c
 Placement greedy_placement(const Workload& workload, const ClusterShape& cluster,
                            double eps_compute);
 
+// Sequences packed whole: longest first, each on the device holding the fewest tokens where it
+// fits within (1 + eps_memory) x the mean device's tokens; a sequence that fits nowhere whole is
+// cut at its token blocks, each block on the device of that device's node with the fewest tokens
+// that it fits (else the device with the fewest tokens of all). Every work unit on its q block's
+// device. Data parallelism at the sequence level: short sequences move nothing, and only the
+// sequences too long for a device's share are spread. within_bounds: whether every device holds at
+// most that many tokens.
+struct PackedPlacement {
+  Placement placement;
+  bool within_bounds = true;
+};
+PackedPlacement packed_placement(const Workload& workload, const ClusterShape& cluster,
+                                 double eps_memory);
+
 }  // namespace dcp

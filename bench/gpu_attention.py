@@ -301,8 +301,8 @@ def sdpa_flash(tile: Tile, mask: str, device, args) -> dict | str:
     """SDPA restricted to the flash backend; a string says why there is no figure."""
     if mask not in ("causal", "full"):
         return "n/a (mask)"
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     q, k, v, do = torch_layout(tile)
     causal = mask == "causal"
@@ -346,8 +346,7 @@ _COMPILED_FLEX = []
 def flex(tile: Tile, mask: str, allowed: torch.Tensor, device, args) -> dict | str:
     """FlexAttention compiled with torch.compile; a string says why there is no figure."""
     import torch._dynamo
-    from torch.nn.attention.flex_attention import (create_block_mask, create_mask,
-                                                   flex_attention)
+    from torch.nn.attention.flex_attention import create_block_mask, create_mask, flex_attention
     if not _COMPILED_FLEX:
         # Every (tile, mask, with or without autograd) is its own graph: more than dynamo's
         # default of 8 recompilations, after which it would fall back to eager (dense) flex.

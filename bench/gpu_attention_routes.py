@@ -58,7 +58,8 @@ def mask_spec(mask: str, args) -> str | None:
 
 
 def shape_class(tile, rows) -> str:
-    from dcp.torch import varlen_route, varlen_windows as vw
+    from dcp.torch import varlen_route
+    from dcp.torch import varlen_windows as vw
     if rows is None:
         return vw.FULL
     host = tile.mask_rows.cpu().numpy(), tile.mask_intervals.cpu().numpy()

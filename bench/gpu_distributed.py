@@ -8,16 +8,16 @@ q, k, v in the plan's local layout (one global batch, drawn once from a fixed se
 taking its tokens at plan.local_token_positions(rank), so every strategy sees the same data), and
 each pass is timed on its own: barrier, synchronize, CUDA events around the pass (perf_counter on
 the CPU), synchronize. A repeat's time is the slowest rank's (all_reduce MAX); the table shows the
-median over `--repeats` after `--warmup`, the plan's simulated times on --cluster beside the measured
-ones (a cluster file from `python -m dcp.calibrate` makes that a check of the cost model), each
-strategy's ratio to the best static strategy
-(ring, zigzag, ulysses, hybrid, te, loongtrain: the lowest time among those run), and TFLOP/s per GPU (forward
-FLOPs = 4 * d * heads * unmasked pairs of the batch, backward 2.5 x). It also gathers o, dq, dk
-and dv of every strategy into the global token order and reports their largest difference from
-the first strategy's (relative to its max |value|); a difference above the dtype's tolerance
-(bf16 3e-2, fp16 5e-3, fp32 1e-4) makes the run exit 1. `--profile` runs one more forward and
-backward per strategy under torch.profiler and prints rank 0's kernels by their own GPU time (on
-the CPU: operations by self time), to see which kernel a difference between strategies comes from.
+median over `--repeats` after `--warmup`, the plan's simulated times on --cluster beside the
+measured ones (a cluster file from `python -m dcp.calibrate` makes that a check of the cost model),
+each strategy's ratio to the best static strategy (ring, zigzag, ulysses, hybrid, te, loongtrain:
+the lowest time among those run), and TFLOP/s per GPU (forward FLOPs = 4 * d * heads * unmasked
+pairs of the batch, backward 2.5 x). It also gathers o, dq, dk and dv of every strategy into the
+global token order and reports their largest difference from the first strategy's (relative to its
+max |value|); a difference above the dtype's tolerance (bf16 3e-2, fp16 5e-3, fp32 1e-4) makes the
+run exit 1. `--profile` runs one more forward and backward per strategy under torch.profiler and
+prints rank 0's kernels by their own GPU time (on the CPU: operations by self time), to see which
+kernel a difference between strategies comes from.
 
 On a GPU node (NCCL, Triton kernels):
 

@@ -76,6 +76,7 @@ def layout_copies(args) -> None:
 
 def compiled_step(args) -> None:
     import transformers
+
     from gpt_model import loss_fn
     dcphf.register()
     config = llama_config(args)
@@ -144,6 +145,7 @@ def llama_config(args):
 
 def against_dense(args) -> None:
     import transformers
+
     from gpt_model import loss_fn, make_labels, make_positions
     dcphf.register()
     device = torch.device(args.device)
@@ -164,8 +166,8 @@ def against_dense(args) -> None:
     positions, labels = make_positions(seqlens), make_labels(ids, seqlens)
     local = torch.from_numpy(plan.local_token_positions(0))
     whole = dict(input_ids=ids[None].to(device), position_ids=positions[None].to(device))
-    mine = dict(input_ids=ids[local][None].to(device), position_ids=positions[local][None].to(device),
-                dcp_executor=executor)
+    mine = dict(input_ids=ids[local][None].to(device),
+                position_ids=positions[local][None].to(device), dcp_executor=executor)
     targets = {"dcp": labels[local].to(device)}
     runs = {"dcp": mine}
     for name in args.baselines.split(","):

@@ -14,7 +14,6 @@ ratio, the bound `dcp run` enforces, and the bytes each pass moved between nodes
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import subprocess
 import sys

@@ -156,8 +156,8 @@ def main() -> None:
     cpp = [dcp._core.run_locally(plan_of(args), 0, args.threads) for _ in range(args.repeats)]
     cpp_fwd = statistics.median(r["forward_seconds"] for r in cpp)
     cpp_bwd = statistics.median(r["backward_seconds"] for r in cpp)
-    print(f"| pass | torch path (ms) | C++ executor (ms) | ratio |")
-    print(f"|---|---|---|---|")
+    print("| pass | torch path (ms) | C++ executor (ms) | ratio |")
+    print("|---|---|---|---|")
     for name, t, c in (("forward", torch_path["forward"], cpp_fwd),
                        ("backward", torch_path["backward"], cpp_bwd)):
         print(f"| {name} | {t * 1e3:.1f} | {c * 1e3:.1f} | {t / c:.2f} |")
@@ -166,9 +166,10 @@ def main() -> None:
     print(f"\nloader wait per step (ms, after the first): "
           f"{', '.join(f'{w * 1e3:.2f}' for w in split['wait'])}")
     print(f"planning per batch (ms, background): {split['plan_ms']:.1f}")
-    print(f"step {split['step'] * 1e3:.1f} ms: attention forward {split['attention_forward'] * 1e3:.1f}"
-          f" ms, attention backward {split['attention_backward'] * 1e3:.1f} ms, the rest "
-          f"{(split['step'] - split['attention_forward'] - split['attention_backward']) * 1e3:.1f} ms")
+    rest = split['step'] - split['attention_forward'] - split['attention_backward']
+    print(f"step {split['step'] * 1e3:.1f} ms: attention forward "
+          f"{split['attention_forward'] * 1e3:.1f} ms, attention backward "
+          f"{split['attention_backward'] * 1e3:.1f} ms, the rest {rest * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

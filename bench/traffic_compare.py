@@ -9,7 +9,8 @@ and backward where the build prices it), `dcp plan --strategy dcp-pure` the Prog
 table per mask, sums over the batches, and the step totals.
 
   python3 bench/traffic_compare.py --dcp before=/tmp/before/dcp --dcp after=build/release/apps/dcp \
-      [--dcp "kv-sent=build/release/apps/dcp --keep-kv none"] [--batches 5] [--dists ldc,longalign] [--masks causal,lambda,shared_question,causal_blockwise] \
+      [--dcp "kv-sent=build/release/apps/dcp --keep-kv none"] [--batches 5] \
+      [--dists ldc,longalign] [--masks causal,lambda,shared_question,causal_blockwise] \
       [--nodes 4] [--devices-per-node 8] [--block-size auto] [--cluster a100-p4de] [--json FILE]
 """
 import argparse
@@ -112,8 +113,9 @@ def main():
     print(f"{args.batches} batches per dataset, {args.nodes} x {args.devices_per_node}, "
           f"block size {args.block_size}, cluster {args.cluster}; MB summed over the batches, "
           "ratios Program / priced of the sums (max per batch), simulated ms summed\n")
-    header = ("| dataset | build | fwd inter MB Program | priced | ratio (max) | bwd inter MB Program | "
-              "priced | ratio (max) | step inter MB | intra MB | max compute imb | fwd ms | bwd ms |")
+    header = ("| dataset | build | fwd inter MB Program | priced | ratio (max) "
+              "| bwd inter MB Program | priced | ratio (max) | step inter MB | intra MB "
+              "| max compute imb | fwd ms | bwd ms |")
     step_totals = {label: [0, 0, 0.0, 0.0] for label, _, _ in builds}
     for mask in args.masks.split(","):
         print(f"**{mask}**\n")

@@ -12,7 +12,8 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e3
 
 
 def nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
-    """About `count` round tick values (1, 2 or 5 times a power of ten apart) covering [low, high]."""
+    """About `count` round tick values (1, 2 or 5 times a power of ten apart) covering
+    [low, high]."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return [0.0]
     if high <= low:

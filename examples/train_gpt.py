@@ -25,8 +25,16 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpt_model import GPT, GPTConfig, dense_attention, init_seed, loss_fn, make_labels, \
-    make_positions, spec_mask  # noqa: E402
+from gpt_model import (  # noqa: E402
+    GPT,
+    GPTConfig,
+    dense_attention,
+    init_seed,
+    loss_fn,
+    make_labels,
+    make_positions,
+    spec_mask,
+)
 from svg_plot import write_loss_svg  # noqa: E402
 from text_corpus import ByteSequenceDataset, load_corpus  # noqa: E402
 
@@ -176,8 +184,9 @@ def packed_batches(dcpt, dataset: ByteSequenceDataset, args: argparse.Namespace)
             seqlens = [s.numel() for s in samples]
             input_ids = torch.cat(samples)
             yield dict(input_ids=input_ids, position_ids=make_positions(seqlens),
-                       labels=make_labels(input_ids, seqlens), loss_tokens=sum(seqlens) - len(seqlens),
-                       seqlens=seqlens, indices=list(indices))
+                       labels=make_labels(input_ids, seqlens),
+                       loss_tokens=sum(seqlens) - len(seqlens), seqlens=seqlens,
+                       indices=list(indices))
         epoch += 1
 
 

@@ -35,8 +35,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_model import loss_fn  # noqa: E402
 from hf_models import FAMILIES, build_model  # noqa: E402
 from text_corpus import ByteSequenceDataset, load_corpus  # noqa: E402
-from train_gpt import check_training_args, import_dcp_torch, launch, make_optimizer, \
-    packed_batches, run_context, training_loop, training_parser, write_outputs  # noqa: E402
+from train_gpt import (  # noqa: E402
+    check_training_args,
+    import_dcp_torch,
+    launch,
+    make_optimizer,
+    packed_batches,
+    run_context,
+    training_loop,
+    training_parser,
+    write_outputs,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

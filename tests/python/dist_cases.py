@@ -269,8 +269,9 @@ def train_dcp(rank: int, size: int, kinds: bool = False) -> dict:
     global loss-token count). With `kinds`, KIND_TRAIN's: every layer attends as its kind, every
     batch planned with every kind's mask and layer count. Returns the global loss of every
     step."""
-    import gpt_model
     import torch.distributed as dist
+
+    import gpt_model
     setup = KIND_TRAIN if kinds else TRAIN
     config = train_config(kinds)
     nodes, per_node = shape_of(size)

@@ -24,10 +24,9 @@ def train_hf_dcp(rank: int, size: int, families: list[str]) -> dict:
     "dcp", the model's own loss with dcp.torch.hf.loss_kwargs), data parallel over the group.
     Returns per family the global loss of every step, the batches, the first step's summed
     gradients, and the largest gap between the model's loss and F.cross_entropy's."""
+    import dcp.torch.hf as dcphf
     import hf_models
     from train_gpt import sum_over_group
-
-    import dcp.torch.hf as dcphf
     dcphf.register()
     nodes, _ = shape_of(size)
     dataset = text_dataset()
@@ -66,9 +65,8 @@ def train_hf_dcp(rank: int, size: int, families: list[str]) -> dict:
 
 def layer_kinds(family: str) -> list[str]:
     """The attention kind of every layer of the family's tiny model."""
-    import hf_models
-
     import dcp.torch.hf as dcphf
+    import hf_models
     return dcphf.attention_kinds(hf_models.tiny_config(family))[1]
 
 
@@ -115,12 +113,12 @@ def compiled_against_eager(rank: int, size: int) -> dict:
     dcp twice from the same weights over batches of different sizes: eagerly, and compiled with
     torch.compile(fullgraph=True, dynamic=True) on inductor. Returns both runs' local losses and
     the compiled run's graph and graph-break counts."""
-    import gpt_model
-    import hf_models
     import torch._dynamo
-    from train_gpt import sum_over_group
 
     import dcp.torch.hf as dcphf
+    import gpt_model
+    import hf_models
+    from train_gpt import sum_over_group
     dcphf.register()
     nodes, _ = shape_of(size)
     dataset = text_dataset()

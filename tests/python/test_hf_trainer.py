@@ -84,9 +84,8 @@ def test_resume_from_step_5_continues_with_the_next_batches_and_the_same_losses(
 
 
 def _trainer(dataset=None, family: str = "llama", **kwargs):
-    import hf_models
-
     import dcp.torch.hf as dcphf
+    import hf_models
     dcphf.register()
     options = dict(tokens_per_batch=TRAIN["tokens_per_batch"])
     options.update(kwargs)

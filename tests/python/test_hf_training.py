@@ -9,7 +9,6 @@ two attention kinds per batch) do the same on 2 ranks."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 pytest.importorskip("transformers")
 

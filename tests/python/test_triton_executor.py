@@ -93,7 +93,8 @@ def test_cuda_executor_matches_cpu_kernels() -> None:
     kernels on CUDA give the cpu kernels' o, lse, dq, dk, dv for every mask kind and dtype."""
     import dcp
     import dcp.torch as dcpt
-    for mask in ("causal", RANDOM, "lambda:sink=3,window=6", "shared_question:question=0.25,answers=3"):
+    for mask in ("causal", RANDOM, "lambda:sink=3,window=6",
+                 "shared_question:question=0.25,answers=3"):
         for dtype in ("fp32", "bf16"):
             plan = dcp.plan(SEQLENS, mask, heads=4, kv_heads=2, head_dim=64, dtype=dtype,
                             block_size=16, nodes=1, devices_per_node=1)

@@ -8,7 +8,10 @@ this file in a fresh process with TRITON_INTERPRET=1; the kernel checks run only
 machine with CUDA a second child runs the same checks on the GPU (DCP_TRITON_KERNEL_DEVICE=cuda,
 no interpreter): every kernel call gets CUDA copies of its tensors and its results are copied
 back, so one set of tests, written on CPU tensors, checks both."""
+import importlib
+import math
 import os
+import subprocess
 import sys
 
 _CHILD = os.environ.get("DCP_TRITON_INTERPRETER_CHILD") == "1"
@@ -16,12 +19,9 @@ _ON_CUDA = os.environ.get("DCP_TRITON_KERNEL_DEVICE") == "cuda"
 if _CHILD and not _ON_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported (the parent also sets it)
 
-import importlib
-import math
-import subprocess
-
-import pytest
-import torch
+# Imported once TRITON_INTERPRET is set, which must precede importing triton (torch may import it).
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 interpreted = pytest.mark.skipif(not _CHILD, reason="runs in a child process")
 

@@ -88,10 +88,9 @@ def trainer_world(rank: int, size: int, output_dir: str) -> dict:
     resumed from step 5's checkpoint, a tiny Gemma 3 with gradient checkpointing and an eval
     set, and DCPSFTTrainer on the Llama with completion-only loss. Returns each run's logged
     losses and micro-batches (their samples), the grad norms and the eval loss."""
-    import hf_models
-
     import dcp.torch as dcpt
     import dcp.torch.hf as dcphf
+    import hf_models
     # What torchrun sets: accelerate then sees a process group of `size` CPU ranks.
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(size), MASTER_ADDR="127.0.0.1",
@@ -139,8 +138,9 @@ def dense_trainer(family: str, batches: list[list[int]], sft: bool = False,
     the input ids, -100 on each document's first token (the target of the previous document's
     last) and, with `sft`, on the prompt's tokens. Returns the logged losses and grad norms, and
     the mean token loss over `eval_samples` each run alone."""
-    import hf_models
     import transformers
+
+    import hf_models
     samples = Samples().samples
 
     def packed(indices):

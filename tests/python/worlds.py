@@ -80,9 +80,9 @@ def _worker(fn, rank, size, init_file, results, timeout_s, args, environment, cw
 
 def run_world(size: int, fn, *args, timeout: float = 240, group_timeout: float = 60,
               allow_failures: bool = False):
-    """[fn(rank, size, *args) for each rank], tensors returned as CPU tensors. Raises AssertionError naming the failed ranks, unless
-    allow_failures, where a failed rank's entry is ('error', traceback) and a process that did not
-    report is ('missing', exit code)."""
+    """[fn(rank, size, *args) for each rank], tensors returned as CPU tensors. Raises AssertionError
+    naming the failed ranks, unless allow_failures, where a failed rank's entry is ('error',
+    traceback) and a process that did not report is ('missing', exit code)."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(_PRELOAD)
     results = ctx.Queue()
@@ -90,7 +90,8 @@ def run_world(size: int, fn, *args, timeout: float = 240, group_timeout: float =
         init_file = os.path.join(tmp, "rendezvous")
         caller = (dict(os.environ), os.getcwd())
         procs = [ctx.Process(target=_worker, args=(fn, r, size, init_file, results, group_timeout,
-                                                   args, *caller), daemon=True) for r in range(size)]
+                                                   args, *caller), daemon=True)
+                 for r in range(size)]
         for p in procs:
             p.start()
         got: dict[int, tuple[bool, object]] = {}

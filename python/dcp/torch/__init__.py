@@ -7,7 +7,7 @@
     executor = dcpt.DCPExecutor(group=group)
     for local_batch, plan in loader:
         executor.prepare(plan)
-        loss = model(local_batch, executor)   # attention layers: dcpt.DCPAttn.apply(executor, q, kv)
+        loss = model(local_batch, executor)  # attention layers: dcpt.DCPAttn.apply(executor, q, kv)
         loss.backward(); optimizer.step()
 
 docs/python.md describes the design."""
@@ -16,5 +16,5 @@ from dcp.torch.data_parallel import sum_gradients
 from dcp.torch.dataloader import IGNORE_INDEX, DCPDataloader, LocalBatch, pack_batches
 from dcp.torch.executor import DCPExecutor, NotPreparedError
 
-__all__ = ["DCPAttn", "DCPDataloader", "DCPExecutor", "IGNORE_INDEX", "LocalBatch", "NotPreparedError",
-           "attention", "pack_batches", "sum_gradients"]
+__all__ = ["DCPAttn", "DCPDataloader", "DCPExecutor", "IGNORE_INDEX", "LocalBatch",
+           "NotPreparedError", "attention", "pack_batches", "sum_gradients"]

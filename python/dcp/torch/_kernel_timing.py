@@ -34,8 +34,9 @@ def _causal(tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 class TritonCall:
     """One device call (a dict of dcp._core.device_calls) on `device`: random inputs in [-1, 1],
-    `heads` q heads, each with its own kv head; calling it launches the kernels once. `arena`, `out` (forward: each
-    row's kOut slot offset; backward: the kDQ and kDKV offsets) let a test read the results."""
+    `heads` q heads, each with its own kv head; calling it launches the kernels once. `arena`, `out`
+    (forward: each row's kOut slot offset; backward: the kDQ and kDKV offsets) let a test read the
+    results."""
 
     def __init__(self, call: dict, device: torch.device, seed: int = 0):
         self.kind = call["kind"]

@@ -38,8 +38,16 @@ from transformers.trainer_utils import speed_metrics
 
 import dcp.torch as dcpt
 from dcp.torch import hf as dcphf
-from dcp.torch._trainer_loader import (ENDLESS, LOADER_OPTIONS, DCPTrainerBatches, SampleMask,
-                                       check_samples, epoch_length, is_map_style, sample_loader)
+from dcp.torch._trainer_loader import (
+    ENDLESS,
+    LOADER_OPTIONS,
+    DCPTrainerBatches,
+    SampleMask,
+    check_samples,
+    epoch_length,
+    is_map_style,
+    sample_loader,
+)
 from dcp.torch.dataloader import IGNORE_INDEX
 
 # The file of a checkpoint that holds the train loader's position (DCPTrainerBatches.state_dict).

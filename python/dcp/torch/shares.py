@@ -61,8 +61,9 @@ def split(works: Sequence[float], tokens: Sequence[int], bins: list[list[int]], 
     """The shares of a global batch of len(works) samples (every replica gets one at least: the
     caller guarantees len(works) >= replicas). `bins` is the packing's own split, the fallback
     when dealing by work finds no room. judge(shares) plans shares (at once) and returns each one's
-    (plan, simulated step); with it, up to `rounds` moves of one sample from the slowest replica to the fastest
-    are tried, each kept only if the slower of the two new steps is below the old slowest."""
+    (plan, simulated step); with it, up to `rounds` moves of one sample from the slowest replica to
+    the fastest are tried, each kept only if the slower of the two new steps is below the old
+    slowest."""
     shares = deal(works, tokens, replicas, capacity) or fill_empty(bins, replicas)
     if judge is None:
         return Split(shares, [None] * replicas, [0.0] * replicas)

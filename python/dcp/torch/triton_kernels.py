@@ -68,8 +68,8 @@ Implementation notes (binding for callers and for kernel_variants()):
     overwritten output needs no zero-initialisation pass; the price is that s = q.k^T and p are
     computed twice (once per kernel).
   * Blocks: attention sub-blocks on the GPU come from _GPU_TILES per kernel and head-dim class
-    (DCP_TRITON_TILES=FILE or set_tiles() replace entries); the copies move BLOCK_T x BLOCK_D tiles of one
-    head (BLOCK_D = next power of two >= d, masked, so any d works). Under the interpreter
+    (DCP_TRITON_TILES=FILE or set_tiles() replace entries); the copies move BLOCK_T x BLOCK_D tiles
+    of one head (BLOCK_D = next power of two >= d, masked, so any d works). Under the interpreter
     (INTERPRET) attention blocks are 16 x 16, 16-bit dot operands are widened to fp32 (the
     interpreter multiplies bf16 bit patterns) and fp32 -> bf16 rounds to nearest even by hand
     (the interpreter truncates); on the GPU the native conversions round to nearest even.

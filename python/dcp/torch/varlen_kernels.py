@@ -109,8 +109,8 @@ class EmulatedVarlenKernel:
         o = torch.zeros(q.shape, dtype=torch.float64)
         lse = torch.full((q.shape[1], q.shape[0]), math.inf, dtype=torch.float64)
         empty_rows = 0
-        for b, q0, q1, k0, k1, allowed, group in self._sequences(q, k, cu_q, cu_k, max_k, left,
-                                                                right):
+        for _b, q0, q1, k0, k1, allowed, group in self._sequences(q, k, cu_q, cu_k, max_k, left,
+                                                                 right):
             qs = q[q0:q1].double()
             ks = k[k0:k1].double().repeat_interleave(group, dim=1)
             vs = v[k0:k1].double().repeat_interleave(group, dim=1)

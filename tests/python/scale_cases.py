@@ -103,9 +103,11 @@ def train_data_parallel(rank: int, size: int, family: str, mode: str, steps: int
     model = build(family, mode, size)
     config = (model.module if mode == "ddp" else model).config
     if empty:
+        # Attention alone (token_flops 0): priced with the rest of each layer, a static strategy
+        # that spreads these few tokens over every rank is faster, and no rank is left empty.
         loader = make_loader(config, mode, SlicedText(EMPTY_RANK["lengths"]), shuffle=False,
                              tokens_per_batch=EMPTY_RANK["tokens_per_batch"],
-                             block_size=EMPTY_RANK["block_size"])
+                             block_size=EMPTY_RANK["block_size"], token_flops=0.0)
     else:
         loader = make_loader(config, mode, text_dataset(), epochs=2)
     dcpt.sum_gradients(model, loader)
@@ -136,6 +138,7 @@ def epoch_shares(rank: int, size: int, dataset_lengths: list[int], tokens_per_ba
     """One epoch of a loader on a 2 x (size / 2) mesh: this rank's (replica, step, samples, plan
     bytes, simulated steps of the replicas) of every global batch, and the samples left out."""
     from torch.distributed.device_mesh import init_device_mesh
+
     from dist_cases import TokenDataset
     mesh = init_device_mesh("cpu", (2, size // 2), mesh_dim_names=("dp", "cp"))
     loader = dcpt.DCPDataloader(TokenDataset(dataset_lengths), mesh=mesh,
@@ -195,11 +198,11 @@ def resume_run(rank: int, size: int, directory: str, phase: str) -> list[float]:
 def shard_over_dp_only(rank: int, size: int) -> str:
     """FSDP2 over the dp dim of a 2 x 2 mesh while the loader spreads the global batch over all
     four ranks: sum_gradients must refuse it. Returns the error's message."""
-    import hf_models
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     import dcp.torch.hf as dcphf
+    import hf_models
     dcphf.register()
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "cp"))
     model = hf_models.build_model("llama", "dcp", seed=0)
@@ -216,11 +219,11 @@ def compiled_empty_rank(rank: int, size: int) -> dict:
     """Two one-block batches (20 and 24 tokens) on a tiny Llama, eager and compiled (fullgraph,
     dynamic), from the same weights, gradients summed by hand: the global losses of both, this
     rank's token counts and the compiled run's graph breaks."""
-    import hf_models
     import torch._dynamo
-    from train_gpt import sum_over_group
 
     import dcp.torch.hf as dcphf
+    import hf_models
+    from train_gpt import sum_over_group
     dcphf.register()
     model_config = hf_models.tiny_config("llama")
     # One block per batch, placed whole by dcp's own plan: on 2 ranks, one holds no tokens.
@@ -251,6 +254,11 @@ def compiled_empty_rank(rank: int, size: int) -> dict:
                 local_tokens=[lb.input_ids.numel() for lb, _ in batches])
 
 
+# Zigzag rings pass kv through every rank, so the survivors have transfers with the rank that dies
+# (dcp's own plan may pack sequences whole, with nothing to exchange).
+DYING_PLANS = dict(strategy="zigzag")
+
+
 def dying_rank(rank: int, size: int, directory: str) -> float:
     """FSDP2 over the pool: one step, a checkpoint, then rank 1 dies (os._exit) in the middle of
     the next step's forward pass, inside its second attention call. Returns on no rank: the others
@@ -264,7 +272,7 @@ def dying_rank(rank: int, size: int, directory: str) -> float:
     import dcp.torch.hf as dcphf
     dcphf.register()
     model = build("llama", "fsdp", size)
-    loader = make_loader(model.config, "fsdp", text_dataset())
+    loader = make_loader(model.config, "fsdp", text_dataset(), **DYING_PLANS)
     dcpt.sum_gradients(model, loader)
     optimizer = torch.optim.AdamW(model.parameters(), lr=HF_TRAIN["lr"])
     executor = dcpt.DCPExecutor(threads=1)
@@ -305,7 +313,7 @@ def load_after_a_death(rank: int, size: int, directory: str) -> dict:
     import dcp.torch.hf as dcphf
     dcphf.register()
     model = build("llama", "fsdp", size)
-    loader = make_loader(model.config, "fsdp", text_dataset())
+    loader = make_loader(model.config, "fsdp", text_dataset(), **DYING_PLANS)
     optimizer = torch.optim.AdamW(model.parameters(), lr=HF_TRAIN["lr"])
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state, "loader": loader}

@@ -59,6 +59,20 @@ def test_plan_options_of_the_families(family, mask, shape) -> None:
     assert opts["mask_fn"](torch.arange(3)) == mask
 
 
+def test_token_flops_counts_the_projections_the_mlp_and_the_output_layer() -> None:
+    config = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                      head_dim=16, intermediate_size=128, vocab_size=100,
+                                      num_hidden_layers=2)
+    # q and o: 64 x 64 each, k and v: 64 x 32 each; gate, up, down: 64 x 128 each; the output
+    # layer's 100 x 64 over 2 layers; 6 FLOPs per weight (forward 2, backward 4).
+    weights = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 100 * 64 / 2
+    assert dcphf.token_flops(config) == 6 * weights
+    assert dcphf.plan_options(config)["token_flops"] == 6 * weights
+    gpt2_like = transformers.GPT2Config(n_embd=64, n_head=4, n_layer=2)
+    # No intermediate_size: an MLP of two 64 x 256 matrices.
+    assert dcphf.token_flops(gpt2_like) == 6 * (4 * 64 * 64 + 2 * 64 * 256 + 50257 * 64 / 2)
+
+
 def test_plan_options_reads_head_dim_and_kv_heads_defaults() -> None:
     config = transformers.LlamaConfig(hidden_size=96, num_attention_heads=6,
                                       num_key_value_heads=None, head_dim=None)
@@ -200,7 +214,8 @@ def test_temperature_tuning_on_no_rope_layers_is_refused_when_planned_and_at_the
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="dcp")
     config.attn_temperature_tuning = False
     executor = prepared(config)
-    with pytest.raises(ValueError, match="layer 3: attention temperature tuning on a no-RoPE layer"):
+    with pytest.raises(ValueError,
+                       match="layer 3: attention temperature tuning on a no-RoPE layer"):
         call(model, executor)
     for layer in model.model.layers:
         layer.self_attn.attn_temperature_tuning = False

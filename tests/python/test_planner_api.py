@@ -70,6 +70,13 @@ def test_same_bytes_as_the_command_line(tmp_path) -> None:
     assert dcp.plan([700, 300, 45], "causal", **OPTIONS).to_bytes() == expected
 
 
+def test_token_flops_plans_as_the_command_line_does(tmp_path) -> None:
+    # The rest of each layer, priced on each candidate's busiest device, in dcp's search.
+    expected = _cli_plan_bytes(tmp_path, [700, 300, 45], "--block-size", "64",
+                               "--token-flops", "2e8")
+    assert dcp.plan([700, 300, 45], "causal", token_flops=2e8, **OPTIONS).to_bytes() == expected
+
+
 def test_an_automatic_block_size_plans_as_the_command_line_does(tmp_path) -> None:
     # Both try dcp's own plan at 1024-, 2048- and 4096-token blocks and, since one sequence holds
     # most of the tokens, on the hybrid and loongtrain layouts, and keep the fastest.
@@ -84,7 +91,8 @@ def test_masks_as_interval_arrays() -> None:
     assert causal[:, 0].tolist() == [[0, 1], [0, 2], [0, 3], [0, 4], [0, 5]]
     # A plan from the arrays equals the plan from the spec.
     spec = dcp.plan([90, 40], "lambda:sink=4,window=16", **OPTIONS)
-    arrays = dcp.plan([90, 40], [dcp.mask_intervals("lambda:sink=4,window=16", n) for n in (90, 40)],
+    arrays = dcp.plan([90, 40],
+                      [dcp.mask_intervals("lambda:sink=4,window=16", n) for n in (90, 40)],
                       **OPTIONS)
     assert arrays.to_bytes() == spec.to_bytes()
     whole = np.concatenate([dcp.mask_intervals("lambda:sink=4,window=16", n) for n in (90, 40)])
@@ -131,6 +139,8 @@ def test_workload_summary() -> None:
      "block_size -1 is below 0"),
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "stages": -2}), ValueError,
      "stages -2 is below 0"),
+    (lambda: dcp.plan([64], "causal", **{**OPTIONS, "token_flops": -1.0}), ValueError,
+     "token_flops must be a number >= 0, got -1"),
 ])
 def test_bad_input_raises_naming_the_value(call, error, words) -> None:
     with pytest.raises(error) as info:

@@ -45,8 +45,10 @@ Placement zigzag_block_placement(const Workload& workload, const ClusterShape& c
 Placement greedy_placement(const Workload& workload, const ClusterShape& cluster,
                            double eps_compute);
 
-// Sequences packed whole: longest first, each on the device holding the fewest tokens where it
-// fits within (1 + eps_memory) x the mean device's tokens; a sequence that fits nowhere whole is
+// Sequences packed whole: longest first, each on the device holding the fewest tokens (or, in a
+// second packing, the most: best fit) where it fits within (1 + eps_memory) x the mean device's
+// tokens, the packing with the fewest tokens on its busiest device kept (then the one cutting
+// fewer sequences); a sequence that fits nowhere whole is
 // cut at its token blocks, each block on the device of that device's node with the fewest tokens
 // that it fits (else the device with the fewest tokens of all). Every work unit on its q block's
 // device. Data parallelism at the sequence level: short sequences move nothing, and only the

@@ -80,10 +80,11 @@ class DCPDataloader:
     pools of `pool_size` samples. `prefetch` batches are planned ahead on `planner_threads` C++
     threads, without the GIL. The attention shape (heads, kv_heads, head_dim, dtype,
     softmax_scale) and the planner options (block_size, head_block_size, strategy, cluster, nodes,
-    devices_per_node, stages, keep_kv, partial_dtype, eps_compute, eps_memory) are those of
-    dcp.plan; nodes x devices_per_node must be the size of the group the plans span. Over a pool
-    of many devices, where the rest of each layer costs per token, a tight eps_memory (0.02, say)
-    keeps every device's tokens near the mean (docs/pool_bench.md).
+    devices_per_node, stages, keep_kv, partial_dtype, eps_compute, eps_memory, token_flops) are
+    those of dcp.plan (dcp.torch.hf.plan_options gives a transformers model's); nodes x
+    devices_per_node must be the size of the group the plans span. Over a pool of many devices,
+    where the rest of each layer costs per token, a tight eps_memory (0.02, say) keeps every
+    device's tokens near the mean (docs/pool_bench.md).
 
     Data parallelism: the plans span `group` (default: every rank), which may be the whole pool
     of devices. With `mesh` (a DeviceMesh with the dims named by mesh_dims, data-parallel then
@@ -112,7 +113,8 @@ class DCPDataloader:
                  strategy: str | None = None, cluster: str | None = None, nodes: int = 1,
                  devices_per_node: int | None = None, stages: int | None = None,
                  keep_kv: Any = None, partial_dtype: Any = None, eps_compute: float | None = None,
-                 eps_memory: float | None = None, layers: dict | None = None,
+                 eps_memory: float | None = None, token_flops: float = 0.0,
+                 layers: dict | None = None,
                  seed: int = 0, shuffle: bool = True, prefetch: int = 2,
                  planner_threads: int = 1, epochs: int = 1, pool_size: int = 1024,
                  balance_rounds: int = 2):
@@ -145,10 +147,11 @@ class DCPDataloader:
                             strategy=strategy, cluster=cluster, nodes=nodes,
                             devices_per_node=devices_per_node, stages=stages, keep_kv=keep_kv,
                             partial_dtype=partial_dtype, eps_compute=eps_compute,
-                            eps_memory=eps_memory, seed=seed)
+                            eps_memory=eps_memory, token_flops=float(token_flops), seed=seed)
         self.cluster = cluster or _core.DEFAULT_CLUSTER
         self.seed, self.shuffle, self.epochs = int(seed), bool(shuffle), int(epochs)
-        self.prefetch, self.planner_threads, self.pool_size = int(prefetch), int(planner_threads), int(pool_size)
+        self.prefetch, self.planner_threads = int(prefetch), int(planner_threads)
+        self.pool_size = int(pool_size)
         self.balance_rounds = int(balance_rounds)
         self.map_style = hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
         self._lengths: list[int] | None = None

@@ -384,19 +384,40 @@ def model_mask(config: Any) -> str:
     return next(iter(kinds.values()), "causal")
 
 
+def token_flops(config: Any) -> float:
+    """The FLOPs a transformers decoder runs per token and attention layer outside attention's
+    score and value products, forward and backward (3 x 2 FLOPs per weight): the q, k, v and output
+    projections, the MLP (gate, up and down where the config has intermediate_size, else two
+    matrices of 4 x hidden) and the output projection's share per layer. dcp's search weighs each
+    plan's busiest rank's tokens by it (dcp.plan's token_flops). Mixture-of-experts layers are
+    counted as one dense MLP of intermediate_size."""
+    hidden = int(config.hidden_size)
+    heads = int(config.num_attention_heads)
+    kv_heads = int(_get(config, "num_key_value_heads", heads))
+    head_dim = int(_get(config, "head_dim", None) or hidden // heads)
+    layers = int(_get(config, "num_hidden_layers", 1) or 1)
+    intermediate = _get(config, "intermediate_size", None)
+    mlp = 3 * hidden * int(intermediate) if intermediate else 2 * hidden * 4 * hidden
+    projections = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    output = int(_get(config, "vocab_size", 0) or 0) * hidden / layers
+    return 6.0 * (projections + mlp + output)
+
+
 def plan_options(config: Any) -> dict:
     """The DCPDataloader keyword arguments a transformers model's attention needs: heads,
-    kv_heads, head_dim and mask_fn. When every layer has one attention kind, mask_fn gives its
-    mask (model_mask(config)) for every sample; when the layers differ (attention_kinds), it gives
-    every kind's mask ({kind name: mask spec}, ModelKinds) and `layers` counts each kind's layers,
-    so that every batch's plan holds each kind's Programs. Raises ValueError for a model dcp
-    cannot plan, naming what stands in the way."""
+    kv_heads, head_dim, token_flops (the rest of each layer, token_flops(config)) and mask_fn. When
+    every layer has one attention kind, mask_fn gives its mask (model_mask(config)) for every
+    sample; when the layers differ (attention_kinds), it gives every kind's mask ({kind name: mask
+    spec}, ModelKinds) and `layers` counts each kind's layers, so that every batch's plan holds each
+    kind's Programs. Raises ValueError for a model dcp cannot plan, naming what stands in the
+    way."""
     heads = int(config.num_attention_heads)
     kv_heads = int(_get(config, "num_key_value_heads", heads))
     head_dim = _get(config, "head_dim", None)
     if head_dim is None:
         head_dim = int(config.hidden_size) // heads
-    options = dict(heads=heads, kv_heads=kv_heads, head_dim=int(head_dim))
+    options = dict(heads=heads, kv_heads=kv_heads, head_dim=int(head_dim),
+                   token_flops=token_flops(config))
     kinds, layer_kinds = attention_kinds(config)
     if len(kinds) <= 1:
         return dict(options, mask_fn=ModelMask(next(iter(kinds.values()), "causal")))

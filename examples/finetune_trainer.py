@@ -47,6 +47,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the first third of every sample is a prompt, outside the loss")
     p.add_argument("--dense", action="store_true",
                    help="one process, the plain Trainer with sdpa over the same packed batches")
+    p.add_argument("--bf16", action="store_true",
+                   help="bf16 mixed precision (autocast) on the CPU too; always on a GPU")
     p.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: none)")
     p.add_argument("--resume", default=None, metavar="DIR", help="a checkpoint to resume from")
     p.add_argument("--out", default="finetune_trainer_out", help="loss.csv, loss.svg, checkpoints")
@@ -88,7 +90,7 @@ def training_arguments(args: argparse.Namespace):
         weight_decay=0.1, max_grad_norm=1.0, logging_steps=1, report_to=[],
         per_device_train_batch_size=1, seed=args.seed, data_seed=args.seed,
         save_strategy="steps" if args.save_steps else "no", save_steps=args.save_steps or 500,
-        use_cpu=not torch.cuda.is_available(), bf16=torch.cuda.is_available())
+        use_cpu=not torch.cuda.is_available(), bf16=args.bf16 or torch.cuda.is_available())
 
 
 def dense_trainer(args: argparse.Namespace, dataset: Samples):

@@ -11,9 +11,26 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/parse.h"
 
-#include "dcp/dcp.h"
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/cluster_presets.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/sequence_batch.h"
+
+#include "dcp/data/batch_packing.h"
+#include "dcp/data/length_distribution.h"
+
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/runtime/batch_tensors.h"
+#include "dcp/runtime/dense_reference.h"
+#include "dcp/runtime/distributed_run.h"
+#include "dcp/runtime/executor.h"
+#include "dcp/selection/plan_search.h"
+#include "dcp/workload_builder.h"
 
 #include "bench/bench_main.h"
 #include "bench/bench_stats.h"

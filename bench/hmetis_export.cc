@@ -21,15 +21,27 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/json_writer.h"
 #include "dcp/core/npy.h"
 #include "dcp/core/parse.h"
 #include "dcp/core/timing.h"
 
-#include "dcp/dcp.h"
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/sequence_batch.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/data/batch_packing.h"
+#include "dcp/data/length_distribution.h"
+
 #include "dcp/planner/partition/balance.h"
+#include "dcp/planner/partition/hmetis_format.h"
 #include "dcp/planner/partition/multilevel_partitioner.h"
 #include "dcp/planner/partition/partitioned_hypergraph.h"
+#include "dcp/planner/placement/block_hypergraph.h"
+#include "dcp/planner/placement/hierarchical_placer.h"
 
 #include "bench/bench_main.h"
 

@@ -11,10 +11,24 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/parse.h"
 #include "dcp/core/timing.h"
 
-#include "dcp/dcp.h"
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/cluster.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/sequence_batch.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/data/batch_packing.h"
+#include "dcp/data/length_distribution.h"
+
+#include "dcp/planner/placement/block_hypergraph.h"
+#include "dcp/planner/placement/hierarchical_placer.h"
+#include "dcp/planner/placement/placement.h"
+#include "dcp/planner/placement/static_placements.h"
 
 #include "bench/bench_main.h"
 #include "bench/bench_stats.h"

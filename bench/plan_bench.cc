@@ -14,10 +14,27 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/parse.h"
 #include "dcp/core/timing.h"
 
-#include "dcp/dcp.h"
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/cluster.h"
+#include "dcp/model/cluster_file.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/sequence_batch.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/data/batch_packing.h"
+#include "dcp/data/length_distribution.h"
+
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/program/program.h"
+#include "dcp/program/program_stats.h"
+#include "dcp/program/verifier.h"
+#include "dcp/selection/plan_search.h"
 
 #include "bench/bench_main.h"
 #include "bench/bench_stats.h"

@@ -5,7 +5,16 @@
 
 #include <benchmark/benchmark.h>
 
-#include "dcp/dcp.h"
+#include "dcp/core/ids.h"
+
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/block_size_heuristic.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/sequence_batch.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/data/batch_packing.h"
+#include "dcp/data/length_distribution.h"
 
 namespace dcp {
 namespace {

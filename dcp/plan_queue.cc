@@ -2,33 +2,12 @@
 // Plans batches in the background.
 #include "dcp/plan_queue.h"
 
-#include <iterator>
 #include <string>
 #include <utility>
 
 #include "dcp/core/error.h"
 
-#include "dcp/dcp.h"
-
 namespace dcp {
-
-BuiltModelPlan plan_request(const PlanRequest& request) {
-  WorkloadOptions options;
-  options.block_size = request.block_size;
-  options.head_block_size = request.head_block_size;
-  options.auto_block.devices = request.plan.cluster.shape.devices();
-  BuiltKinds built =
-      make_kind_workloads(request.shape, SequenceBatch(request.lengths), request.kinds, options);
-  PlanOptions plan = request.plan;
-  sweep_block_sizes_when_automatic(plan, request.block_size == 0);
-  return build_model_plan(built.kinds, plan);
-}
-
-void sweep_block_sizes_when_automatic(PlanOptions& plan, bool automatic_block_size) {
-  if (automatic_block_size && is_dcp(plan.strategy) && plan.block_sizes.empty()) {
-    plan.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
-  }
-}
 
 PlanQueue::PlanQueue(std::int32_t threads) {
   if (threads < 1) {

@@ -13,37 +13,12 @@
 #include <thread>
 #include <vector>
 
-#include "dcp/model/attention_kind.h"
-#include "dcp/model/attention_shape.h"
-
+#include "dcp/plan_request.h"
 #include "dcp/planner/model_plan_builder.h"
-#include "dcp/selection/plan_search.h"
 
 namespace dcp {
 
-// Everything that decides a plan: the batch and its attention kinds (each kind's masks, one per
-// sequence, and layers), the attention shape, the block model options and the planner options.
-// A plan of one mask is one kind of the default name and one layer. The same request gives the
-// same plan bytes.
-struct PlanRequest {
-  AttentionShape shape;
-  std::vector<TokenCount> lengths;   // the batch's sequences
-  std::vector<AttentionKind> kinds;  // validate_kinds's checks apply
-  TokenCount block_size = 0;  // 0: chosen by the block-size heuristic for the cluster's devices
-  std::int32_t head_block_size = 1;
-  PlanOptions plan;
-};
-
-// With an automatic block size, dcp's own strategies plan at each size of kBlockSizeSweep and keep
-// the fastest under the simulator (unless `plan` names its block sizes already). The one home of
-// this rule, for the command line and the plan queue alike.
-void sweep_block_sizes_when_automatic(PlanOptions& plan, bool automatic_block_size);
-
-// The block model of the request, then its plan (make_kind_workloads, then build_model_plan: for
-// one kind, build_plan's plan). Throws InvalidInput for an invalid shape, kind, mask, block size
-// or cluster.
-BuiltModelPlan plan_request(const PlanRequest& request);
-
+// Plans requests (plan_request) on its own threads.
 class PlanQueue {
  public:
   using Ticket = std::uint64_t;

@@ -1,6 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The dcp library facade.
-#include "dcp/dcp.h"
+// A batch's block model.
+#include "dcp/workload_builder.h"
+
+#include <cstddef>
+#include <utility>
+
+#include "dcp/core/error.h"
+
+#include "dcp/model/mask_file.h"
 
 namespace dcp {
 

@@ -1,59 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
-// The dcp library facade: what the command line, benchmarks and (later) Python bindings call.
+// A batch's block model: its masks (built in or from a file), its workload at a given or automatic
+// block size, and every attention kind's workload cut into the same blocks.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 
 #include "dcp/model/attention_kind.h"
 #include "dcp/model/attention_shape.h"
 #include "dcp/model/block_size_heuristic.h"
-#include "dcp/model/cluster.h"
-#include "dcp/model/cluster_file.h"
-#include "dcp/model/cluster_presets.h"
-#include "dcp/model/mask_file.h"
 #include "dcp/model/mask_spec.h"
 #include "dcp/model/sequence_batch.h"
-#include "dcp/model/tensor.h"
+#include "dcp/model/sequence_mask.h"
 #include "dcp/model/workload.h"
 
-#include "dcp/data/batch_packing.h"
-#include "dcp/data/length_distribution.h"
-
-#include "dcp/comm/comm_kind.h"
-#include "dcp/comm/communicator.h"
-#include "dcp/comm/local/local_communicator.h"
-#include "dcp/kernels/attention_kernels.h"
-#include "dcp/plan_queue.h"
-#include "dcp/planner/baselines/static_plans.h"
 #include "dcp/planner/model_plan_builder.h"
-#include "dcp/planner/partition/hmetis_format.h"
-#include "dcp/planner/placement/block_hypergraph.h"
-#include "dcp/planner/placement/hierarchical_placer.h"
-#include "dcp/planner/placement/kind_placement.h"
-#include "dcp/planner/placement/static_placements.h"
-#include "dcp/planner/plan_builder.h"
-#include "dcp/program/model_plan.h"
-#include "dcp/program/model_plan_file.h"
-#include "dcp/program/plan_file.h"
-#include "dcp/program/plan_json.h"
-#include "dcp/program/program.h"
-#include "dcp/program/program_stats.h"
-#include "dcp/program/verifier.h"
-#include "dcp/runtime/batch_tensors.h"
-#include "dcp/runtime/dense_reference.h"
-#include "dcp/runtime/distributed_run.h"
-#include "dcp/runtime/executor.h"
-#include "dcp/runtime/local_layout.h"
-#include "dcp/selection/model_plan_search.h"
-#include "dcp/selection/plan_search.h"
-#include "dcp/sim/chrome_trace.h"
-#include "dcp/sim/cost_model.h"
-#include "dcp/sim/model_simulation.h"
-#include "dcp/sim/simulator.h"
 
 namespace dcp {
 

@@ -12,8 +12,24 @@
 #include <thread>
 #include <vector>
 
+#include "dcp/core/error.h"
 #include "dcp/core/npy.h"
 #include "dcp/core/parse.h"
+
+#include "dcp/model/attention_kind.h"
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/comm/communicator.h"
+#include "dcp/kernels/attention_kernels.h"
+#include "dcp/planner/model_plan_builder.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/program/model_plan.h"
+#include "dcp/runtime/batch_tensors.h"
+#include "dcp/runtime/dense_reference.h"
+#include "dcp/runtime/distributed_run.h"
+#include "dcp/selection/model_plan_search.h"
+#include "dcp/workload_builder.h"
 
 #include "apps/cli/command_table.h"
 #include "apps/cli/execution.h"

@@ -3,7 +3,13 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/ids.h"
 #include "dcp/core/parse.h"
+
+#include "dcp/model/sequence_batch.h"
+
+#include "dcp/data/batch_packing.h"
+#include "dcp/data/length_distribution.h"
 
 #include "apps/cli/command_table.h"
 #include "apps/cli/workload_flags.h"

@@ -8,9 +8,20 @@
 #include <thread>
 #include <vector>
 
+#include "dcp/core/error.h"
 #include "dcp/core/npy.h"
 #include "dcp/core/parse.h"
 
+#include "dcp/model/cluster.h"
+#include "dcp/model/cluster_file.h"
+#include "dcp/model/cluster_presets.h"
+#include "dcp/model/mask_spec.h"
+
+#include "dcp/data/length_distribution.h"
+
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/program/plan_json.h"
+#include "dcp/sim/cost_model.h"
 #include "dcp/suites/balance_suite.h"
 #include "dcp/suites/calibration_suite.h"
 #include "dcp/suites/e2e_suite.h"

@@ -11,8 +11,30 @@
 #include <thread>
 #include <vector>
 
+#include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/parse.h"
 #include "dcp/core/timing.h"
+
+#include "dcp/model/sequence_batch.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/model_plan_builder.h"
+#include "dcp/planner/placement/placement.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/program/model_plan.h"
+#include "dcp/program/program.h"
+#include "dcp/program/program_stats.h"
+#include "dcp/program/verifier.h"
+#include "dcp/runtime/batch_tensors.h"
+#include "dcp/runtime/dense_reference.h"
+#include "dcp/runtime/distributed_run.h"
+#include "dcp/selection/model_plan_search.h"
+#include "dcp/selection/plan_search.h"
+#include "dcp/sim/model_simulation.h"
+#include "dcp/sim/simulator.h"
+#include "dcp/workload_builder.h"
 
 #include "apps/cli/command_table.h"
 #include "apps/cli/execution.h"

@@ -9,7 +9,18 @@
 #include <iostream>
 
 #if defined(DCP_WITH_MPI)
+#include "dcp/core/error.h"
+
+#include "dcp/model/sequence_batch.h"
+
+#include "dcp/comm/comm_kind.h"
+#include "dcp/comm/communicator.h"
 #include "dcp/comm/mpi/mpi_communicator.h"
+#include "dcp/kernels/attention_kernels.h"
+#include "dcp/program/program.h"
+#include "dcp/runtime/batch_tensors.h"
+#include "dcp/runtime/dense_reference.h"
+#include "dcp/runtime/distributed_run.h"
 #endif
 
 namespace dcp::cli {

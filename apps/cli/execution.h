@@ -8,7 +8,15 @@
 #include <string>
 #include <vector>
 
-#include "dcp/dcp.h"
+#include "dcp/model/sequence_batch.h"
+
+#include "dcp/comm/comm_kind.h"
+#include "dcp/comm/communicator.h"
+#include "dcp/kernels/attention_kernels.h"
+#include "dcp/program/program.h"
+#include "dcp/runtime/batch_tensors.h"
+#include "dcp/runtime/dense_reference.h"
+#include "dcp/runtime/distributed_run.h"
 
 #include "apps/cli/args.h"
 

@@ -5,9 +5,21 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/ids.h"
 #include "dcp/core/json_writer.h"
 #include "dcp/core/parse.h"
 #include "dcp/core/timing.h"
+
+#include "dcp/model/workload.h"
+
+#include "dcp/planner/model_plan_builder.h"
+#include "dcp/planner/placement/block_hypergraph.h"
+#include "dcp/planner/placement/hierarchical_placer.h"
+#include "dcp/planner/placement/kind_placement.h"
+#include "dcp/planner/placement/placement.h"
+#include "dcp/planner/placement/static_placements.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/workload_builder.h"
 
 #include "apps/cli/command_table.h"
 #include "apps/cli/plan_flags.h"

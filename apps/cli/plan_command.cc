@@ -6,10 +6,28 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/error.h"
 #include "dcp/core/json_writer.h"
 #include "dcp/core/npy.h"
 #include "dcp/core/parse.h"
 #include "dcp/core/timing.h"
+
+#include "dcp/model/workload.h"
+
+#include "dcp/planner/model_plan_builder.h"
+#include "dcp/planner/placement/hierarchical_placer.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/program/model_plan.h"
+#include "dcp/program/model_plan_file.h"
+#include "dcp/program/plan_file.h"
+#include "dcp/program/plan_json.h"
+#include "dcp/program/program.h"
+#include "dcp/program/program_stats.h"
+#include "dcp/program/verifier.h"
+#include "dcp/runtime/distributed_run.h"
+#include "dcp/selection/model_plan_search.h"
+#include "dcp/selection/plan_search.h"
+#include "dcp/workload_builder.h"
 
 #include "apps/cli/command_table.h"
 #include "apps/cli/plan_flags.h"

@@ -8,6 +8,15 @@
 
 #include "dcp/core/parse.h"
 
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/cluster_file.h"
+#include "dcp/model/cluster_presets.h"
+
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/placement/hierarchical_placer.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/selection/plan_search.h"
+
 namespace dcp::cli {
 
 FlagSpec partial_dtype_flag() {

@@ -6,7 +6,9 @@
 #include <optional>
 #include <vector>
 
-#include "dcp/dcp.h"
+#include "dcp/model/attention_shape.h"
+
+#include "dcp/planner/plan_builder.h"
 
 #include "apps/cli/args.h"
 

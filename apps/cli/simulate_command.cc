@@ -6,9 +6,19 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/npy.h"
 #include "dcp/core/parse.h"
 
-#include "dcp/dcp.h"
+#include "dcp/model/cluster.h"
+#include "dcp/model/cluster_file.h"
+#include "dcp/model/cluster_presets.h"
+
+#include "dcp/program/model_plan.h"
+#include "dcp/program/model_plan_file.h"
+#include "dcp/program/program.h"
+#include "dcp/sim/chrome_trace.h"
+#include "dcp/sim/model_simulation.h"
+#include "dcp/sim/simulator.h"
 
 #include "apps/cli/args.h"
 #include "apps/cli/command_table.h"

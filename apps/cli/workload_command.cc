@@ -4,8 +4,16 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/ids.h"
 #include "dcp/core/json_writer.h"
 #include "dcp/core/timing.h"
+
+#include "dcp/model/block_size_heuristic.h"
+#include "dcp/model/tensor.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/planner/model_plan_builder.h"
+#include "dcp/workload_builder.h"
 
 #include "apps/cli/command_table.h"
 #include "apps/cli/workload_flags.h"

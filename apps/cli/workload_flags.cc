@@ -5,7 +5,19 @@
 #include <fstream>
 #include <sstream>
 
+#include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/parse.h"
+
+#include "dcp/model/attention_kind.h"
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/sequence_batch.h"
+
+#include "dcp/data/batch_packing.h"
+#include "dcp/data/length_distribution.h"
+
+#include "dcp/workload_builder.h"
 
 namespace dcp::cli {
 

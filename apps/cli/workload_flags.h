@@ -7,7 +7,12 @@
 #include <utility>
 #include <vector>
 
-#include "dcp/dcp.h"
+#include "dcp/core/ids.h"
+
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/sequence_batch.h"
+
+#include "dcp/workload_builder.h"
 
 #include "apps/cli/args.h"
 

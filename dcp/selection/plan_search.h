@@ -41,6 +41,10 @@ BuiltPlan build_structured(Strategy layout, const Workload& workload, const Plan
 // What an automatic block size means to planning: dcp's own plan at each of these sizes
 // (PlanOptions::block_sizes), the block sizes the DCP paper found best.
 inline constexpr TokenCount kBlockSizeSweep[] = {1024, 2048, 4096};
+// With an automatic block size, dcp's own strategies plan at each size of kBlockSizeSweep and keep
+// the fastest under the simulator (unless `plan` names its block sizes already). The one home of
+// this rule, for plan_request, the command line and the benchmark suites alike.
+void sweep_block_sizes_when_automatic(PlanOptions& plan, bool automatic_block_size);
 // dcp's fastest plan is also tried with partials in fp32 (PlanOptions::partial_dtype unset) where,
 // in a pass, its busiest device's conversions of partials take at least this share of its
 // simulated time, and longer than the transfers on that pass's critical path times the pass's

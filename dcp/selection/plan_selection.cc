@@ -2,6 +2,7 @@
 // The entry of dcp's search, and its selection: its own plan against every static strategy's,
 // screened by estimates and their lower bounds, the rest compiled and simulated; the fastest kept.
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <utility>
@@ -10,12 +11,20 @@
 #include "dcp/core/error.h"
 #include "dcp/core/timing.h"
 
+#include "dcp/planner/baselines/static_plans.h"
 #include "dcp/planner/plan_builder.h"
 #include "dcp/selection/plan_search.h"
 #include "dcp/selection/plan_search_internal.h"
 #include "dcp/sim/simulator.h"
 
 namespace dcp {
+
+void sweep_block_sizes_when_automatic(PlanOptions& plan, bool automatic_block_size) {
+  if (automatic_block_size && is_dcp(plan.strategy) && plan.block_sizes.empty()) {
+    plan.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
+  }
+}
+
 namespace {
 
 // The candidate's step: its simulated passes and the rest of the layer on its busiest device.

@@ -8,6 +8,11 @@
 
 #include "dcp/core/json_writer.h"
 
+#include "dcp/model/workload.h"
+
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/selection/plan_search.h"
 #include "dcp/suites/reports.h"
 #include "dcp/suites/suite_jobs.h"
 

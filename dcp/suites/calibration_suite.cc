@@ -10,9 +10,27 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/timing.h"
 
+#include "dcp/model/cluster.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/sequence_batch.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/data/batch_packing.h"
+
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/runtime/batch_tensors.h"
+#include "dcp/runtime/dense_reference.h"
+#include "dcp/runtime/distributed_run.h"
+#include "dcp/selection/plan_search.h"
+#include "dcp/sim/model_simulation.h"
+#include "dcp/sim/simulator.h"
 #include "dcp/suites/reports.h"
+#include "dcp/workload_builder.h"
 
 namespace dcp::suites {
 namespace {

@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "dcp/dcp.h"
+#include "dcp/core/ids.h"
+
+#include "dcp/model/cluster.h"
+
 #include "dcp/sim/step_model.h"
 
 namespace dcp::suites {

@@ -9,10 +9,27 @@
 #include <map>
 
 #include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/json_writer.h"
 #include "dcp/core/timing.h"
 
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/cluster.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/tensor.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/model_plan_builder.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/program/model_plan.h"
+#include "dcp/program/program.h"
+#include "dcp/runtime/batch_tensors.h"
+#include "dcp/selection/model_plan_search.h"
+#include "dcp/selection/plan_search.h"
+#include "dcp/sim/model_simulation.h"
 #include "dcp/sim/network.h"
+#include "dcp/sim/simulator.h"
 #include "dcp/suites/reports.h"
 #include "dcp/suites/suite_jobs.h"
 

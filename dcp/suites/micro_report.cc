@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "dcp/model/cluster.h"
+
+#include "dcp/planner/baselines/static_plans.h"
 #include "dcp/suites/micro_suite.h"
 #include "dcp/suites/paper_suite.h"
 #include "dcp/suites/reports.h"

@@ -13,10 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "dcp/core/error.h"
 #include "dcp/core/json_writer.h"
 #include "dcp/core/thread_pool.h"
 #include "dcp/core/timing.h"
 
+#include "dcp/model/workload.h"
+
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/selection/plan_search.h"
 #include "dcp/suites/suite_jobs.h"
 
 namespace dcp::suites {

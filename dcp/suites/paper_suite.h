@@ -10,7 +10,12 @@
 #include <string_view>
 #include <vector>
 
-#include "dcp/dcp.h"
+#include "dcp/core/ids.h"
+
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/cluster.h"
+
+#include "dcp/sim/cost_model.h"
 
 namespace dcp::suites {
 

@@ -8,10 +8,23 @@
 #include <map>
 #include <tuple>
 
+#include "dcp/core/ids.h"
 #include "dcp/core/json_writer.h"
 #include "dcp/core/timing.h"
 
+#include "dcp/model/cluster.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/sequence_batch.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/data/batch_packing.h"
+#include "dcp/data/length_distribution.h"
+
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/selection/plan_search.h"
 #include "dcp/suites/reports.h"
+#include "dcp/workload_builder.h"
 
 namespace dcp::suites {
 namespace {

@@ -8,7 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "dcp/dcp.h"
+#include "dcp/core/ids.h"
+
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/cluster.h"
+#include "dcp/model/mask_spec.h"
+
+#include "dcp/data/length_distribution.h"
 
 namespace dcp::suites {
 

@@ -11,14 +11,31 @@
 #include <tuple>
 
 #include "dcp/core/error.h"
+#include "dcp/core/ids.h"
 #include "dcp/core/json_writer.h"
 #include "dcp/core/timing.h"
 
-#include "dcp/plan_queue.h"
+#include "dcp/model/attention_kind.h"
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/cluster.h"
+#include "dcp/model/sequence_batch.h"
+#include "dcp/model/tensor.h"
+
+#include "dcp/data/batch_packing.h"
+#include "dcp/data/length_distribution.h"
+
+#include "dcp/plan_request.h"
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/model_plan_builder.h"
 #include "dcp/planner/placement/hierarchical_placer.h"
+#include "dcp/program/program.h"
+#include "dcp/selection/plan_search.h"
+#include "dcp/sim/model_simulation.h"
+#include "dcp/sim/simulator.h"
 #include "dcp/suites/kinds_suite.h"
 #include "dcp/suites/reports.h"
 #include "dcp/suites/suite_jobs.h"
+#include "dcp/workload_builder.h"
 
 namespace dcp::suites {
 namespace {

@@ -10,7 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "dcp/dcp.h"
+#include "dcp/core/ids.h"
+
+#include "dcp/model/cluster.h"
+
+#include "dcp/data/length_distribution.h"
+
 #include "dcp/sim/step_model.h"
 
 namespace dcp::suites {

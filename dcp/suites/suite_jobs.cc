@@ -6,10 +6,28 @@
 #include <cstdio>
 #include <mutex>
 
+#include "dcp/core/ids.h"
 #include "dcp/core/thread_pool.h"
 #include "dcp/core/timing.h"
 
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/cluster.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/sequence_batch.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/data/batch_packing.h"
+#include "dcp/data/length_distribution.h"
+
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/placement/placement.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/program/program.h"
+#include "dcp/program/program_stats.h"
+#include "dcp/sim/model_simulation.h"
+#include "dcp/sim/simulator.h"
 #include "dcp/suites/reports.h"
+#include "dcp/workload_builder.h"
 
 namespace dcp::suites {
 

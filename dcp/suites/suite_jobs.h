@@ -10,7 +10,16 @@
 #include <string>
 #include <vector>
 
-#include "dcp/dcp.h"
+#include "dcp/core/ids.h"
+
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/cluster.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/data/length_distribution.h"
+
+#include "dcp/planner/plan_builder.h"
 
 namespace dcp::suites {
 

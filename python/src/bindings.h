@@ -6,7 +6,9 @@
 #include <memory>
 #include <optional>
 
-#include "dcp/dcp.h"
+#include "dcp/planner/model_plan_builder.h"
+#include "dcp/program/model_plan.h"
+#include "dcp/program/program.h"
 
 #include <nanobind/nanobind.h>
 

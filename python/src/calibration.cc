@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "dcp/model/cluster.h"
 #include "dcp/model/cluster_file.h"
 
 #include "dcp/calibration/cluster_calibration.h"

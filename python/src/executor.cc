@@ -4,6 +4,8 @@
 // _device.py, on CUDA or under Triton's interpreter), moving bytes through a Python transport over
 // torch.distributed (python/dcp/torch/_transport.py). The executor runs with the GIL released; it
 // takes the GIL for one Python call per Launch, Wait and, with a Python device, per device call.
+#include "dcp/runtime/executor.h"
+
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -12,6 +14,19 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include "dcp/core/error.h"
+
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/sequence_batch.h"
+
+#include "dcp/comm/communicator.h"
+#include "dcp/kernels/attention_kernels.h"
+#include "dcp/program/program.h"
+#include "dcp/program/program_stats.h"
+#include "dcp/runtime/batch_tensors.h"
+#include "dcp/runtime/distributed_run.h"
+#include "dcp/runtime/local_layout.h"
 
 #include "python/src/bindings.h"
 #include <nanobind/nanobind.h>

@@ -10,6 +10,37 @@
 #include <utility>
 #include <vector>
 
+#include "dcp/core/error.h"
+#include "dcp/core/ids.h"
+
+#include "dcp/model/attention_kind.h"
+#include "dcp/model/attention_shape.h"
+#include "dcp/model/cluster_file.h"
+#include "dcp/model/cluster_presets.h"
+#include "dcp/model/mask_file.h"
+#include "dcp/model/mask_spec.h"
+#include "dcp/model/sequence_batch.h"
+#include "dcp/model/sequence_mask.h"
+#include "dcp/model/workload.h"
+
+#include "dcp/data/batch_packing.h"
+
+#include "dcp/plan_queue.h"
+#include "dcp/plan_request.h"
+#include "dcp/planner/baselines/static_plans.h"
+#include "dcp/planner/model_plan_builder.h"
+#include "dcp/planner/plan_builder.h"
+#include "dcp/program/model_plan.h"
+#include "dcp/program/model_plan_file.h"
+#include "dcp/program/plan_json.h"
+#include "dcp/program/program.h"
+#include "dcp/program/verifier.h"
+#include "dcp/runtime/batch_tensors.h"
+#include "dcp/runtime/local_layout.h"
+#include "dcp/sim/model_simulation.h"
+#include "dcp/sim/simulator.h"
+#include "dcp/workload_builder.h"
+
 #include "python/src/bindings.h"
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>

@@ -9,6 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include "dcp/core/ids.h"
+
+#include "dcp/model/cluster_presets.h"
+
 namespace dcp::suites {
 namespace {
 

@@ -11,6 +11,11 @@
 
 #include "dcp/core/error.h"
 
+#include "dcp/model/cluster.h"
+#include "dcp/model/cluster_presets.h"
+
+#include "dcp/data/length_distribution.h"
+
 #include "dcp/sim/network.h"
 
 #include "tests/testing/text_counts.h"

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "dcp/core/error.h"
+
 #include "dcp/model/cluster_file.h"
 
 namespace dcp::suites {

@@ -8,6 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include "dcp/model/cluster_presets.h"
+#include "dcp/model/mask_spec.h"
+
+#include "dcp/data/length_distribution.h"
+
 #include "tests/testing/text_counts.h"
 
 namespace dcp::suites {

@@ -10,6 +10,11 @@
 #include <gtest/gtest.h>
 
 #include "dcp/core/error.h"
+#include "dcp/core/ids.h"
+
+#include "dcp/model/cluster_presets.h"
+
+#include "dcp/data/length_distribution.h"
 
 namespace dcp::suites {
 namespace {

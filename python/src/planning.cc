@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Planning from Python: requests (batch, masks, shape, cluster, strategy), plans built here or in
 // the background queue, plan files, verification, simulation, masks as interval arrays, packing.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>

@@ -51,8 +51,9 @@ struct PlanOptions {
   // all its plans. They keep every kv value read, so only with kept_kv_budget kKeepAllKv.
   bool structured_layouts = true;
   // dcp, dcp-pure with block_sizes given: dcp also runs its Programs on sequences packed whole
-  // (packed_placement at placement.eps_memory, OwnCandidate layout "packed") at the smallest block
-  // size it searches, and keeps the fastest of all its plans.
+  // (packed_placement at placement.eps_memory by each of its rules, OwnCandidate layouts "packed"
+  // and "packed best fit") at the smallest block size it searches, and keeps the fastest of all
+  // its plans.
   bool packed_layout = true;
   // dcp, dcp-pure with block_sizes given: the kRetryPartitions fastest partitions are placed again
   // at kRetryEpsCompute where placement.eps_compute is looser, and kept if faster (false: every
@@ -142,7 +143,8 @@ struct PlanCandidate {
 // batch dominated by one sequence needs: every step's kv comes from one neighbour, in one large
 // message that the step's compute hides.
 struct OwnCandidate {
-  // "partition", "packed" (packed_placement), or the static strategy whose layout it runs
+  // "partition", "packed" or "packed best fit" (packed_placement's rules), or the static strategy
+  // whose layout it runs
   std::string layout = "partition";
   TokenCount block_size = 0;           // partition: its block size
   DType partial_dtype = DType::kBf16;  // what its partials travel in

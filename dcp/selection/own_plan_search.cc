@@ -185,11 +185,13 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     } catch (const InvalidInput&) {
       // Too many blocks at the smallest size; the partitions above found a size that fits.
     }
-    if (cut) {
+    for (const auto& [rule, name] : {std::pair{PackingRule::kLeastWork, kPackedLayout},
+                                     std::pair{PackingRule::kBestFit, kPackedBestFitLayout}}) {
+      if (!cut) break;
       PackedPlacement packed =
-          packed_placement(*cut, options.cluster.shape, options.placement.eps_memory);
+          packed_placement(*cut, options.cluster.shape, options.placement.eps_memory, rule);
       consider(build_at_placement(*cut, std::move(packed.placement), packed.within_bounds, options),
-               {"packed", size, storage, false});
+               {std::string(name), size, storage, false});
     }
   }
   if (structured) {
@@ -214,7 +216,8 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       sends_partials(best->plan)) {
     OwnCandidate fp32 = tried[kept_index];
     fp32.partial_dtype = DType::kFp32;
-    if (fp32.layout == "partition" || fp32.layout == "packed") {
+    if (fp32.layout == "partition" || fp32.layout == kPackedLayout ||
+        fp32.layout == kPackedBestFitLayout) {
       consider(build_on_placement(*best, options, DType::kFp32), fp32);
     } else {
       PlanOptions fp32_options = options;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "dcp/model/workload.h"
 
@@ -60,6 +61,10 @@ inline constexpr double kFp32PartialsMinGain = 0.01;
 inline constexpr double kRetryEpsCompute = 0.2;
 inline constexpr std::size_t kRetryPartitions = 2;
 inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::kLoongTrain};
+// OwnCandidate::layout of dcp's plans on packed_placement (PlanOptions::packed_layout), by its two
+// rules: whole sequences where they add the least attention work, and best fit.
+inline constexpr std::string_view kPackedLayout = "packed";
+inline constexpr std::string_view kPackedBestFitLayout = "packed best fit";
 // A few long sequences: at most kStructuredMaxSequences with one holding half the batch's tokens,
 // or at most kStructuredDenseMaxSequences whose longest leaves at least kDenseSequenceDensity of
 // its pairs (causal, full). A ring layout cuts every sequence into two chunks per device, so with

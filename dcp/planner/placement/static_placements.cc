@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <numeric>
 #include <optional>
-#include <set>
-#include <utility>
 #include <vector>
 
 namespace dcp {
@@ -67,34 +65,30 @@ Placement zigzag_block_placement(const Workload& workload, const ClusterShape& c
   return placement;
 }
 
-namespace {
-
-// One packing of packed_placement's: whole sequences on the device with the fewest tokens that
-// takes them (`best_fit` false) or the most (true).
-struct Packing {
-  std::vector<DeviceId> block_device;
-  std::vector<TokenCount> held;
-  std::int32_t cut = 0;  // sequences cut over several devices
-};
-
-Packing pack(const Workload& workload, const ClusterShape& cluster, double cap, bool best_fit) {
+PackedPlacement packed_placement(const Workload& workload, const ClusterShape& cluster,
+                                 double eps_memory, PackingRule rule) {
   const BlockLayout& blocks = workload.blocks();
   const SequenceBatch& batch = workload.batch();
   const auto devices = static_cast<std::size_t>(cluster.devices());
-  Packing packing;
-  packing.held.assign(devices, 0);
-  packing.block_device.assign(static_cast<std::size_t>(blocks.block_count()), 0);
-  std::vector<TokenCount>& held = packing.held;
-  // Among [first, last), the device that takes `tokens` within the cap with the fewest tokens
-  // (or the most, `fullest`), or none; the lowest id on a tie.
+  const double cap =
+      (1 + eps_memory) * static_cast<double>(batch.total_tokens()) / static_cast<double>(devices);
+  std::vector<TokenCount> held(devices, 0);
+  std::vector<PairCount> work(devices, 0);
+  // Among [first, last), the device that takes `tokens` within the cap and ranks first under
+  // `better`, or none; the lowest id on a tie.
   const auto fitting = [&](std::size_t first, std::size_t last, TokenCount tokens,
-                           bool fullest) -> std::optional<std::size_t> {
+                           const auto& better) -> std::optional<std::size_t> {
     std::optional<std::size_t> best;
     for (std::size_t d = first; d < last; ++d) {
       if (static_cast<double>(held[d] + tokens) > cap) continue;
-      if (!best || (fullest ? held[d] > held[*best] : held[d] < held[*best])) best = d;
+      if (!best || better(d, *best)) best = d;
     }
     return best;
+  };
+  const auto fewer_tokens = [&](std::size_t a, std::size_t b) { return held[a] < held[b]; };
+  const auto whole_better = [&](std::size_t a, std::size_t b) {
+    if (rule == PackingRule::kBestFit) return held[a] > held[b];
+    return work[a] < work[b] || (work[a] == work[b] && held[a] < held[b]);
   };
   const auto lightest = [&] {
     return static_cast<std::size_t>(std::min_element(held.begin(), held.end()) - held.begin());
@@ -103,54 +97,37 @@ Packing pack(const Workload& workload, const ClusterShape& cluster, double cap, 
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](SeqIndex a, SeqIndex b) { return batch.length(a) > batch.length(b); });
+  PackedPlacement result;
+  Placement& placement = result.placement;
+  placement.cluster = cluster;
+  placement.token_block_device.assign(static_cast<std::size_t>(blocks.block_count()), 0);
   const auto per_node = static_cast<std::size_t>(cluster.devices_per_node);
   for (const SeqIndex seq : order) {
-    const std::optional<std::size_t> whole = fitting(0, devices, batch.length(seq), best_fit);
+    const std::optional<std::size_t> whole = fitting(0, devices, batch.length(seq), whole_better);
     const std::size_t home = whole ? *whole : lightest();
     const std::size_t node_first = home / per_node * per_node;
-    std::set<std::size_t> used;
     for (LocalBlockIndex b = 0; b < blocks.blocks_in(seq); ++b) {
       const BlockId block = blocks.block_id(seq, b);
       const TokenCount tokens = blocks.block(block).tokens;
       std::size_t d = home;
       if (!whole) {
         const std::optional<std::size_t> in_node =
-            fitting(node_first, node_first + per_node, tokens, false);
+            fitting(node_first, node_first + per_node, tokens, fewer_tokens);
         d = in_node ? *in_node : lightest();
       }
-      packing.block_device[static_cast<std::size_t>(block)] = static_cast<DeviceId>(d);
+      placement.token_block_device[static_cast<std::size_t>(block)] = static_cast<DeviceId>(d);
       held[d] += tokens;
-      used.insert(d);
     }
-    if (used.size() > 1) ++packing.cut;
+    // Its work runs with its q blocks (place_work_with_q below).
+    for (const Tile& tile : workload.tiles_of(seq)) {
+      work[static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(
+          blocks.block_id(seq, tile.q_block))])] += tile.pairs;
+    }
   }
-  return packing;
-}
-
-}  // namespace
-
-PackedPlacement packed_placement(const Workload& workload, const ClusterShape& cluster,
-                                 double eps_memory) {
-  const double cap = (1 + eps_memory) * static_cast<double>(workload.batch().total_tokens()) /
-                     static_cast<double>(cluster.devices());
-  // Spreading whole sequences (fewest tokens first) balances when the cap leaves room; filling the
-  // fullest device that takes them leaves room for the long ones when it is tight. The packing
-  // with the fewest tokens on its busiest device is kept, then the one cutting fewer sequences.
-  Packing kept = pack(workload, cluster, cap, false);
-  Packing fitted = pack(workload, cluster, cap, true);
-  const auto busiest = [](const Packing& p) {
-    return *std::max_element(p.held.begin(), p.held.end());
-  };
-  if (std::pair{busiest(fitted), fitted.cut} < std::pair{busiest(kept), kept.cut}) {
-    kept = std::move(fitted);
-  }
-  PackedPlacement result;
-  result.placement.cluster = cluster;
-  result.placement.token_block_device = std::move(kept.block_device);
-  for (const TokenCount tokens : kept.held) {
+  for (const TokenCount tokens : held) {
     result.within_bounds = result.within_bounds && static_cast<double>(tokens) <= cap;
   }
-  place_work_with_q(workload, result.placement);
+  place_work_with_q(workload, placement);
   return result;
 }
 

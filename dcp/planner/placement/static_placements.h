@@ -2,6 +2,8 @@
 // Placements that need no partitioner, computed for comparison: zigzag ring CP and greedy LPT.
 #pragma once
 
+#include <cstdint>
+
 #include "dcp/planner/placement/placement.h"
 
 namespace dcp {
@@ -45,20 +47,23 @@ Placement zigzag_block_placement(const Workload& workload, const ClusterShape& c
 Placement greedy_placement(const Workload& workload, const ClusterShape& cluster,
                            double eps_compute);
 
-// Sequences packed whole: longest first, each on the device holding the fewest tokens (or, in a
-// second packing, the most: best fit) where it fits within (1 + eps_memory) x the mean device's
-// tokens, the packing with the fewest tokens on its busiest device kept (then the one cutting
-// fewer sequences); a sequence that fits nowhere whole is
-// cut at its token blocks, each block on the device of that device's node with the fewest tokens
-// that it fits (else the device with the fewest tokens of all). Every work unit on its q block's
-// device. Data parallelism at the sequence level: short sequences move nothing, and only the
-// sequences too long for a device's share are spread. within_bounds: whether every device holds at
-// most that many tokens.
+// How packed_placement chooses a whole sequence's device among those it fits: the least attention
+// work (pairs; then the fewest tokens), which spreads the long sequences' quadratic work, or the
+// most tokens (best fit), which leaves room for the long ones where the cap is tight.
+enum class PackingRule : std::uint8_t { kLeastWork, kBestFit };
+
+// Sequences packed whole: longest first, each on a device where it fits within (1 + eps_memory) x
+// the mean device's tokens, chosen by `rule`; a sequence that fits nowhere whole is cut at its
+// token blocks, each block on the device of that device's node with the fewest tokens that it
+// fits (else the device with the fewest tokens of all). Every work unit on its q block's device.
+// Data parallelism at the sequence level: short sequences move nothing, and only the sequences
+// too long for a device's share are spread. within_bounds: whether every device holds at most
+// that many tokens.
 struct PackedPlacement {
   Placement placement;
   bool within_bounds = true;
 };
 PackedPlacement packed_placement(const Workload& workload, const ClusterShape& cluster,
-                                 double eps_memory);
+                                 double eps_memory, PackingRule rule = PackingRule::kLeastWork);
 
 }  // namespace dcp

@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dcp demo`: what a newcomer runs first. Samples a realistic batch, plans it with dcp and the
 // static baselines, verifies every plan, executes each on local ranks, checks each against dense
-// fp64 attention, and prints a side-by-side table. With several attention kinds, every strategy
+// fp64 attention, and prints a side-by-side table: each plan's time simulated on the cluster it was
+// planned for, beside its time measured here. With several attention kinds, every strategy
 // plans every kind on one token placement, and each kind is simulated, run and checked.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include "dcp/core/parse.h"
 #include "dcp/core/timing.h"
 
+#include "dcp/model/cluster.h"
 #include "dcp/model/sequence_batch.h"
 #include "dcp/model/workload.h"
 
@@ -50,7 +54,9 @@ struct DemoRow {
   std::int64_t inter_node = 0;
   std::int64_t intra_node = 0;
   double imbalance = 1;
-  double forward_ms = 0;
+  double simulated_forward_ms = 0;  // on the cluster the plan was made for
+  double simulated_backward_ms = 0;
+  double forward_ms = 0;  // measured here
   double backward_ms = 0;
   double error = 0;
 };
@@ -90,6 +96,74 @@ std::vector<std::string> with_defaults(std::span<const std::string> argv) {
     if (!given(args, flag)) args.insert(args.end(), {std::string(flag), std::string(value)});
   }
   return args;
+}
+
+// A column of a demo table: its header, its width, and whether it is left-aligned (else right).
+struct Column {
+  std::string_view name;
+  int width = 0;
+  bool left = false;
+};
+
+// A label over columns [first, first + count) of a table.
+struct ColumnGroup {
+  std::string label;
+  std::size_t first = 0;
+  std::size_t count = 0;
+};
+
+// A table's two header lines: the groups' labels, each centred over its columns (moved right where
+// it would touch the label before it), then the columns' names, one space apart.
+std::string table_header(std::span<const Column> columns, std::span<const ColumnGroup> groups) {
+  std::string names;
+  std::vector<std::size_t> starts;
+  for (const Column& column : columns) {
+    if (!names.empty()) names.push_back(' ');
+    starts.push_back(names.size());
+    const std::size_t pad = static_cast<std::size_t>(column.width) > column.name.size()
+                                ? static_cast<std::size_t>(column.width) - column.name.size()
+                                : 0;
+    if (!column.left) names.append(pad, ' ');
+    names.append(column.name);
+    if (column.left) names.append(pad, ' ');
+  }
+  std::string labels;
+  for (const ColumnGroup& group : groups) {
+    const std::size_t begin = starts[group.first];
+    const std::size_t last = group.first + group.count - 1;
+    const std::size_t end = last + 1 < starts.size() ? starts[last + 1] - 1 : names.size();
+    const std::size_t half = group.label.size() / 2;
+    const std::size_t centred = (begin + end) / 2 > half ? (begin + end) / 2 - half : 0;
+    const std::size_t at = std::max(centred, labels.empty() ? 0 : labels.size() + 2);
+    labels.append(at - labels.size(), ' ');
+    labels.append(group.label);
+  }
+  labels.push_back('\n');
+  labels.append(names);
+  labels.push_back('\n');
+  return labels;
+}
+
+// The hardware threads the demo's ranks share.
+std::int32_t hardware_threads() {
+  return static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// The groups' labels: what the simulated times are of, and where the measured ones come from.
+std::string simulated_label(const ClusterSpec& cluster) { return "simulated on " + cluster.name; }
+std::string measured_label() {
+  return "measured here on " + std::to_string(hardware_threads()) + " CPU threads";
+}
+
+// The two lines above a demo table: what its simulated times are (`simulated`: of what), and what
+// its measured ones are.
+void write_time_notes(const ClusterSpec& cluster, std::string_view simulated, std::ostream& out) {
+  out << "simulated: " << simulated << " on the cluster it was planned for (" << cluster.name
+      << " cost model, " << cluster.shape.nodes << " x " << cluster.shape.devices_per_node
+      << " devices); dcp keeps its fastest plan there.\n"
+      << "measured: the same plans run here, " << cluster.shape.devices()
+      << " ranks as threads of this process on " << hardware_threads()
+      << " CPU threads; not what the cluster would take.\n\n";
 }
 
 // One attention kind's figures under one strategy; of the step row, the sums over kinds of layers
@@ -134,7 +208,7 @@ int demo_kinds(const std::vector<Strategy>& strategies, PlanOptions plan_options
   const runtime::BatchShape shape = runtime::batch_shape_of(first);
   // One set of inputs for every kind: the layers of a model see the same tensors' shapes.
   const runtime::BatchInputs inputs = runtime::random_inputs(shape, seed);
-  const auto threads = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::int32_t threads = hardware_threads();
   std::vector<runtime::DenseReference> references;
   for (const KindWorkload& kind : kinds.kinds) {
     references.push_back(
@@ -201,18 +275,22 @@ int demo_kinds(const std::vector<Strategy>& strategies, PlanOptions plan_options
     rows.push_back(row);
   }
 
-  char line[256];
   out << "dcp demo: " << batch.size() << " sequences, " << batch.total_tokens()
       << " tokens (longest " << longest << "), " << kinds.kinds.size()
       << (kinds.kinds.size() == 1 ? " attention kind" : " attention kinds")
       << " on one token placement, " << plan_options.cluster.shape.nodes << " nodes x "
       << plan_options.cluster.shape.devices_per_node
       << " devices; every plan verified and simulated, every kind's result checked against dense "
-         "fp64 attention\n\n";
-  std::snprintf(line, sizeof(line), "%-10s %9s %-12s %6s %15s %15s %10s %13s %11s %12s %11s\n",
-                "strategy", "plan ms", "kind", "layers", "inter-node MB", "intra-node MB",
-                "imbalance", "simulated ms", "forward ms", "backward ms", "max error");
-  out << line;
+         "fp64 attention\n";
+  write_time_notes(plan_options.cluster, "each plan's layer and step", out);
+  const Column columns[] = {{"strategy", 10, true}, {"plan ms", 9},        {"kind", 12, true},
+                            {"layers", 6},          {"inter-node MB", 15}, {"intra-node MB", 15},
+                            {"imbalance", 10},      {"simulated ms", 13},  {"forward ms", 11},
+                            {"backward ms", 12},    {"max error", 11}};
+  const ColumnGroup groups[] = {{simulated_label(plan_options.cluster), 7, 1},
+                                {measured_label(), 8, 2}};
+  out << table_header(columns, groups);
+  char line[256];
   for (const KindsDemoRow& row : rows) {
     char plan_ms[32];
     std::snprintf(plan_ms, sizeof(plan_ms), "%.1f", row.plan_ms);
@@ -237,9 +315,9 @@ int demo_kinds(const std::vector<Strategy>& strategies, PlanOptions plan_options
   out << "\nMB: bytes moved by one layer's forward plus backward. imbalance: the busiest device's "
          "attention FLOPs over the mean. simulated ms: one layer's forward plus backward under the "
       << plan_options.cluster.name
-      << " cost model. step: the sum over kinds of layers x each kind's figure (the attention of "
-         "one training step). forward and backward ms: slowest rank, measured on this machine's "
-         "CPU cores with every rank a thread (not a GPU cluster). max error: largest relative "
+      << " cost model (docs/simulator.md). step: the sum over kinds of layers x each kind's figure "
+         "(the attention of one training step). forward and backward ms: the slowest rank's, "
+         "measured here. max error: largest relative "
          "error of o, lse, dq, dk, dv (bound "
       << error_bound(shape.storage) << " for " << kernels::to_string(shape.storage) << ").\n";
   return 0;
@@ -278,7 +356,9 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
         "causal, 8 q / 2 kv heads, head dim 64, bf16), plans it with dcp and with the static "
         "strategies for 2 nodes x 4 devices, verifies every plan, executes forward and backward "
         "on local ranks (threads of this process), checks every result against dense fp64 "
-        "attention and prints a side-by-side table. Every workload and plan flag can change the "
+        "attention and prints a side-by-side table: each plan's forward and backward simulated on "
+        "the cluster it was planned for, beside the times measured here. Every workload and plan "
+        "flag can change the "
         "defaults. With several attention kinds (--mask KIND=SPEC, --layers KIND=N,...), each "
         "strategy plans every kind on one token placement; each kind is simulated (one layer, "
         "and the step: the sum over kinds of layers x forward and backward), run and checked "
@@ -306,7 +386,7 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
             << plan_options.cluster.name << " cost model)\n";
   const runtime::BatchShape shape = runtime::batch_shape_of(workload);
   const runtime::BatchInputs inputs = runtime::random_inputs(shape, seed);
-  const auto threads = static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::int32_t threads = hardware_threads();
   const runtime::DenseReference reference = timed_reference("", workload, inputs, threads);
 
   std::vector<DemoRow> rows;
@@ -328,6 +408,10 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
       row.intra_node += traffic.intra_node;
     }
     row.imbalance = evaluate(built.workload, built.placement).imbalance_compute;
+    std::cerr << ", simulate" << std::flush;
+    const sim::PlanSimulation simulation = sim::simulate(built.plan, plan_options.cluster);
+    row.simulated_forward_ms = simulation.forward.seconds * 1e3;
+    row.simulated_backward_ms = simulation.backward.seconds * 1e3;
     std::cerr << ", run forward and backward on " << built.plan.header.cluster.devices() << " ranks"
               << std::flush;
     const runtime::RunResult result =
@@ -342,26 +426,32 @@ int run_demo(std::span<const std::string> argv, std::ostream& out) {
     rows.push_back(row);
   }
 
-  char line[256];
   out << "dcp demo: " << batch.size() << " sequences, " << batch.total_tokens()
       << " tokens (longest " << longest << "), " << plan_options.cluster.shape.nodes << " nodes x "
       << plan_options.cluster.shape.devices_per_node
-      << " devices; every plan verified, every result checked against dense fp64 attention\n\n";
-  std::snprintf(line, sizeof(line), "%-10s %9s %15s %15s %11s %11s %12s %11s\n", "strategy",
-                "plan ms", "inter-node MB", "intra-node MB", "imbalance", "forward ms",
-                "backward ms", "max error");
-  out << line;
+      << " devices; every plan verified, every result checked against dense fp64 attention\n";
+  write_time_notes(plan_options.cluster, "each plan's forward and backward", out);
+  const Column columns[] = {{"strategy", 10, true}, {"plan ms", 9},     {"inter-node MB", 15},
+                            {"intra-node MB", 15},  {"imbalance", 11},  {"forward ms", 11},
+                            {"backward ms", 12},    {"forward ms", 11}, {"backward ms", 12},
+                            {"max error", 11}};
+  const ColumnGroup groups[] = {{simulated_label(plan_options.cluster), 5, 2},
+                                {measured_label(), 7, 2}};
+  out << table_header(columns, groups);
+  char line[256];
   for (const DemoRow& row : rows) {
-    std::snprintf(line, sizeof(line), "%-10s %9.1f %15s %15s %11.2f %11.1f %12.1f %11.2e\n",
+    std::snprintf(line, sizeof(line),
+                  "%-10s %9.1f %15s %15s %11.2f %11.3f %12.3f %11.1f %12.1f %11.2e\n",
                   row.strategy.c_str(), row.plan_ms, format_mb(row.inter_node, 2).c_str(),
-                  format_mb(row.intra_node, 2).c_str(), row.imbalance, row.forward_ms,
-                  row.backward_ms, row.error);
+                  format_mb(row.intra_node, 2).c_str(), row.imbalance, row.simulated_forward_ms,
+                  row.simulated_backward_ms, row.forward_ms, row.backward_ms, row.error);
     out << line;
   }
   out << "\nMB: bytes moved by forward plus backward. imbalance: the busiest device's attention "
-         "FLOPs over the mean. Times: slowest rank, measured on this machine's CPU cores with "
-         "every rank a thread (not a GPU cluster). max error: largest relative error of o, lse, "
-         "dq, dk, dv (bound "
+         "FLOPs over the mean. simulated ms: the pass's time under the "
+      << plan_options.cluster.name
+      << " cost model (docs/simulator.md). measured ms: the slowest rank's, here. max error: "
+         "largest relative error of o, lse, dq, dk, dv (bound "
       << error_bound(shape.storage) << " for " << kernels::to_string(shape.storage) << ").\n";
   return 0;
 }

@@ -250,6 +250,8 @@ TEST(KindsCommands, DemoPlansSimulatesRunsAndChecksEveryKind) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("2 attention kinds on one token placement"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("every kind's result checked"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("simulated on a100-p4de"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("measured here on "), std::string::npos) << r.out;
   for (const char* row : {"\ndcp ", "\nzigzag ", " global ", " local "}) {
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
   }

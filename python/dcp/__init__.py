@@ -27,7 +27,7 @@ import numpy as np
 from . import _core
 
 __all__ = ["Plan", "plan", "workload", "load_plan", "plan_from_bytes", "mask_intervals",
-           "dtype_name"]
+           "dtype_name", "planner_options"]
 
 Plan = _core.PlanHandle
 
@@ -77,27 +77,38 @@ def _request(seqlens: Sequence[int], mask: Any = "causal", layers: dict | None =
     for name in ("dtype", "partial_dtype"):
         if options.get(name) is not None:
             options[name] = dtype_name(options[name])
-    if options.get("keep_kv") is not None:
-        options["keep_kv"] = str(options["keep_kv"])  # 'all', 'none' or MiB
     return _core.make_request([int(n) for n in seqlens], _masks(mask), layers, options)
+
+
+def planner_options() -> list[dict]:
+    """The planner's options, described once in C++ (dcp/planner_options.h) for dcp.plan's
+    keywords and `dcp plan`'s flags alike: each a dict with name (the keyword), type ('int',
+    'float', 'str', 'int|str', 'float|str', 'bool'), default (as text; '' for an option that is
+    off), help, flag (the command line's, e.g. '--static-dp') and value_name."""
+    return _core.planner_options()
 
 
 def plan(seqlens: Sequence[int], mask: Any = "causal", layers: dict | None = None,
          **options: Any) -> Plan:
-    """Plans one batch, as `dcp plan` does. Options (with the command line's defaults): heads=8,
-    kv_heads=2, head_dim=128, dtype='bf16', softmax_scale=None (1/sqrt(head_dim)),
-    block_size=None (chosen), head_block_size=1, cluster='a100-p4de' (a preset or a cluster
-    file), nodes, devices_per_node (the cluster's), strategy='dcp' (dcp | dcp-pure | ring |
-    zigzag | ulysses | hybrid | te | loongtrain), stages=0 (chosen), eps_compute=0.3,
-    eps_memory=0.2, compute_masked_tiles=False, keep_kv='all' (dcp: the kv values a rank
-    received in the forward pass that it keeps for the backward pass instead of receiving them
-    again: 'all', 'none', or up to that many MiB per rank and attention layer),
+    """Plans one batch, as `dcp plan` does. Options of the batch (with the command line's
+    defaults): heads=8, kv_heads=2, head_dim=128, dtype='bf16', softmax_scale=None
+    (1/sqrt(head_dim)), block_size=None (chosen), head_block_size=1, seed=0 (the planner's).
+    The planner's options are planner_options(), the flags of `dcp plan` (static_dp is
+    --static-dp), with the same types, defaults and checks: cluster='a100-p4de' (a preset or a
+    cluster file), nodes, devices_per_node (the cluster's), strategy='dcp' (dcp | dcp-pure |
+    ring | zigzag | ulysses | hybrid | te | loongtrain), static_dp=1 (static strategies and dcp's
+    static candidates: the data parallel degree, or 'auto'), loongtrain_window=0 (loongtrain:
+    head groups per inner ring; 0: a node's), stages=0 (dcp: chosen), compute_masked_tiles=False
+    (static strategies), eps_compute=0.3, eps_memory=0.2 (dcp), token_flops=0 (dcp: the FLOPs
+    of the rest of a layer per token, forward and backward, which the rank holding the token
+    runs; dcp's search then compares candidates by attention plus that on the busiest rank;
+    dcp.torch.hf.plan_options derives it from a transformers config), keep_kv='all' (dcp: the
+    kv values a rank received in the forward pass that it keeps for the backward pass instead of
+    receiving them again: 'all', 'none', or up to that many MiB per rank and attention layer),
     partial_dtype=None (the dtype partial o, dq, dk, dv travel in between ranks, accumulated in
     fp32 either way: 'fp32' or the storage dtype; None: the storage dtype for dcp's own plans,
-    fp32 for static strategies), token_flops=0 (dcp: the FLOPs of the rest of a layer per token,
-    forward and backward, which the rank holding the token runs; dcp's search then compares
-    candidates by attention plus that on the busiest rank; dcp.torch.hf.plan_options derives it
-    from a transformers config), seed=0.
+    fp32 for static strategies). An option of dcp's own plans with a static strategy, or the
+    reverse, is refused as the command line refuses its flag.
 
     `mask` is a spec ('causal', 'lambda:sink=64,window=4096', ...) for every sequence, an int32
     (total tokens, K, 2) array of per-row key intervals, or a list with one spec or array per

@@ -2,7 +2,6 @@
 // Planning from Python: requests (batch, masks, shape, cluster, strategy), plans built here or in
 // the background queue, plan files, verification, simulation, masks as interval arrays, packing.
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -28,9 +27,9 @@
 
 #include "dcp/plan_queue.h"
 #include "dcp/plan_request.h"
-#include "dcp/planner/baselines/static_plans.h"
 #include "dcp/planner/model_plan_builder.h"
 #include "dcp/planner/plan_builder.h"
+#include "dcp/planner_options.h"
 #include "dcp/program/model_plan.h"
 #include "dcp/program/model_plan_file.h"
 #include "dcp/program/plan_json.h"
@@ -186,9 +185,10 @@ std::vector<AttentionKind> request_kinds(nb::handle masks, nb::handle layers,
   return kinds;
 }
 
-// The planner's options given by name, as dcp.plan(**options) and DCPDataloader pass them. An
-// option not given, or given as None, keeps PlanRequest's default: the defaults live in the C++
-// structs alone (the command line's flags default to the same fields).
+// The request's options given by name, as dcp.plan(**options) and DCPDataloader pass them: the
+// planner's (planner_options(), read and checked by planner_options_from, as the command line's
+// flags are), the attention shape's, the block model's and the seed. An option not given, or
+// given as None, keeps PlanRequest's default: the defaults live in the C++ structs alone.
 class NamedOptions {
  public:
   explicit NamedOptions(nb::dict options) {
@@ -210,6 +210,58 @@ class NamedOptions {
     }
     given_.erase(it);
     return value;
+  }
+
+  // An option of the planner's table, its Python value as the table's type takes it (a float
+  // for a float|str option as Python prints it, the command line's text); nullopt when not given.
+  // Throws TypeError for a value of another type.
+  std::optional<OptionValue> option(const PlannerOption& option) {
+    const std::string name(option.name);
+    asked_.push_back(name);
+    const auto it = given_.find(name);
+    if (it == given_.end()) return std::nullopt;
+    const nb::handle value = it->second;
+    const bool is_bool = nb::isinstance<nb::bool_>(value);
+    const bool is_str = nb::isinstance<nb::str>(value);
+    std::optional<OptionValue> read;
+    std::int64_t whole = 0;
+    double number = 0;
+    switch (option.type) {
+      case OptionType::kFlag:
+        if (is_bool) read = nb::cast<bool>(value);
+        break;
+      case OptionType::kInt:
+        if (!is_bool && nb::try_cast(value, whole)) read = whole;
+        break;
+      case OptionType::kNumber:
+        if (!is_bool && nb::try_cast(value, number)) read = number;
+        break;
+      case OptionType::kText:
+        if (is_str) read = nb::cast<std::string>(value);
+        break;
+      case OptionType::kIntOrText:
+        if (is_str) {
+          read = nb::cast<std::string>(value);
+        } else if (!is_bool && nb::try_cast(value, whole)) {
+          read = whole;
+        }
+        break;
+      case OptionType::kNumberOrText:
+        if (is_str) {
+          read = nb::cast<std::string>(value);
+        } else if (!is_bool && nb::try_cast(value, number)) {
+          read = std::string(nb::str(value).c_str());
+        }
+        break;
+    }
+    if (!read) {
+      throw nb::type_error((name + " is a " + std::string(nb::inst_name(value).c_str()) +
+                            ", which this option does not take (it takes " +
+                            std::string(to_string(option.type)) + ")")
+                               .c_str());
+    }
+    given_.erase(it);
+    return read;
   }
 
   // Refuses the options no get() asked for, naming them and the ones asked for.
@@ -263,49 +315,12 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
                                 TokenCount{0}, "block_size");
   request.head_block_size = at_least(options.get<std::int32_t>("head_block_size"),
                                      request.head_block_size, 1, "head_block_size");
-  PlanOptions& plan = request.plan;
-  plan.cluster =
-      resolve_cluster(options.get<std::string>("cluster").value_or(std::string(kDefaultCluster)));
-  plan.cluster.shape.nodes =
-      at_least(options.get<std::int32_t>("nodes"), plan.cluster.shape.nodes, 1, "nodes");
-  plan.cluster.shape.devices_per_node =
-      at_least(options.get<std::int32_t>("devices_per_node"), plan.cluster.shape.devices_per_node,
-               1, "devices_per_node");
-  validate(plan.cluster.shape);
-  const auto strategy = options.get<std::string>("strategy");
-  if (strategy) plan.strategy = parse_strategy(*strategy);
-  plan.schedule.fetch_launches =
-      at_least(options.get<std::int32_t>("stages"), plan.schedule.fetch_launches, 0, "stages");
-  if (const auto eps = options.get<double>("eps_compute")) plan.placement.eps_compute = *eps;
-  if (const auto eps = options.get<double>("eps_memory")) plan.placement.eps_memory = *eps;
-  if (const auto flops = options.get<double>("token_flops")) {
-    if (!std::isfinite(*flops) || *flops < 0) {
-      throw InvalidInput("token_flops must be a number >= 0, got " + std::to_string(*flops));
-    }
-    plan.token_flops = *flops;
+  GivenOptions given;
+  for (const PlannerOption& option : planner_options()) {
+    if (auto value = options.option(option)) given.emplace(option.name, std::move(*value));
   }
-  if (options.get<bool>("compute_masked_tiles").value_or(false)) {
-    if (is_dcp(plan.strategy)) {
-      throw InvalidInput("compute_masked_tiles applies to static strategies, not " +
-                         std::string(to_string(plan.strategy)));
-    }
-    plan.masked_tiles = MaskedTiles::kCompute;
-  }
-  if (const auto keep = options.get<std::string>("keep_kv")) {
-    try {
-      plan.kept_kv_budget = parse_kept_kv_budget(*keep);
-    } catch (const InvalidInput& e) {
-      throw InvalidInput(std::string("keep_kv: ") + e.what());
-    }
-  }
-  if (const auto dtype = options.get<std::string>("partial_dtype")) {
-    try {
-      plan.partial_dtype = parse_dtype(*dtype);
-    } catch (const InvalidInput& e) {
-      throw InvalidInput(std::string("partial_dtype: ") + e.what());
-    }
-  }
-  plan.seed = options.get<std::uint64_t>("seed").value_or(plan.seed);
+  request.plan = planner_options_from(given, OptionSpelling::kKeyword);
+  request.plan.seed = options.get<std::uint64_t>("seed").value_or(request.plan.seed);
   options.expect_all_used();
   return request;
 }
@@ -380,6 +395,24 @@ void bind_planning(nb::module_& m) {
                           "A batch with its attention kinds, attention shape, cluster and planner "
                           "options");
   m.attr("DEFAULT_CLUSTER") = std::string(kDefaultCluster);
+  m.def(
+      "planner_options",
+      [] {
+        nb::list described;
+        for (const PlannerOption& option : planner_options()) {
+          nb::dict d;
+          d["name"] = std::string(option.name);
+          d["type"] = std::string(to_string(option.type));
+          d["default"] = std::string(option.default_text);
+          d["help"] = std::string(option.help);
+          d["flag"] = flag_of(option.name);
+          d["value_name"] = std::string(option.value_name);
+          described.append(d);
+        }
+        return described;
+      },
+      "The planner's options (dcp/planner_options.h), each a dict: name (the keyword), type, "
+      "default (as text; empty: off), help, flag (the command line's) and value_name.");
   m.def("make_request", &make_request, nb::arg("seqlens"), nb::arg("masks"),
         nb::arg("layers").none(), nb::arg("options"),
         "A plan request: the batch, its masks (a dict: named attention kinds, with `layers` their "

@@ -21,7 +21,7 @@ def attention_case(rank: int, size: int, case: dict) -> dict:
     plan = dcp.plan(case["seqlens"], case["masks"], heads=case["heads"], kv_heads=case["kv_heads"],
                     head_dim=case["head_dim"], dtype=case["dtype"], block_size=case["block_size"],
                     cluster="cpu-local", nodes=nodes, devices_per_node=per_node,
-                    strategy=case["strategy"], keep_kv=case.get("keep_kv", "all"),
+                    strategy=case["strategy"], keep_kv=case.get("keep_kv"),
                     partial_dtype=case.get("partial_dtype"), seed=0)
     executor = dcpt.DCPExecutor(threads=1, kernels=case.get("kernels"),
                                 **case.get("executor", {}))

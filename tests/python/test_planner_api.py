@@ -77,6 +77,70 @@ def test_token_flops_plans_as_the_command_line_does(tmp_path) -> None:
     assert dcp.plan([700, 300, 45], "causal", token_flops=2e8, **OPTIONS).to_bytes() == expected
 
 
+def test_static_dp_plans_as_the_command_line_does(tmp_path) -> None:
+    # One table gives the command line's flags and dcp.plan's keywords (dcp/planner_options.h).
+    expected = _cli_plan_bytes(tmp_path, [700, 300, 45], "--block-size", "64", "--static-dp", "2",
+                               "--strategy", "ring")
+    assert dcp.plan([700, 300, 45], "causal", static_dp=2, strategy="ring",
+                    **OPTIONS).to_bytes() == expected
+
+
+# A value, and a strategy it applies to, for every planner option: an option added to the table
+# without one here fails test_every_planner_option_is_a_keyword.
+OPTION_SAMPLES = {
+    "cluster": ("h100-dgx", "dcp"), "nodes": (1, "dcp"), "devices_per_node": (4, "dcp"),
+    "strategy": ("zigzag", None), "static_dp": ("auto", "ring"),
+    "loongtrain_window": (1, "loongtrain"), "stages": (1, "dcp-pure"),
+    "compute_masked_tiles": (True, "te"), "eps_compute": (0.2, "dcp"), "eps_memory": (0.5, "dcp"),
+    "token_flops": (1e8, "dcp"), "keep_kv": ("none", "dcp-pure"), "partial_dtype": ("fp32", "ring"),
+}
+
+
+def test_every_planner_option_is_a_keyword() -> None:
+    described = dcp.planner_options()
+    assert sorted(o["name"] for o in described) == sorted(OPTION_SAMPLES)
+    base = {k: v for k, v in OPTIONS.items() if k not in ("nodes", "devices_per_node")}
+    for option in described:
+        assert option["flag"] == "--" + option["name"].replace("_", "-")
+        assert option["type"] in ("int", "float", "str", "int|str", "float|str", "bool")
+        assert option["help"]
+        value, strategy = OPTION_SAMPLES[option["name"]]
+        given = {option["name"]: value}
+        if strategy is not None:
+            given["strategy"] = strategy
+        plan = dcp.plan([300, 100], "causal", **base, **given)
+        assert plan.verify()["ok"], option["name"]
+
+
+def test_every_planner_option_is_a_flag_of_dcp_plan() -> None:
+    cli = os.path.join(ROOT, "build", "ci", "apps", "dcp")
+    if not os.path.exists(cli):
+        pytest.skip("the dcp command line is built by the test command (build/ci)")
+    listed = subprocess.run([cli, "plan", "--help"], check=True, capture_output=True,
+                            text=True).stdout
+    for option in dcp.planner_options():
+        assert f"  {option['flag']} {option['value_name']}".rstrip() in listed, option["name"]
+
+
+@pytest.mark.parametrize("given,error,words", [
+    (dict(strategy="ring", stages=2), ValueError,
+     "stages applies to strategy dcp or dcp-pure; ring has a fixed schedule"),
+    (dict(strategy="dcp-pure", static_dp=2), ValueError, "static_dp applies to static strategies"),
+    (dict(strategy="ring", loongtrain_window=2), ValueError,
+     "loongtrain_window applies to strategy loongtrain, not ring"),
+    (dict(strategy="dcp", compute_masked_tiles=True), ValueError,
+     "compute_masked_tiles applies to static strategies"),
+    (dict(static_dp=2.0, strategy="ring"), TypeError,
+     "static_dp is a float, which this option does not take (it takes int|str)"),
+    (dict(nodes=True), TypeError, "nodes is a bool"),
+    (dict(eps_memory=float("nan")), ValueError, "eps_memory: nan is not a finite number"),
+])
+def test_planner_options_are_checked_as_the_command_line_checks_them(given, error, words) -> None:
+    with pytest.raises(error) as info:
+        dcp.plan([64], "causal", **{**OPTIONS, **given})
+    assert words in str(info.value)
+
+
 def test_an_automatic_block_size_plans_as_the_command_line_does(tmp_path) -> None:
     # Both try dcp's own plan at 1024-, 2048- and 4096-token blocks and, since one sequence holds
     # most of the tokens, on the hybrid and loongtrain layouts, and keep the fastest.
@@ -138,7 +202,7 @@ def test_workload_summary() -> None:
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "block_size": -1}), ValueError,
      "block_size -1 is below 0"),
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "stages": -2}), ValueError,
-     "stages -2 is below 0"),
+     "stages -2: must be in [0, 64]"),
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "token_flops": -1.0}), ValueError,
      "token_flops must be a number >= 0, got -1"),
 ])

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 import dcp.torch as dcpt
-from dcp.torch.dataloader import IGNORE_INDEX
+from dcp.torch.dataloader import IGNORE_INDEX, token_ids
 
 # DCPDataloader's planner and loading options a trainer passes through as they are.
 LOADER_OPTIONS = ("block_size", "head_block_size", "strategy", "cluster", "nodes",
@@ -52,19 +52,7 @@ def sample_tokens(sample: Any, index: int) -> torch.Tensor:
     if isinstance(ids, (str, bytes)):
         raise TypeError(f"sample {index} is text ({ids[:40]!r}...), not token ids; tokenize the "
                         "dataset first")
-    try:
-        tokens = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(_as_list(ids))
-    except (TypeError, ValueError, RuntimeError) as error:
-        raise TypeError(f"sample {index} is a {type(ids).__name__}, not a sequence of token ids "
-                        f"({error})") from error
-    if tokens.dim() != 1:
-        raise ValueError(f"sample {index} has token ids of shape {tuple(tokens.shape)}; a sample "
-                         "is one 1-D sequence (unbatched, unpadded)")
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise TypeError(f"sample {index} holds {tokens.dtype} values; token ids are integers")
-    if tokens.numel() == 0:
-        raise ValueError(f"sample {index} has no tokens")
-    return tokens.to(torch.long)
+    return token_ids(ids, index)
 
 
 def target_mask(sample: Any, tokens: torch.Tensor, index: int) -> torch.Tensor | None:

@@ -54,13 +54,20 @@ def pack_batches(lengths: Iterable[int], tokens_per_batch: int, seed: int = 0,
                                     bool(shuffle))
 
 
-def _as_tokens(sample: Any, index: int) -> torch.Tensor:
-    tokens = sample if isinstance(sample, torch.Tensor) else torch.as_tensor(sample)
+def token_ids(ids: Any, index: int) -> torch.Tensor:
+    """Sample `index`'s token ids as a 1-D long tensor, from a tensor, an array or a list. Raises
+    TypeError (not integers, not a sequence) or ValueError (not 1-D, empty) naming the sample."""
+    try:
+        tokens = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(
+            ids.tolist() if hasattr(ids, "tolist") else ids)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(f"sample {index} is a {type(ids).__name__}, not a sequence of token ids "
+                        f"({error})") from error
     if tokens.dim() != 1:
-        raise ValueError(f"sample {index} has shape {tuple(tokens.shape)}; a sample is a 1-D "
-                         "sequence of token ids")
+        raise ValueError(f"sample {index} has shape {tuple(tokens.shape)}; a sample is one 1-D "
+                         "sequence of token ids (unbatched, unpadded)")
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise TypeError(f"sample {index} holds {tokens.dtype}; token ids are integers")
+        raise TypeError(f"sample {index} holds {tokens.dtype} values; token ids are integers")
     if tokens.numel() == 0:
         raise ValueError(f"sample {index} is empty")
     return tokens.to(torch.long)
@@ -203,7 +210,7 @@ class DCPDataloader:
         return self._checked(self.dataset[index], index)
 
     def _checked(self, sample: Any, index: int) -> torch.Tensor:
-        tokens = _as_tokens(sample, index)
+        tokens = token_ids(sample, index)
         if tokens.numel() > self.tokens_per_batch:
             raise ValueError(f"sample {index} has {tokens.numel()} tokens, more than "
                              f"tokens_per_batch {self.tokens_per_batch}")

@@ -511,8 +511,9 @@ TEST(PlanSearch, TriesSequencesPackedWholeAtTheSmallestBlockSize) {
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
   options.block_sizes = {128, 64};
   const BuiltPlan built = build_plan(workload, options);
-  for (const auto& [rule, name] : {std::pair{PackingRule::kLeastWork, kPackedLayout},
-                                   std::pair{PackingRule::kBestFit, kPackedBestFitLayout}}) {
+  for (const auto& [rule, layout] : {std::pair{PackingRule::kLeastWork, kPackedLayout},
+                                     std::pair{PackingRule::kBestFit, kPackedBestFitLayout}}) {
+    const std::string_view name = layout;  // a structured binding cannot be captured (clang)
     const auto packed = std::find_if(built.own_candidates.begin(), built.own_candidates.end(),
                                      [&](const OwnCandidate& c) { return c.layout == name; });
     ASSERT_NE(packed, built.own_candidates.end()) << name;

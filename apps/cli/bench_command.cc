@@ -86,6 +86,14 @@ void write_report(const Args& args, const std::string& name, const std::string& 
   out << "wrote " << path << "\n";
 }
 
+// A suite's report: its markdown written under --out-dir as `name` (write_report) and printed.
+int publish(const Args& args, const std::string& name, const std::string& markdown,
+            std::ostream& out) {
+  write_report(args, name, markdown, out);
+  out << markdown;
+  return 0;
+}
+
 // Creates the folders --out-dir and --json write into before a suite runs, so that a run of
 // minutes does not end at a folder that is not there; one that cannot be made is an error naming
 // its flag, before anything runs.
@@ -301,9 +309,7 @@ int run_paper_bench(const BenchRun& run, std::ostream& out) {
   const std::string markdown = suites::paper_markdown(options, records, command_line(run.argv));
   write_json(
       args, [&] { return suites::paper_records_json(records); }, out);
-  write_report(args, "paper_bench.md", markdown, out);
-  out << markdown;
-  return 0;
+  return publish(args, "paper_bench.md", markdown, out);
 }
 
 int run_e2e_bench(const BenchRun& run, std::ostream& out) {
@@ -329,9 +335,7 @@ int run_e2e_bench(const BenchRun& run, std::ostream& out) {
   const std::string markdown = suites::e2e_markdown(options, result, command_line(run.argv));
   write_json(
       args, [&] { return suites::e2e_records_json(result); }, out);
-  write_report(args, "e2e_estimate.md", markdown, out);
-  out << markdown;
-  return 0;
+  return publish(args, "e2e_estimate.md", markdown, out);
 }
 
 int run_calibration_bench(const BenchRun& run, std::ostream& out) {
@@ -354,9 +358,7 @@ int run_calibration_bench(const BenchRun& run, std::ostream& out) {
       suites::run_calibration_suite(options, std::cerr);
   const std::string markdown =
       suites::calibration_markdown(options, samples, command_line(run.argv));
-  write_report(args, "calibration.md", markdown, out);
-  out << markdown;
-  return 0;
+  return publish(args, "calibration.md", markdown, out);
 }
 
 // A compute balance of --balances: eps of (1 + eps) x the mean.
@@ -386,9 +388,7 @@ int run_balance_bench(const BenchRun& run, std::ostream& out) {
   const std::string markdown = suites::balance_markdown(options, samples, command_line(run.argv));
   write_json(
       args, [&] { return suites::balance_samples_json(samples); }, out);
-  write_report(args, "balance_bench.md", markdown, out);
-  out << markdown;
-  return 0;
+  return publish(args, "balance_bench.md", markdown, out);
 }
 
 // A cluster shape of --shapes: NODESxDEVICES.
@@ -424,9 +424,7 @@ int run_planning_bench(const BenchRun& run, std::ostream& out) {
   const std::string markdown = suites::planning_markdown(options, samples, command_line(run.argv));
   write_json(
       args, [&] { return suites::planning_samples_json(samples); }, out);
-  write_report(args, "planning_time.md", markdown, out);
-  out << markdown;
-  return 0;
+  return publish(args, "planning_time.md", markdown, out);
 }
 
 int run_kinds_bench(const BenchRun& run, std::ostream& out) {
@@ -456,9 +454,7 @@ int run_kinds_bench(const BenchRun& run, std::ostream& out) {
   const std::string markdown = suites::kinds_markdown(options, records, command_line(run.argv));
   write_json(
       args, [&] { return suites::kinds_records_json(records); }, out);
-  write_report(args, "kinds_bench.md", markdown, out);
-  out << markdown;
-  return 0;
+  return publish(args, "kinds_bench.md", markdown, out);
 }
 
 // A pool of --pools: its devices, whole nodes of 8.
@@ -516,9 +512,7 @@ int run_pool_bench(const BenchRun& run, std::ostream& out) {
   const std::string markdown = suites::pool_markdown(options, records, command_line(run.argv));
   write_json(
       args, [&] { return suites::pool_records_json(records); }, out);
-  write_report(args, "pool_bench.md", markdown, out);
-  out << markdown;
-  return 0;
+  return publish(args, "pool_bench.md", markdown, out);
 }
 
 // The suites by --suite name.

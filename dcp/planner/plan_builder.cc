@@ -3,12 +3,10 @@
 // static strategy's layout and Programs.
 #include "dcp/planner/plan_builder.h"
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 #include <tuple>
 #include <utility>
-#include <vector>
 
 #include "dcp/core/error.h"
 #include "dcp/core/timing.h"
@@ -101,12 +99,7 @@ double token_seconds_of(const Workload& workload, const Placement& placement,
                         const PlanOptions& options) {
   const double per_token = seconds_per_token(options);
   if (per_token == 0) return 0;
-  std::vector<TokenCount> held(static_cast<std::size_t>(placement.cluster.devices()), 0);
-  for (BlockId b = 0; b < workload.blocks().block_count(); ++b) {
-    held[static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(b)])] +=
-        workload.blocks().block(b).tokens;
-  }
-  return per_token * static_cast<double>(*std::max_element(held.begin(), held.end()));
+  return per_token * static_cast<double>(busiest_device_tokens(workload, placement));
 }
 
 double mean_token_seconds(const Workload& workload, const PlanOptions& options) {

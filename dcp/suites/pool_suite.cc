@@ -90,12 +90,10 @@ LayoutStep group_step(const PoolOptions& options, const ClusterSpec& cluster,
   const auto start = Clock::now();
   const BuiltModelPlan built = plan_request(request);
   if (plan_ms != nullptr) *plan_ms = ms_since(start);
-  const Plan& plan = built.plan.kinds.front().plan;
   const sim::ModelSimulation simulated = sim::simulate(built.plan, cluster);
-  std::vector<TokenCount> held(static_cast<std::size_t>(cluster.shape.devices()), 0);
-  for (const DeviceId d : token_devices(plan)) ++held[static_cast<std::size_t>(d)];
   LayoutStep step;
-  step.max_device_tokens = *std::max_element(held.begin(), held.end());
+  step.max_device_tokens =
+      busiest_device_tokens(built.kinds.front().workload, built.kinds.front().placement);
   const sim::StepRates rates{cluster.forward_flops, 0, false};
   step.ms =
       sim::step_time(options.model, rates, cluster, static_cast<double>(step.max_device_tokens),

@@ -22,6 +22,9 @@ struct Placement {
 // Throws InvalidInput unless every token block and work unit of `workload` has a device in range.
 void validate(const Placement& placement, const Workload& workload);
 
+// The tokens of the device holding the most of `workload`'s tokens under `placement`.
+TokenCount busiest_device_tokens(const Workload& workload, const Placement& placement);
+
 struct DeviceLoad {
   DeviceId device = 0;
   std::int32_t node = 0;

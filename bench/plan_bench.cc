@@ -33,7 +33,7 @@
 #include "dcp/planner/plan_builder.h"
 #include "dcp/program/program.h"
 #include "dcp/program/program_stats.h"
-#include "dcp/program/verifier.h"
+#include "dcp/program/verifier/verifier.h"
 #include "dcp/selection/plan_search.h"
 
 #include "bench/bench_main.h"

@@ -27,19 +27,19 @@
 #include "dcp/planner/baselines/static_plans.h"
 #include "dcp/program/plan_json.h"
 #include "dcp/sim/cost_model.h"
-#include "dcp/suites/balance_suite.h"
-#include "dcp/suites/calibration_suite.h"
-#include "dcp/suites/e2e_suite.h"
-#include "dcp/suites/kinds_suite.h"
-#include "dcp/suites/micro_suite.h"
-#include "dcp/suites/paper_suite.h"
-#include "dcp/suites/planning_suite.h"
-#include "dcp/suites/pool_suite.h"
-#include "dcp/suites/reports.h"
 
 #include "apps/cli/args.h"
 #include "apps/cli/command_table.h"
 #include "apps/cli/workload_flags.h"
+#include "apps/suites/balance_suite.h"
+#include "apps/suites/calibration_suite.h"
+#include "apps/suites/e2e_suite.h"
+#include "apps/suites/kinds_suite.h"
+#include "apps/suites/micro_suite.h"
+#include "apps/suites/paper_suite.h"
+#include "apps/suites/planning_suite.h"
+#include "apps/suites/pool_suite.h"
+#include "apps/suites/reports.h"
 
 namespace dcp::cli {
 namespace {

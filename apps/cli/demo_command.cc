@@ -30,7 +30,7 @@
 #include "dcp/program/model_plan.h"
 #include "dcp/program/program.h"
 #include "dcp/program/program_stats.h"
-#include "dcp/program/verifier.h"
+#include "dcp/program/verifier/verifier.h"
 #include "dcp/runtime/batch_tensors.h"
 #include "dcp/runtime/dense_reference.h"
 #include "dcp/runtime/distributed_run.h"

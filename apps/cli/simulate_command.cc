@@ -14,7 +14,7 @@
 #include "dcp/model/cluster_presets.h"
 
 #include "dcp/program/model_plan.h"
-#include "dcp/program/model_plan_file.h"
+#include "dcp/program/plan_file/model_plan_file.h"
 #include "dcp/program/program.h"
 #include "dcp/sim/chrome_trace.h"
 #include "dcp/sim/model_simulation.h"

@@ -6,7 +6,7 @@
 
 #include "dcp/core/error.h"
 
-#include "dcp/program/plan_checks.h"
+#include "dcp/program/plan_file/plan_checks.h"
 
 namespace dcp {
 namespace {

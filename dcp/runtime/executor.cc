@@ -11,7 +11,7 @@
 #include "dcp/core/ids.h"
 #include "dcp/core/timing.h"
 
-#include "dcp/program/plan_file.h"
+#include "dcp/program/plan_file/plan_file.h"
 
 namespace dcp::runtime {
 

@@ -14,7 +14,7 @@
 
 #include "dcp/core/error.h"
 
-#include "dcp/program/plan_file.h"
+#include "dcp/program/plan_file/plan_file.h"
 #include "dcp/sim/cost_model.h"
 #include "dcp/sim/network.h"
 

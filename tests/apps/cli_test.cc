@@ -12,7 +12,7 @@
 
 #include "dcp/core/npy.h"
 
-#include "dcp/program/model_plan_file.h"
+#include "dcp/program/plan_file/model_plan_file.h"
 
 #include "apps/cli/command_table.h"
 #include "tests/apps/cli_testing.h"

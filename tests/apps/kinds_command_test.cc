@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "dcp/program/model_plan_file.h"
+#include "dcp/program/plan_file/model_plan_file.h"
 
 #include "tests/apps/cli_testing.h"
 

@@ -9,7 +9,7 @@
 
 #include "dcp/core/error.h"
 
-#include "dcp/program/plan_file.h"
+#include "dcp/program/plan_file/plan_file.h"
 #include "dcp/program/plan_json.h"
 
 namespace dcp::fuzz {

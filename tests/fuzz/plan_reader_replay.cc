@@ -24,7 +24,7 @@
 #include "dcp/core/npy.h"
 #include "dcp/core/rng.h"
 
-#include "dcp/program/plan_file.h"
+#include "dcp/program/plan_file/plan_file.h"
 
 #include "tests/fuzz/plan_reader_fuzz.h"
 #include "tests/testing/sample_plan.h"

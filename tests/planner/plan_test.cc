@@ -16,10 +16,10 @@
 #include "dcp/model/mask_spec.h"
 
 #include "dcp/planner/plan_builder.h"
-#include "dcp/program/plan_file.h"
+#include "dcp/program/plan_file/plan_file.h"
 #include "dcp/program/plan_json.h"
 #include "dcp/program/program_stats.h"
-#include "dcp/program/verifier.h"
+#include "dcp/program/verifier/verifier.h"
 
 #include "tests/testing/plan_fixtures.h"
 

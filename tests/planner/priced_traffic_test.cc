@@ -25,7 +25,7 @@
 #include "dcp/planner/compile/compiler.h"
 #include "dcp/planner/plan_builder.h"
 #include "dcp/program/program_stats.h"
-#include "dcp/program/verifier.h"
+#include "dcp/program/verifier/verifier.h"
 
 namespace dcp {
 namespace {

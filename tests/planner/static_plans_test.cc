@@ -20,7 +20,7 @@
 #include "dcp/planner/plan_header.h"
 #include "dcp/planner/schedule/schedule.h"
 #include "dcp/program/program_stats.h"
-#include "dcp/program/verifier.h"
+#include "dcp/program/verifier/verifier.h"
 
 namespace dcp {
 namespace {

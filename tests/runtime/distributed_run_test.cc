@@ -14,7 +14,7 @@
 #include "dcp/kernels/attention_kernels.h"
 #include "dcp/planner/compile/compiler.h"
 #include "dcp/planner/schedule/stage_scheduler.h"
-#include "dcp/program/verifier.h"
+#include "dcp/program/verifier/verifier.h"
 #include "dcp/selection/plan_search.h"
 
 #include "tests/runtime/run_fixtures.h"

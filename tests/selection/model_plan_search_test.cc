@@ -16,8 +16,8 @@
 #include "dcp/model/mask_spec.h"
 
 #include "dcp/planner/placement/kind_placement.h"
-#include "dcp/program/model_plan_file.h"
-#include "dcp/program/verifier.h"
+#include "dcp/program/plan_file/model_plan_file.h"
+#include "dcp/program/verifier/verifier.h"
 #include "dcp/selection/plan_search.h"
 #include "dcp/sim/model_simulation.h"
 

@@ -19,9 +19,9 @@
 #include "dcp/planner/model_plan_builder.h"
 #include "dcp/planner/placement/static_placements.h"
 #include "dcp/planner/plan_builder.h"
-#include "dcp/program/plan_file.h"
+#include "dcp/program/plan_file/plan_file.h"
 #include "dcp/program/program_stats.h"
-#include "dcp/program/verifier.h"
+#include "dcp/program/verifier/verifier.h"
 #include "dcp/sim/simulator.h"
 
 #include "tests/testing/plan_fixtures.h"

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+// The pool suite's layouts: Megatron-style group sizes, samples dealt by work within a group's
+// tokens, the dynamic layout's groups and rounds, and one small run of every layout.
+#include "apps/suites/pool_suite.h"
+
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "dcp/core/error.h"
+#include "dcp/core/ids.h"
+
+#include "dcp/model/cluster_presets.h"
+
+#include "dcp/data/length_distribution.h"
+
+namespace dcp::suites {
+namespace {
+
+TEST(PoolSuite, DynamicGroupIsTheSmallestPowerOfTwoThatHoldsTheSample) {
+  EXPECT_EQ(dynamic_group_size(1, 2048), 1);
+  EXPECT_EQ(dynamic_group_size(2048, 2048), 1);
+  EXPECT_EQ(dynamic_group_size(2049, 2048), 2);
+  EXPECT_EQ(dynamic_group_size(4096, 2048), 2);
+  EXPECT_EQ(dynamic_group_size(4097, 2048), 4);
+  EXPECT_EQ(dynamic_group_size(8192, 2048), 4);
+  EXPECT_THROW(dynamic_group_size(0, 2048), InvalidInput);
+}
+
+TEST(PoolSuite, DealsLargestWorkFirstToTheLeastLoadedGroupWithRoom) {
+  const std::vector<TokenCount> lengths = {10, 10, 10, 10};
+  const std::vector<double> works = {4, 3, 2, 1};
+  // 0 and 1 apart, 2 to the lighter (1: 3 < 4), 3 to group 0 (4 < 5).
+  EXPECT_EQ(deal_by_work(works, lengths, 2, 100),
+            (std::vector<std::vector<std::size_t>>{{0, 3}, {1, 2}}));
+  // Room for two samples per group: the third sample of the heavier group goes elsewhere.
+  EXPECT_EQ(deal_by_work(works, lengths, 2, 20),
+            (std::vector<std::vector<std::size_t>>{{0, 3}, {1, 2}}));
+  // No room for the 30-token sample: left out.
+  EXPECT_EQ(deal_by_work(works, {10, 10, 10, 30}, 2, 20),
+            (std::vector<std::vector<std::size_t>>{{0}, {1, 2}}));
+  EXPECT_THROW(deal_by_work(works, lengths, 0, 20), InvalidInput);
+  EXPECT_THROW(deal_by_work({1.0}, lengths, 2, 20), InvalidInput);
+}
+
+TEST(PoolSuite, DynamicLayoutPutsEverySampleOnceInGroupsThatHoldIt) {
+  const sim::TransformerConfig model = pool_model();
+  const std::vector<TokenCount> lengths = {8000, 5000, 3000, 2048, 1500, 900, 700, 300, 200, 100};
+  const auto rounds = dynamic_layout(lengths, 8, 2048, model);
+  ASSERT_FALSE(rounds.empty());
+  std::set<std::size_t> seen;
+  for (const auto& round : rounds) {
+    std::int32_t used = 0;
+    for (const DynamicGroup& group : round) {
+      used += group.devices;
+      TokenCount tokens = 0;
+      for (const std::size_t i : group.samples) {
+        EXPECT_TRUE(seen.insert(i).second) << "sample " << i << " twice";
+        EXPECT_EQ(dynamic_group_size(lengths[i], 2048), group.devices) << "sample " << i;
+        tokens += lengths[i];
+      }
+      EXPECT_LE(tokens, static_cast<TokenCount>(group.devices) * 2048);
+    }
+    EXPECT_LE(used, 8);
+  }
+  EXPECT_EQ(seen.size(), lengths.size());
+  // 8000 and 5000 take four devices each: the first round has no device left for the others,
+  // which wait for a second round.
+  EXPECT_EQ(rounds.size(), 2u);
+  EXPECT_THROW(dynamic_layout({20000}, 8, 2048, model), InvalidInput);
+}
+
+TEST(PoolSuite, ASmallRunComparesEveryLayoutOnEveryBatch) {
+  PoolOptions options;
+  options.model = pool_model();
+  options.model.layers = 2;
+  options.clusters = {cluster_preset("a100-p4de")};
+  options.pool_devices = {16};
+  options.workloads = {{LengthDistributionKind::kMegatronLogNormal, 512}};
+  options.batches = 1;
+  std::ostringstream progress;
+  const std::vector<PoolRecord> records = run_pool_suite(options, progress);
+  ASSERT_EQ(records.size(), 1u);
+  const PoolRecord& r = records.front();
+  EXPECT_EQ(r.devices, 16);
+  EXPECT_GT(r.tokens, 16 * 512 * 3 / 4);  // packed to at least the packing's fill
+  EXPECT_LE(r.tokens, 16 * 512);
+  for (const LayoutStep* step : {&r.fixed8, &r.dynamic, &r.pool}) {
+    EXPECT_GT(step->ms, 0);
+    EXPECT_GT(step->max_device_tokens, 0);
+  }
+  EXPECT_TRUE(r.dynamic.fits);
+  EXPECT_LT(r.best_baseline_ms(), std::numeric_limits<double>::infinity());
+  const std::string md = pool_markdown(options, records, "dcp bench --suite pool");
+  EXPECT_NE(md.find("(simulated)"), std::string::npos);
+  EXPECT_NE(md.find("| a100-p4de | 16 | megatron | 512 |"), std::string::npos);
+  EXPECT_NE(pool_records_json(records).find("\"dcp_pool\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dcp::suites

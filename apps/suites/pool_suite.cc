@@ -69,7 +69,20 @@ AttentionShape shape_of(const sim::TransformerConfig& model) {
   return shape;
 }
 
-// One group's plan of `lengths` with `strategy` on `cluster`: the busiest device's step.
+// The step of a layout's devices (LayoutStep::devices): every layer in lockstep over them.
+void price(const PoolOptions& options, LayoutStep& layout) {
+  layout.ms = layout.devices.empty()
+                  ? 0
+                  : options.model.layers * sim::lockstep_layer_seconds(layout.devices) * 1e3;
+}
+
+// Adds a group's devices to a layout over the pool.
+void add_group(LayoutStep& layout, const LayoutStep& group) {
+  layout.devices.insert(layout.devices.end(), group.devices.begin(), group.devices.end());
+  layout.max_device_tokens = std::max(layout.max_device_tokens, group.max_device_tokens);
+}
+
+// One group's plan of `lengths` with `strategy` on `cluster`: its devices and its step alone.
 LayoutStep group_step(const PoolOptions& options, const ClusterSpec& cluster,
                       const std::vector<TokenCount>& lengths, Strategy strategy,
                       double* plan_ms = nullptr) {
@@ -92,16 +105,18 @@ LayoutStep group_step(const PoolOptions& options, const ClusterSpec& cluster,
   const BuiltModelPlan built = plan_request(request);
   if (plan_ms != nullptr) *plan_ms = ms_since(start);
   const sim::ModelSimulation simulated = sim::simulate(built.plan, cluster);
+  const sim::PassSimulation& forward = simulated.kinds.front().passes.forward;
+  const sim::PassSimulation& backward = simulated.kinds.front().passes.backward;
+  const std::vector<TokenCount> tokens =
+      device_tokens(built.kinds.front().workload, built.kinds.front().placement);
+  const double seconds_per_token = request.plan.token_flops / cluster.forward_flops;
   LayoutStep step;
-  step.max_device_tokens =
-      busiest_device_tokens(built.kinds.front().workload, built.kinds.front().placement);
-  const sim::StepRates rates{cluster.forward_flops, 0, false};
-  step.ms =
-      sim::step_time(options.model, rates, cluster, static_cast<double>(step.max_device_tokens),
-                     simulated.kinds.front().passes.forward.seconds,
-                     simulated.kinds.front().passes.backward.seconds)
-          .total() *
-      1e3;
+  for (std::size_t d = 0; d < tokens.size(); ++d) {
+    step.devices.push_back({forward.devices[d].end, backward.devices[d].end,
+                            seconds_per_token * static_cast<double>(tokens[d])});
+    step.max_device_tokens = std::max(step.max_device_tokens, tokens[d]);
+  }
+  price(options, step);
   step.detail = built.kept;
   return step;
 }
@@ -189,10 +204,10 @@ LayoutStep fixed_groups(const PoolOptions& options, const ClusterSpec& cluster,
   for (const std::vector<std::size_t>& share : shares) {
     if (share.empty()) continue;
     const LayoutStep step = plan(group_spec, lengths_of(lengths, share));
-    layout.ms = std::max(layout.ms, step.ms);
-    layout.max_device_tokens = std::max(layout.max_device_tokens, step.max_device_tokens);
+    add_group(layout, step);
     ++used[step.detail];
   }
+  price(options, layout);
   for (const auto& [name, count] : used) {
     layout.detail += (layout.detail.empty() ? "" : ", ") + name + " x" + std::to_string(count);
   }
@@ -216,10 +231,10 @@ LayoutStep dynamic_step(const PoolOptions& options, const ClusterSpec& cluster,
     // larger groups, as Megatron runs it.
     const LayoutStep step = group_step(options, spec, lengths_of(lengths, group.samples),
                                        group.devices == 1 ? Strategy::kDcpPure : Strategy::kTe);
-    layout.ms = std::max(layout.ms, step.ms);
-    layout.max_device_tokens = std::max(layout.max_device_tokens, step.max_device_tokens);
+    add_group(layout, step);
     ++sizes[group.devices];
   }
+  price(options, layout);
   for (const auto& [size, count] : sizes) {
     layout.detail += (layout.detail.empty() ? "" : ", ") + std::to_string(count) + " x CP" +
                      std::to_string(size);
@@ -281,35 +296,6 @@ std::int32_t dynamic_group_size(TokenCount length, TokenCount device_tokens) {
 double sample_flops(const sim::TransformerConfig& model, TokenCount length) {
   const auto n = static_cast<double>(length);
   return 3 * model.dense_forward_flops_per_token() * n + pair_flops(model) * n * (n + 1) / 2;
-}
-
-std::vector<std::vector<std::size_t>> deal_by_work(const std::vector<double>& works,
-                                                   const std::vector<TokenCount>& lengths,
-                                                   std::int32_t groups, TokenCount capacity) {
-  if (groups < 1) throw InvalidInput("deal_by_work needs a group, got " + std::to_string(groups));
-  if (works.size() != lengths.size()) {
-    throw InvalidInput("deal_by_work needs a work per sample: " + std::to_string(works.size()) +
-                       " for " + std::to_string(lengths.size()));
-  }
-  std::vector<std::size_t> order(lengths.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return works[a] > works[b]; });
-  std::vector<std::vector<std::size_t>> shares(static_cast<std::size_t>(groups));
-  std::vector<double> load(shares.size(), 0);
-  std::vector<TokenCount> room(shares.size(), capacity);
-  for (const std::size_t i : order) {
-    std::size_t best = shares.size();
-    for (std::size_t g = 0; g < shares.size(); ++g) {
-      if (room[g] >= lengths[i] && (best == shares.size() || load[g] < load[best])) best = g;
-    }
-    if (best == shares.size()) continue;  // left out
-    shares[best].push_back(i);
-    load[best] += works[i];
-    room[best] -= lengths[i];
-  }
-  for (std::vector<std::size_t>& share : shares) std::sort(share.begin(), share.end());
-  return shares;
 }
 
 std::vector<std::vector<DynamicGroup>> dynamic_layout(const std::vector<TokenCount>& lengths,
@@ -493,22 +479,23 @@ std::string pool_markdown(const PoolOptions& options, const std::vector<PoolReco
   std::string md = "# Data and context parallelism over a pool of devices (simulated)\n\n";
   md += "Reproduce with:\n\n```sh\n" + command + "\n```\n\n";
   const sim::TransformerConfig& m = options.model;
-  md +=
-      "Every figure is simulated: one micro-batch's training step on the busiest device, the "
-      "attention of its " +
-      std::to_string(m.layers) +
-      " layers (forward and backward, dcp's simulator) plus the dense work of the tokens it "
-      "holds (" +
-      format_fixed(m.dense_forward_flops_per_token() * 3 / 1e9, 1) +
-      " GFLOP per token, forward and backward, at the cluster's attention forward rate). "
-      "Model: " +
-      std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " +
-      std::to_string(m.heads) + "/" + std::to_string(m.kv_heads) + " heads, FFN " +
-      std::to_string(m.ffn) +
-      ", bf16, no recomputation; causal masks. A micro-batch is packed to the pool's devices "
-      "times the per-device token bound; no layout may put more than 1.2 x the bound on a "
-      "device (n/a where it must). " +
-      std::to_string(options.batches) + " micro-batches per cell.\n\n";
+  md += "Every figure is simulated: one micro-batch's training step over the whole pool, " +
+        std::to_string(m.layers) +
+        " layers, each device running its attention (forward and backward, dcp's simulator) and "
+        "the dense work of the tokens it holds (" +
+        format_fixed(m.dense_forward_flops_per_token() * 3 / 1e9, 1) +
+        " GFLOP per token, forward and backward, at the cluster's attention forward rate); data "
+        "parallelism over the pool moves every device from layer to layer together, so each "
+        "layer's forward and backward pass ends with its slowest device (a third of the dense work "
+        "forward, two thirds backward). "
+        "Model: " +
+        std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " +
+        std::to_string(m.heads) + "/" + std::to_string(m.kv_heads) + " heads, FFN " +
+        std::to_string(m.ffn) +
+        ", bf16, no recomputation; causal masks. A micro-batch is packed to the pool's devices "
+        "times the per-device token bound; no layout may put more than 1.2 x the bound on a "
+        "device (n/a where it must). " +
+        std::to_string(options.batches) + " micro-batches per cell.\n\n";
   md +=
       "- **CP4, CP8** (a): fixed groups of 4 or 8 devices, the samples dealt to them largest "
       "work first (the sample's FLOPs: dense per token, attention per causal pair) to the least "

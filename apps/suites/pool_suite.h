@@ -48,14 +48,17 @@ struct PoolOptions {
 // 128256), tensor parallelism 1 and no recomputation, as Megatron's dynamic CP example runs.
 sim::TransformerConfig pool_model();
 
-// One layout's micro-batch: the slowest device's simulated step (attention of every layer,
-// forward and backward, plus the dense work of the tokens it holds); `fits` false when the layout
-// cannot hold the micro-batch within the per-device token bound.
+// One layout's micro-batch: its simulated step over the whole pool, every layer's forward and
+// backward pass ending when the slowest device has run its attention and the dense work of the
+// tokens it holds (sim::lockstep_layer_seconds: data parallelism over the pool moves every device
+// from layer to layer together); `fits` false when the layout cannot hold the micro-batch within
+// the per-device token bound.
 struct LayoutStep {
   double ms = 0;
   bool fits = true;
   std::string detail;  // the strategy, or what decided the layout
   TokenCount max_device_tokens = 0;
+  std::vector<sim::DeviceLayer> devices;  // one layer of each device that holds tokens
 };
 
 struct PoolRecord {
@@ -90,13 +93,6 @@ std::int32_t dynamic_group_size(TokenCount length, TokenCount device_tokens);
 // A sample's training FLOPs under `model`: the dense work of its tokens (forward and backward)
 // and its causal pairs' attention, every layer.
 double sample_flops(const sim::TransformerConfig& model, TokenCount length);
-
-// Samples dealt to `groups` groups, largest work first, each to the group with the least work
-// that has room for its tokens within `capacity` (ties: the lower group); a sample no group has
-// room for is left out.
-std::vector<std::vector<std::size_t>> deal_by_work(const std::vector<double>& works,
-                                                   const std::vector<TokenCount>& lengths,
-                                                   std::int32_t groups, TokenCount capacity);
 
 // A Megatron-style dynamic CP layout of a micro-batch over `devices` devices: each sample in a
 // group of dynamic_group_size devices, groups of one size sharing samples up to their capacity,

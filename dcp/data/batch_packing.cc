@@ -209,4 +209,33 @@ std::vector<std::vector<TokenCount>> sample_batches(LengthDistributionKind kind,
   return batches;
 }
 
+std::vector<std::vector<std::size_t>> deal_by_work(std::span<const double> works,
+                                                   std::span<const TokenCount> lengths,
+                                                   std::int32_t groups, TokenCount capacity) {
+  if (groups < 1) throw InvalidInput("deal_by_work needs a group, got " + std::to_string(groups));
+  if (works.size() != lengths.size()) {
+    throw InvalidInput("deal_by_work needs a work per sample: " + std::to_string(works.size()) +
+                       " for " + std::to_string(lengths.size()));
+  }
+  std::vector<std::size_t> order(lengths.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return works[a] > works[b]; });
+  std::vector<std::vector<std::size_t>> shares(static_cast<std::size_t>(groups));
+  std::vector<double> load(shares.size(), 0);
+  std::vector<TokenCount> room(shares.size(), capacity);
+  for (const std::size_t i : order) {
+    std::size_t best = shares.size();
+    for (std::size_t g = 0; g < shares.size(); ++g) {
+      if (room[g] >= lengths[i] && (best == shares.size() || load[g] < load[best])) best = g;
+    }
+    if (best == shares.size()) continue;  // left out
+    shares[best].push_back(i);
+    load[best] += works[i];
+    room[best] -= lengths[i];
+  }
+  for (std::vector<std::size_t>& share : shares) std::sort(share.begin(), share.end());
+  return shares;
+}
+
 }  // namespace dcp

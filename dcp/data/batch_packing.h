@@ -74,4 +74,13 @@ std::vector<std::vector<TokenCount>> sample_batches(LengthDistributionKind kind,
                                                     const PackingOptions& options,
                                                     std::uint64_t seed);
 
+// Samples dealt to `groups` groups, largest work first (ties: the lower index), each to the group
+// with the least work so far that has room for its tokens within `capacity` (ties: the lower
+// group); a sample no group has room for is left out. Each group lists its samples in index order.
+// What spreads a batch's samples over data-parallel groups or nodes by their cost rather than
+// their tokens. Throws InvalidInput for fewer than one group or a work per sample missing.
+std::vector<std::vector<std::size_t>> deal_by_work(std::span<const double> works,
+                                                   std::span<const TokenCount> lengths,
+                                                   std::int32_t groups, TokenCount capacity);
+
 }  // namespace dcp

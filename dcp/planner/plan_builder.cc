@@ -11,6 +11,8 @@
 #include "dcp/core/error.h"
 #include "dcp/core/timing.h"
 
+#include "dcp/model/tensor.h"
+
 #include "dcp/planner/compile/compiler.h"
 #include "dcp/planner/plan_builder_internal.h"
 
@@ -80,9 +82,6 @@ DType partial_dtype_of(const PlanOptions& options, DType storage) {
   return is_dcp(options.strategy) || options.strategy == Strategy::kTe ? storage : DType::kFp32;
 }
 
-namespace {
-
-// Seconds of the rest of the layer per token on one device.
 double seconds_per_token(const PlanOptions& options) {
   if (!std::isfinite(options.token_flops) || options.token_flops < 0) {
     throw InvalidInput("token_flops must be a number >= 0, got " +
@@ -92,8 +91,6 @@ double seconds_per_token(const PlanOptions& options) {
   validate(options.cluster);
   return options.token_flops / options.cluster.forward_flops;
 }
-
-}  // namespace
 
 double token_seconds_of(const Workload& workload, const Placement& placement,
                         const PlanOptions& options) {
@@ -105,6 +102,14 @@ double token_seconds_of(const Workload& workload, const Placement& placement,
 double mean_token_seconds(const Workload& workload, const PlanOptions& options) {
   return seconds_per_token(options) * static_cast<double>(workload.batch().total_tokens()) /
          options.cluster.shape.devices();
+}
+
+double pairs_per_token_of(const Workload& workload, const PlanOptions& options) {
+  if (seconds_per_token(options) == 0) return 0;
+  const double pair_flops = (forward_flops(1, workload.shape(), workload.heads()) +
+                             backward_flops(1, workload.shape(), workload.heads())) *
+                            workload.heads().count();
+  return options.token_flops / pair_flops;
 }
 
 PlacementOptions placement_options_of(const PlanOptions& options, const Workload& workload) {

@@ -55,6 +55,11 @@ struct PlanOptions {
   // and "packed best fit") at the smallest block size it searches, and keeps the fastest of all
   // its plans.
   bool packed_layout = true;
+  // dcp, dcp-pure with block_sizes given, over more than one node: dcp also runs its Programs on a
+  // placement in node groups (OwnCandidate layout kNodeGroupsLayout): the sequences dealt whole to
+  // the nodes by their work, each node's share placed by dcp's own search on that node alone, at
+  // the block size it finds fastest there.
+  bool node_groups = true;
   // dcp, dcp-pure with block_sizes given: the kRetryPartitions fastest partitions are placed again
   // at kRetryEpsCompute where placement.eps_compute is looser, and kept if faster (false: every
   // partition at placement.eps_compute, as the balance suite measures it).
@@ -68,9 +73,9 @@ struct PlanOptions {
   std::optional<DType> partial_dtype;
   // The FLOPs of the rest of a layer per token, forward and backward (projections, MLP, norms: the
   // model's per-token FLOPs outside attention over its attention layers), which every device runs
-  // for the tokens it holds, priced at the cluster's forward rate. dcp's placement balances it with
-  // the attention (PlacementOptions::token_compute) and dcp's search compares candidates by their
-  // step with it (PlanCandidate::token_seconds). 0: attention alone. At least 0.
+  // for the tokens it holds, priced at the cluster's forward rate. dcp's search compares candidates
+  // by their step with it (PlanCandidate::token_seconds), and its packings and node groups weigh
+  // sequences by it beside their attention (pairs_per_token_of). 0: attention alone. At least 0.
   double token_flops = 0;
   // dcp's search (dcp/selection/plan_search.h): a candidate whose estimate (a schedule's, or a
   // bound of it) is at least this many times the fastest simulated so far is neither compiled nor
@@ -89,6 +94,9 @@ DType partial_dtype_of(const PlanOptions& options, DType storage);
 // work units' units). Throws InvalidInput for a negative or non-finite token_flops.
 PlacementOptions placement_options_of(const PlanOptions& options, const Workload& workload);
 
+// The rest of one layer per token on one device: options.token_flops at the cluster's forward
+// rate, in seconds. Throws InvalidInput as placement_options_of does.
+double seconds_per_token(const PlanOptions& options);
 // The rest of one layer on the busiest device of `placement`: its tokens times
 // options.token_flops at the cluster's forward rate, in seconds (0 without token_flops). Throws
 // InvalidInput as placement_options_of does.
@@ -96,6 +104,10 @@ double token_seconds_of(const Workload& workload, const Placement& placement,
                         const PlanOptions& options);
 // What no placement of `workload` goes below: the mean device's tokens, so priced.
 double mean_token_seconds(const Workload& workload, const PlanOptions& options);
+// The rest of one layer per token (options.token_flops) in pairs of one head's attention of
+// `workload` (forward and backward alike, over its heads): what a search weighs tokens by beside
+// pairs. Throws InvalidInput as placement_options_of does.
+double pairs_per_token_of(const Workload& workload, const PlanOptions& options);
 
 struct PlanTimings {
   double partition_ms = 0;  // dcp's placement, or the static strategy's layout and schedules
@@ -130,8 +142,11 @@ struct PlanCandidate {
   // Screened by a lower bound of that estimate (static_estimate_lower_bound), so not even its
   // layout was built: estimate_seconds holds the bound.
   bool bounded = false;
-  // The rest of the layer on the candidate's busiest device (token_seconds_of; over every layer
-  // of a model plan), in seconds() and in estimate_seconds; 0 without PlanOptions::token_flops.
+  // What the rest of the layer adds to the simulated passes, in seconds() and in
+  // estimate_seconds; 0 without PlanOptions::token_flops. A plan of one mask: every device runs
+  // its attention and the rest for its tokens, the devices going from layer to layer together
+  // (sim::lockstep_layer_seconds); a model plan of several kinds, and an estimate: the rest on the
+  // busiest device (token_seconds_of), over every layer.
   double token_seconds = 0;
   double seconds() const { return forward_seconds + backward_seconds + token_seconds; }
 };
@@ -143,8 +158,8 @@ struct PlanCandidate {
 // batch dominated by one sequence needs: every step's kv comes from one neighbour, in one large
 // message that the step's compute hides.
 struct OwnCandidate {
-  // "partition", "packed" or "packed best fit" (packed_placement's rules), or the static strategy
-  // whose layout it runs
+  // "partition", "packed" or "packed best fit" (packed_placement's rules), "node groups"
+  // (block_size 0: each node's own), or the static strategy whose layout it runs
   std::string layout = "partition";
   TokenCount block_size = 0;           // partition: its block size
   DType partial_dtype = DType::kBf16;  // what its partials travel in
@@ -153,7 +168,7 @@ struct OwnCandidate {
   bool tighter_balance = false;
   double forward_seconds = 0;
   double backward_seconds = 0;
-  double token_seconds = 0;  // token_seconds_of its placement
+  double token_seconds = 0;  // as PlanCandidate::token_seconds, for a plan of one mask
   double seconds() const { return forward_seconds + backward_seconds + token_seconds; }
 };
 

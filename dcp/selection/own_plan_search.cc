@@ -119,7 +119,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     const sim::PlanSimulation simulation = sim::simulate(built.plan, options.cluster);
     candidate.forward_seconds = simulation.forward.seconds;
     candidate.backward_seconds = simulation.backward.seconds;
-    candidate.token_seconds = token_seconds_of(built.workload, built.placement, options);
+    candidate.token_seconds = token_seconds_of(built, simulation, options);
     tried.push_back(candidate);
     if (runners_up != nullptr && candidate.layout == "partition") {
       const auto same_size = std::find_if(per_size.begin(), per_size.end(), [&](const auto& entry) {
@@ -189,9 +189,15 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
                                      std::pair{PackingRule::kBestFit, kPackedBestFitLayout}}) {
       if (!cut) break;
       PackedPlacement packed =
-          packed_placement(*cut, options.cluster.shape, options.placement.eps_memory, rule);
+          packed_placement(*cut, options.cluster.shape, options.placement.eps_memory, rule,
+                           pairs_per_token_of(*cut, options));
       consider(build_at_placement(*cut, std::move(packed.placement), packed.within_bounds, options),
                {std::string(name), size, storage, false});
+    }
+  }
+  if (options.node_groups) {
+    if (std::optional<BuiltPlan> grouped = build_node_groups(workload, options)) {
+      consider(std::move(*grouped), {std::string(kNodeGroupsLayout), 0, storage, false});
     }
   }
   if (structured) {
@@ -217,7 +223,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     OwnCandidate fp32 = tried[kept_index];
     fp32.partial_dtype = DType::kFp32;
     if (fp32.layout == "partition" || fp32.layout == kPackedLayout ||
-        fp32.layout == kPackedBestFitLayout) {
+        fp32.layout == kPackedBestFitLayout || fp32.layout == kNodeGroupsLayout) {
       consider(build_on_placement(*best, options, DType::kFp32), fp32);
     } else {
       PlanOptions fp32_options = options;

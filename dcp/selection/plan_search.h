@@ -65,6 +65,13 @@ inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::k
 // rules: whole sequences where they add the least attention work, and best fit.
 inline constexpr std::string_view kPackedLayout = "packed";
 inline constexpr std::string_view kPackedBestFitLayout = "packed best fit";
+// OwnCandidate::layout of dcp's plan in node groups (PlanOptions::node_groups): every node's share
+// of the sequences, dealt whole by their work (deal_by_work), planned by dcp's own search on that
+// node (its partitions and packings at every block size, not its structured layouts); the plans
+// joined, each sequence at its node's block size. Where a batch mixes short sequences with long
+// ones that fit a node, each node then keeps the layout that suits its share, where one placement
+// of the whole cluster keeps one layout and block size for all; no sequence crosses a node.
+inline constexpr std::string_view kNodeGroupsLayout = "node groups";
 // A few long sequences: at most kStructuredMaxSequences with one holding half the batch's tokens,
 // or at most kStructuredDenseMaxSequences whose longest leaves at least kDenseSequenceDensity of
 // its pairs (causal, full). A ring layout cuts every sequence into two chunks per device, so with

@@ -3,9 +3,11 @@
 // layers.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "dcp/selection/plan_search.h"
+#include "dcp/sim/simulator.h"
 
 namespace dcp::plan_search {
 
@@ -30,6 +32,17 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
 // below kDenseMinBlockSize where that rule applies (plan_search.h). Throws InvalidInput for a
 // size below 1.
 std::vector<TokenCount> searched_block_sizes(const Workload& workload, const PlanOptions& options);
+
+// What the rest of the layer adds to `built`'s simulated passes: sim::lockstep_layer_seconds
+// over its devices (their Programs' ends, the rest for the tokens each holds) less the passes'
+// times (0 without PlanOptions::token_flops). Throws InvalidInput as placement_options_of does.
+double token_seconds_of(const BuiltPlan& built, const sim::PlanSimulation& simulation,
+                        const PlanOptions& options);
+
+// dcp's own plan in node groups (kNodeGroupsLayout, plan_search.h) with build_own's options, its
+// Programs compiled; nothing on one node, or where some sequence does not fit a node's share of
+// the tokens within placement.eps_memory whole (deal_by_work leaves it out).
+std::optional<BuiltPlan> build_node_groups(const Workload& workload, const PlanOptions& options);
 
 // The own candidate build_own kept, the first fastest of plan.own_candidates (whose simulated
 // times are the plan's), or nullptr where none was simulated (one block size).

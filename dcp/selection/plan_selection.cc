@@ -16,6 +16,7 @@
 #include "dcp/selection/plan_search.h"
 #include "dcp/selection/plan_search_internal.h"
 #include "dcp/sim/simulator.h"
+#include "dcp/sim/step_model.h"
 
 namespace dcp {
 
@@ -25,14 +26,32 @@ void sweep_block_sizes_when_automatic(PlanOptions& plan, bool automatic_block_si
   }
 }
 
+namespace plan_search {
+
+double token_seconds_of(const BuiltPlan& built, const sim::PlanSimulation& simulation,
+                        const PlanOptions& options) {
+  const double per_token = seconds_per_token(options);
+  if (per_token == 0) return 0;
+  const std::vector<TokenCount> tokens = device_tokens(built.workload, built.placement);
+  std::vector<sim::DeviceLayer> devices(tokens.size());
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    devices[d] = {simulation.forward.devices[d].end, simulation.backward.devices[d].end,
+                  per_token * static_cast<double>(tokens[d])};
+  }
+  return std::max(0.0, sim::lockstep_layer_seconds(devices) - simulation.forward.seconds -
+                           simulation.backward.seconds);
+}
+
+}  // namespace plan_search
+
 namespace {
 
-// The candidate's step: its simulated passes and the rest of the layer on its busiest device.
+// The candidate's step: its simulated passes and the rest of the layer on its devices.
 PlanCandidate simulated(const BuiltPlan& built, std::string strategy, const PlanOptions& options) {
   const sim::PlanSimulation simulation = sim::simulate(built.plan, options.cluster);
   PlanCandidate candidate{std::move(strategy),        true, "", true, 0, simulation.forward.seconds,
                           simulation.backward.seconds};
-  candidate.token_seconds = token_seconds_of(built.workload, built.placement, options);
+  candidate.token_seconds = plan_search::token_seconds_of(built, simulation, options);
   candidate.estimate_seconds = candidate.seconds();
   return candidate;
 }

@@ -158,4 +158,22 @@ StepRates fit_step_rates(const TransformerConfig& model, const ClusterSpec& gpus
   return {1 / slope, fixed, at_peak};
 }
 
+double lockstep_layer_seconds(std::span<const DeviceLayer> devices) {
+  if (devices.empty()) throw InvalidInput("a layer's step needs a device");
+  double forward = 0;
+  double backward = 0;
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    const DeviceLayer& device = devices[d];
+    for (const double seconds : {device.forward, device.backward, device.rest}) {
+      if (!std::isfinite(seconds) || seconds < 0) {
+        throw InvalidInput("device " + std::to_string(d) + "'s layer has a time of " +
+                           std::to_string(seconds) + " s");
+      }
+    }
+    forward = std::max(forward, device.forward + device.rest / 3);
+    backward = std::max(backward, device.backward + 2 * device.rest / 3);
+  }
+  return forward + backward;
+}
+
 }  // namespace dcp::sim

@@ -76,6 +76,23 @@ struct StepTime {
 StepTime step_time(const TransformerConfig& model, const StepRates& rates, const ClusterSpec& gpus,
                    double tokens, double attention_forward, double attention_backward);
 
+// One device's share of one layer: the end of its attention Program in each simulated pass
+// (DeviceTimeline::end) and the rest of the layer for the tokens it holds (projections, MLP,
+// norms; forward and backward), in seconds.
+struct DeviceLayer {
+  double forward = 0;
+  double backward = 0;
+  double rest = 0;
+};
+
+// One layer's step where every device runs both its attention and the rest of the layer for its
+// tokens, and the devices go from layer to layer together (data parallelism over them gathers
+// each layer's parameters and reduces its gradients): per pass, the slowest device's attention
+// plus its share of the rest, a third forward and two thirds backward (a dense layer's backward
+// is twice its forward). At least the passes' own times; at most those plus the largest rest.
+// Throws InvalidInput for no devices or a negative or non-finite time.
+double lockstep_layer_seconds(std::span<const DeviceLayer> devices);
+
 // A measured step and what the model knows of it, for fitting StepRates.
 struct MeasuredStep {
   double seconds = 0;  // measured

@@ -237,5 +237,24 @@ TEST(SampleBatches, ThrowsInsteadOfLoopingWhenNoBatchCanBeFilled) {
                InvalidInput);
 }
 
+TEST(DealByWork, DealsLargestWorkFirstToTheLeastLoadedGroupWithRoom) {
+  const std::vector<TokenCount> lengths = {10, 10, 10, 10};
+  const std::vector<double> works = {4, 3, 2, 1};
+  // 0 and 1 apart, 2 to the lighter (1: 3 < 4), 3 to group 0 (4 < 5).
+  EXPECT_EQ(deal_by_work(works, lengths, 2, 100),
+            (std::vector<std::vector<std::size_t>>{{0, 3}, {1, 2}}));
+  // Room for two samples per group: the third sample of the heavier group goes elsewhere.
+  EXPECT_EQ(deal_by_work(works, lengths, 2, 20),
+            (std::vector<std::vector<std::size_t>>{{0, 3}, {1, 2}}));
+  // No room for the 30-token sample: left out.
+  const std::vector<TokenCount> one_long = {10, 10, 10, 30};
+  EXPECT_EQ(deal_by_work(works, one_long, 2, 20),
+            (std::vector<std::vector<std::size_t>>{{0}, {1, 2}}));
+  EXPECT_THROW(deal_by_work(works, lengths, 0, 20), InvalidInput);
+  const std::vector<double> one_work = {1.0};
+  EXPECT_THROW(deal_by_work(one_work, lengths, 2, 20), InvalidInput);
+}
+
 }  // namespace
+
 }  // namespace dcp

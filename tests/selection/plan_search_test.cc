@@ -5,6 +5,7 @@
 #include "dcp/selection/plan_search.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "dcp/program/plan_file/plan_file.h"
 #include "dcp/program/program_stats.h"
 #include "dcp/program/verifier/verifier.h"
+#include "dcp/selection/plan_search_internal.h"
 #include "dcp/sim/simulator.h"
 
 #include "tests/testing/plan_fixtures.h"
@@ -54,6 +56,7 @@ TEST(PlanSearch, StructuredCandidatesWhereFewLongSequences) {
   options.block_sizes = {256, 512};
   options.placement.eps_compute = kRetryEpsCompute;  // no retry at a tighter balance
   options.packed_layout = false;                     // (its own test below)
+  options.node_groups = false;
   const BuiltPlan built = build_plan(workload, options);
   ASSERT_EQ(built.own_candidates.size(), 4u);
   EXPECT_EQ(built.own_candidates[0].block_size, 256);
@@ -184,6 +187,7 @@ TEST(PlanSearch, NoFineBlocksWhereOneDenseSequenceDominates) {
   options.block_sizes = {1024, kDenseMinBlockSize};
   options.placement.eps_compute = kRetryEpsCompute;  // no retry at a tighter balance
   options.packed_layout = false;
+  options.node_groups = false;
   const auto sizes = [&](MaskKind kind) {
     std::vector<std::string> tried;
     for (const OwnCandidate& c :
@@ -292,6 +296,7 @@ TEST(PlanSearch, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
   options.structured_layouts = false;  // (one sequence holds most tokens: see the next test)
   options.placement.eps_compute = kRetryEpsCompute;  // no retry (the test after the next)
   options.packed_layout = false;
+  options.node_groups = false;
   const BuiltPlan swept = build_plan(workload, options);
   ASSERT_EQ(swept.own_candidates.size(), 3u);
   EXPECT_EQ(swept.own_candidates[0].block_size, 128);
@@ -337,6 +342,7 @@ TEST(PlanSearch, RetriesItsFastestPartitionsAtATighterBalance) {
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
   options.block_sizes = {64, 128, 256};
   options.packed_layout = false;
+  options.node_groups = false;
   ASSERT_GT(options.placement.eps_compute, kRetryEpsCompute);
   const BuiltPlan built = build_plan(workload, options);
   ASSERT_GE(built.own_candidates.size(), 3u);
@@ -378,6 +384,7 @@ TEST(PlanSearch, SelectingFromDcpPuresPlanGivesBuildPlansDcpPlan) {
       // Packed sequences are dcp's fastest on all of these batches; without them a static plan
       // wins on some, which the selection must give whole too.
       options.packed_layout = false;
+      options.node_groups = false;
       if (fast) {
         options.cluster.inter_node_bandwidth *= 50;
         options.cluster.inter_node_stream_bandwidth *= 50;
@@ -460,9 +467,10 @@ TEST(PlanSearch, DcpKeepsTheFastestOfItsOwnAndTheStaticPlansUnderTheSimulator) {
                   .selection.candidates.empty());
 }
 
-// With token_flops, every candidate's step adds the rest of the layer on its busiest device (its
-// tokens at the cluster's forward rate), and the kept plan is the fastest by that step.
-TEST(PlanSearch, TokenFlopsPriceEachCandidatesBusiestDevice) {
+// With token_flops, every candidate's step adds the rest of the layer for each device's tokens (at
+// the cluster's forward rate) to its simulated passes, each pass of the layer ending with its
+// slowest device (sim::lockstep_layer_seconds), and the kept plan is the fastest by that step.
+TEST(PlanSearch, TokenFlopsPriceEachDevicesTokensBesideItsAttention) {
   const Workload workload = small_workload(random_batch(41), MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 2});
   options.block_sizes = {64, 128};
@@ -472,35 +480,93 @@ TEST(PlanSearch, TokenFlopsPriceEachCandidatesBusiestDevice) {
   // A rest of the layer as heavy as a 4K-token sequence's attention per token.
   options.token_flops = 3.5 * 4 * 128 * 8 * 2048;
   const BuiltPlan best = build_plan(workload, options);
-  const auto busiest = [&](const Workload& cut, const Placement& placement) {
-    std::vector<TokenCount> held(static_cast<std::size_t>(placement.cluster.devices()), 0);
-    for (BlockId b = 0; b < cut.blocks().block_count(); ++b) {
-      held[static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(b)])] +=
-          cut.blocks().block(b).tokens;
-    }
-    return static_cast<double>(*std::max_element(held.begin(), held.end()));
-  };
+  std::vector<TokenCount> held(4, 0);
+  for (BlockId b = 0; b < best.workload.blocks().block_count(); ++b) {
+    held[static_cast<std::size_t>(
+        best.placement.token_block_device[static_cast<std::size_t>(b)])] +=
+        best.workload.blocks().block(b).tokens;
+  }
   const double per_token = options.token_flops / options.cluster.forward_flops;
   EXPECT_DOUBLE_EQ(token_seconds_of(best.workload, best.placement, options),
-                   per_token * busiest(best.workload, best.placement));
+                   per_token * static_cast<double>(*std::max_element(held.begin(), held.end())));
   const double mean = per_token * static_cast<double>(workload.batch().total_tokens()) / 4;
   EXPECT_DOUBLE_EQ(mean_token_seconds(workload, options), mean);
   double kept = 0;
   for (const PlanCandidate& candidate : best.selection.candidates) {
     if (!candidate.feasible || !candidate.simulated) continue;
-    EXPECT_GE(candidate.token_seconds, mean * (1 - 1e-12)) << candidate.strategy;
+    EXPECT_GE(candidate.token_seconds, 0) << candidate.strategy;
     if (candidate.strategy == best.selection.kept) kept = candidate.seconds();
   }
   for (const PlanCandidate& candidate : best.selection.candidates) {
     if (candidate.feasible && candidate.simulated) EXPECT_LE(kept, candidate.seconds());
   }
   for (const OwnCandidate& own : best.own_candidates) EXPECT_GT(own.token_seconds, 0);
-  // The kept plan's step is its simulated passes plus its busiest device's tokens.
+  // The kept plan's step, from its Programs' simulated ends and its devices' tokens: per pass,
+  // the slowest device's attention and its share of the rest (a third forward, two backward).
   const sim::PlanSimulation simulated = sim::simulate(best.plan, options.cluster);
-  EXPECT_NEAR(kept, simulated.seconds() + token_seconds_of(best.workload, best.placement, options),
-              1e-12);
+  double forward = 0;
+  double backward = 0;
+  for (std::size_t d = 0; d < 4; ++d) {
+    const double rest = per_token * static_cast<double>(held[d]);
+    forward = std::max(forward, simulated.forward.devices[d].end + rest / 3);
+    backward = std::max(backward, simulated.backward.devices[d].end + 2 * rest / 3);
+  }
+  EXPECT_NEAR(kept, forward + backward, 1e-12);
+  // Between the passes alone and the passes plus the busiest device's rest.
+  EXPECT_GE(kept, simulated.seconds());
+  EXPECT_LE(kept,
+            simulated.seconds() + token_seconds_of(best.workload, best.placement, options) + 1e-12);
+  EXPECT_GE(kept, mean);
   options.token_flops = -1;
   EXPECT_THROW(build_plan(workload, options), InvalidInput);
+}
+
+// Over several nodes, dcp's own search also deals the sequences whole to the nodes by their work
+// and plans each node's share alone (kNodeGroupsLayout): no sequence crosses a node, each node's
+// sequences at the block size its own search kept, and the joined plan is verified and simulated
+// as the candidate says. A sequence too long for a node's share leaves it out; so does one node.
+TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
+  const Workload workload = small_workload(random_batch(44), MaskKind::kCausal, 8, 2);
+  PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
+  options.block_sizes = {64, 128};
+  options.token_flops = 3.5 * 4 * 128 * 8 * 512;
+  const BuiltPlan built = build_plan(workload, options);
+  const auto grouped =
+      std::find_if(built.own_candidates.begin(), built.own_candidates.end(),
+                   [](const OwnCandidate& c) { return c.layout == kNodeGroupsLayout; });
+  ASSERT_NE(grouped, built.own_candidates.end());
+  EXPECT_EQ(grouped->block_size, 0);
+  const std::optional<BuiltPlan> joined = plan_search::build_node_groups(workload, options);
+  ASSERT_TRUE(joined.has_value());
+  EXPECT_TRUE(verify(joined->plan).ok);
+  const sim::PlanSimulation simulated = sim::simulate(joined->plan, options.cluster);
+  EXPECT_DOUBLE_EQ(simulated.forward.seconds, grouped->forward_seconds);
+  EXPECT_DOUBLE_EQ(simulated.backward.seconds, grouped->backward_seconds);
+  const BlockLayout& blocks = joined->workload.blocks();
+  for (SeqIndex seq = 0; seq < workload.batch().size(); ++seq) {
+    const std::int32_t node = options.cluster.shape.node_of(
+        joined->placement.token_block_device[static_cast<std::size_t>(blocks.block_id(seq, 0))]);
+    for (LocalBlockIndex b = 0; b < blocks.blocks_in(seq); ++b) {
+      EXPECT_EQ(options.cluster.shape.node_of(
+                    joined->placement
+                        .token_block_device[static_cast<std::size_t>(blocks.block_id(seq, b))]),
+                node)
+          << "sequence " << seq;
+    }
+  }
+  EXPECT_EQ(joined->plan.forward.size(), 4u);
+  // Deterministic: the same plan bytes again.
+  const std::optional<BuiltPlan> again = plan_search::build_node_groups(workload, options);
+  EXPECT_EQ(serialize_plan(again->plan), serialize_plan(joined->plan));
+  // One sequence of more than a node's share: no node groups; nor on one node.
+  const Workload long_one = small_workload(SequenceBatch({900, 60, 40}), MaskKind::kCausal, 8, 2);
+  EXPECT_FALSE(plan_search::build_node_groups(long_one, options).has_value());
+  PlanOptions one_node = a100_plan_options(Strategy::kDcpPure, {1, 4});
+  one_node.block_sizes = {64, 128};
+  EXPECT_FALSE(plan_search::build_node_groups(workload, one_node).has_value());
+  options.node_groups = false;
+  for (const OwnCandidate& c : build_plan(workload, options).own_candidates)
+    EXPECT_NE(c.layout, kNodeGroupsLayout);
 }
 
 // dcp's own search also runs its Programs on the sequences packed whole at the smallest block size

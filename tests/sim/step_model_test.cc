@@ -111,5 +111,23 @@ TEST(StepModel, FitKeepsTheFixedTimeNonNegativeAndTheRateAtMostThePeak) {
   EXPECT_THROW(fit_step_rates(m, gpus, steps, 312e12), InvalidInput);
 }
 
+// Per pass, the slowest device's attention plus its share of the rest (a third forward, two thirds
+// backward): a device with little attention and many tokens can set a pass, and the step lies
+// between the passes alone and the passes plus the largest rest.
+TEST(StepModel, LockstepLayerEndsEachPassWithItsSlowestDevice) {
+  // Device 0: the longest attention; device 1: the most tokens.
+  const std::vector<DeviceLayer> devices = {{4.0, 8.0, 3.0}, {1.0, 2.0, 12.0}};
+  // Forward: max(4 + 1, 1 + 4) = 5; backward: max(8 + 2, 2 + 8) = 10.
+  EXPECT_DOUBLE_EQ(lockstep_layer_seconds(devices), 15.0);
+  const std::vector<DeviceLayer> heavy = {{4.0, 8.0, 3.0}, {1.0, 2.0, 30.0}};
+  // Forward: max(5, 11) = 11; backward: max(10, 22) = 22.
+  EXPECT_DOUBLE_EQ(lockstep_layer_seconds(heavy), 33.0);
+  EXPECT_GE(lockstep_layer_seconds(heavy), 4.0 + 8.0);
+  EXPECT_LE(lockstep_layer_seconds(heavy), 4.0 + 8.0 + 30.0);
+  EXPECT_THROW(lockstep_layer_seconds({}), InvalidInput);
+  const std::vector<DeviceLayer> negative = {{1.0, -1.0, 0.0}};
+  EXPECT_THROW(lockstep_layer_seconds(negative), InvalidInput);
+}
+
 }  // namespace
 }  // namespace dcp::sim

@@ -114,12 +114,17 @@ PlacementMetrics evaluate(const Workload& workload, const BlockHypergraph& hyper
   return metrics;
 }
 
-TokenCount busiest_device_tokens(const Workload& workload, const Placement& placement) {
+std::vector<TokenCount> device_tokens(const Workload& workload, const Placement& placement) {
   std::vector<TokenCount> held(static_cast<std::size_t>(placement.cluster.devices()), 0);
   for (BlockId b = 0; b < workload.blocks().block_count(); ++b) {
     held[static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(b)])] +=
         workload.blocks().block(b).tokens;
   }
+  return held;
+}
+
+TokenCount busiest_device_tokens(const Workload& workload, const Placement& placement) {
+  const std::vector<TokenCount> held = device_tokens(workload, placement);
   return *std::max_element(held.begin(), held.end());
 }
 

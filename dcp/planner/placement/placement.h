@@ -22,6 +22,8 @@ struct Placement {
 // Throws InvalidInput unless every token block and work unit of `workload` has a device in range.
 void validate(const Placement& placement, const Workload& workload);
 
+// The tokens each device holds of `workload` under `placement`, by device id.
+std::vector<TokenCount> device_tokens(const Workload& workload, const Placement& placement);
 // The tokens of the device holding the most of `workload`'s tokens under `placement`.
 TokenCount busiest_device_tokens(const Workload& workload, const Placement& placement);
 

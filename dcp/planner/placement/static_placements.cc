@@ -66,14 +66,14 @@ Placement zigzag_block_placement(const Workload& workload, const ClusterShape& c
 }
 
 PackedPlacement packed_placement(const Workload& workload, const ClusterShape& cluster,
-                                 double eps_memory, PackingRule rule) {
+                                 double eps_memory, PackingRule rule, double token_pairs) {
   const BlockLayout& blocks = workload.blocks();
   const SequenceBatch& batch = workload.batch();
   const auto devices = static_cast<std::size_t>(cluster.devices());
   const double cap =
       (1 + eps_memory) * static_cast<double>(batch.total_tokens()) / static_cast<double>(devices);
   std::vector<TokenCount> held(devices, 0);
-  std::vector<PairCount> work(devices, 0);
+  std::vector<double> work(devices, 0);
   // Among [first, last), the device that takes `tokens` within the cap and ranks first under
   // `better`, or none; the lowest id on a tie.
   const auto fitting = [&](std::size_t first, std::size_t last, TokenCount tokens,
@@ -121,7 +121,13 @@ PackedPlacement packed_placement(const Workload& workload, const ClusterShape& c
     // Its work runs with its q blocks (place_work_with_q below).
     for (const Tile& tile : workload.tiles_of(seq)) {
       work[static_cast<std::size_t>(placement.token_block_device[static_cast<std::size_t>(
-          blocks.block_id(seq, tile.q_block))])] += tile.pairs;
+          blocks.block_id(seq, tile.q_block))])] += static_cast<double>(tile.pairs);
+    }
+    for (LocalBlockIndex b = 0; b < blocks.blocks_in(seq); ++b) {
+      const BlockId block = blocks.block_id(seq, b);
+      work[static_cast<std::size_t>(
+          placement.token_block_device[static_cast<std::size_t>(block)])] +=
+          token_pairs * static_cast<double>(blocks.block(block).tokens);
     }
   }
   for (const TokenCount tokens : held) {

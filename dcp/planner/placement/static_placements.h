@@ -47,9 +47,10 @@ Placement zigzag_block_placement(const Workload& workload, const ClusterShape& c
 Placement greedy_placement(const Workload& workload, const ClusterShape& cluster,
                            double eps_compute);
 
-// How packed_placement chooses a whole sequence's device among those it fits: the least attention
-// work (pairs; then the fewest tokens), which spreads the long sequences' quadratic work, or the
-// most tokens (best fit), which leaves room for the long ones where the cap is tight.
+// How packed_placement chooses a whole sequence's device among those it fits: the least work (its
+// attention pairs and the rest of the layer for its tokens; then the fewest tokens), which spreads
+// the long sequences' quadratic work, or the most tokens (best fit), which leaves room for the
+// long ones where the cap is tight.
 enum class PackingRule : std::uint8_t { kLeastWork, kBestFit };
 
 // Sequences packed whole: longest first, each on a device where it fits within (1 + eps_memory) x
@@ -58,12 +59,14 @@ enum class PackingRule : std::uint8_t { kLeastWork, kBestFit };
 // fits (else the device with the fewest tokens of all). Every work unit on its q block's device.
 // Data parallelism at the sequence level: short sequences move nothing, and only the sequences
 // too long for a device's share are spread. within_bounds: whether every device holds at most
-// that many tokens.
+// that many tokens. token_pairs: the rest of a layer per token, in pairs of one head's attention
+// (pairs_per_token_of), that kLeastWork counts with the pairs; 0: attention alone.
 struct PackedPlacement {
   Placement placement;
   bool within_bounds = true;
 };
 PackedPlacement packed_placement(const Workload& workload, const ClusterShape& cluster,
-                                 double eps_memory, PackingRule rule = PackingRule::kLeastWork);
+                                 double eps_memory, PackingRule rule = PackingRule::kLeastWork,
+                                 double token_pairs = 0);
 
 }  // namespace dcp

@@ -29,22 +29,6 @@ TEST(PoolSuite, DynamicGroupIsTheSmallestPowerOfTwoThatHoldsTheSample) {
   EXPECT_THROW(dynamic_group_size(0, 2048), InvalidInput);
 }
 
-TEST(PoolSuite, DealsLargestWorkFirstToTheLeastLoadedGroupWithRoom) {
-  const std::vector<TokenCount> lengths = {10, 10, 10, 10};
-  const std::vector<double> works = {4, 3, 2, 1};
-  // 0 and 1 apart, 2 to the lighter (1: 3 < 4), 3 to group 0 (4 < 5).
-  EXPECT_EQ(deal_by_work(works, lengths, 2, 100),
-            (std::vector<std::vector<std::size_t>>{{0, 3}, {1, 2}}));
-  // Room for two samples per group: the third sample of the heavier group goes elsewhere.
-  EXPECT_EQ(deal_by_work(works, lengths, 2, 20),
-            (std::vector<std::vector<std::size_t>>{{0, 3}, {1, 2}}));
-  // No room for the 30-token sample: left out.
-  EXPECT_EQ(deal_by_work(works, {10, 10, 10, 30}, 2, 20),
-            (std::vector<std::vector<std::size_t>>{{0}, {1, 2}}));
-  EXPECT_THROW(deal_by_work(works, lengths, 0, 20), InvalidInput);
-  EXPECT_THROW(deal_by_work({1.0}, lengths, 2, 20), InvalidInput);
-}
-
 TEST(PoolSuite, DynamicLayoutPutsEverySampleOnceInGroupsThatHoldIt) {
   const sim::TransformerConfig model = pool_model();
   const std::vector<TokenCount> lengths = {8000, 5000, 3000, 2048, 1500, 900, 700, 300, 200, 100};

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+// dcp's own plan in node groups: the batch's sequences dealt whole to the nodes by their work,
+// each node's share planned by dcp's own search on that node alone, the plans joined into one
+// placement of the whole cluster.
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dcp/core/error.h"
+#include "dcp/core/timing.h"
+
+#include "dcp/model/sequence_batch.h"
+
+#include "dcp/data/batch_packing.h"
+
+#include "dcp/planner/plan_builder.h"
+#include "dcp/selection/plan_search.h"
+#include "dcp/selection/plan_search_internal.h"
+
+namespace dcp::plan_search {
+namespace {
+
+Workload sub_workload(const Workload& workload, const std::vector<std::size_t>& sequences) {
+  std::vector<TokenCount> lengths;
+  std::vector<SequenceMask> masks;
+  for (const std::size_t seq : sequences) {
+    lengths.push_back(workload.batch().length(static_cast<SeqIndex>(seq)));
+    masks.push_back(workload.mask(static_cast<SeqIndex>(seq)));
+  }
+  return Workload(workload.shape(), SequenceBatch(std::move(lengths)), std::move(masks),
+                  workload.blocks().block_size(), workload.heads().head_block_size());
+}
+
+}  // namespace
+
+std::optional<BuiltPlan> build_node_groups(const Workload& workload, const PlanOptions& options) {
+  const ClusterShape& shape = options.cluster.shape;
+  if (shape.nodes < 2) return std::nullopt;
+  const auto start = Clock::now();
+  const SequenceBatch& batch = workload.batch();
+  const double node_mean = static_cast<double>(batch.total_tokens()) / shape.nodes;
+  const double device_bound =
+      (1 + options.placement.eps_memory) * node_mean / shape.devices_per_node;
+  // A sequence's work: its attention pairs and the rest of the layer for its tokens.
+  const double token_pairs = pairs_per_token_of(workload, options);
+  std::vector<double> works;
+  for (SeqIndex seq = 0; seq < batch.size(); ++seq) {
+    works.push_back(static_cast<double>(workload.sequence_pairs(seq)) +
+                    token_pairs * static_cast<double>(batch.length(seq)));
+  }
+  const auto capacity = static_cast<TokenCount>(
+      std::floor(device_bound * static_cast<double>(shape.devices_per_node)));
+  const std::vector<std::vector<std::size_t>> shares =
+      deal_by_work(works, batch.lengths(), shape.nodes, capacity);
+  std::size_t dealt = 0;
+  for (const std::vector<std::size_t>& share : shares) dealt += share.size();
+  // A sequence too long for a node's share needs the whole cluster's placement.
+  if (dealt < static_cast<std::size_t>(batch.size())) return std::nullopt;
+
+  // Each node's share by dcp's own search on that node: its sequences whole there, each device
+  // within the cluster's memory bound (the node's own mean differs from the cluster's), partials
+  // in one dtype, on placements only (so that they join into one).
+  const DType partial_dtype = partial_dtype_of(options, workload.shape().dtype);
+  std::vector<std::optional<BuiltPlan>> groups(shares.size());
+  std::vector<TokenCount> block_sizes(static_cast<std::size_t>(batch.size()));
+  bool within_bounds = true;
+  for (std::size_t node = 0; node < shares.size(); ++node) {
+    if (shares[node].empty()) continue;
+    const Workload share = sub_workload(workload, shares[node]);
+    PlanOptions node_options = options;
+    node_options.cluster.shape = ClusterShape{1, shape.devices_per_node};
+    const double share_mean =
+        static_cast<double>(share.batch().total_tokens()) / shape.devices_per_node;
+    node_options.placement.eps_memory = std::max(0.0, device_bound / share_mean - 1);
+    node_options.structured_layouts = false;
+    node_options.partial_dtype = partial_dtype;
+    groups[node].emplace(build_own(share, node_options));
+    const Workload& cut = groups[node]->workload;
+    within_bounds = within_bounds && groups[node]->placement_within_bounds;
+    for (std::size_t i = 0; i < shares[node].size(); ++i) {
+      const auto local = static_cast<SeqIndex>(i);
+      block_sizes[shares[node][i]] = cut.blocks().block(cut.blocks().block_id(local, 0)).tokens;
+    }
+  }
+
+  std::vector<SequenceMask> masks;
+  for (SeqIndex seq = 0; seq < batch.size(); ++seq) masks.push_back(workload.mask(seq));
+  Workload joined(workload.shape(), batch, std::move(masks), block_sizes,
+                  workload.heads().head_block_size());
+  Placement placement;
+  placement.cluster = shape;
+  placement.token_block_device.assign(static_cast<std::size_t>(joined.blocks().block_count()), 0);
+  placement.work_unit_device.assign(static_cast<std::size_t>(joined.work_unit_count()), 0);
+  const HeadBlockIndex head_blocks = joined.heads().count();
+  for (std::size_t node = 0; node < shares.size(); ++node) {
+    if (!groups[node]) continue;
+    const Workload& cut = groups[node]->workload;
+    const Placement& local_placement = groups[node]->placement;
+    const auto first_device = static_cast<DeviceId>(node) * shape.devices_per_node;
+    for (std::size_t i = 0; i < shares[node].size(); ++i) {
+      const auto local = static_cast<SeqIndex>(i);
+      const auto seq = static_cast<SeqIndex>(shares[node][i]);
+      const LocalBlockIndex blocks = joined.blocks().blocks_in(seq);
+      const auto tiles = static_cast<TileId>(joined.tiles_of(seq).size());
+      if (blocks != cut.blocks().blocks_in(local) ||
+          tiles != static_cast<TileId>(cut.tiles_of(local).size())) {
+        throw Error("node groups: sequence " + std::to_string(seq) +
+                    " is cut differently in its node's plan");
+      }
+      for (LocalBlockIndex b = 0; b < blocks; ++b) {
+        placement.token_block_device[static_cast<std::size_t>(joined.blocks().block_id(seq, b))] =
+            first_device +
+            local_placement
+                .token_block_device[static_cast<std::size_t>(cut.blocks().block_id(local, b))];
+      }
+      for (HeadBlockIndex head_block = 0; head_block < head_blocks; ++head_block) {
+        for (TileId t = 0; t < tiles; ++t) {
+          const WorkUnitId to = joined.work_unit_id(head_block, joined.first_tile(seq) + t);
+          const WorkUnitId from = cut.work_unit_id(head_block, cut.first_tile(local) + t);
+          placement.work_unit_device[static_cast<std::size_t>(to)] =
+              first_device + local_placement.work_unit_device[static_cast<std::size_t>(from)];
+        }
+      }
+    }
+  }
+  const double groups_ms = ms_since(start);
+  BuiltPlan built = build_at_placement(joined, std::move(placement), within_bounds, options);
+  built.timings.partition_ms += groups_ms;
+  built.timings.total_ms += groups_ms;
+  return built;
+}
+
+}  // namespace dcp::plan_search

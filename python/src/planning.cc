@@ -388,31 +388,186 @@ void add_work_figures(nb::dict& d, const Workload& w) {
   d["pairs"] = pairs;
 }
 
-}  // namespace
+// dcp._core.planner_options(): the planner's table as Python reads it.
+nb::list described_planner_options() {
+  nb::list described;
+  for (const PlannerOption& option : planner_options()) {
+    nb::dict d;
+    d["name"] = std::string(option.name);
+    d["type"] = std::string(to_string(option.type));
+    d["default"] = std::string(option.default_text);
+    d["help"] = std::string(option.help);
+    d["flag"] = flag_of(option.name);
+    d["value_name"] = std::string(option.value_name);
+    described.append(d);
+  }
+  return described;
+}
 
-void bind_planning(nb::module_& m) {
+// The block model's figures of a request's batch (dcp.workload): its first kind's, and every
+// kind's under "kinds" when there are several.
+nb::dict workload_summary(const PlanRequest& request) {
+  WorkloadOptions options;
+  options.block_size = request.block_size;
+  options.head_block_size = request.head_block_size;
+  options.auto_block.devices = request.plan.cluster.shape.devices();
+  const SequenceBatch batch(request.lengths);
+  validate(request.shape);
+  const BuiltKinds built = make_kind_workloads(request.shape, batch, request.kinds, options);
+  const Workload& w = built.kinds.front().workload;
+  nb::dict d;
+  d["tokens"] = batch.total_tokens();
+  d["sequences"] = batch.lengths().size();
+  d["block_size"] =
+      built.block_size_choice ? built.block_size_choice->block_size : request.block_size;
+  d["token_blocks"] = w.blocks().block_count();
+  if (built.single()) {
+    add_work_figures(d, w);
+    return d;
+  }
+  nb::dict kinds;
+  for (const KindWorkload& kind : built.kinds) {
+    nb::dict entry;
+    entry["layers"] = kind.layers;
+    add_work_figures(entry, kind.workload);
+    kinds[nb::str(kind.name.c_str())] = entry;
+  }
+  d["kinds"] = kinds;
+  return d;
+}
+
+// A mask of one sequence as an int32 (length, K, 2) array of each row's key intervals, K the
+// most intervals of a row, rows with fewer padded with empty [0, 0) intervals.
+nb::ndarray<nb::numpy, std::int32_t> mask_interval_array(nb::handle mask, TokenCount length) {
+  if (length < 1) {
+    throw InvalidInput("length " + std::to_string(length) + " is not positive");
+  }
+  const std::vector<SequenceMask> masks = {sequence_mask(mask, length, "mask")};
+  std::vector<Interval> row;
+  std::size_t k = 1;
+  for (TokenCount i = 0; i < length; ++i) {
+    masks[0].row_intervals(i, row);
+    k = std::max(k, row.size());
+  }
+  auto* values = new std::vector<std::int32_t>(static_cast<std::size_t>(length) * k * 2, 0);
+  for (TokenCount i = 0; i < length; ++i) {
+    masks[0].row_intervals(i, row);
+    for (std::size_t j = 0; j < row.size(); ++j) {
+      const std::size_t at = (static_cast<std::size_t>(i) * k + j) * 2;
+      (*values)[at] = static_cast<std::int32_t>(row[j].begin);
+      (*values)[at + 1] = static_cast<std::int32_t>(row[j].end);
+    }
+  }
+  nb::capsule owner(values,
+                    [](void* p) noexcept { delete static_cast<std::vector<std::int32_t>*>(p); });
+  return nb::ndarray<nb::numpy, std::int32_t>(values->data(),
+                                              {static_cast<std::size_t>(length), k, 2}, owner);
+}
+
+// dcp's packing of samples of `lengths` into batches of at most tokens_per_batch tokens (their
+// indices), refusing a sample longer than that, naming it.
+std::vector<std::vector<std::size_t>> packed_indices(const std::vector<TokenCount>& lengths,
+                                                     TokenCount tokens_per_batch,
+                                                     std::uint64_t seed, bool shuffle) {
+  PackingOptions options;
+  options.tokens_per_batch = tokens_per_batch;
+  options.min_fill = 1.0 / static_cast<double>(std::max<TokenCount>(tokens_per_batch, 1));
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] > tokens_per_batch) {
+      throw InvalidInput("sample " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
+                         " tokens, more than tokens_per_batch " + std::to_string(tokens_per_batch));
+    }
+  }
+  return pack_batch_indices(lengths, options, seed, shuffle);
+}
+
+// Plan.verify(): the model plan's report, its first kind's passes, every kind's under "kinds".
+nb::dict verify_handle(const PlanHandle& h) {
+  ModelPlan storage;
+  const ModelPlan& model = h.held(storage);
+  ModelVerifyReport report;
+  {
+    nb::gil_scoped_release release;
+    report = verify(model);
+  }
+  const VerifyReport& first = report.kinds.front().report;
+  nb::dict d;
+  d["ok"] = report.ok;
+  d["message"] = model.is_single_plan() ? describe(first) : describe(report);
+  d["forward"] = pass_summary(first.forward);
+  d["backward"] = pass_summary(first.backward);
+  nb::dict kinds;
+  for (const KindVerifyReport& kind : report.kinds) {
+    nb::dict entry = verify_entry(kind.report);
+    entry["layers"] = kind.layers;
+    kinds[nb::str(kind.name.c_str())] = entry;
+  }
+  d["kinds"] = kinds;
+  return d;
+}
+
+// Plan.simulate(cluster): the first kind's passes, the seconds (a plan of one mask: its two
+// passes; with kinds, the training step) and every kind's under "kinds".
+nb::dict simulate_handle(const PlanHandle& h, const std::string& cluster) {
+  ModelPlan storage;
+  const ModelPlan& model = h.held(storage);
+  sim::ModelSimulation simulation;
+  {
+    nb::gil_scoped_release release;
+    simulation =
+        sim::simulate(model, sim::with_shape(resolve_cluster(cluster), h.plan().header.cluster));
+  }
+  const sim::PlanSimulation& first = simulation.kinds.front().passes;
+  nb::dict d;
+  d["forward"] = pass_simulation(first.forward);
+  d["backward"] = pass_simulation(first.backward);
+  d["seconds"] = model.is_single_plan() ? first.seconds() : simulation.step_seconds;
+  d["step_seconds"] = simulation.step_seconds;
+  nb::dict kinds;
+  for (const sim::KindSimulation& kind : simulation.kinds) {
+    nb::dict entry;
+    entry["layers"] = kind.layers;
+    entry["forward"] = pass_simulation(kind.passes.forward);
+    entry["backward"] = pass_simulation(kind.passes.backward);
+    entry["seconds"] = kind.passes.seconds();
+    kinds[nb::str(kind.name.c_str())] = entry;
+  }
+  d["kinds"] = kinds;
+  return d;
+}
+
+// Plan.to_json(): a plan of one mask as its plan's JSON; of kinds, each kind's name, layer count
+// and plan.
+std::string handle_json(const PlanHandle& h) {
+  ModelPlan storage;
+  const ModelPlan& model = h.held(storage);
+  if (model.is_single_plan()) return plan_to_json(model.kinds.front().plan);
+  JsonWriter json;
+  json.begin_object();
+  json.key("kinds").begin_array();
+  for (const KindPlan& kind : model.kinds) {
+    json.begin_object();
+    json.field("name", std::string_view(kind.name));
+    json.field("layers", std::int64_t{kind.layers});
+    json.key("plan").raw(plan_to_json(kind.plan));
+    json.end_object();
+  }
+  json.end_array();
+  json.end_object();
+  return json.str();
+}
+
+using PlanHandleClass = nb::class_<PlanHandle>;
+
+// Requests: their type, the planner's options, making one from Python's names and planning it.
+void bind_requests(nb::module_& m) {
   nb::class_<PlanRequest>(m, "PlanRequest",
                           "A batch with its attention kinds, attention shape, cluster and planner "
                           "options");
   m.attr("DEFAULT_CLUSTER") = std::string(kDefaultCluster);
-  m.def(
-      "planner_options",
-      [] {
-        nb::list described;
-        for (const PlannerOption& option : planner_options()) {
-          nb::dict d;
-          d["name"] = std::string(option.name);
-          d["type"] = std::string(to_string(option.type));
-          d["default"] = std::string(option.default_text);
-          d["help"] = std::string(option.help);
-          d["flag"] = flag_of(option.name);
-          d["value_name"] = std::string(option.value_name);
-          described.append(d);
-        }
-        return described;
-      },
-      "The planner's options (dcp/planner_options.h), each a dict: name (the keyword), type, "
-      "default (as text; empty: off), help, flag (the command line's) and value_name.");
+  m.def("planner_options", &described_planner_options,
+        "The planner's options (dcp/planner_options.h), each a dict: name (the keyword), type, "
+        "default (as text; empty: off), help, flag (the command line's) and value_name.");
   m.def("make_request", &make_request, nb::arg("seqlens"), nb::arg("masks"),
         nb::arg("layers").none(), nb::arg("options"),
         "A plan request: the batch, its masks (a dict: named attention kinds, with `layers` their "
@@ -425,83 +580,19 @@ void bind_planning(nb::module_& m) {
         return PlanHandle{std::move(built), nullptr, std::nullopt};
       },
       nb::call_guard<nb::gil_scoped_release>());
-  m.def("workload_summary", [](const PlanRequest& request) {
-    WorkloadOptions options;
-    options.block_size = request.block_size;
-    options.head_block_size = request.head_block_size;
-    options.auto_block.devices = request.plan.cluster.shape.devices();
-    const SequenceBatch batch(request.lengths);
-    validate(request.shape);
-    const BuiltKinds built = make_kind_workloads(request.shape, batch, request.kinds, options);
-    const Workload& w = built.kinds.front().workload;
-    nb::dict d;
-    d["tokens"] = batch.total_tokens();
-    d["sequences"] = batch.lengths().size();
-    d["block_size"] =
-        built.block_size_choice ? built.block_size_choice->block_size : request.block_size;
-    d["token_blocks"] = w.blocks().block_count();
-    if (built.single()) {
-      add_work_figures(d, w);
-      return d;
-    }
-    nb::dict kinds;
-    for (const KindWorkload& kind : built.kinds) {
-      nb::dict entry;
-      entry["layers"] = kind.layers;
-      add_work_figures(entry, kind.workload);
-      kinds[nb::str(kind.name.c_str())] = entry;
-    }
-    d["kinds"] = kinds;
-    return d;
-  });
-  m.def(
-      "mask_intervals",
-      [](nb::handle mask, TokenCount length) {
-        if (length < 1) {
-          throw InvalidInput("length " + std::to_string(length) + " is not positive");
-        }
-        const std::vector<SequenceMask> masks = {sequence_mask(mask, length, "mask")};
-        std::vector<Interval> row;
-        std::size_t k = 1;
-        for (TokenCount i = 0; i < length; ++i) {
-          masks[0].row_intervals(i, row);
-          k = std::max(k, row.size());
-        }
-        auto* values = new std::vector<std::int32_t>(static_cast<std::size_t>(length) * k * 2, 0);
-        for (TokenCount i = 0; i < length; ++i) {
-          masks[0].row_intervals(i, row);
-          for (std::size_t j = 0; j < row.size(); ++j) {
-            const std::size_t at = (static_cast<std::size_t>(i) * k + j) * 2;
-            (*values)[at] = static_cast<std::int32_t>(row[j].begin);
-            (*values)[at + 1] = static_cast<std::int32_t>(row[j].end);
-          }
-        }
-        nb::capsule owner(
-            values, [](void* p) noexcept { delete static_cast<std::vector<std::int32_t>*>(p); });
-        return nb::ndarray<nb::numpy, std::int32_t>(
-            values->data(), {static_cast<std::size_t>(length), k, 2}, owner);
-      },
-      nb::arg("mask"), nb::arg("length"));
-  m.def(
-      "pack_batch_indices",
-      [](const std::vector<TokenCount>& lengths, TokenCount tokens_per_batch, std::uint64_t seed,
-         bool shuffle) {
-        PackingOptions options;
-        options.tokens_per_batch = tokens_per_batch;
-        options.min_fill = 1.0 / static_cast<double>(std::max<TokenCount>(tokens_per_batch, 1));
-        for (std::size_t i = 0; i < lengths.size(); ++i) {
-          if (lengths[i] > tokens_per_batch) {
-            throw InvalidInput("sample " + std::to_string(i) + " has " +
-                               std::to_string(lengths[i]) + " tokens, more than tokens_per_batch " +
-                               std::to_string(tokens_per_batch));
-          }
-        }
-        return pack_batch_indices(lengths, options, seed, shuffle);
-      },
-      nb::arg("lengths"), nb::arg("tokens_per_batch"), nb::arg("seed"), nb::arg("shuffle"));
+}
 
-  nb::class_<PlanHandle>(m, "PlanHandle")
-      .def_prop_ro("strategy", [](const PlanHandle& h) { return h.plan().header.strategy; })
+// Batches without a plan: the block model's figures, a mask's intervals, packing.
+void bind_batches(nb::module_& m) {
+  m.def("workload_summary", &workload_summary);
+  m.def("mask_intervals", &mask_interval_array, nb::arg("mask"), nb::arg("length"));
+  m.def("pack_batch_indices", &packed_indices, nb::arg("lengths"), nb::arg("tokens_per_batch"),
+        nb::arg("seed"), nb::arg("shuffle"));
+}
+
+// A plan's header: its strategy, cluster, attention shape, sizes and planning time.
+void bind_plan_header(PlanHandleClass& handle) {
+  handle.def_prop_ro("strategy", [](const PlanHandle& h) { return h.plan().header.strategy; })
       .def_prop_ro("seed", [](const PlanHandle& h) { return h.plan().header.seed; })
       .def_prop_ro("nodes", [](const PlanHandle& h) { return h.plan().header.cluster.nodes; })
       .def_prop_ro("devices_per_node",
@@ -529,21 +620,30 @@ void bind_planning(nb::module_& m) {
       .def_prop_ro("seqlens",
                    [](const PlanHandle& h) { return runtime::plan_sequence_lengths(h.plan()); })
       .def_prop_ro("plan_ms",
-                   [](const PlanHandle& h) { return h.built ? h.built->timings.total_ms : 0.0; })
+                   [](const PlanHandle& h) { return h.built ? h.built->timings.total_ms : 0.0; });
+}
+
+// A rank's local tokens: how many, and each one's position in the packed batch.
+void bind_local_layout(PlanHandleClass& handle) {
+  handle
       .def("local_tokens",
            [](const PlanHandle& h, std::int32_t rank) {
              const Plan& plan = h.plan();
              return runtime::local_layout(plan.header, rank_program(plan, rank)).tokens();
            })
-      .def("local_token_positions",
-           [](const PlanHandle& h, std::int32_t rank) {
-             const Plan& plan = h.plan();
-             const runtime::LocalLayout layout =
-                 runtime::local_layout(plan.header, rank_program(plan, rank));
-             const SequenceBatch batch(runtime::plan_sequence_lengths(plan));
-             return to_numpy(
-                 runtime::local_token_positions(layout, batch.offsets(), batch.total_tokens()));
-           })
+      .def("local_token_positions", [](const PlanHandle& h, std::int32_t rank) {
+        const Plan& plan = h.plan();
+        const runtime::LocalLayout layout =
+            runtime::local_layout(plan.header, rank_program(plan, rank));
+        const SequenceBatch batch(runtime::plan_sequence_lengths(plan));
+        return to_numpy(
+            runtime::local_token_positions(layout, batch.offsets(), batch.total_tokens()));
+      });
+}
+
+// A plan's attention kinds: their names, layer counts, and the handle of one.
+void bind_plan_kinds(PlanHandleClass& handle) {
+  handle
       .def_prop_ro("kinds",
                    [](const PlanHandle& h) {
                      std::vector<std::string> names;
@@ -569,62 +669,17 @@ void bind_planning(nb::module_& m) {
             kind.kind = kind_index(h.model().names(), name);
             return kind;
           },
-          nb::arg("name"))
-      .def("verify",
-           [](const PlanHandle& h) {
-             ModelPlan storage;
-             const ModelPlan& model = h.held(storage);
-             ModelVerifyReport report;
-             {
-               nb::gil_scoped_release release;
-               report = verify(model);
-             }
-             const VerifyReport& first = report.kinds.front().report;
-             nb::dict d;
-             d["ok"] = report.ok;
-             d["message"] = model.is_single_plan() ? describe(first) : describe(report);
-             d["forward"] = pass_summary(first.forward);
-             d["backward"] = pass_summary(first.backward);
-             nb::dict kinds;
-             for (const KindVerifyReport& kind : report.kinds) {
-               nb::dict entry = verify_entry(kind.report);
-               entry["layers"] = kind.layers;
-               kinds[nb::str(kind.name.c_str())] = entry;
-             }
-             d["kinds"] = kinds;
-             return d;
-           })
-      .def(
-          "simulate",
-          [](const PlanHandle& h, const std::string& cluster) {
-            ModelPlan storage;
-            const ModelPlan& model = h.held(storage);
-            sim::ModelSimulation simulation;
-            {
-              nb::gil_scoped_release release;
-              simulation = sim::simulate(
-                  model, sim::with_shape(resolve_cluster(cluster), h.plan().header.cluster));
-            }
-            const sim::PlanSimulation& first = simulation.kinds.front().passes;
-            nb::dict d;
-            d["forward"] = pass_simulation(first.forward);
-            d["backward"] = pass_simulation(first.backward);
-            // A plan of one mask: its two passes, as ever; with kinds, the training step.
-            d["seconds"] = model.is_single_plan() ? first.seconds() : simulation.step_seconds;
-            d["step_seconds"] = simulation.step_seconds;
-            nb::dict kinds;
-            for (const sim::KindSimulation& kind : simulation.kinds) {
-              nb::dict entry;
-              entry["layers"] = kind.layers;
-              entry["forward"] = pass_simulation(kind.passes.forward);
-              entry["backward"] = pass_simulation(kind.passes.backward);
-              entry["seconds"] = kind.passes.seconds();
-              kinds[nb::str(kind.name.c_str())] = entry;
-            }
-            d["kinds"] = kinds;
-            return d;
-          },
-          nb::arg("cluster"))
+          nb::arg("name"));
+}
+
+// What a plan is checked with: the verifier and the simulator.
+void bind_plan_checks(PlanHandleClass& handle) {
+  handle.def("verify", &verify_handle).def("simulate", &simulate_handle, nb::arg("cluster"));
+}
+
+// A plan as bytes, a file and JSON, its equality, and plans read from files and bytes.
+void bind_plan_files(nb::module_& m, PlanHandleClass& handle) {
+  handle
       .def("to_bytes",
            [](const PlanHandle& h) {
              ModelPlan storage;
@@ -636,25 +691,7 @@ void bind_planning(nb::module_& m) {
              ModelPlan storage;
              write_model_plan_file(path, h.held(storage));
            })
-      .def("to_json",
-           [](const PlanHandle& h) {
-             ModelPlan storage;
-             const ModelPlan& model = h.held(storage);
-             if (model.is_single_plan()) return plan_to_json(model.kinds.front().plan);
-             JsonWriter json;
-             json.begin_object();
-             json.key("kinds").begin_array();
-             for (const KindPlan& kind : model.kinds) {
-               json.begin_object();
-               json.field("name", std::string_view(kind.name));
-               json.field("layers", std::int64_t{kind.layers});
-               json.key("plan").raw(plan_to_json(kind.plan));
-               json.end_object();
-             }
-             json.end_array();
-             json.end_object();
-             return json.str();
-           })
+      .def("to_json", &handle_json)
       .def("__eq__", [](const PlanHandle& a, const PlanHandle& b) {
         ModelPlan a_storage, b_storage;
         return a.held(a_storage) == b.held(b_storage);
@@ -663,7 +700,10 @@ void bind_planning(nb::module_& m) {
   m.def("plan_from_bytes", [](nb::bytes bytes) {
     return loaded(parse_model_plan(std::string_view(bytes.c_str(), bytes.size()), "plan bytes"));
   });
+}
 
+// Plans made in the background: the queue of requests, planned on its threads in order.
+void bind_plan_queue(nb::module_& m) {
   nb::class_<PlanQueue>(m, "PlanQueue")
       .def(nb::init<std::int32_t>(), nb::arg("threads"))
       .def("submit", [](PlanQueue& q, const PlanRequest& request) { return q.submit(request); })
@@ -677,6 +717,20 @@ void bind_planning(nb::module_& m) {
              return PlanHandle{std::move(built), nullptr, std::nullopt};
            })
       .def("close", &PlanQueue::close, nb::call_guard<nb::gil_scoped_release>());
+}
+
+}  // namespace
+
+void bind_planning(nb::module_& m) {
+  bind_requests(m);
+  bind_batches(m);
+  PlanHandleClass handle(m, "PlanHandle");
+  bind_plan_header(handle);
+  bind_local_layout(handle);
+  bind_plan_kinds(handle);
+  bind_plan_checks(handle);
+  bind_plan_files(m, handle);
+  bind_plan_queue(m);
 }
 
 }  // namespace dcp::python

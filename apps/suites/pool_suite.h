@@ -70,11 +70,15 @@ struct PoolRecord {
   TokenCount tokens = 0;
   TokenCount device_tokens = 0;  // the per-device bound
   LayoutStep fixed4;             // (a) fixed CP 4, shares balanced by work, best static strategy
-  LayoutStep fixed8;             // (a) fixed CP 8
-  LayoutStep dynamic;            // (b) Megatron-style dynamic CP
-  LayoutStep dcp_groups;         // (c) fixed CP 8, each group planned by dcp
-  LayoutStep pool;               // (d) dcp over the whole pool
-  double pool_plan_ms = 0;       // planning (d) on one thread
+  // Megatron's workload only: fixed CP 4 with TransformerEngine's a2a+p2p in every group, as (b)
+  // runs its groups: the baseline Megatron measured its dynamic CP against (its own CP), for the
+  // comparison with that measurement.
+  LayoutStep fixed4_te;
+  LayoutStep fixed8;        // (a) fixed CP 8
+  LayoutStep dynamic;       // (b) Megatron-style dynamic CP
+  LayoutStep dcp_groups;    // (c) fixed CP 8, each group planned by dcp
+  LayoutStep pool;          // (d) dcp over the whole pool
+  double pool_plan_ms = 0;  // planning (d) on one thread
   // The fastest of (a)-(c) that fits.
   double best_baseline_ms() const;
 };

@@ -526,7 +526,8 @@ def main(argv=None) -> int:
     args.warmup = args.warmup if args.warmup is not None else (3 if device.type == "cuda" else 0)
     args.inner = args.inner if args.inner is not None else (10 if device.type == "cuda" else 1)
 
-    from dcp.torch import triton_kernels as tk  # imports triton: after the environment check
+    # Imports triton: after the environment check.
+    from dcp.torch.kernels import triton_kernels as tk
     for name in ("attention_forward", "attention_backward", "table"):
         if not hasattr(tk, name):
             print(f"error: the installed dcp ({dcp.__file__}) has no triton_kernels.{name}; "

@@ -7,9 +7,9 @@ tokens, 1024..8192), masks causal, full, sliding window and lambda (sink + windo
 the executor lays them out (bench/gpu_attention.py's Tile: one arena of slots, one entry and one
 group per table). Per tile and pass (forward, backward):
   * triton: triton_kernels.attention_forward / attention_backward on the arena;
-  * flash: dcp.torch.varlen_route on the same arena and tables: the gathers, FlashAttention's
-    varlen kernels through torch (aten._flash_attention_forward / _backward) and the scatters
-    back into the slots;
+  * flash: dcp.torch.kernels.varlen_route on the same arena and tables: the gathers,
+    FlashAttention's varlen kernels through torch (aten._flash_attention_forward / _backward) and
+    the scatters back into the slots;
   * sdpa_flash: SDPA restricted to its flash backend on the same q, k, v ([1, heads, t, d]
     layout), for causal and full only (its backward: its forward+backward minus its forward);
     a reference, never chosen.
@@ -20,10 +20,11 @@ Before any timing, dcp's results on both kernels are checked against an fp32 tor
 (max |error| / max |reference|); a shape above the tolerance is not timed and the run exits 1.
 
 Records carry the tile's shape class as the route computes it from the mask (full, causal,
-window, split: dcp.torch.varlen_windows.shape_of); a (mask, tile) whose class another mask of the
-same tile already gave (a sliding window at least as long as the tile is causal) is measured
-once. --json writes {"config", "records"}: records of pass, shape, tokens, kernel, seconds (plus
-mask and TFLOP/s), the table dcp.torch.kernel_selection reads (DCP_ATTENTION_TIMINGS=FILE).
+window, split: dcp.torch.kernels.varlen_windows.shape_of); a (mask, tile) whose class another
+mask of the same tile already gave (a sliding window at least as long as the tile is causal) is
+measured once. --json writes {"config", "records"}: records of pass, shape, tokens, kernel,
+seconds (plus mask and TFLOP/s), the table dcp.torch.kernels.kernel_selection reads
+(DCP_ATTENTION_TIMINGS=FILE).
 
 On a GPU node (about a minute on an H200 at the defaults):
 
@@ -58,8 +59,8 @@ def mask_spec(mask: str, args) -> str | None:
 
 
 def shape_class(tile, rows) -> str:
-    from dcp.torch import varlen_route
-    from dcp.torch import varlen_windows as vw
+    from dcp.torch.kernels import varlen_route
+    from dcp.torch.kernels import varlen_windows as vw
     if rows is None:
         return vw.FULL
     host = tile.mask_rows.cpu().numpy(), tile.mask_intervals.cpu().numpy()
@@ -71,7 +72,7 @@ class FlashRoute:
     """The flash route over a Tile's arena and tables."""
 
     def __init__(self, tile, kernel):
-        from dcp.torch.varlen_route import VarlenRoute
+        from dcp.torch.kernels.varlen_route import VarlenRoute
 
         def host(t):
             return t.cpu().numpy()
@@ -160,7 +161,7 @@ def measure(tk, kernel, tokens: int, mask: str, seen: set, device, args) -> tupl
 def print_table(records: list[dict]) -> None:
     print("| tile | mask | shape | pass | triton ms | flash ms | sdpa_flash ms | chosen |")
     print("|---|---|---|---|---|---|---|---|")
-    from dcp.torch import kernel_selection as ks
+    from dcp.torch.kernels import kernel_selection as ks
     choices = ks.choose_kernels(records)
     cells: dict = {}
     for r in records:
@@ -206,8 +207,8 @@ def main(argv=None) -> int:
     args.warmup = args.warmup if args.warmup is not None else (2 if device.type == "cuda" else 0)
     args.inner = args.inner if args.inner is not None else (5 if device.type == "cuda" else 1)
 
-    from dcp.torch import triton_kernels as tk
-    from dcp.torch import varlen_kernels as vk
+    from dcp.torch.kernels import triton_kernels as tk
+    from dcp.torch.kernels import varlen_kernels as vk
     if device.type == "cuda":
         kernel = vk.AtenFlashKernel(device)  # ValueError naming the device if it has none
         name = torch.cuda.get_device_name(device)

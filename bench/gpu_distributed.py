@@ -106,12 +106,12 @@ def missing_features(args) -> str | None:
         return "the installed dcp's Plan has no local_token_positions()"
     if args.kernels == "triton":
         try:
-            from dcp.torch import triton_kernels as tk
+            from dcp.torch.kernels import triton_kernels as tk
         except ImportError as error:
-            return f"dcp.torch.triton_kernels does not import: {error}"
+            return f"dcp.torch.kernels.triton_kernels does not import: {error}"
         for name in ("attention_forward", "attention_backward"):
             if not hasattr(tk, name):
-                return f"the installed dcp.torch.triton_kernels has no {name}"
+                return f"the installed dcp.torch.kernels.triton_kernels has no {name}"
     return None
 
 

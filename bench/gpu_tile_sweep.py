@@ -10,7 +10,7 @@ sum of its median times over all tiles. A candidate that does not compile (too m
 memory) is reported and skipped.
 
 It prints a table per kernel and writes the winners as a tile table that
-`DCP_TRITON_TILES=FILE` (or dcp.torch.triton_kernels.set_tiles) applies:
+`DCP_TRITON_TILES=FILE` (or dcp.torch.kernels.triton_kernels.set_tiles) applies:
 
     python3 bench/gpu_tile_sweep.py [--head-dim 128] [--out tiles.json]
 
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
         return 2
     device = (torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda"
               else torch.device("cpu"))
-    from dcp.torch import triton_kernels as tk
+    from dcp.torch.kernels import triton_kernels as tk
     size = "d64" if args.head_dim <= 64 else "d128"
     dtype = ga.STORAGE[args.dtype]
     tiles = []

@@ -7,7 +7,7 @@ torch.distributed group and writes the cluster file that dcp.plan(cluster=FILE) 
     text = dcp.calibrate.calibrate()   # in a job that has initialized torch.distributed
     python -m dcp.calibrate --device-only --base h100-dgx --out my-gpu.cluster   # one GPU, no links
 
-Links are timed through the torch executor's own transport (dcp/torch/_transport.py: gloo on the
+Links are timed through the torch executor's own transport (dcp.torch.transport: gloo on the
 CPU, NCCL on CUDA); kernels are the ones the executor runs (the C++ cpu kernels, or the Triton
 kernels on CUDA); the fit is the C++ one (dcp/runtime/cluster_calibration.h), as for
 `dcp calibrate --comm mpi`. docs/cost_model.md describes every measurement."""
@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 
 from dcp import _core
-from dcp.torch._group import resolve_group
-from dcp.torch._transport import TorchTransport
+from dcp.torch.group import resolve_group
+from dcp.torch.transport import TorchTransport
 
 __all__ = ["calibrate", "calibrate_device", "main"]
 
@@ -132,9 +132,9 @@ def _time_device(calls: list[dict], device: torch.device, sync, rank: int, repea
     """This rank's seconds per call of `calls` ([call][repeat]) and the kernels' sub-tiles: the
     Triton kernels on CUDA, the C++ cpu kernels (one thread, all ranks of `sync` at once) else."""
     if device.type == "cuda":
-        from dcp.torch import _kernel_timing  # imports triton only on CUDA
-        return (_kernel_timing.time_calls(calls, device, repeats, timing_seconds),
-                _kernel_timing.subtiles())
+        from dcp.torch.kernels import kernel_timing  # imports triton only on CUDA
+        return (kernel_timing.time_calls(calls, device, repeats, timing_seconds),
+                kernel_timing.subtiles())
     return (_core.time_cpu_device(sync, rank, repeats, tile_tokens, copy_bytes, timing_seconds,
                                   heads),
             _core.cpu_subtiles())

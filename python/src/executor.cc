@@ -2,7 +2,7 @@
 // The executor for dcp.torch: the C++ Executor (the one interpreter of Programs) with either the
 // CPU kernels on host memory or a Python device (the Triton kernels of python/dcp/torch/
 // _device.py, on CUDA or under Triton's interpreter), moving bytes through a Python transport over
-// torch.distributed (python/dcp/torch/_transport.py). The executor runs with the GIL released; it
+// torch.distributed (python/dcp/torch/transport.py). The executor runs with the GIL released; it
 // takes the GIL for one Python call per Launch, Wait and, with a Python device, per device call.
 #include "dcp/runtime/executor.h"
 

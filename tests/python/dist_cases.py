@@ -107,7 +107,7 @@ def flash_route_cases(rank: int, size: int, cases: list[dict]) -> list[tuple[dic
     the cpu kernels."""
     import os
     os.environ["TRITON_INTERPRET"] = "1"  # before dcp.torch imports triton
-    from dcp.torch.varlen_kernels import EmulatedVarlenKernel
+    from dcp.torch.kernels.varlen_kernels import EmulatedVarlenKernel
     out = []
     for case in cases:
         flash = dict(case, kernels="triton", executor=dict(
@@ -205,6 +205,12 @@ def loader_case(rank: int, size: int, epochs: int) -> list[dict]:
                     "loss_tokens": local.loss_tokens, "seqlens": local.seqlens,
                     "epoch": local.epoch})
     return out
+
+
+def loader_plans_case(rank: int, size: int, options: dict) -> list[tuple[list[int], bytes]]:
+    """Each batch's (sequence lengths, plan bytes) of a loader on one node with `options`."""
+    loader = dcpt.DCPDataloader(TokenDataset(LOADER_LENGTHS), None, nodes=1, **LOADER, **options)
+    return [(local.seqlens, plan.to_bytes()) for local, plan in loader]
 
 
 def dying_peer_case(rank: int, size: int) -> float:

@@ -157,7 +157,7 @@ def test_triton_kernel_calls_compute_attention_under_the_interpreter() -> None:
     dq of a backward call match torch (Triton's interpreter on the CPU, small tiles)."""
     script = r"""
 import torch
-from dcp.torch import _kernel_timing as kt
+from dcp.torch.kernels import kernel_timing as kt
 for causal, h in ((False, 1), (True, 1), (True, 3)):
     call = dict(kind="forward", heads=h, rows=2, q_tokens=16, tiles=2, kv_tokens=16,
                 causal=causal, head_dim=16, dtype="fp32", copy_bytes=0)
@@ -200,14 +200,14 @@ print("ok")
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_the_triton_kernels_are_timed_and_fitted_on_cuda() -> None:
     from dcp import _core
-    from dcp.torch import _kernel_timing
+    from dcp.torch.kernels import kernel_timing
     calls = _core.device_calls(2, 128, 1 << 20, 0.002)
-    seconds = _kernel_timing.time_calls(calls, torch.device("cuda", 0), 2, 0.002)
+    seconds = kernel_timing.time_calls(calls, torch.device("cuda", 0), 2, 0.002)
     assert len(seconds) == len(calls)
     assert all(len(s) == 2 and all(0 < t < math.inf for t in s) for s in seconds)
     links = [(8, 2e-5), (1 << 20, 6e-5), (4 << 20, 1e-4)]
     report = _core.fit_cluster(1, 2, links, [], [(1, 1e-5, 2e-5)], (0, 0.0), [seconds], 2, 128,
-                               1 << 20, 0.002, _kernel_timing.subtiles(), "gpu")
+                               1 << 20, 0.002, kernel_timing.subtiles(), "gpu")
     values = cluster_values(report["text"])
     assert float(values["forward_tflops"]) > 0 and float(values["backward_tflops"]) > 0
     alone = cluster_values(dcp.calibrate.calibrate_device("h100-dgx", repeats=2,

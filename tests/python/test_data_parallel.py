@@ -20,7 +20,7 @@ import dcp  # noqa: E402
 import dcp.torch as dcpt  # noqa: E402
 import hf_cases  # noqa: E402
 import scale_cases  # noqa: E402
-from dcp.torch import shares  # noqa: E402
+from dcp.torch.data import shares  # noqa: E402
 from dist_cases import LOADER_LENGTHS, TokenDataset  # noqa: E402
 from worlds import run_world, run_world_once  # noqa: E402
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import dcp
 import dcp.torch as dcpt
 import dist_cases
 from dist_cases import LOADER, LOADER_LENGTHS, TokenDataset
@@ -130,3 +131,45 @@ def test_a_sample_longer_than_a_batch_is_refused() -> None:
         next(iter(dcpt.DCPDataloader([torch.zeros(2, 3, dtype=torch.long)], None, **LOADER)))
     with pytest.raises(TypeError, match="float32"):
         next(iter(dcpt.DCPDataloader([torch.zeros(3)], None, **LOADER)))
+
+
+# The loader's options of the batch, as dcp.plan takes them.
+_BATCH = {name: LOADER[name] for name in ("heads", "kv_heads", "head_dim", "dtype", "block_size",
+                                           "cluster", "seed")}
+
+
+@pytest.mark.parametrize("options", [
+    dict(strategy="ring", compute_masked_tiles=True),
+    dict(strategy="loongtrain", loongtrain_window=1),
+    dict(strategy="zigzag", static_dp="auto"),
+    dict(static_dp=2, stages=2, eps_compute=0.2, eps_memory=0.05, keep_kv="none",
+         partial_dtype="fp32", token_flops=1e6),
+])
+def test_every_planner_option_plans_the_loaders_batches_as_dcp_plan_does(options) -> None:
+    assert set(options) <= {option["name"] for option in dcp.planner_options()}
+    loader = dcpt.DCPDataloader(TokenDataset(LOADER_LENGTHS), None, **LOADER, **options)
+    batches = 0
+    for local, plan in loader:
+        want = dcp.plan(local.seqlens, "causal", nodes=1, devices_per_node=1, **_BATCH, **options)
+        assert plan.strategy.startswith(options.get("strategy", "dcp"))
+        assert plan.to_bytes() == want.to_bytes(), f"batch {batches} with {options}"
+        batches += 1
+    assert batches > 1
+
+
+def test_a_static_data_parallel_degree_plans_the_ranks_batches_as_dcp_plan_does() -> None:
+    options = dict(strategy="ring", static_dp=2)
+    ranks = run_world(2, dist_cases.loader_plans_case, options)
+    assert ranks[0] and ranks[0] == ranks[1]
+    for seqlens, got in ranks[0]:
+        want = dcp.plan(seqlens, "causal", nodes=1, devices_per_node=2, **_BATCH, **options)
+        assert got == want.to_bytes()
+
+
+def test_an_unknown_loader_keyword_is_refused_naming_it() -> None:
+    with pytest.raises(TypeError, match="static_dpp") as info:
+        dcpt.DCPDataloader(TokenDataset(LOADER_LENGTHS), None, static_dpp=2, **LOADER)
+    assert "static_dp," in str(info.value)  # the options it takes are listed
+    with pytest.raises(TypeError, match="static_dp is a float"):
+        next(iter(dcpt.DCPDataloader(TokenDataset(LOADER_LENGTHS), None, static_dp=2.5,
+                                     **LOADER)))

@@ -70,7 +70,7 @@ def test_single_tile_bench_under_the_interpreter(tmp_path) -> None:
 def test_routes_bench_writes_a_table_the_selection_reads(tmp_path) -> None:
     """Triton under the interpreter and the flash route on its fp64 emulation, checked and
     timed per tile; the table is what DCPExecutor(attention_kernels="auto") reads."""
-    from dcp.torch import kernel_selection
+    from dcp.torch.kernels import kernel_selection
     records = tmp_path / "timings.json"
     result = _run([sys.executable, ROUTES_BENCH, "--device", "cpu", "--sizes", "32",
                    "--head-dim", "16", "--heads", "2", "--kv-heads", "1", "--repeats", "1",

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Every kernel variant of dcp.torch.triton_kernels compiles to PTX and cubin for sm_80 and sm_90
-without a GPU, and fits the architecture's shared memory.
+"""Every kernel variant of dcp.torch.kernels.triton_kernels compiles to PTX and cubin for sm_80 and
+sm_90 without a GPU, and fits the architecture's shared memory.
 
 Compiling needs triton imported without TRITON_INTERPRET, so the work runs in two fresh worker
 processes (half the variants each) with the variable removed and a private kernel cache."""
@@ -21,7 +21,7 @@ _SHARED_LIMIT = {80: 166912, 90: 232448}  # bytes of shared memory one block may
 _WORKER = r"""
 import json, re, sys, traceback
 worker, workers, archs = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-import dcp.torch.triton_kernels as tk
+import dcp.torch.kernels.triton_kernels as tk
 import triton
 kernels = sorted(name for name, value in vars(tk.jit).items()
                  if isinstance(value, triton.runtime.JITFunction) and name.endswith("_kernel"))
@@ -72,7 +72,7 @@ def test_every_variant_compiles_for_sm80_and_sm90(tmp_path):
 
 _TILES_PROBE = r"""
 import torch
-import dcp.torch.triton_kernels as tk
+import dcp.torch.kernels.triton_kernels as tk
 c, options = tk._attention_launch("dkv", 128, torch.bfloat16, False)
 print(c["BLOCK_M"], c["BLOCK_N"], options["num_warps"], options["num_stages"])
 """
@@ -103,12 +103,12 @@ import torch
 for path in sys.argv[1:]:
     os.environ["DCP_TRITON_TILES"] = path
     try:
-        import dcp.torch.triton_kernels
+        import dcp.torch.kernels.triton_kernels
     except ValueError as error:
         print(json.dumps(str(error)))
     else:
         print(json.dumps(None))
-        del sys.modules["dcp.torch.triton_kernels"]
+        del sys.modules["dcp.torch.kernels.triton_kernels"]
 """
 
 
@@ -139,7 +139,7 @@ def test_a_malformed_tile_table_is_refused_naming_the_entry(tmp_path):
 def test_set_tiles_changes_nothing_when_one_entry_is_bad(tmp_path):
     probe = r"""
 import torch
-import dcp.torch.triton_kernels as tk
+import dcp.torch.kernels.triton_kernels as tk
 before = {k: dict(v) for k, v in tk._GPU_TILES.items()}
 try:
     tk.set_tiles({"forward": {"d64": [128, 64, 8, 3]}, "dq": {"d64": [64, 64, 3, 2]}})

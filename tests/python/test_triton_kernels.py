@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""dcp.torch.triton_kernels against fp64 torch references: under Triton's CPU interpreter
+"""dcp.torch.kernels.triton_kernels against fp64 torch references: under Triton's CPU interpreter
 everywhere, and compiled for the GPU where one is present.
 
 The interpreter must be chosen before triton is imported, and other test modules of the same
@@ -78,7 +78,7 @@ class _OnCuda:
         return call
 
 
-tk = importlib.import_module("dcp.torch.triton_kernels") if _CHILD else None
+tk = importlib.import_module("dcp.torch.kernels.triton_kernels") if _CHILD else None
 if _CHILD and _ON_CUDA:
     tk = _OnCuda(tk)
 

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The flash route (dcp.torch.varlen_route) on the CPU, with an fp64 emulation of FlashAttention's
-varlen contract (dcp.torch.varlen_kernels) as its kernel: the translation of every mask kind
-against dense fp64 attention, the Triton remainder, the executor end to end on 1 and 2 ranks, and
-the kernel selection from timing tables. On CUDA the same translation runs torch's kernels."""
+"""The flash route (dcp.torch.kernels.varlen_route) on the CPU, with an fp64 emulation of
+FlashAttention's varlen contract (dcp.torch.kernels.varlen_kernels) as its kernel: the translation
+of every mask kind against dense fp64 attention, the Triton remainder, the executor end to end on 1
+and 2 ranks, and the kernel selection from timing tables. On CUDA the same translation runs
+torch's kernels."""
 from __future__ import annotations
 
 import functools
@@ -15,12 +16,12 @@ import torch
 
 import dist_cases
 import reference
-from dcp.torch import kernel_selection as ks
-from dcp.torch import triton_kernels as tk
-from dcp.torch import varlen_kernels as vk
-from dcp.torch import varlen_route as vr
-from dcp.torch import varlen_runner
-from dcp.torch import varlen_windows as vw
+from dcp.torch.kernels import kernel_selection as ks
+from dcp.torch.kernels import triton_kernels as tk
+from dcp.torch.kernels import varlen_kernels as vk
+from dcp.torch.kernels import varlen_route as vr
+from dcp.torch.kernels import varlen_runner
+from dcp.torch.kernels import varlen_windows as vw
 from worlds import run_world
 
 TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16}

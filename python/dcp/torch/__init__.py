@@ -12,8 +12,8 @@
 
 docs/python.md describes the design."""
 from dcp.torch.attention import DCPAttn, attention
-from dcp.torch.data_parallel import sum_gradients
-from dcp.torch.dataloader import IGNORE_INDEX, DCPDataloader, LocalBatch, pack_batches
+from dcp.torch.data.data_parallel import sum_gradients
+from dcp.torch.data.dataloader import IGNORE_INDEX, DCPDataloader, LocalBatch, pack_batches
 from dcp.torch.executor import DCPExecutor, NotPreparedError
 
 __all__ = ["DCPAttn", "DCPDataloader", "DCPExecutor", "IGNORE_INDEX", "LocalBatch",

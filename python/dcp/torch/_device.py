@@ -9,7 +9,7 @@ dcp._core.LOWERING_SCHEMA), begin() and end() around a pass. Every call is one k
 the current stream (an attention backward: two, the dq and the dk/dv kernels). Runs on CUDA, or
 on the CPU under TRITON_INTERPRET=1 (how the tests check it without a GPU). Keeps and Restores
 launch nothing: a kept kv value is received into the kept tensor, and the attention kernels read
-it there. With a route (dcp.torch.varlen_route: DCPExecutor(attention_kernels="flash" or
+it there. With a route (dcp.torch.kernels.varlen_route: DCPExecutor(attention_kernels="flash" or
 "auto")) an attention runs the tiles the route takes as FlashAttention varlen calls and the rest
 on the Triton kernels."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from dcp import _core
-from dcp.torch import triton_kernels as tk
+from dcp.torch.kernels import triton_kernels as tk
 
 _TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

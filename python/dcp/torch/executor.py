@@ -12,8 +12,8 @@ import torch.distributed as dist
 import dcp
 from dcp import _core
 from dcp.torch import ops
-from dcp.torch._group import resolve_group
-from dcp.torch._transport import LocalTransport, TorchTransport, pass_buffers
+from dcp.torch.group import resolve_group
+from dcp.torch.transport import LocalTransport, TorchTransport, pass_buffers
 
 _STORAGE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -69,7 +69,7 @@ def _triton_device(kernels: str, device: torch.device, allow_tf32: bool,
     from dcp.torch._device import TritonDevice  # imports triton only when asked for
     route = None
     if attention_kernels != "triton":
-        from dcp.torch.varlen_route import route_for
+        from dcp.torch.kernels.varlen_route import route_for
         route = route_for(attention_kernels, device, varlen_kernel)
     return TritonDevice(device, allow_tf32=allow_tf32, route=route)
 

@@ -2,9 +2,10 @@
 """Which attention kernel runs a class of tiles, chosen from recorded timings.
 
 A class is (pass, shape, tile-size bucket): the pass ("forward" or "backward"), the tile's
-shape class from its own mask (dcp.torch.varlen_windows: full, causal, window, split) and the
-bucket of its larger side, the smallest power of two at or above it. bench/gpu_attention_routes.py
-times each class on each kernel and writes a timing table, one record per measurement:
+shape class from its own mask (dcp.torch.kernels.varlen_windows: full, causal, window, split) and
+the bucket of its larger side, the smallest power of two at or above it.
+bench/gpu_attention_routes.py times each class on each kernel and writes a timing table, one
+record per measurement:
 
     {"records": [{"pass": "forward", "shape": "causal", "tokens": 4096, "kernel": "flash",
                   "seconds": 0.00123}, ...]}
@@ -20,7 +21,7 @@ import json
 import math
 import os
 
-from dcp.torch.varlen_windows import OTHER, SHAPES
+from dcp.torch.kernels.varlen_windows import OTHER, SHAPES
 
 PASSES = ("forward", "backward")
 CHOSEN = ("triton", "flash")  # the kernels a class can go to

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Running one attention instruction on the flash route: the gathers of its packed q, k, v (and
-do, lse, delta), one varlen kernel call per class of its tiles (dcp.torch.varlen_route), and the
-scatters of the results into the pass's slots, with the Triton kernels' accumulate rules.
+do, lse, delta), one varlen kernel call per class of its tiles (dcp.torch.kernels.varlen_route),
+and the scatters of the results into the pass's slots, with the Triton kernels' accumulate rules.
 Every operation is a torch op on the arena's device; no host synchronization.
 
 Rows are addressed in *chunks* of gcd(64, row bytes) bytes: slot offsets are multiples of 64,

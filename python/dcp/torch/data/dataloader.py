@@ -21,10 +21,14 @@ import torch
 
 import dcp
 from dcp import _core
-from dcp.torch import shares
-from dcp.torch._group import resolve_layout
+from dcp.torch.data import shares
+from dcp.torch.group import resolve_layout
 
 IGNORE_INDEX = -100
+
+# The planner's options (dcp.planner_options(): the flags of `dcp plan`, described once in C++),
+# each a keyword of DCPDataloader that it passes to every batch's plan as dcp.plan takes it.
+PLANNER_OPTIONS = frozenset(option["name"] for option in dcp.planner_options())
 
 
 @dataclasses.dataclass
@@ -86,12 +90,14 @@ class DCPDataloader:
     map-style dataset is packed whole per epoch (shuffled with seed + epoch); an iterable one in
     pools of `pool_size` samples. `prefetch` batches are planned ahead on `planner_threads` C++
     threads, without the GIL. The attention shape (heads, kv_heads, head_dim, dtype,
-    softmax_scale) and the planner options (block_size, head_block_size, strategy, cluster, nodes,
-    devices_per_node, stages, keep_kv, partial_dtype, eps_compute, eps_memory, token_flops) are
-    those of dcp.plan (dcp.torch.hf.plan_options gives a transformers model's); nodes x
-    devices_per_node must be the size of the group the plans span. Over a pool of many devices,
-    where the rest of each layer costs per token, a tight eps_memory (0.02, say) keeps every
-    device's tokens near the mean (docs/pool_bench.md).
+    softmax_scale), the block sizes (block_size, head_block_size) and every option of
+    dcp.planner_options() (the flags of `dcp plan`: strategy, static_dp, eps_memory, keep_kv, ...)
+    are dcp.plan's, passed to every batch's plan as dcp.plan takes them (dcp.torch.hf.plan_options
+    gives a transformers model's); one left out or None is the planner's default, but nodes is 1
+    unless given and devices_per_node the group's size over nodes: nodes x devices_per_node must be
+    the size of the group the plans span. Another keyword is a TypeError naming it. Over a pool of
+    many devices, where the rest of each layer costs per token, a tight eps_memory (0.02, say)
+    keeps every device's tokens near the mean (docs/pool_bench.md).
 
     Data parallelism: the plans span `group` (default: every rank), which may be the whole pool
     of devices. With `mesh` (a DeviceMesh with the dims named by mesh_dims, data-parallel then
@@ -117,14 +123,16 @@ class DCPDataloader:
                  tokens_per_batch: int, heads: int, kv_heads: int, head_dim: int,
                  dtype: Any = torch.bfloat16, softmax_scale: float | None = None,
                  block_size: int | None = None, head_block_size: int | None = None,
-                 strategy: str | None = None, cluster: str | None = None, nodes: int = 1,
-                 devices_per_node: int | None = None, stages: int | None = None,
-                 keep_kv: Any = None, partial_dtype: Any = None, eps_compute: float | None = None,
-                 eps_memory: float | None = None, token_flops: float = 0.0,
+                 cluster: str | None = None, nodes: int = 1, devices_per_node: int | None = None,
                  layers: dict | None = None,
                  seed: int = 0, shuffle: bool = True, prefetch: int = 2,
                  planner_threads: int = 1, epochs: int = 1, pool_size: int = 1024,
-                 balance_rounds: int = 2):
+                 balance_rounds: int = 2, **planner_options: Any):
+        unknown = sorted(set(planner_options) - PLANNER_OPTIONS)
+        if unknown:
+            raise TypeError(f"DCPDataloader got unknown keyword argument(s) {', '.join(unknown)}; "
+                            "its planner options are dcp.planner_options()'s: "
+                            f"{', '.join(sorted(PLANNER_OPTIONS))}")
         layout = resolve_layout(group, mesh, mesh_dims, dp_group, "DCPDataloader")
         self.group, self.rank, self.world_size = layout.group, layout.rank, layout.size
         self.replica, self.replicas = layout.replica, layout.replicas
@@ -148,13 +156,11 @@ class DCPDataloader:
         self.mask_fn = mask_fn
         self.layers = layers
         self.tokens_per_batch = int(tokens_per_batch)
-        self.options = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+        self.options = dict(planner_options, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
                             dtype=dcp.dtype_name(dtype), softmax_scale=softmax_scale,
                             block_size=block_size, head_block_size=head_block_size,
-                            strategy=strategy, cluster=cluster, nodes=nodes,
-                            devices_per_node=devices_per_node, stages=stages, keep_kv=keep_kv,
-                            partial_dtype=partial_dtype, eps_compute=eps_compute,
-                            eps_memory=eps_memory, token_flops=float(token_flops), seed=seed)
+                            cluster=cluster, nodes=nodes, devices_per_node=devices_per_node,
+                            seed=seed)
         self.cluster = cluster or _core.DEFAULT_CLUSTER
         self.seed, self.shuffle, self.epochs = int(seed), bool(shuffle), int(epochs)
         self.prefetch, self.planner_threads = int(prefetch), int(planner_threads)

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The flash route: an attention instruction's tiles as FlashAttention varlen calls where their
-masks fit its windows (dcp.torch.varlen_windows), on the Triton kernels where not. This module
-translates the lowering's tables (layouts in triton_kernels.py) once per prepare, on the host;
-dcp.torch.varlen_runner runs an instruction from the translation.
+masks fit its windows (dcp.torch.kernels.varlen_windows), on the Triton kernels where not. This
+module translates the lowering's tables (layouts in triton_kernels.py) once per prepare, on the
+host; dcp.torch.kernels.varlen_runner runs an instruction from the translation.
 
 Translation:
   1. every entry (tile) whose mask fits in at most max_segments segments, and whose class the
@@ -32,9 +32,9 @@ import math
 import numpy as np
 import torch
 
-from dcp.torch import triton_kernels as tk
-from dcp.torch import varlen_kernels, varlen_runner
-from dcp.torch import varlen_windows as vw
+from dcp.torch.kernels import triton_kernels as tk
+from dcp.torch.kernels import varlen_kernels, varlen_runner
+from dcp.torch.kernels import varlen_windows as vw
 
 # The tables' columns by name, from the lowering's schema (dcp._core.LOWERING_SCHEMA).
 _ENTRY_COLUMNS = tk.TABLES["entries"]
@@ -487,7 +487,7 @@ def route_for(attention_kernels: str, device: torch.device, kernel=None) -> Varl
     torch's FlashAttention kernels cannot run); for "auto" the classes the timing table of
     DCP_ATTENTION_TIMINGS gives to flash (none without a table or without the kernels).
     kernel replaces torch's kernels (the tests' emulation)."""
-    from dcp.torch import kernel_selection
+    from dcp.torch.kernels import kernel_selection
     if attention_kernels == "triton":
         return None
     if attention_kernels == "flash":

@@ -19,7 +19,7 @@ What changes against the stock Trainer, and why (docs/python.md, "The Hugging Fa
 - Checkpoints hold the loader's position; resume_from_checkpoint continues with the next batch.
 - Evaluation runs on dcp too, over packed batches of the eval dataset (eval_loss only).
 
-How samples are read, checked and packed into the loader is dcp.torch._trainer_loader's; this
+How samples are read, checked and packed into the loader is dcp.torch.hf._trainer_loader's; this
 module holds the Trainer subclasses. Imports transformers and accelerate; DCPSFTTrainer imports
 trl when first used."""
 from __future__ import annotations
@@ -38,7 +38,8 @@ from transformers.trainer_utils import speed_metrics
 
 import dcp.torch as dcpt
 from dcp.torch import hf as dcphf
-from dcp.torch._trainer_loader import (
+from dcp.torch.data.dataloader import IGNORE_INDEX
+from dcp.torch.hf._trainer_loader import (
     ENDLESS,
     LOADER_OPTIONS,
     DCPTrainerBatches,
@@ -48,7 +49,6 @@ from dcp.torch._trainer_loader import (
     is_map_style,
     sample_loader,
 )
-from dcp.torch.dataloader import IGNORE_INDEX
 
 # The file of a checkpoint that holds the train loader's position (DCPTrainerBatches.state_dict).
 LOADER_STATE = "dcp_loader_state.json"

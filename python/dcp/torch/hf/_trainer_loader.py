@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A Trainer's datasets as DCPDataloader batches, for DCPTrainer and DCPSFTTrainer (hf_trainer):
+"""A Trainer's datasets as DCPDataloader batches, for DCPTrainer and DCPSFTTrainer (trainer.py):
 samples read as token ids and target masks, refused with their index before the first step when
 they are not, the DCPDataloader over them, and its batches as the Trainer iterates them
 (DCPTrainerBatches)."""
@@ -10,13 +10,13 @@ from typing import Any, Callable, Iterator
 import torch
 
 import dcp.torch as dcpt
-from dcp.torch.dataloader import IGNORE_INDEX, token_ids
+from dcp.torch.data.dataloader import IGNORE_INDEX, PLANNER_OPTIONS, token_ids
 
-# DCPDataloader's planner and loading options a trainer passes through as they are.
-LOADER_OPTIONS = ("block_size", "head_block_size", "strategy", "cluster", "nodes",
-                  "devices_per_node", "stages", "keep_kv", "partial_dtype", "eps_compute",
-                  "eps_memory", "softmax_scale", "prefetch", "planner_threads", "pool_size",
-                  "balance_rounds", "shuffle", "seed")
+# DCPDataloader's planner and loading options a trainer passes through as they are: every planner
+# option (dcp.planner_options()) but token_flops, which plan_options(config) gives for the model.
+LOADER_OPTIONS = tuple(sorted(PLANNER_OPTIONS - {"token_flops"})) + (
+    "block_size", "head_block_size", "softmax_scale", "prefetch", "planner_threads", "pool_size",
+    "balance_rounds", "shuffle", "seed")
 
 # The train loader's epochs: it streams for as long as the Trainer asks, and the Trainer counts
 # its own epochs.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from dcp.torch import triton_kernels as tk
+from dcp.torch.kernels import triton_kernels as tk
 
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 

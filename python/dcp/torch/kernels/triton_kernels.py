@@ -89,7 +89,7 @@ import triton
 import triton.language as tl
 
 from dcp import _core
-from dcp.torch import _triton_jit as jit
+from dcp.torch.kernels import _triton_jit as jit
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 

@@ -60,6 +60,11 @@ struct PlanOptions {
   // the nodes by their work, each node's share placed by dcp's own search on that node alone, at
   // the block size it finds fastest there.
   bool node_groups = true;
+  // dcp, dcp-pure with block_sizes given: dcp's own plans include its hypergraph partitions at
+  // each block size (and their retries); false: only its other layouts (packings, node groups,
+  // structured layouts). A node group's search leaves them out where every sequence of its share
+  // fits a device whole.
+  bool partitions = true;
   // dcp, dcp-pure with block_sizes given: the kRetryPartitions fastest partitions are placed again
   // at kRetryEpsCompute where placement.eps_compute is looser, and kept if faster (false: every
   // partition at placement.eps_compute, as the balance suite measures it).

@@ -150,6 +150,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     }
   };
   for (const TokenCount size : sizes) {
+    if (!options.partitions) break;
     std::optional<Workload> cut;
     try {
       cut.emplace(reblocked(workload, size));
@@ -210,6 +211,12 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       }
       consider(std::move(*built), {std::string(to_string(layout)), 0, storage, false, 0, 0});
     }
+  }
+  if (!best) {
+    throw InvalidInput(
+        "dcp's own search tried no plan: no partitions, and no other layout that "
+        "fits the batch at block sizes " +
+        std::to_string(sizes.empty() ? 0 : sizes.front()) + " and up");
   }
   // Narrow partials halve their bytes but cost a conversion kernel on each side of every launch
   // that moves them; where a pass is compute-bound that costs more than the bytes save. So the

@@ -19,6 +19,7 @@
 #include "dcp/program/plan_file/model_plan_file.h"
 #include "dcp/program/verifier/verifier.h"
 #include "dcp/selection/plan_search.h"
+#include "dcp/selection/plan_search_internal.h"
 #include "dcp/sim/model_simulation.h"
 
 #include "tests/testing/plan_fixtures.h"
@@ -165,9 +166,10 @@ TEST(ModelPlanSearch, KeepsTheFastestSimulatedStepAndNamesIt) {
 TEST(ModelPlanSearch, PlacesOnEachKindsOwnPlacementAndIsNoSlowerThanOneMasksPlacement) {
   PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {2, 2});
   options.block_sizes = {128, 64};
-  // Packed whole, the batch's plan is faster than any partition's, whose plans below the search
-  // then screens.
+  // Packed whole, or in node groups, the batch's plan is faster than any partition's, whose plans
+  // below the search then screens.
   options.packed_layout = false;
+  options.node_groups = false;
   const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64, 2, 10);
   const BuiltModelPlan built = build_model_plan(kinds, options);
   // The local kind planned alone at the block size nearest to what its queries read (a 96-token
@@ -422,6 +424,27 @@ TEST(AttentionKinds, ValidateNamesTheOffendingValue) {
             }).find("bad name"),
             std::string::npos);
   EXPECT_NE(error_of([&] { validate_kinds({}, batch); }), "");
+}
+
+// Where the densest kind's own search keeps its plan in node groups (its sequences at each node's
+// block size), every kind runs on those blocks and placement, and the model plan verifies.
+TEST(ModelPlanSearch, RunsEveryKindOnTheDensestKindsNodeGroups) {
+  PlanOptions options = testing::a100_plan_options(Strategy::kDcpPure, {2, 2});
+  options.block_sizes = {128, 64};
+  options.partitions = false;  // the node groups and the packings only
+  options.packed_layout = false;
+  const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64, 2, 10);
+  PlanOptions own = options;
+  const BuiltPlan global = build_plan(kinds[0].workload, own);
+  const OwnCandidate* kept = plan_search::kept_own(global);
+  ASSERT_NE(kept, nullptr);
+  ASSERT_EQ(kept->layout, kNodeGroupsLayout);
+  const BuiltModelPlan built = build_model_plan(kinds, options);
+  const ModelVerifyReport report = verify(built.plan);
+  EXPECT_TRUE(report.ok);
+  for (const BuiltPlan& kind : built.kinds) {
+    EXPECT_EQ(kind.placement.token_block_device, built.kinds.front().placement.token_block_device);
+  }
 }
 
 }  // namespace

@@ -567,13 +567,14 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
   options.node_groups = false;
   for (const OwnCandidate& c : build_plan(workload, options).own_candidates)
     EXPECT_NE(c.layout, kNodeGroupsLayout);
-  // Without partitions, the packings and the node groups alone; with none of them, no plan.
+  // Without partitions, the other layouts alone; with none of them, no plan.
   options.node_groups = true;
   options.partitions = false;
   for (const OwnCandidate& c : build_plan(workload, options).own_candidates)
     EXPECT_NE(c.layout, "partition");
   options.node_groups = false;
   options.packed_layout = false;
+  options.structured_layouts = false;
   EXPECT_THROW(build_plan(workload, options), InvalidInput);
 }
 

@@ -245,7 +245,7 @@ PlanOptions planner_options_from(const GivenOptions& given, OptionSpelling spell
                          " applies to static strategies and dcp's static candidates, not "
                          "dcp-pure");
     }
-    plan.static_data_parallel =
+    plan.statics.data_parallel =
         naming(spelled("static_dp"), [&] { return parse_data_parallel(*degree); });
   }
   if (options.has("loongtrain_window")) {
@@ -253,7 +253,7 @@ PlanOptions planner_options_from(const GivenOptions& given, OptionSpelling spell
       throw InvalidInput(spelled("loongtrain_window") + " applies to " + spelled("strategy") +
                          " loongtrain, not " + strategy);
     }
-    plan.loongtrain_window =
+    plan.statics.loongtrain_window =
         static_cast<std::int32_t>(*options.integer("loongtrain_window", 0, 1 << 16));
   }
   if (options.flag("compute_masked_tiles")) {
@@ -261,7 +261,7 @@ PlanOptions planner_options_from(const GivenOptions& given, OptionSpelling spell
       throw InvalidInput(spelled("compute_masked_tiles") +
                          " applies to static strategies; dcp never computes a fully masked tile");
     }
-    plan.masked_tiles = MaskedTiles::kCompute;
+    plan.statics.masked_tiles = MaskedTiles::kCompute;
   }
   plan.placement.eps_compute = options.number("eps_compute").value_or(plan.placement.eps_compute);
   plan.placement.eps_memory = options.number("eps_memory").value_or(plan.placement.eps_memory);

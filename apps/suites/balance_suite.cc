@@ -43,8 +43,8 @@ std::vector<BalanceSample> run_balance_suite(const BalanceOptions& options,
       plan_options.seed = options.seed;
       sweep_block_sizes_when_automatic(plan_options, true);
       plan_options.placement.eps_compute = options.balances[i];
-      plan_options.retry_tighter_balance = false;  // each balance as it is
-      plan_options.packed_layout = false;          // which no balance changes
+      plan_options.search.retry_tighter_balance = false;  // each balance as it is
+      plan_options.search.packed_layout = false;          // which no balance changes
       const PlanFigures figures = plan_figures(build_plan(workload, plan_options), options.cluster);
       BalanceSample& sample = samples[j * per_job + i];
       sample.dataset = std::string(to_string(options.datasets[job.dataset]));

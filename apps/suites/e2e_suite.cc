@@ -110,8 +110,8 @@ std::array<double, 2> simulate_attention(const E2eOptions& options, const Cluste
   plan_options.cluster = groups;
   if (system == "mlm") {
     plan_options.strategy = Strategy::kTe;
-    plan_options.static_data_parallel = 1;  // the reference's Megatron grid: dp 1, cp 16
-    if (mask.kind != MaskKind::kCausal) plan_options.masked_tiles = MaskedTiles::kCompute;
+    plan_options.statics.data_parallel = 1;  // the reference's Megatron grid: dp 1, cp 16
+    if (mask.kind != MaskKind::kCausal) plan_options.statics.masked_tiles = MaskedTiles::kCompute;
   } else if (system == "dcp") {
     plan_options.strategy = Strategy::kDcpPure;
     sweep_block_sizes_when_automatic(plan_options, true);

@@ -44,11 +44,11 @@ struct MicroJob : SampledBatch {
 PlanOptions plan_options_of(Strategy strategy, const MicroOptions& options,
                             std::int32_t loongtrain_window) {
   PlanOptions plan_options;
-  plan_options.loongtrain_window = loongtrain_window;
+  plan_options.statics.loongtrain_window = loongtrain_window;
   plan_options.strategy = strategy;
   plan_options.cluster = options.cluster;
   plan_options.seed = options.seed;
-  plan_options.static_data_parallel = options.static_data_parallel;
+  plan_options.statics.data_parallel = options.static_data_parallel;
   // The workload's blocks are automatic: dcp plans at each size of the sweep.
   sweep_block_sizes_when_automatic(plan_options, true);
   return plan_options;

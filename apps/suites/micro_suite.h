@@ -31,7 +31,7 @@ struct MicroOptions {
   AttentionShape shape;
   std::uint64_t seed = 0;
   int threads = 1;
-  // The static strategies' data parallel degree (PlanOptions::static_data_parallel), also for
+  // The static strategies' data parallel degree (PlanOptions::statics), also for
   // dcp's static candidates; 0: automatic per batch. 1 by default, as the DCP paper's measured
   // baselines ran (PaperOptions::static_data_parallel says why).
   std::int32_t static_data_parallel = 1;

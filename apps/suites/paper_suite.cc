@@ -104,11 +104,11 @@ std::array<double, 2> run_variant(const PaperOptions& options,
     return best;
   }
   plan_options.strategy = parse_strategy(variant.strategy);
-  plan_options.loongtrain_window = variant.window;
+  plan_options.statics.loongtrain_window = variant.window;
   sweep_block_sizes_when_automatic(plan_options, true);
   if (!is_dcp(plan_options.strategy)) {
-    plan_options.static_data_parallel = options.static_data_parallel;
-    if (mask.kind != MaskKind::kCausal) plan_options.masked_tiles = MaskedTiles::kCompute;
+    plan_options.statics.data_parallel = options.static_data_parallel;
+    if (mask.kind != MaskKind::kCausal) plan_options.statics.masked_tiles = MaskedTiles::kCompute;
   }
   return simulate_plan(workload_of(options, lengths, mask, 0), plan_options, options.cluster,
                        executor_of(options, variant.strategy));
@@ -229,8 +229,8 @@ PaperFit fit_paper_constants(const PaperOptions& options, std::ostream& progress
     for (const auto& lengths : paper_batches(options, cell.dataset, cell.scale)) {
       PlanOptions plan_options;
       plan_options.strategy = parse_strategy(cell.strategy);
-      plan_options.static_data_parallel = options.static_data_parallel;
-      plan_options.loongtrain_window = window;
+      plan_options.statics.data_parallel = options.static_data_parallel;
+      plan_options.statics.loongtrain_window = window;
       plan_options.cluster = options.cluster;
       plan_options.seed = options.seed;
       const MaskSpec mask = parse_mask_spec(cell.mask);

@@ -99,7 +99,7 @@ LayoutStep group_step(const PoolOptions& options, const ClusterSpec& cluster,
   request.plan.token_flops = options.model.dense_step_flops_per_token() / options.model.layers;
   // Over more than a node, dcp's static candidates run in data-parallel groups of a node, as the
   // fixed layouts do: the pool's search then holds theirs.
-  if (cluster.shape.nodes > 1) request.plan.static_data_parallel = cluster.shape.nodes;
+  if (cluster.shape.nodes > 1) request.plan.statics.data_parallel = cluster.shape.nodes;
   sweep_block_sizes_when_automatic(request.plan, true);
   const auto start = Clock::now();
   const BuiltModelPlan built = plan_request(request);

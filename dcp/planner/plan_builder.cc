@@ -104,6 +104,24 @@ double mean_token_seconds(const Workload& workload, const PlanOptions& options) 
          options.cluster.shape.devices();
 }
 
+void validate(const PlanOptions& options) {
+  validate(options.cluster);
+  validate(options.schedule);
+  seconds_per_token(options);  // token_flops
+  if (!(options.search.screen_factor >= 1)) {
+    throw InvalidInput(
+        "the screen factor must be at least 1 (infinity: every candidate simulated), got " +
+        std::to_string(options.search.screen_factor));
+  }
+  for (const auto& [name, value] :
+       {std::pair{"the static data parallel degree", options.statics.data_parallel},
+        std::pair{"the loongtrain window", options.statics.loongtrain_window}}) {
+    if (value < 0) {
+      throw InvalidInput(std::string(name) + " must be at least 0, got " + std::to_string(value));
+    }
+  }
+}
+
 double pairs_per_token_of(const Workload& workload, const PlanOptions& options) {
   if (seconds_per_token(options) == 0) return 0;
   const double pair_flops = (forward_flops(1, workload.shape(), workload.heads()) +

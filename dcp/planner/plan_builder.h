@@ -21,54 +21,56 @@
 
 namespace dcp {
 
-// PlanOptions::screen_factor's default. Over the kinds suite's 570 work placements, a schedule
+// SearchOptions::screen_factor's default. Over the kinds suite's 570 work placements, a schedule
 // estimate was 0.75 to 1.06 times the simulated time, so a candidate screened at 1.25 x the
 // fastest is at least 1.18 x slower; static plans' estimates are within a few percent
 // (docs/simulator.md).
 inline constexpr double kScreenFactor = 1.25;
 
+// What dcp's search above the planner (dcp/selection/plan_search.h) reads: which of its own plans
+// it tries and which candidates it screens out. Nothing in the planner reads these; all apply to
+// dcp and dcp-pure, and all but screen_factor only with block_sizes given.
+struct SearchOptions {
+  // Token block sizes to plan dcp's own placement at, the workload re-cut at each (sizes above
+  // the longest sequence's next power of two collapse into one); the search keeps the fastest
+  // under the simulator. Empty: the workload's own blocks only, and no search. kBlockSizeSweep is
+  // what an automatic block size means to planning (the block sizes the DCP paper found best).
+  std::vector<TokenCount> block_sizes;
+  // Where a few sequences are long (few_long_sequences: at most 8 with one holding half the
+  // batch's tokens, or at most 4 under a dense mask), dcp also runs its Programs on the layouts of
+  // kStructuredLayouts (OwnCandidate) and keeps the fastest of all its plans. They keep every kv
+  // value read, so only with kept_kv_budget kKeepAllKv.
+  bool structured_layouts = true;
+  // dcp also runs its Programs on sequences packed whole (packed_placement at
+  // placement.eps_memory by each of its rules, OwnCandidate layouts "packed" and "packed best
+  // fit") at the smallest block size it searches.
+  bool packed_layout = true;
+  // Over more than one node, dcp also runs its Programs on a placement in node groups
+  // (OwnCandidate layout kNodeGroupsLayout): the sequences dealt whole to the nodes by their work,
+  // each node's share placed by dcp's own search on that node alone, at the block size it finds
+  // fastest there.
+  bool node_groups = true;
+  // dcp's own plans include its hypergraph partitions at each block size (and their retries);
+  // false: only its other layouts (packings, node groups, structured layouts). A node group's
+  // search leaves them out where every sequence of its share fits a device whole.
+  bool partitions = true;
+  // The kRetryPartitions fastest partitions are placed again at kRetryEpsCompute where
+  // placement.eps_compute is looser, and kept if faster (false: every partition at
+  // placement.eps_compute, as the balance suite measures it).
+  bool retry_tighter_balance = true;
+  // A candidate whose estimate (a schedule's, or a bound of it) is at least this many times the
+  // fastest simulated so far is neither compiled nor simulated; infinity compiles and simulates
+  // every candidate. At least 1.
+  double screen_factor = kScreenFactor;
+};
+
+// One plan request's options: the strategy first, then what the plan is (cluster, seed, the
+// values it keeps and sends, the rest of the layer), then one group per phase, each read by that
+// phase alone. validate(PlanOptions) checks them where they enter (build_plan, build_model_plan).
 struct PlanOptions {
   Strategy strategy = Strategy::kDcp;
-  ClusterSpec cluster;         // the shape and the cost model
-  PlacementOptions placement;  // dcp only; its cluster and seed are set from the fields here
-  ScheduleOptions schedule;    // dcp only
-  MaskedTiles masked_tiles = MaskedTiles::kSkip;  // static strategies only
-  // Static strategies (and dcp's static candidates): the data parallel degree (static_plans.h),
-  // or 0 for automatic_data_parallel's.
-  std::int32_t static_data_parallel = 1;
-  // loongtrain: the inner ring's head groups (static_plans.h); 0: the head groups per node.
-  std::int32_t loongtrain_window = 0;
+  ClusterSpec cluster;  // the shape and the cost model
   std::uint64_t seed = 0;
-  // dcp, dcp-pure: token block sizes to plan dcp's own placement at, the workload re-cut at each
-  // (sizes above the longest sequence's next power of two collapse into one); dcp's search
-  // (dcp/selection/plan_search.h) keeps the fastest under the simulator. Empty: the workload's
-  // own blocks only. kBlockSizeSweep is what an automatic block size means to planning (the block
-  // sizes the DCP paper found best).
-  std::vector<TokenCount> block_sizes;
-  // dcp, dcp-pure with block_sizes given: where a few sequences are long (few_long_sequences: at
-  // most 8 with one holding half the batch's tokens, or at most 4 under a dense mask), dcp also
-  // runs its Programs on the layouts of kStructuredLayouts (OwnCandidate) and keeps the fastest of
-  // all its plans. They keep every kv value read, so only with kept_kv_budget kKeepAllKv.
-  bool structured_layouts = true;
-  // dcp, dcp-pure with block_sizes given: dcp also runs its Programs on sequences packed whole
-  // (packed_placement at placement.eps_memory by each of its rules, OwnCandidate layouts "packed"
-  // and "packed best fit") at the smallest block size it searches, and keeps the fastest of all
-  // its plans.
-  bool packed_layout = true;
-  // dcp, dcp-pure with block_sizes given, over more than one node: dcp also runs its Programs on a
-  // placement in node groups (OwnCandidate layout kNodeGroupsLayout): the sequences dealt whole to
-  // the nodes by their work, each node's share placed by dcp's own search on that node alone, at
-  // the block size it finds fastest there.
-  bool node_groups = true;
-  // dcp, dcp-pure with block_sizes given: dcp's own plans include its hypergraph partitions at
-  // each block size (and their retries); false: only its other layouts (packings, node groups,
-  // structured layouts). A node group's search leaves them out where every sequence of its share
-  // fits a device whole.
-  bool partitions = true;
-  // dcp, dcp-pure with block_sizes given: the kRetryPartitions fastest partitions are placed again
-  // at kRetryEpsCompute where placement.eps_compute is looser, and kept if faster (false: every
-  // partition at placement.eps_compute, as the balance suite measures it).
-  bool retry_tighter_balance = true;
   // dcp only: the kv bytes per device kept from the forward pass for the backward pass
   // (kept_values.h): kKeepAllKv, kKeepNoKv or a budget. Static strategies keep nothing (the
   // systems they stand for receive kv again in the backward pass).
@@ -82,11 +84,19 @@ struct PlanOptions {
   // by their step with it (PlanCandidate::token_seconds), and its packings and node groups weigh
   // sequences by it beside their attention (pairs_per_token_of). 0: attention alone. At least 0.
   double token_flops = 0;
-  // dcp's search (dcp/selection/plan_search.h): a candidate whose estimate (a schedule's, or a
-  // bound of it) is at least this many times the fastest simulated so far is neither compiled nor
-  // simulated; infinity compiles and simulates every candidate. At least 1.
-  double screen_factor = kScreenFactor;
+
+  PlacementOptions placement;  // dcp's placement; its cluster and seed are set from the above
+  ScheduleOptions schedule;    // dcp's schedules
+  // The static strategies' layouts (and dcp's static candidates): masked tiles, the data parallel
+  // degree (0: automatic_data_parallel's), loongtrain's inner ring (static_plans.h).
+  StaticOptions statics;
+  SearchOptions search;  // dcp's search (dcp/selection/plan_search.h)
 };
+
+// Throws InvalidInput naming the option unless the cluster, the schedule options, token_flops
+// (a number >= 0), search.search.screen_factor (>= 1) and the static options' degrees (>= 0) are
+// valid.
+void validate(const PlanOptions& options);
 
 // The dtype `options` sends partials in for a workload stored in `storage`: the one set, else
 // the storage dtype for dcp's own plans (measured in docs/scheduling.md) and for te
@@ -139,7 +149,7 @@ struct PlanCandidate {
   bool feasible = true;  // false: the strategy cannot run on the cluster (`reason`)
   std::string reason;
   // false: screened out; its schedule estimate (forward plus backward) was at least
-  // PlanOptions::screen_factor times the best simulated time so far, so it was not compiled.
+  // SearchOptions::screen_factor times the best simulated time so far, so it was not compiled.
   bool simulated = true;
   double estimate_seconds = 0;
   double forward_seconds = 0;  // simulated
@@ -193,7 +203,7 @@ struct BuiltPlan {
   ScheduleSummary backward;
   PlanTimings timings;  // total_ms includes the search and selection
   PlanSelection selection;
-  // dcp, dcp-pure with PlanOptions::block_sizes: every plan of its own dcp tried, in order (the
+  // dcp, dcp-pure with SearchOptions::block_sizes: every plan of its own dcp tried, in order (the
   // block sizes, then any structured candidates); dcp's own plan is the fastest (the first on a
   // tie), kept unless a static strategy is faster.
   std::vector<OwnCandidate> own_candidates;
@@ -202,7 +212,7 @@ struct BuiltPlan {
 
 // options.strategy's plan of the workload as it is: dcp's placement (dcp, dcp-pure) at the
 // workload's blocks, its schedules and Programs; or a static strategy's layout and Programs. No
-// search and no selection: PlanOptions::block_sizes, structured_layouts and retry_tighter_balance
+// search and no selection: SearchOptions::block_sizes, structured_layouts and retry_tighter_balance
 // are read by dcp's search above the planner (build_plan, dcp/selection/plan_search.h).
 // Throws InvalidInput if the cluster spec or the schedule options are invalid, or the strategy
 // cannot run on the cluster.

@@ -9,18 +9,6 @@
 #include "dcp/planner/plan_builder_internal.h"
 
 namespace dcp {
-namespace {
-
-StaticOptions static_options_of(const PlanOptions& options) {
-  StaticOptions static_options;
-  static_options.masked_tiles = options.masked_tiles;
-  static_options.data_parallel = options.static_data_parallel;
-  static_options.loongtrain_window = options.loongtrain_window;
-  return static_options;
-}
-
-}  // namespace
-
 using plan_building::compile_passes;
 using plan_building::strategy_header;
 
@@ -31,15 +19,13 @@ PassEstimates static_plan_estimate(const StaticPlan& layout, const PlanOptions& 
 }
 
 double static_plan_lower_bound(const Workload& workload, const PlanOptions& options) {
-  return static_estimate_lower_bound(options.strategy, workload, options.cluster,
-                                     static_options_of(options),
+  return static_estimate_lower_bound(options.strategy, workload, options.cluster, options.statics,
                                      strategy_header(workload, options));
 }
 
 StaticPlan static_layout(const Workload& workload, const PlanOptions& options,
                          PassEstimates* estimates) {
-  StaticPlan plan =
-      static_plan(options.strategy, workload, options.cluster.shape, static_options_of(options));
+  StaticPlan plan = static_plan(options.strategy, workload, options.cluster.shape, options.statics);
   // A double ring's outer hops: in the round's first launch (static_plan's), or spread over the
   // round's launches, per pass whichever the estimate finds faster (spread_outer_hops).
   const bool double_ring = plan.ring.window > 1 && plan.ring.window < plan.ring.ring_size();

@@ -134,8 +134,8 @@ StructuredVariants build_structured_variants(Strategy layout_strategy, const Wor
   validate(options.schedule);
   PlanOptions static_options = options;
   static_options.strategy = layout_strategy;
-  static_options.static_data_parallel = 1;  // dcp's plans use every device
-  static_options.masked_tiles = MaskedTiles::kSkip;
+  static_options.statics.data_parallel = 1;  // dcp's plans use every device
+  static_options.statics.masked_tiles = MaskedTiles::kSkip;
   StaticPlan layout = static_layout(workload, static_options);
   BuiltPlan built{
       Plan{}, std::move(layout.workload), std::move(layout.placement), true, {}, {}, {}, {}, {},

@@ -188,7 +188,7 @@ ScheduledTries schedule_tries(const BuiltPlan& base, const Workload& workload,
 
 // The fastest simulated of the tries (the later on a tie), with its times. They are compiled and
 // simulated in the order of their estimates, and one whose estimate is screen_factor times the
-// fastest simulated so far is neither (it is slower: PlanOptions::screen_factor).
+// fastest simulated so far is neither (it is slower: SearchOptions::screen_factor).
 std::pair<BuiltPlan, PassSeconds> compile_fastest(ScheduledTries tries, const ClusterSpec& cluster,
                                                   double screen_factor) {
   const std::size_t count = tries.plans.size();
@@ -233,7 +233,7 @@ double mean_compute_seconds(const Workload& workload, const PlanOptions& options
 // search simulated it (a simulation is deterministic: the same plan gives the same times). With
 // those and a `screen`, nothing where the step estimated from the base's times and the other
 // kinds' fastest schedule estimates is at least screen->above (then it is slower than the step
-// that set it: PlanOptions::screen_factor).
+// that set it: SearchOptions::screen_factor).
 struct StepScreen {
   double above = std::numeric_limits<double>::infinity();
   double estimate = 0;   // the step estimated
@@ -298,7 +298,7 @@ std::optional<BuiltModelPlan> on_base(const BuiltPlan& base, std::size_t base_ki
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (scheduled[k]) {
       auto [plan, seconds] =
-          compile_fastest(std::move(*scheduled[k]), options.cluster, options.screen_factor);
+          compile_fastest(std::move(*scheduled[k]), options.cluster, options.search.screen_factor);
       plan.plan.header.strategy = strategy;
       built[k].emplace(std::move(plan));
       known[k] = seconds;
@@ -354,12 +354,10 @@ BuiltModelPlan build_on_base(const BuiltPlan& base, std::size_t base_kind,
 
 BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
                                 const PlanOptions& options) {
+  validate(options);
   if (kinds.empty()) throw InvalidInput("no attention kinds to plan");
   if (kinds.size() == 1) return one_kind(kinds.front(), options);
   if (!is_dcp(options.strategy)) return build_one_model_plan(kinds, options);
-  validate(options.cluster);
-  validate(options.schedule);
-  plan_search::validate_screen_factor(options);
   const auto start = Clock::now();
   {
     std::vector<Workload> workloads;
@@ -390,7 +388,7 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
     // Screened as a static strategy is: where the step estimated from the schedules is
     // screen_factor times the fastest simulated step so far, nothing is compiled.
     StepScreen screen;
-    if (best) screen.above = options.screen_factor * best_seconds;
+    if (best) screen.above = options.search.screen_factor * best_seconds;
     std::optional<BuiltModelPlan> built =
         on_base(placed, k, kinds, options, tries, &times, placed_times, &screen);
     if (!built) {
@@ -444,14 +442,15 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
   // search: on the micro-benchmark's hybrid-attention batches, its search kept nothing faster here
   // and cost 0.1 to 0.2 x a one-mask plan more.
   const std::vector<TokenCount> anchor_sizes =
-      own.block_sizes.empty() ? std::vector<TokenCount>{}
-                              : plan_search::searched_block_sizes(kinds[anchor].workload, own);
+      own.search.block_sizes.empty()
+          ? std::vector<TokenCount>{}
+          : plan_search::searched_block_sizes(kinds[anchor].workload, own);
   for (std::size_t k = 0; k < kinds.size(); ++k) {
     if (k == anchor) continue;
     PlanOptions alone = own;
     if (!anchor_sizes.empty()) {
-      alone.block_sizes = {reads_block_size(kinds[k].workload, anchor_sizes)};
-      alone.structured_layouts = false;
+      alone.search.block_sizes = {reads_block_size(kinds[k].workload, anchor_sizes)};
+      alone.search.structured_layouts = false;
     }
     std::optional<BuiltPlan> placed;
     try {
@@ -459,7 +458,7 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
     } catch (const InvalidInput&) {
       // Too many blocks at that size (the tile limits): its search at the other sizes the densest
       // kind's search tried finds one that fits.
-      alone.block_sizes = anchor_sizes;
+      alone.search.block_sizes = anchor_sizes;
       placed.emplace(build_plan(kinds[k].workload, alone));
     }
     if (!cut_uniformly(placed->workload)) continue;
@@ -485,7 +484,7 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
         for (const KindWorkload& kind : kinds) {
           bound += kind.layers * static_plan_lower_bound(kind.workload, static_options);
         }
-        if (bound >= options.screen_factor * best_seconds) {
+        if (bound >= options.search.screen_factor * best_seconds) {
           screened.bounded = true;
           screened.estimate_seconds = bound;
           candidates.push_back(std::move(screened));

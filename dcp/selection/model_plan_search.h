@@ -18,7 +18,8 @@ namespace dcp {
 //      fastest of following its work, on_q_blocks and balanced_on_tokens);
 //   2. the densest kind's fastest partition at each other block size its search tried, every
 //      other kind on it (on_q_blocks or balanced_on_tokens);
-//   3. every other kind's partition at the finest block size of the sweep (options.block_sizes;
+//   3. every other kind's partition at the finest block size of the sweep
+//   (options.search.block_sizes;
 //      at the default and the tighter balance, the faster kept), the rest on its token placement
 //      as in 2;
 //   4. kDcp: every static strategy that can run on the cluster, for every kind (the kept plan's

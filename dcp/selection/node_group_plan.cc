@@ -75,15 +75,15 @@ std::optional<BuiltPlan> build_node_groups(const Workload& workload, const PlanO
     const double share_mean =
         static_cast<double>(share.batch().total_tokens()) / shape.devices_per_node;
     node_options.placement.eps_memory = std::max(0.0, device_bound / share_mean - 1);
-    node_options.structured_layouts = false;
+    node_options.search.structured_layouts = false;
     node_options.partial_dtype = partial_dtype;
     // Where every sequence of the share fits a device whole, its packings move nothing and were
     // the fastest of its own plans on 152 of 158 node shares of megatron, ldc and longalign
     // batches (2 to 32 nodes of 8); the partitions, most of a search's time, run only where a
     // sequence must be cut.
     const TokenCount longest = share.batch().max_length();
-    node_options.partitions = static_cast<double>(longest) > device_bound;
-    node_options.packed_layout = true;
+    node_options.search.partitions = static_cast<double>(longest) > device_bound;
+    node_options.search.packed_layout = true;
     groups[node].emplace(build_own(share, node_options));
     const Workload& cut = groups[node]->workload;
     within_bounds = within_bounds && groups[node]->placement_within_bounds;

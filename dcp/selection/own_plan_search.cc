@@ -79,7 +79,7 @@ namespace {
 
 // Whether build_own tries the structured layouts.
 bool tries_structured(const Workload& workload, const PlanOptions& options) {
-  return options.structured_layouts && options.kept_kv_budget == kKeepAllKv &&
+  return options.search.structured_layouts && options.kept_kv_budget == kKeepAllKv &&
          few_long_sequences(workload);
 }
 
@@ -89,7 +89,7 @@ std::vector<TokenCount> searched_block_sizes(const Workload& workload, const Pla
   const auto top = static_cast<TokenCount>(std::bit_ceil(
       static_cast<std::uint64_t>(std::max<TokenCount>(1, workload.batch().max_length()))));
   std::vector<TokenCount> sizes;
-  for (const TokenCount size : options.block_sizes) {
+  for (const TokenCount size : options.search.block_sizes) {
     if (size < 1) throw InvalidInput("block size " + std::to_string(size) + " is not positive");
     const TokenCount effective = std::min(size, top);
     if (std::find(sizes.begin(), sizes.end(), effective) == sizes.end()) sizes.push_back(effective);
@@ -104,7 +104,7 @@ std::vector<TokenCount> searched_block_sizes(const Workload& workload, const Pla
 
 BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
                     std::vector<SimulatedPlan>* runners_up) {
-  if (options.block_sizes.empty()) return build_one_plan(workload, options);
+  if (options.search.block_sizes.empty()) return build_one_plan(workload, options);
   const std::vector<TokenCount> sizes = searched_block_sizes(workload, options);
   const bool structured = tries_structured(workload, options);
   const DType storage = workload.shape().dtype;
@@ -150,7 +150,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     }
   };
   for (const TokenCount size : sizes) {
-    if (!options.partitions) break;
+    if (!options.search.partitions) break;
     std::optional<Workload> cut;
     try {
       cut.emplace(reblocked(workload, size));
@@ -162,7 +162,8 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     }
     consider(build_one_plan(*cut, options), {"partition", size, storage, false, 0, 0});
   }
-  if (best && options.retry_tighter_balance && options.placement.eps_compute > kRetryEpsCompute) {
+  if (best && options.search.retry_tighter_balance &&
+      options.placement.eps_compute > kRetryEpsCompute) {
     // The fastest kRetryPartitions partitions, fastest first (all of `tried` are partitions here).
     std::vector<OwnCandidate> fastest = tried;
     std::stable_sort(fastest.begin(), fastest.end(),
@@ -178,7 +179,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       }
     }
   }
-  if (options.packed_layout && !sizes.empty()) {
+  if (options.search.packed_layout && !sizes.empty()) {
     const TokenCount size = *std::min_element(sizes.begin(), sizes.end());
     std::optional<Workload> cut;
     try {
@@ -196,7 +197,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
                {std::string(name), size, storage, false});
     }
   }
-  if (options.node_groups) {
+  if (options.search.node_groups) {
     if (std::optional<BuiltPlan> grouped = build_node_groups(workload, options)) {
       consider(std::move(*grouped), {std::string(kNodeGroupsLayout), 0, storage, false});
     }

@@ -17,11 +17,11 @@ namespace dcp {
 // kDcp: dcp's own plan (placement, schedules, compile), then every static strategy that can run
 // on the cluster; each is simulated forward and backward under options.cluster (dcp::sim), and
 // the fastest in forward plus backward time is kept (dcp's own on a tie). A static strategy whose
-// schedule estimate is at least options.screen_factor times the best simulated time is not
+// schedule estimate is at least options.search.screen_factor times the best simulated time is not
 // compiled. Since dcp can simulate before it executes, it is never slower than a static strategy
 // under the cost model. The kept plan's header names "dcp" or "dcp/<static strategy>". kDcpPure:
-// dcp's own plan always. dcp's own plan is the fastest of its plans at PlanOptions::block_sizes
-// when given, and of its structured candidates (PlanOptions::structured_layouts). A static
+// dcp's own plan always. dcp's own plan is the fastest of its plans at SearchOptions::block_sizes
+// when given, and of its structured candidates (SearchOptions::structured_layouts). A static
 // strategy: its plan (build_one_plan). Throws InvalidInput if the cluster spec is invalid, or the
 // strategy cannot run on it.
 BuiltPlan build_plan(const Workload& workload, const PlanOptions& options);
@@ -40,7 +40,7 @@ BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, Buil
 BuiltPlan build_structured(Strategy layout, const Workload& workload, const PlanOptions& options);
 
 // What an automatic block size means to planning: dcp's own plan at each of these sizes
-// (PlanOptions::block_sizes), the block sizes the DCP paper found best.
+// (SearchOptions::block_sizes), the block sizes the DCP paper found best.
 inline constexpr TokenCount kBlockSizeSweep[] = {1024, 2048, 4096};
 // With an automatic block size, dcp's own strategies plan at each size of kBlockSizeSweep and keep
 // the fastest under the simulator (unless `plan` names its block sizes already). The one home of
@@ -61,16 +61,17 @@ inline constexpr double kFp32PartialsMinGain = 0.01;
 inline constexpr double kRetryEpsCompute = 0.2;
 inline constexpr std::size_t kRetryPartitions = 2;
 inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::kLoongTrain};
-// OwnCandidate::layout of dcp's plans on packed_placement (PlanOptions::packed_layout), by its two
-// rules: whole sequences where they add the least attention work, and best fit.
+// OwnCandidate::layout of dcp's plans on packed_placement (SearchOptions::packed_layout), by its
+// two rules: whole sequences where they add the least attention work, and best fit.
 inline constexpr std::string_view kPackedLayout = "packed";
 inline constexpr std::string_view kPackedBestFitLayout = "packed best fit";
-// OwnCandidate::layout of dcp's plan in node groups (PlanOptions::node_groups): every node's share
-// of the sequences, dealt whole by their work (deal_by_work), planned by dcp's own search on that
-// node (its partitions and packings at every block size, not its structured layouts); the plans
-// joined, each sequence at its node's block size. Where a batch mixes short sequences with long
-// ones that fit a node, each node then keeps the layout that suits its share, where one placement
-// of the whole cluster keeps one layout and block size for all; no sequence crosses a node.
+// OwnCandidate::layout of dcp's plan in node groups (SearchOptions::node_groups): every node's
+// share of the sequences, dealt whole by their work (deal_by_work), planned by dcp's own search on
+// that node (its partitions and packings at every block size, not its structured layouts); the
+// plans joined, each sequence at its node's block size. Where a batch mixes short sequences with
+// long ones that fit a node, each node then keeps the layout that suits its share, where one
+// placement of the whole cluster keeps one layout and block size for all; no sequence crosses a
+// node.
 inline constexpr std::string_view kNodeGroupsLayout = "node groups";
 // A few long sequences: at most kStructuredMaxSequences with one holding half the batch's tokens,
 // or at most kStructuredDenseMaxSequences whose longest leaves at least kDenseSequenceDensity of

@@ -11,9 +11,6 @@
 
 namespace dcp::plan_search {
 
-// Throws InvalidInput unless options.screen_factor is at least 1 (infinity: no screening).
-void validate_screen_factor(const PlanOptions& options);
-
 // A plan of dcp's own search with its simulated times.
 struct SimulatedPlan {
   BuiltPlan plan;
@@ -21,14 +18,14 @@ struct SimulatedPlan {
 };
 
 // dcp's own plan: on the workload's blocks, or the fastest under the simulator of those at
-// options.block_sizes (its own_candidates then hold every candidate's simulated times). With
+// options.search.block_sizes (its own_candidates then hold every candidate's simulated times). With
 // `runners_up`, also the fastest partition (storage-dtype partials) at each block size other than
 // the kept plan's, fastest first: what a search over several kinds places the other kinds on.
 BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
                     std::vector<SimulatedPlan>* runners_up = nullptr);
 
-// The block sizes build_own partitions the workload at: options.block_sizes, each at most the
-// longest sequence's length rounded up to a power of two, without repeats, and without those
+// The block sizes build_own partitions the workload at: options.search.block_sizes, each at most
+// the longest sequence's length rounded up to a power of two, without repeats, and without those
 // below kDenseMinBlockSize where that rule applies (plan_search.h). Throws InvalidInput for a
 // size below 1.
 std::vector<TokenCount> searched_block_sizes(const Workload& workload, const PlanOptions& options);

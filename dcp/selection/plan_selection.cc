@@ -21,8 +21,8 @@
 namespace dcp {
 
 void sweep_block_sizes_when_automatic(PlanOptions& plan, bool automatic_block_size) {
-  if (automatic_block_size && is_dcp(plan.strategy) && plan.block_sizes.empty()) {
-    plan.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
+  if (automatic_block_size && is_dcp(plan.strategy) && plan.search.block_sizes.empty()) {
+    plan.search.block_sizes.assign(std::begin(kBlockSizeSweep), std::end(kBlockSizeSweep));
   }
 }
 
@@ -84,7 +84,7 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
       selection.candidates.push_back({name, false, e.what(), false, 0, 0, 0});
       continue;
     }
-    if (bound >= options.screen_factor * best_seconds) {
+    if (bound >= options.search.screen_factor * best_seconds) {
       PlanCandidate screened{name, true, "", false, bound, 0, 0};
       screened.bounded = true;
       selection.candidates.push_back(screened);
@@ -103,7 +103,7 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
     // simulation for static plans, whose time is transfers and whole-tile kernels).
     const double estimated =
         estimates.seconds() + token_seconds_of(layout->workload, layout->placement, options);
-    if (estimated >= options.screen_factor * best_seconds) {
+    if (estimated >= options.search.screen_factor * best_seconds) {
       selection.candidates.push_back({name, true, "", false, estimated, 0, 0});
       continue;
     }
@@ -127,19 +127,9 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
 
 }  // namespace
 
-void plan_search::validate_screen_factor(const PlanOptions& options) {
-  if (!(options.screen_factor >= 1)) {
-    throw InvalidInput(
-        "the screen factor must be at least 1 (infinity: every candidate simulated), got " +
-        std::to_string(options.screen_factor));
-  }
-}
-
 BuiltPlan build_plan(const Workload& workload, const PlanOptions& options) {
-  validate(options.cluster);
   // Here, so that build_own cannot take a bad option for a layout that cannot run.
-  validate(options.schedule);
-  plan_search::validate_screen_factor(options);
+  validate(options);
   if (!is_dcp(options.strategy)) return build_one_plan(workload, options);
   const auto start = Clock::now();
   BuiltPlan best = plan_search::build_own(workload, options);
@@ -155,8 +145,7 @@ BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, Buil
     throw InvalidInput("select_plan is dcp's selection; the options name " +
                        std::string(to_string(options.strategy)));
   }
-  validate(options.cluster);
-  plan_search::validate_screen_factor(options);
+  validate(options);
   const auto start = Clock::now();
   own.plan.header.strategy = std::string(to_string(Strategy::kDcp));
   return select_static(workload, options, std::move(own), start);

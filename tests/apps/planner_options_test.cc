@@ -74,16 +74,16 @@ TEST(PlannerOptions, GiveTheSameOptionsFromFlagTextAndFromTypedKeywords) {
                                                          OptionSpelling::kKeyword);
   for (const PlanOptions* options : {&from_flags, &from_keywords}) {
     EXPECT_EQ(options->strategy, Strategy::kRing);
-    EXPECT_EQ(options->static_data_parallel, 2);
+    EXPECT_EQ(options->statics.data_parallel, 2);
     EXPECT_EQ(options->cluster.shape.devices(), 8);
     EXPECT_EQ(options->token_flops, 2e8);
-    EXPECT_EQ(options->masked_tiles, MaskedTiles::kCompute);
+    EXPECT_EQ(options->statics.masked_tiles, MaskedTiles::kCompute);
     EXPECT_EQ(options->partial_dtype, DType::kBf16);
   }
   // None given: PlanOptions' defaults.
   const PlanOptions defaults = planner_options_from({}, OptionSpelling::kKeyword);
   EXPECT_EQ(defaults.strategy, PlanOptions{}.strategy);
-  EXPECT_EQ(defaults.static_data_parallel, PlanOptions{}.static_data_parallel);
+  EXPECT_EQ(defaults.statics.data_parallel, PlanOptions{}.statics.data_parallel);
   EXPECT_EQ(defaults.kept_kv_budget, PlanOptions{}.kept_kv_budget);
 }
 

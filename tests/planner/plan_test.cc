@@ -99,7 +99,7 @@ TEST(PlanBuilder, AStaticPlanBuiltInStepsIsTheOneBuiltWhole) {
   const Workload workload = small_workload(random_batch(5), MaskKind::kCausal, 8, 2);
   for (const Strategy strategy : {Strategy::kZigzag, Strategy::kTe, Strategy::kLoongTrain}) {
     PlanOptions options = a100_plan_options(strategy, {2, 4});
-    if (strategy == Strategy::kLoongTrain) options.loongtrain_window = 1;
+    if (strategy == Strategy::kLoongTrain) options.statics.loongtrain_window = 1;
     const BuiltPlan whole = build_one_plan(workload, options);
     StaticPlan layout = static_layout(workload, options);
     const PassEstimates estimates = static_plan_estimate(layout, options);
@@ -540,7 +540,7 @@ TEST(StaticPlans, ComputingMaskedTilesAddsEntriesThatVerifyAndCostWholeTiles) {
     for (const Strategy strategy : {Strategy::kZigzag, Strategy::kHybrid}) {
       PlanOptions skip = a100_plan_options(strategy, {2, 2});
       PlanOptions compute = skip;
-      compute.masked_tiles = MaskedTiles::kCompute;
+      compute.statics.masked_tiles = MaskedTiles::kCompute;
       const BuiltPlan a = build_one_plan(workload, skip);
       const BuiltPlan b = build_one_plan(workload, compute);
       const VerifyReport report = verify(b.plan);

@@ -499,7 +499,7 @@ TEST(StaticDataParallel, KeepsEveryTransferInsideItsGroupAndSplitsSequencesGreed
     options.strategy = strategy;
     options.cluster = cluster_preset("a100-p4de");
     options.cluster.shape = cluster;
-    options.static_data_parallel = 2;
+    options.statics.data_parallel = 2;
     const BuiltPlan built = build_one_plan(workload, options);
     EXPECT_EQ(built.data_parallel, 2);
     const VerifyReport report = verify(built.plan);

@@ -45,7 +45,7 @@ Outcome run_built(const Workload& workload, const BuiltPlan& built, std::uint64_
 Outcome run_and_compare(const Workload& workload, Strategy strategy, ClusterShape world,
                         std::uint64_t seed, std::int32_t static_data_parallel = 1) {
   PlanOptions plan_options = runtime_plan_options(strategy, world);
-  plan_options.static_data_parallel = static_data_parallel;
+  plan_options.statics.data_parallel = static_data_parallel;
   return run_built(workload, build_plan(workload, plan_options), seed);
 }
 

@@ -110,7 +110,7 @@ TEST(KindPlacement, RefusesKindsCutIntoOtherBlocks) {
 TEST(ModelPlanSearch, OneKindGivesThePlanOfOneMaskByteForByte) {
   const Workload workload = kind_workload(kBatch, "causal", 64);
   PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {2, 2});
-  options.block_sizes = {64, 128};
+  options.search.block_sizes = {64, 128};
   const BuiltPlan alone = build_plan(workload, options);
   const BuiltModelPlan model = build_model_plan({{"attention", 1, workload}}, options);
   ASSERT_TRUE(model.plan.is_single_plan());
@@ -120,7 +120,7 @@ TEST(ModelPlanSearch, OneKindGivesThePlanOfOneMaskByteForByte) {
 TEST(ModelPlanSearch, EveryKindVerifiesOnOneTokenPlacementAndIsDeterministic) {
   for (const Strategy strategy : {Strategy::kDcp, Strategy::kDcpPure, Strategy::kZigzag}) {
     PlanOptions options = testing::a100_plan_options(strategy, {2, 2});
-    options.block_sizes = {64, 128};
+    options.search.block_sizes = {64, 128};
     const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64);
     const BuiltModelPlan built = build_model_plan(kinds, options);
     const std::string what(to_string(strategy));
@@ -144,7 +144,7 @@ TEST(ModelPlanSearch, EveryKindVerifiesOnOneTokenPlacementAndIsDeterministic) {
 
 TEST(ModelPlanSearch, KeepsTheFastestSimulatedStepAndNamesIt) {
   PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {2, 2});
-  options.block_sizes = {64, 128};
+  options.search.block_sizes = {64, 128};
   const BuiltModelPlan built = build_model_plan(global_and_local(kBatch, 64, 2, 10), options);
   ASSERT_FALSE(built.candidates.empty());
   const sim::ModelSimulation simulation = sim::simulate(built.plan, options.cluster);
@@ -165,11 +165,11 @@ TEST(ModelPlanSearch, KeepsTheFastestSimulatedStepAndNamesIt) {
 
 TEST(ModelPlanSearch, PlacesOnEachKindsOwnPlacementAndIsNoSlowerThanOneMasksPlacement) {
   PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {2, 2});
-  options.block_sizes = {128, 64};
+  options.search.block_sizes = {128, 64};
   // Packed whole, or in node groups, the batch's plan is faster than any partition's, whose plans
   // below the search then screens.
-  options.packed_layout = false;
-  options.node_groups = false;
+  options.search.packed_layout = false;
+  options.search.node_groups = false;
   const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64, 2, 10);
   const BuiltModelPlan built = build_model_plan(kinds, options);
   // The local kind planned alone at the block size nearest to what its queries read (a 96-token
@@ -210,7 +210,7 @@ TEST(ModelPlanSearch, PlacesOnEachKindsOwnPlacementAndIsNoSlowerThanOneMasksPlac
 // nearest to the keys its queries read on average, a wide window's at a coarse size.
 TEST(ModelPlanSearch, PlansEachOtherKindAloneAtTheBlockSizeItsQueriesRead) {
   PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {2, 2});
-  options.block_sizes = {64, 128, 256};
+  options.search.block_sizes = {64, 128, 256};
   const SequenceBatch batch({3000, 2000});
   for (const auto& [window, size] : {std::pair{256, 256}, std::pair{100, 128}, std::pair{40, 64}}) {
     const std::vector<KindWorkload> kinds = {
@@ -234,7 +234,7 @@ TEST(ModelPlanSearch, PlansEachOtherKindAloneAtTheBlockSizeItsQueriesRead) {
 // kind's layers run on its blocks too.
 TEST(ModelPlanSearch, PlansEachOtherKindAloneAtABlockSizeTheDensestKindsSearchTries) {
   PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {2, 4});
-  options.block_sizes = {1024, kDenseMinBlockSize};
+  options.search.block_sizes = {1024, kDenseMinBlockSize};
   const auto own_placement = [&](const SequenceBatch& batch) {
     const std::vector<KindWorkload> kinds = {
         {"global", 1, kind_workload(batch, "causal", 1024)},
@@ -275,10 +275,10 @@ TEST(ModelPlanSearch, ScreensOnlyCandidatesSlowerThanTheKeptStep) {
     const std::vector<KindWorkload> kinds = {{"global", 2, kind_workload(batch, "causal", 64)},
                                              {"local", 10, kind_workload(batch, c.window, 64)}};
     PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {c.nodes, 2});
-    options.block_sizes = {64, 128, 256};
+    options.search.block_sizes = {64, 128, 256};
     const BuiltModelPlan built = build_model_plan(kinds, options);
     PlanOptions every = options;
-    every.screen_factor = std::numeric_limits<double>::infinity();
+    every.search.screen_factor = std::numeric_limits<double>::infinity();
     const BuiltModelPlan unscreened = build_model_plan(kinds, every);
     // The same plan, byte for byte, as when every candidate is compiled and simulated.
     EXPECT_EQ(built.kept, unscreened.kept) << c.window;
@@ -290,7 +290,8 @@ TEST(ModelPlanSearch, ScreensOnlyCandidatesSlowerThanTheKeptStep) {
       if (!candidate.feasible || candidate.simulated) continue;
       ++screened;
       bounded += candidate.bounded ? 1 : 0;
-      EXPECT_GE(candidate.estimate_seconds, options.screen_factor * step) << candidate.strategy;
+      EXPECT_GE(candidate.estimate_seconds, options.search.screen_factor * step)
+          << candidate.strategy;
       // Built anyway, it is slower than the kept step.
       const PlanCandidate& built_anyway = unscreened.candidates[i];
       ASSERT_EQ(built_anyway.strategy, candidate.strategy);
@@ -305,7 +306,7 @@ TEST(ModelPlanSearch, ScreensOnlyCandidatesSlowerThanTheKeptStep) {
 
 TEST(ModelPlanSearch, RefusesAScreenFactorBelowOne) {
   PlanOptions options = testing::a100_plan_options(Strategy::kDcp, {1, 2});
-  options.screen_factor = 0.5;
+  options.search.screen_factor = 0.5;
   try {
     build_model_plan(global_and_local(kBatch, 64), options);
     FAIL() << "a screen factor of 0.5 was taken";
@@ -313,7 +314,7 @@ TEST(ModelPlanSearch, RefusesAScreenFactorBelowOne) {
     EXPECT_NE(std::string(e.what()).find("screen factor must be at least 1"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("0.5"), std::string::npos) << e.what();
   }
-  options.screen_factor = std::numeric_limits<double>::quiet_NaN();
+  options.search.screen_factor = std::numeric_limits<double>::quiet_NaN();
   EXPECT_THROW(build_plan(kind_workload(kBatch, "causal", 64), options), InvalidInput);
 }
 
@@ -430,9 +431,9 @@ TEST(AttentionKinds, ValidateNamesTheOffendingValue) {
 // block size), every kind runs on those blocks and placement, and the model plan verifies.
 TEST(ModelPlanSearch, RunsEveryKindOnTheDensestKindsNodeGroups) {
   PlanOptions options = testing::a100_plan_options(Strategy::kDcpPure, {2, 2});
-  options.block_sizes = {128, 64};
-  options.partitions = false;  // the node groups and the packings only
-  options.packed_layout = false;
+  options.search.block_sizes = {128, 64};
+  options.search.partitions = false;  // the node groups and the packings only
+  options.search.packed_layout = false;
   const std::vector<KindWorkload> kinds = global_and_local(kBatch, 64, 2, 10);
   PlanOptions own = options;
   const BuiltPlan global = build_plan(kinds[0].workload, own);

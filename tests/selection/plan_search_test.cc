@@ -53,10 +53,10 @@ TEST(PlanSearch, SameInputsAndSeedGiveTheSameBytes) {
 TEST(PlanSearch, StructuredCandidatesWhereFewLongSequences) {
   const Workload workload = small_workload(SequenceBatch({900, 120, 40}), MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 4});
-  options.block_sizes = {256, 512};
+  options.search.block_sizes = {256, 512};
   options.placement.eps_compute = kRetryEpsCompute;  // no retry at a tighter balance
-  options.packed_layout = false;                     // (its own test below)
-  options.node_groups = false;
+  options.search.packed_layout = false;              // (its own test below)
+  options.search.node_groups = false;
   const BuiltPlan built = build_plan(workload, options);
   ASSERT_EQ(built.own_candidates.size(), 4u);
   EXPECT_EQ(built.own_candidates[0].block_size, 256);
@@ -184,10 +184,10 @@ TEST(PlanSearch, StructuredBackwardNeverSlowerThanItsWholeStages) {
 TEST(PlanSearch, NoFineBlocksWhereOneDenseSequenceDominates) {
   const SequenceBatch batch({2500, 300});
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 4});
-  options.block_sizes = {1024, kDenseMinBlockSize};
+  options.search.block_sizes = {1024, kDenseMinBlockSize};
   options.placement.eps_compute = kRetryEpsCompute;  // no retry at a tighter balance
-  options.packed_layout = false;
-  options.node_groups = false;
+  options.search.packed_layout = false;
+  options.search.node_groups = false;
   const auto sizes = [&](MaskKind kind) {
     std::vector<std::string> tried;
     for (const OwnCandidate& c :
@@ -201,7 +201,7 @@ TEST(PlanSearch, NoFineBlocksWhereOneDenseSequenceDominates) {
   EXPECT_EQ(sizes(MaskKind::kLambda),
             (std::vector<std::string>{"1024", dense, "hybrid", "loongtrain"}));
   // Only fine sizes asked for: they are tried.
-  options.block_sizes = {512, 1024};
+  options.search.block_sizes = {512, 1024};
   EXPECT_EQ(sizes(MaskKind::kCausal),
             (std::vector<std::string>{"512", "1024", "hybrid", "loongtrain"}));
 }
@@ -212,7 +212,7 @@ TEST(PlanSearch, NoFineBlocksWhereOneDenseSequenceDominates) {
 TEST(PlanSearch, TriesFp32PartialsWhereConversionsCostMoreThanBytes) {
   const Workload workload = small_workload(SequenceBatch({900, 120, 40}), MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 4});
-  options.block_sizes = {256};
+  options.search.block_sizes = {256};
   options.cluster.kernel_overhead = 200e-6;  // each conversion kernel: 0.2 ms
   options.cluster.intra_node_bandwidth *= 100;
   options.cluster.inter_node_bandwidth *= 100;
@@ -240,7 +240,7 @@ TEST(PlanSearch, TriesFp32PartialsWhereConversionsCostMoreThanBytes) {
   for (const OwnCandidate& c : as_asked.own_candidates) EXPECT_EQ(c.partial_dtype, DType::kBf16);
 
   PlanOptions cheap = a100_plan_options(Strategy::kDcpPure, {2, 4});  // a100-p4de: 1 us per kernel
-  cheap.block_sizes = {256};
+  cheap.search.block_sizes = {256};
   for (const OwnCandidate& c : build_plan(workload, cheap).own_candidates) {
     EXPECT_EQ(c.partial_dtype, DType::kBf16);
   }
@@ -273,7 +273,7 @@ TEST(PlanSearch, TriesFp32PartialsWhereConversionsOutlastThePartialShareOfTransf
   PlanOptions options;
   options.strategy = Strategy::kDcpPure;
   options.cluster = h200;
-  options.block_sizes = {1024, 2048, 4096};  // as dcp plan's automatic block size
+  options.search.block_sizes = {1024, 2048, 4096};  // as dcp plan's automatic block size
   const BuiltPlan built = build_plan(workload, options);
   const OwnCandidate& retried = built.own_candidates.back();
   ASSERT_EQ(retried.partial_dtype, DType::kFp32);
@@ -292,11 +292,11 @@ TEST(PlanSearch, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
       small_workload(SequenceBatch({700, 300, 90, 5}), MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
   // 2048 and 4096 both collapse to 1024, the next power of two above the longest sequence.
-  options.block_sizes = {128, 2048, 64, 4096};
-  options.structured_layouts = false;  // (one sequence holds most tokens: see the next test)
+  options.search.block_sizes = {128, 2048, 64, 4096};
+  options.search.structured_layouts = false;  // (one sequence holds most tokens: see the next test)
   options.placement.eps_compute = kRetryEpsCompute;  // no retry (the test after the next)
-  options.packed_layout = false;
-  options.node_groups = false;
+  options.search.packed_layout = false;
+  options.search.node_groups = false;
   const BuiltPlan swept = build_plan(workload, options);
   ASSERT_EQ(swept.own_candidates.size(), 3u);
   EXPECT_EQ(swept.own_candidates[0].block_size, 128);
@@ -308,7 +308,7 @@ TEST(PlanSearch, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
       [](const OwnCandidate& a, const OwnCandidate& b) { return a.seconds() < b.seconds(); });
   EXPECT_EQ(swept.workload.blocks().block_size(), fastest->block_size);
   PlanOptions alone = options;
-  alone.block_sizes.clear();
+  alone.search.block_sizes.clear();
   const Workload cut(workload.shape(), workload.batch(),
                      build_batch_mask(small_spec(MaskKind::kCausal), workload.batch()),
                      fastest->block_size, 1);
@@ -322,7 +322,7 @@ TEST(PlanSearch, KeepsDcpsFastestPlanOverTheBlockSizesAsked) {
   const BuiltPlan selected = build_plan(workload, options);
   EXPECT_DOUBLE_EQ(selected.selection.candidates.front().seconds(), fastest->seconds());
   // A size that is not positive is refused, naming it.
-  options.block_sizes = {0};
+  options.search.block_sizes = {0};
   try {
     build_plan(workload, options);
     FAIL() << "block size 0";
@@ -340,9 +340,9 @@ TEST(PlanSearch, RetriesItsFastestPartitionsAtATighterBalance) {
   const Workload workload =
       small_workload(SequenceBatch({400, 350, 300, 250, 200, 90, 5}), MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
-  options.block_sizes = {64, 128, 256};
-  options.packed_layout = false;
-  options.node_groups = false;
+  options.search.block_sizes = {64, 128, 256};
+  options.search.packed_layout = false;
+  options.search.node_groups = false;
   ASSERT_GT(options.placement.eps_compute, kRetryEpsCompute);
   const BuiltPlan built = build_plan(workload, options);
   ASSERT_GE(built.own_candidates.size(), 3u);
@@ -362,7 +362,7 @@ TEST(PlanSearch, RetriesItsFastestPartitionsAtATighterBalance) {
   });
   EXPECT_DOUBLE_EQ(sim::simulate(built.plan, options.cluster).seconds(), kept->seconds());
   PlanOptions alone = options;
-  alone.block_sizes.clear();
+  alone.search.block_sizes.clear();
   if (kept->tighter_balance) alone.placement.eps_compute = kRetryEpsCompute;
   const Workload cut(workload.shape(), workload.batch(),
                      build_batch_mask(small_spec(MaskKind::kCausal), workload.batch()),
@@ -380,11 +380,11 @@ TEST(PlanSearch, SelectingFromDcpPuresPlanGivesBuildPlansDcpPlan) {
     for (std::uint64_t seed = 40; seed < 43; ++seed) {
       const Workload workload = small_workload(random_batch(seed), MaskKind::kCausal, 8, 2);
       PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 2});
-      options.block_sizes = {64, 128};
+      options.search.block_sizes = {64, 128};
       // Packed sequences are dcp's fastest on all of these batches; without them a static plan
       // wins on some, which the selection must give whole too.
-      options.packed_layout = false;
-      options.node_groups = false;
+      options.search.packed_layout = false;
+      options.search.node_groups = false;
       if (fast) {
         options.cluster.inter_node_bandwidth *= 50;
         options.cluster.inter_node_stream_bandwidth *= 50;
@@ -473,7 +473,7 @@ TEST(PlanSearch, DcpKeepsTheFastestOfItsOwnAndTheStaticPlansUnderTheSimulator) {
 TEST(PlanSearch, TokenFlopsPriceEachDevicesTokensBesideItsAttention) {
   const Workload workload = small_workload(random_batch(41), MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 2});
-  options.block_sizes = {64, 128};
+  options.search.block_sizes = {64, 128};
   const BuiltPlan attention_only = build_plan(workload, options);
   for (const PlanCandidate& candidate : attention_only.selection.candidates)
     EXPECT_EQ(candidate.token_seconds, 0) << candidate.strategy;
@@ -528,7 +528,7 @@ TEST(PlanSearch, TokenFlopsPriceEachDevicesTokensBesideItsAttention) {
 TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
   const Workload workload = small_workload(random_batch(44), MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
-  options.block_sizes = {64, 128};
+  options.search.block_sizes = {64, 128};
   options.token_flops = 3.5 * 4 * 128 * 8 * 512;
   const BuiltPlan built = build_plan(workload, options);
   const auto grouped =
@@ -562,19 +562,19 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
   const Workload long_one = small_workload(SequenceBatch({900, 60, 40}), MaskKind::kCausal, 8, 2);
   EXPECT_FALSE(plan_search::build_node_groups(long_one, options).has_value());
   PlanOptions one_node = a100_plan_options(Strategy::kDcpPure, {1, 4});
-  one_node.block_sizes = {64, 128};
+  one_node.search.block_sizes = {64, 128};
   EXPECT_FALSE(plan_search::build_node_groups(workload, one_node).has_value());
-  options.node_groups = false;
+  options.search.node_groups = false;
   for (const OwnCandidate& c : build_plan(workload, options).own_candidates)
     EXPECT_NE(c.layout, kNodeGroupsLayout);
   // Without partitions, the other layouts alone; with none of them, no plan.
-  options.node_groups = true;
-  options.partitions = false;
+  options.search.node_groups = true;
+  options.search.partitions = false;
   for (const OwnCandidate& c : build_plan(workload, options).own_candidates)
     EXPECT_NE(c.layout, "partition");
-  options.node_groups = false;
-  options.packed_layout = false;
-  options.structured_layouts = false;
+  options.search.node_groups = false;
+  options.search.packed_layout = false;
+  options.search.structured_layouts = false;
   EXPECT_THROW(build_plan(workload, options), InvalidInput);
 }
 
@@ -584,7 +584,7 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
 TEST(PlanSearch, TriesSequencesPackedWholeAtTheSmallestBlockSize) {
   const Workload workload = small_workload(random_batch(43), MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
-  options.block_sizes = {128, 64};
+  options.search.block_sizes = {128, 64};
   const BuiltPlan built = build_plan(workload, options);
   for (const auto& [rule, layout] : {std::pair{PackingRule::kLeastWork, kPackedLayout},
                                      std::pair{PackingRule::kBestFit, kPackedBestFitLayout}}) {
@@ -605,7 +605,7 @@ TEST(PlanSearch, TriesSequencesPackedWholeAtTheSmallestBlockSize) {
   double fastest = built.own_candidates.front().seconds();
   for (const OwnCandidate& c : built.own_candidates) fastest = std::min(fastest, c.seconds());
   EXPECT_DOUBLE_EQ(sim::simulate(built.plan, options.cluster).seconds(), fastest);
-  options.packed_layout = false;
+  options.search.packed_layout = false;
   for (const OwnCandidate& c : build_plan(workload, options).own_candidates)
     EXPECT_EQ(c.layout.find("packed"), std::string::npos);
 }

@@ -12,21 +12,9 @@
 #include "dcp/planner/baselines/static_rings.h"
 #include "dcp/planner/placement/placement.h"
 #include "dcp/planner/schedule/schedule.h"
+#include "dcp/planner/strategy.h"
 
 namespace dcp {
-
-// kDcp: dcp's plan, or the best static plan when the simulator finds one faster (build_plan,
-// dcp/selection/plan_search.h); kDcpPure: dcp's own placement always.
-enum class Strategy { kDcp, kDcpPure, kRing, kZigzag, kUlysses, kHybrid, kTe, kLoongTrain };
-std::string_view to_string(Strategy strategy);
-bool is_dcp(Strategy strategy);
-// The static strategies, in the order plans and tables list them.
-inline constexpr Strategy kStaticStrategies[] = {Strategy::kRing,    Strategy::kZigzag,
-                                                 Strategy::kUlysses, Strategy::kHybrid,
-                                                 Strategy::kTe,      Strategy::kLoongTrain};
-// Accepts dcp, dcp-pure, ring, zigzag, ulysses, hybrid, te, loongtrain. Throws InvalidInput naming
-// the text otherwise.
-Strategy parse_strategy(std::string_view name);
 
 // A static strategy's plan before compilation. Static systems cut each sequence their own way, so
 // `workload` is the input re-cut into their chunks (same batch, masks, shape and head blocks).

@@ -14,6 +14,7 @@
 #include "dcp/model/attention_shape.h"
 #include "dcp/model/cluster_file.h"
 #include "dcp/model/cluster_presets.h"
+#include "dcp/model/sequence_batch.h"
 
 #include "dcp/planner/baselines/static_plans.h"
 #include "dcp/planner/placement/hierarchical_placer.h"
@@ -68,14 +69,33 @@ std::span<const PlannerOption> planner_options() {
       {"eps_memory", kNumber, "E", "0.2", "dcp: device memory <= (1 + E) x mean"},
       {"token_flops", kNumber, "F", "0",
        "dcp: FLOPs of the rest of a layer per token, forward and backward (projections, MLP), run "
-       "by the device holding the token; dcp's search compares candidates by attention plus that "
-       "on the busiest device, at the cluster's forward rate; 0: attention alone"},
+       "by the device holding the token at the cluster's forward rate; dcp's search compares "
+       "candidates by their step, each pass of a layer ending when its slowest device has run its "
+       "attention and that; 0: attention alone"},
       {"keep_kv", kNumberOrText, "all|none|MIB", "all",
        "dcp: kv values received in the forward pass that a device keeps for the backward pass, "
        "instead of receiving them again: all, none, or up to MIB MiB per device and layer"},
       {"partial_dtype", kText, "fp32|bf16|fp16", "dcp: the storage dtype; static strategies: fp32",
        "the dtype partial o, dq, dk, dv travel in between devices (accumulated in fp32): fp32 "
        "or the storage dtype"},
+  };
+  return kOptions;
+}
+
+std::span<const PlannerOption> batch_options() {
+  using enum OptionType;
+  static constexpr PlannerOption kOptions[] = {
+      {"heads", kInt, "N", "8", "q heads"},
+      {"kv_heads", kInt, "N", "2", "kv heads; must divide the q heads"},
+      {"head_dim", kInt, "N", "128", "head dimension"},
+      {"dtype", kText, "T", "bf16", "storage dtype: bf16, fp16, fp32"},
+      {"softmax_scale", kNumber, "X", "1/sqrt(head dim)", "softmax scale"},
+      {"block_size", kIntOrText, "N|auto", "auto",
+       "tokens per token block; auto: dcp plans at 1024, 2048 and 4096 (and, where one of at "
+       "most 8 sequences holds half the tokens, or there are at most 4 under a dense mask such "
+       "as causal, on the hybrid and loongtrain layouts) and keeps the fastest under the "
+       "simulator (docs/block_model.md)"},
+      {"head_block_size", kInt, "N", "1", "q heads per head block"},
   };
   return kOptions;
 }
@@ -112,9 +132,14 @@ auto naming(const std::string& context, F&& body) -> decltype(body()) {
 // `spelling` says.
 class Reader {
  public:
-  Reader(const GivenOptions& given, OptionSpelling spelling) : given_(given), spelling_(spelling) {
+  // `table`: the options these are, named `what` in errors ("planner option").
+  Reader(const GivenOptions& given, OptionSpelling spelling, std::span<const PlannerOption> table,
+         std::string_view what)
+      : given_(given), spelling_(spelling), table_(table) {
     for (const auto& [name, value] : given_) {
-      if (find(name) == nullptr) throw InvalidInput("unknown planner option " + spelled(name));
+      if (find(name) == nullptr) {
+        throw InvalidInput("unknown " + std::string(what) + " " + spelled(name));
+      }
     }
   }
 
@@ -196,8 +221,8 @@ class Reader {
   }
 
  private:
-  static const PlannerOption* find(std::string_view name) {
-    for (const PlannerOption& option : planner_options()) {
+  const PlannerOption* find(std::string_view name) const {
+    for (const PlannerOption& option : table_) {
       if (option.name == name) return &option;
     }
     return nullptr;
@@ -210,12 +235,13 @@ class Reader {
 
   const GivenOptions& given_;
   OptionSpelling spelling_;
+  std::span<const PlannerOption> table_;
 };
 
 }  // namespace
 
 PlanOptions planner_options_from(const GivenOptions& given, OptionSpelling spelling) {
-  const Reader options(given, spelling);
+  const Reader options(given, spelling, planner_options(), "planner option");
   const auto spelled = [&](std::string_view name) { return options.spelled(name); };
   PlanOptions plan;
   const std::string cluster = options.text("cluster").value_or(std::string(kDefaultCluster));
@@ -282,6 +308,38 @@ PlanOptions planner_options_from(const GivenOptions& given, OptionSpelling spell
     plan.partial_dtype = naming(spelled("partial_dtype"), [&] { return parse_dtype(*dtype); });
   }
   return plan;
+}
+
+BatchOptions batch_options_from(const GivenOptions& given, OptionSpelling spelling) {
+  const Reader options(given, spelling, batch_options(), "batch option");
+  const auto spelled = [&](std::string_view name) { return options.spelled(name); };
+  BatchOptions batch;
+  AttentionShape& shape = batch.shape;
+  shape.q_heads =
+      static_cast<std::int32_t>(options.integer("heads", 1, kMaxHeads).value_or(shape.q_heads));
+  shape.kv_heads =
+      static_cast<std::int32_t>(options.integer("kv_heads", 1, kMaxHeads).value_or(shape.kv_heads));
+  shape.head_dim = static_cast<std::int32_t>(
+      options.integer("head_dim", 1, kMaxHeadDim).value_or(shape.head_dim));
+  if (const auto dtype = options.text("dtype")) {
+    shape.dtype = naming(spelled("dtype"), [&] { return parse_dtype(*dtype); });
+  }
+  if (const auto scale = options.number("softmax_scale")) {
+    if (!(*scale > 0)) {
+      throw InvalidInput(spelled("softmax_scale") + " " + options.shown("softmax_scale") +
+                         ": must be > 0");
+    }
+    shape.softmax_scale = *scale;
+  }
+  naming(spelled("heads") + " " + std::to_string(shape.q_heads) + " " + spelled("kv_heads") + " " +
+             std::to_string(shape.kv_heads),
+         [&] { validate(shape); });
+  if (const auto block = options.text("block_size"); block && *block != "auto") {
+    batch.block_size = *options.integer("block_size", 1, kMaxBatchTokens);
+  }
+  batch.head_block_size = static_cast<std::int32_t>(
+      options.integer("head_block_size", 1, kMaxHeads).value_or(batch.head_block_size));
+  return batch;
 }
 
 }  // namespace dcp

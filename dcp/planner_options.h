@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The planner's options, described once (name, type, default, help) and read with their checks in
-// one place: the command line's flags and Python's keywords of dcp.plan are both this table.
+// The options of a plan request, described once (name, type, default, help) and read with their
+// checks in one place: the command line's flags and Python's keywords of dcp.plan are both these
+// tables, the batch's (its attention shape and block model) and the planner's.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,10 @@
 #include <string>
 #include <string_view>
 #include <variant>
+
+#include "dcp/core/ids.h"
+
+#include "dcp/model/attention_shape.h"
 
 #include "dcp/planner/plan_builder.h"
 
@@ -43,6 +48,11 @@ struct PlannerOption {
 // block model (heads, block size, masks, ...) and the seed are not here.
 std::span<const PlannerOption> planner_options();
 
+// The batch's options, in the order the command line's help lists them: heads, kv_heads,
+// head_dim, dtype, softmax_scale, block_size, head_block_size. The batch itself (its lengths,
+// masks and attention kinds) and the seed are the caller's.
+std::span<const PlannerOption> batch_options();
+
 // "--static-dp" for "static_dp".
 std::string flag_of(std::string_view name);
 
@@ -60,5 +70,19 @@ enum class OptionSpelling { kFlag, kKeyword };
 // InvalidInput (IoError for an unreadable cluster file) naming the option, spelled as `spelling`
 // says, and its value; an unknown name is an InvalidInput too.
 PlanOptions planner_options_from(const GivenOptions& given, OptionSpelling spelling);
+
+// The batch's attention shape and block model as its options give them.
+struct BatchOptions {
+  AttentionShape shape;
+  TokenCount block_size = 0;  // 0: automatic ("auto")
+  std::int32_t head_block_size = 1;
+};
+
+// The batch's options with `given` applied to their defaults, every check of an option here (its
+// type and range; kv heads dividing heads; a positive softmax scale). Whether the head block size
+// divides the heads is the workload's check (the shape may come from elsewhere, e.g. arrays).
+// Throws InvalidInput naming the option as `spelling` says, and its value; an unknown name is an
+// InvalidInput too.
+BatchOptions batch_options_from(const GivenOptions& given, OptionSpelling spelling);
 
 }  // namespace dcp

@@ -51,7 +51,7 @@ std::vector<FlagSpec> attention_specs() {
       {"--dtype", "T", "storage dtype the inputs are rounded to: fp32, bf16, fp16 [fp32]"},
   };
   for (const FlagSpec& flag : workload_flags()) {
-    for (const char* name : {"--seqlens", "--seqlens-file", "--scale", "--block-size",
+    for (const char* name : {"--seqlens", "--seqlens-file", "--softmax-scale", "--block-size",
                              "--head-block-size", "--mask", "--layers", "--mask-file"}) {
       if (flag.name == name) specs.push_back(flag);
     }

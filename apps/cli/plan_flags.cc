@@ -17,9 +17,6 @@
 
 namespace dcp::cli {
 
-namespace {
-
-// The flag of one option of the table: its help ends in its default, in brackets.
 FlagSpec flag_spec(const PlannerOption& option) {
   // Built once and kept: a FlagSpec holds views.
   static std::deque<std::string> texts;
@@ -28,8 +25,6 @@ FlagSpec flag_spec(const PlannerOption& option) {
   if (!option.default_text.empty()) help.append(" [").append(option.default_text).append("]");
   return {name, option.value_name, texts.emplace_back(std::move(help))};
 }
-
-}  // namespace
 
 const std::vector<FlagSpec>& plan_flags() {
   static const std::vector<FlagSpec> specs = [] {

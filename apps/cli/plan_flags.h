@@ -9,6 +9,7 @@
 #include "dcp/model/attention_shape.h"
 
 #include "dcp/planner/plan_builder.h"
+#include "dcp/planner_options.h"
 
 #include "apps/cli/args.h"
 
@@ -18,6 +19,10 @@ namespace dcp::cli {
 // --nodes, --devices-per-node, --strategy, --static-dp, --loongtrain-window, --stages,
 // --compute-masked-tiles, --eps-compute, --eps-memory, --token-flops, --keep-kv, --partial-dtype.
 const std::vector<FlagSpec>& plan_flags();
+
+// The flag of one option of the tables in dcp/planner_options.h: "--" + its name with '-' for
+// '_', its help ending in its default, in brackets.
+FlagSpec flag_spec(const PlannerOption& option);
 
 // --partial-dtype (also a flag of dcp partition), and the dtype it names (unset: not given).
 FlagSpec partial_dtype_flag();

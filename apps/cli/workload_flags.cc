@@ -17,11 +17,17 @@
 #include "dcp/data/batch_packing.h"
 #include "dcp/data/length_distribution.h"
 
+#include "dcp/planner_options.h"
 #include "dcp/workload_builder.h"
+
+#include "apps/cli/plan_flags.h"
 
 namespace dcp::cli {
 
-const std::vector<FlagSpec>& workload_flags() {
+namespace {
+
+// The flags that give the batch's lengths.
+const std::vector<FlagSpec>& source_flags() {
   static const std::vector<FlagSpec> flags = {
       {"--seqlens", "L1,L2,...", "sequence lengths of the batch"},
       {"--seqlens-file", "FILE", "sequence lengths in a file (comma or whitespace separated)"},
@@ -29,17 +35,13 @@ const std::vector<FlagSpec>& workload_flags() {
       {"--tokens", "N", "token budget of a sampled batch [131072]"},
       {"--length-scale", "X", "multiply sampled lengths by X [1]"},
       {"--seed", "S", "seed of the sampled batch [0]"},
-      {"--heads", "N", "q heads [8]"},
-      {"--kv-heads", "N", "kv heads; must divide --heads [2]"},
-      {"--head-dim", "N", "head dimension [128]"},
-      {"--dtype", "T", "storage dtype: bf16, fp16, fp32 [bf16]"},
-      {"--scale", "X", "softmax scale [1/sqrt(head dim)]"},
-      {"--block-size", "N|auto",
-       "tokens per token block [auto: dcp plans at 1024, 2048 and 4096 (and, where one of at most "
-       "8 sequences holds half the tokens, or there are at most 4 under a dense mask such as "
-       "causal, on the hybrid and loongtrain layouts) and keeps the fastest "
-       "under the simulator; see docs/block_model.md]"},
-      {"--head-block-size", "N", "q heads per head block [1]"},
+  };
+  return flags;
+}
+
+// The flags of the batch's masks and attention kinds, and the automatic block size's devices.
+const std::vector<FlagSpec>& mask_flags() {
+  static const std::vector<FlagSpec> flags = {
       {"--devices", "N", "devices the automatic block size plans for [8]"},
       {"--mask",
        "SPEC|KIND=SPEC",
@@ -55,6 +57,32 @@ const std::vector<FlagSpec>& workload_flags() {
        "prices its bytes by its layers"},
       {"--mask-file", "FILE", "int32 .npy (total tokens, K, 2) of per-row key intervals"},
   };
+  return flags;
+}
+
+// The batch's options (batch_options()) among the flags given, read and checked by
+// batch_options_from; every error a UsageError naming its flag.
+BatchOptions batch_options_of(const Args& args) {
+  GivenOptions given;
+  for (const PlannerOption& option : batch_options()) {
+    if (const auto value = args.get(flag_of(option.name))) given.emplace(option.name, *value);
+  }
+  try {
+    return batch_options_from(given, OptionSpelling::kFlag);
+  } catch (const InvalidInput& e) {
+    throw UsageError(e.what());
+  }
+}
+
+}  // namespace
+
+const std::vector<FlagSpec>& workload_flags() {
+  static const std::vector<FlagSpec> flags = [] {
+    std::vector<FlagSpec> all = source_flags();
+    for (const PlannerOption& option : batch_options()) all.push_back(flag_spec(option));
+    all.insert(all.end(), mask_flags().begin(), mask_flags().end());
+    return all;
+  }();
   return flags;
 }
 
@@ -102,30 +130,12 @@ SequenceBatch batch_from_flags(const Args& args) {
 }
 
 void dtype_and_scale_from_flags(const Args& args, AttentionShape& shape) {
-  if (const auto dtype = args.get("--dtype")) {
-    shape.dtype = with_flag("--dtype", [&] { return parse_dtype(*dtype); });
-  }
-  if (args.has("--scale")) {
-    shape.softmax_scale = args.get_double("--scale", 0.0);
-    if (!(shape.softmax_scale > 0)) {
-      throw UsageError("--scale " + quoted(*args.get("--scale")) + ": must be > 0");
-    }
-  }
+  const BatchOptions batch = batch_options_of(args);
+  if (args.has("--dtype")) shape.dtype = batch.shape.dtype;
+  if (args.has("--softmax-scale")) shape.softmax_scale = batch.shape.softmax_scale;
 }
 
-AttentionShape shape_from_flags(const Args& args) {
-  AttentionShape shape;
-  shape.q_heads = static_cast<std::int32_t>(args.get_int("--heads", shape.q_heads, 1, kMaxHeads));
-  shape.kv_heads =
-      static_cast<std::int32_t>(args.get_int("--kv-heads", shape.kv_heads, 1, kMaxHeads));
-  shape.head_dim =
-      static_cast<std::int32_t>(args.get_int("--head-dim", shape.head_dim, 1, kMaxHeadDim));
-  dtype_and_scale_from_flags(args, shape);
-  with_flag(
-      "--heads " + std::to_string(shape.q_heads) + " --kv-heads " + std::to_string(shape.kv_heads),
-      [&] { validate(shape); });
-  return shape;
-}
+AttentionShape shape_from_flags(const Args& args) { return batch_options_of(args).shape; }
 
 namespace {
 
@@ -245,11 +255,10 @@ bool is_kind_assignment(std::string_view text) {
 }
 
 WorkloadOptions workload_options_from_flags(const Args& args, std::int32_t devices) {
+  const BatchOptions batch = batch_options_of(args);
   WorkloadOptions options;
-  const std::string block = args.get_or("--block-size", "auto");
-  if (block != "auto") options.block_size = args.get_int("--block-size", 0, 1, kMaxBatchTokens);
-  options.head_block_size =
-      static_cast<std::int32_t>(args.get_int("--head-block-size", 1, 1, kMaxHeads));
+  if (batch.block_size > 0) options.block_size = batch.block_size;
+  options.head_block_size = batch.head_block_size;
   options.auto_block.devices =
       static_cast<std::int32_t>(args.get_int("--devices", devices, 1, 1 << 16));
   return options;

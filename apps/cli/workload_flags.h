@@ -18,14 +18,16 @@
 
 namespace dcp::cli {
 
-// --seqlens/--seqlens-file/--dist (+ --tokens, --length-scale, --seed), --heads, --kv-heads,
-// --head-dim, --dtype, --scale, --block-size, --head-block-size, --devices, --mask/--mask-file.
+// --seqlens/--seqlens-file/--dist (+ --tokens, --length-scale, --seed), the batch's options
+// (batch_options(), dcp/planner_options.h: --heads, --kv-heads, --head-dim, --dtype,
+// --softmax-scale, --block-size, --head-block-size), --devices, --mask/--mask-file, --layers.
 const std::vector<FlagSpec>& workload_flags();
 
 // The batch given by exactly one of --seqlens, --seqlens-file, --dist.
 SequenceBatch batch_from_flags(const Args& args);
 AttentionShape shape_from_flags(const Args& args);
-// --dtype and --scale into `shape`, for commands that take the rest of the shape from elsewhere.
+// --dtype and --softmax-scale into `shape`, for commands that take the rest of the shape from
+// elsewhere.
 void dtype_and_scale_from_flags(const Args& args, AttentionShape& shape);
 
 // Whether a --mask value names a kind: "NAME=SPEC", the text before the first '=' free of ':'

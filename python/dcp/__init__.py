@@ -27,7 +27,7 @@ import numpy as np
 from . import _core
 
 __all__ = ["Plan", "plan", "workload", "load_plan", "plan_from_bytes", "mask_intervals",
-           "dtype_name", "planner_options"]
+           "dtype_name", "batch_options", "planner_options"]
 
 Plan = _core.PlanHandle
 
@@ -80,6 +80,14 @@ def _request(seqlens: Sequence[int], mask: Any = "causal", layers: dict | None =
     return _core.make_request([int(n) for n in seqlens], _masks(mask), layers, options)
 
 
+def batch_options() -> list[dict]:
+    """The batch's options (its attention shape and block model), described as planner_options()
+    describes the planner's, for dcp.plan's keywords and `dcp plan`'s flags alike: heads,
+    kv_heads, head_dim, dtype, softmax_scale, block_size ('auto' or a whole number),
+    head_block_size."""
+    return _core.batch_options()
+
+
 def planner_options() -> list[dict]:
     """The planner's options, described once in C++ (dcp/planner_options.h) for dcp.plan's
     keywords and `dcp plan`'s flags alike: each a dict with name (the keyword), type ('int',
@@ -90,9 +98,10 @@ def planner_options() -> list[dict]:
 
 def plan(seqlens: Sequence[int], mask: Any = "causal", layers: dict | None = None,
          **options: Any) -> Plan:
-    """Plans one batch, as `dcp plan` does. Options of the batch (with the command line's
-    defaults): heads=8, kv_heads=2, head_dim=128, dtype='bf16', softmax_scale=None
-    (1/sqrt(head_dim)), block_size=None (chosen), head_block_size=1, seed=0 (the planner's).
+    """Plans one batch, as `dcp plan` does. The batch's options are batch_options(), the flags
+    of `dcp plan` (kv_heads is --kv-heads): heads=8, kv_heads=2, head_dim=128, dtype='bf16' (or
+    a torch dtype), softmax_scale (1/sqrt(head_dim)), block_size='auto' (or None: chosen),
+    head_block_size=1; seed=0 is the planner's.
     The planner's options are planner_options(), the flags of `dcp plan` (static_dp is
     --static-dp), with the same types, defaults and checks: cluster='a100-p4de' (a preset or a
     cluster file), nodes, devices_per_node (the cluster's), strategy='dcp' (dcp | dcp-pure |
@@ -101,7 +110,8 @@ def plan(seqlens: Sequence[int], mask: Any = "causal", layers: dict | None = Non
     head groups per inner ring; 0: a node's), stages=0 (dcp: chosen), compute_masked_tiles=False
     (static strategies), eps_compute=0.3, eps_memory=0.2 (dcp), token_flops=0 (dcp: the FLOPs
     of the rest of a layer per token, forward and backward, which the rank holding the token
-    runs; dcp's search then compares candidates by attention plus that on the busiest rank;
+    runs; dcp's search then compares candidates by their step, each pass of a layer ending when
+    its slowest rank has run its attention and that;
     dcp.torch.hf.plan_options derives it from a transformers config), keep_kv='all' (dcp: the
     kv values a rank received in the forward pass that it keeps for the backward pass instead of
     receiving them again: 'all', 'none', or up to that many MiB per rank and attention layer),

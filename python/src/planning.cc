@@ -279,27 +279,16 @@ class NamedOptions {
   std::vector<std::string> asked_;  // every name get() was called with, in order
 };
 
-template <typename T>
-T at_least(std::optional<T> value, T fallback, T low, const char* name) {
-  if (!value) return fallback;
-  if (*value < low) {
-    throw InvalidInput(std::string(name) + " " + std::to_string(*value) + " is below " +
-                       std::to_string(low));
-  }
-  return *value;
-}
-
 PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle masks,
                          nb::handle layers, nb::dict option_dict) {
   NamedOptions options(option_dict);
   PlanRequest request;
-  AttentionShape& shape = request.shape;
-  shape.q_heads = at_least(options.get<std::int32_t>("heads"), shape.q_heads, 1, "heads");
-  shape.kv_heads = at_least(options.get<std::int32_t>("kv_heads"), shape.kv_heads, 1, "kv_heads");
-  shape.head_dim = at_least(options.get<std::int32_t>("head_dim"), shape.head_dim, 1, "head_dim");
-  if (const auto dtype = options.get<std::string>("dtype")) shape.dtype = parse_dtype(*dtype);
-  if (const auto scale = options.get<double>("softmax_scale")) shape.softmax_scale = *scale;
-  validate(shape);
+  GivenOptions batch_given;
+  for (const PlannerOption& option : batch_options()) {
+    if (auto value = options.option(option)) batch_given.emplace(option.name, std::move(*value));
+  }
+  const BatchOptions batch = batch_options_from(batch_given, OptionSpelling::kKeyword);
+  request.shape = batch.shape;
   if (seqlens.empty()) {
     throw InvalidInput("seqlens is empty: a batch needs at least one sequence");
   }
@@ -311,10 +300,8 @@ PlanRequest make_request(const std::vector<TokenCount>& seqlens, nb::handle mask
   }
   request.lengths = seqlens;
   request.kinds = request_kinds(masks, layers, SequenceBatch(seqlens));
-  request.block_size = at_least(options.get<TokenCount>("block_size"), request.block_size,
-                                TokenCount{0}, "block_size");
-  request.head_block_size = at_least(options.get<std::int32_t>("head_block_size"),
-                                     request.head_block_size, 1, "head_block_size");
+  request.block_size = batch.block_size;
+  request.head_block_size = batch.head_block_size;
   GivenOptions given;
   for (const PlannerOption& option : planner_options()) {
     if (auto value = options.option(option)) given.emplace(option.name, std::move(*value));
@@ -388,10 +375,10 @@ void add_work_figures(nb::dict& d, const Workload& w) {
   d["pairs"] = pairs;
 }
 
-// dcp._core.planner_options(): the planner's table as Python reads it.
-nb::list described_planner_options() {
+// A table of dcp/planner_options.h as Python reads it.
+nb::list described(std::span<const PlannerOption> table) {
   nb::list described;
-  for (const PlannerOption& option : planner_options()) {
+  for (const PlannerOption& option : table) {
     nb::dict d;
     d["name"] = std::string(option.name);
     d["type"] = std::string(to_string(option.type));
@@ -565,9 +552,14 @@ void bind_requests(nb::module_& m) {
                           "A batch with its attention kinds, attention shape, cluster and planner "
                           "options");
   m.attr("DEFAULT_CLUSTER") = std::string(kDefaultCluster);
-  m.def("planner_options", &described_planner_options,
-        "The planner's options (dcp/planner_options.h), each a dict: name (the keyword), type, "
-        "default (as text; empty: off), help, flag (the command line's) and value_name.");
+  m.def(
+      "batch_options", [] { return described(batch_options()); },
+      "The batch's options (dcp/planner_options.h), described as planner_options() describes "
+      "the planner's.");
+  m.def(
+      "planner_options", [] { return described(planner_options()); },
+      "The planner's options (dcp/planner_options.h), each a dict: name (the keyword), type, "
+      "default (as text; empty: off), help, flag (the command line's) and value_name.");
   m.def("make_request", &make_request, nb::arg("seqlens"), nb::arg("masks"),
         nb::arg("layers").none(), nb::arg("options"),
         "A plan request: the batch, its masks (a dict: named attention kinds, with `layers` their "

@@ -108,5 +108,66 @@ TEST(PlannerOptions, NameTheOptionInTheSpellingOfWhereItCameFrom) {
             "unknown planner option eps_computer");
 }
 
+std::string batch_error_of(const GivenOptions& given, OptionSpelling spelling) {
+  try {
+    batch_options_from(given, spelling);
+  } catch (const InvalidInput& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+// The batch's options: listed by the help of every command that plans a batch, read alike from
+// flag text and typed keywords, and checked in one place, each error naming the option as it was
+// spelled.
+TEST(BatchOptions, AreFlagsOfThePlanCommandReadAlikeFromTextAndKeywords) {
+  const Result r = run({"plan", "--help"});
+  ASSERT_EQ(r.status, 0);
+  for (const PlannerOption& option : batch_options()) {
+    std::string line = "  ";
+    line.append(flag_of(option.name)).append(" ").append(option.value_name);
+    EXPECT_NE(r.out.find(line), std::string::npos) << option.name;
+  }
+  const BatchOptions from_flags = batch_options_from({{"heads", std::string("16")},
+                                                      {"kv_heads", std::string("4")},
+                                                      {"head_dim", std::string("64")},
+                                                      {"dtype", std::string("fp16")},
+                                                      {"softmax_scale", std::string("0.25")},
+                                                      {"block_size", std::string("512")},
+                                                      {"head_block_size", std::string("2")}},
+                                                     OptionSpelling::kFlag);
+  const BatchOptions from_keywords = batch_options_from({{"heads", std::int64_t{16}},
+                                                         {"kv_heads", std::int64_t{4}},
+                                                         {"head_dim", std::int64_t{64}},
+                                                         {"dtype", std::string("fp16")},
+                                                         {"softmax_scale", 0.25},
+                                                         {"block_size", std::int64_t{512}},
+                                                         {"head_block_size", std::int64_t{2}}},
+                                                        OptionSpelling::kKeyword);
+  for (const BatchOptions* read : {&from_flags, &from_keywords}) {
+    EXPECT_EQ(read->shape.q_heads, 16);
+    EXPECT_EQ(read->shape.kv_heads, 4);
+    EXPECT_EQ(read->shape.head_dim, 64);
+    EXPECT_EQ(read->shape.softmax_scale, 0.25);
+  }
+  EXPECT_EQ(from_flags.shape.dtype, DType::kFp16);
+  EXPECT_EQ(from_flags.block_size, 512);
+  EXPECT_EQ(from_keywords.block_size, 512);
+  EXPECT_EQ(from_flags.head_block_size, 2);
+  EXPECT_EQ(
+      batch_options_from({{"block_size", std::string("auto")}}, OptionSpelling::kFlag).block_size,
+      0);
+  EXPECT_EQ(batch_options_from({}, OptionSpelling::kKeyword).shape.q_heads,
+            AttentionShape{}.q_heads);
+  EXPECT_EQ(batch_error_of({{"kv_heads", std::string("3")}}, OptionSpelling::kFlag),
+            "--heads 8 --kv-heads 3: q heads 8 is not divisible by kv heads 3");
+  EXPECT_EQ(batch_error_of({{"softmax_scale", -1.0}}, OptionSpelling::kKeyword),
+            "softmax_scale -1: must be > 0");
+  EXPECT_EQ(batch_error_of({{"block_size", std::string("0")}}, OptionSpelling::kFlag),
+            "--block-size '0': must be in [1, 2147483648]");
+  EXPECT_EQ(batch_error_of({{"stages", std::int64_t{1}}}, OptionSpelling::kKeyword),
+            "unknown batch option stages");
+}
+
 }  // namespace
 }  // namespace dcp::cli

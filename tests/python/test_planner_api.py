@@ -122,6 +122,50 @@ def test_every_planner_option_is_a_flag_of_dcp_plan() -> None:
         assert f"  {option['flag']} {option['value_name']}".rstrip() in listed, option["name"]
 
 
+# A value for every batch option: one added to the table without one here fails the test below.
+BATCH_SAMPLES = {
+    "heads": 4, "kv_heads": 1, "head_dim": 64, "dtype": "fp16", "softmax_scale": 0.1,
+    "block_size": 64, "head_block_size": 2,
+}
+
+
+def test_every_batch_option_is_a_keyword_and_a_flag_of_dcp_plan(tmp_path) -> None:
+    described = dcp.batch_options()
+    assert sorted(o["name"] for o in described) == sorted(BATCH_SAMPLES)
+    base = dict(nodes=2, devices_per_node=2, seed=3)
+    for option in described:
+        assert option["flag"] == "--" + option["name"].replace("_", "-")
+        assert option["help"]
+        given = {**OPTIONS, option["name"]: BATCH_SAMPLES[option["name"]]}
+        assert dcp.plan([300, 100], "causal", **given).verify()["ok"], option["name"]
+    # Every batch option at once plans the bytes the command line's flags plan.
+    cli = os.path.join(ROOT, "build", "ci", "apps", "dcp")
+    if not os.path.exists(cli):
+        pytest.skip("the dcp command line is built by the test command (build/ci)")
+    flags = [item for name, value in BATCH_SAMPLES.items()
+             for item in ("--" + name.replace("_", "-"), str(value))]
+    out = tmp_path / "cli.bin"
+    subprocess.run([cli, "plan", "--seqlens", "300,100", "--mask", "causal", "--nodes", "2",
+                    "--devices-per-node", "2", "--seed", "3", *flags, "-o", str(out)],
+                   check=True, capture_output=True)
+    assert dcp.plan([300, 100], "causal", **base, **BATCH_SAMPLES).to_bytes() == out.read_bytes()
+
+
+@pytest.mark.parametrize("given,error,words", [
+    (dict(kv_heads=3), ValueError, "heads 4 kv_heads 3: q heads 4 is not divisible"),
+    (dict(heads=0), ValueError, "heads 0: must be in [1, "),
+    (dict(softmax_scale=-1.0), ValueError, "softmax_scale -1: must be > 0"),
+    (dict(block_size="big"), ValueError, "block_size"),
+    (dict(dtype="int8"), TypeError, "dtype 'int8'"),
+    (dict(head_dim=64.0), TypeError, "head_dim is a float"),
+    (dict(heads_count=4), TypeError, "heads_count"),
+])
+def test_batch_options_are_checked_as_the_command_line_checks_them(given, error, words) -> None:
+    with pytest.raises(error) as info:
+        dcp.plan([64], "causal", **{**OPTIONS, **given})
+    assert words in str(info.value)
+
+
 @pytest.mark.parametrize("given,error,words", [
     (dict(strategy="ring", stages=2), ValueError,
      "stages applies to strategy dcp or dcp-pure; ring has a fixed schedule"),
@@ -198,9 +242,9 @@ def test_workload_summary() -> None:
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "heads": "8"}), TypeError,
      "heads is a str, which this option does not take"),
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "head_block_size": 0}), ValueError,
-     "head_block_size 0 is below 1"),
+     "head_block_size 0: must be in [1, "),
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "block_size": -1}), ValueError,
-     "block_size -1 is below 0"),
+     "block_size -1: must be in [1, "),
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "stages": -2}), ValueError,
      "stages -2: must be in [0, 64]"),
     (lambda: dcp.plan([64], "causal", **{**OPTIONS, "token_flops": -1.0}), ValueError,

@@ -18,6 +18,8 @@
 
 #include "dcp/sim/step_model.h"
 
+#include "apps/suites/megatron_schedulers.h"
+
 namespace dcp::suites {
 
 // A workload: its length distribution and the tokens one device may hold in a micro-batch (the
@@ -45,7 +47,7 @@ struct PoolOptions {
   double dcp_eps_memory = 0.02;
 };
 // A Llama-3-8B-like decoder (32 layers, hidden 4096, 32 heads, 8 kv heads, FFN 14336, vocabulary
-// 128256), tensor parallelism 1 and no recomputation, as Megatron's dynamic CP example runs.
+// 128256), tensor parallelism 1 and no recomputation.
 sim::TransformerConfig pool_model();
 
 // One layout's micro-batch: its simulated step over the whole pool, every layer's forward and
@@ -70,10 +72,14 @@ struct PoolRecord {
   TokenCount tokens = 0;
   TokenCount device_tokens = 0;  // the per-device bound
   LayoutStep fixed4;             // (a) fixed CP 4, shares balanced by work, best static strategy
-  // Megatron's workload only: fixed CP 4 with TransformerEngine's a2a+p2p in every group, as (b)
-  // runs its groups: the baseline Megatron measured its dynamic CP against (its own CP), for the
-  // comparison with that measurement.
-  LayoutStep fixed4_te;
+  // Megatron's workload at the GPU counts Megatron measured: the iteration it measured, for the
+  // comparison with its measurement (pool_suite.cc, megatron_iteration): its DP-balanced CP4
+  // baseline and its dynamic CP over ten iterations of their own sequences, their steps and
+  // micro-batches summed.
+  LayoutStep megatron_baseline;
+  LayoutStep megatron_dynamic;
+  std::int32_t megatron_baseline_micro_batches = 0;
+  std::int32_t megatron_dynamic_micro_batches = 0;
   LayoutStep fixed8;        // (a) fixed CP 8
   LayoutStep dynamic;       // (b) Megatron-style dynamic CP
   LayoutStep dcp_groups;    // (c) fixed CP 8, each group planned by dcp
@@ -104,10 +110,6 @@ double sample_flops(const sim::TransformerConfig& model, TokenCount length);
 // device).
 // Samples no group can take go to a further round (the suite carries them to the next
 // micro-batch). Per round, each group's size and samples (indices into lengths).
-struct DynamicGroup {
-  std::int32_t devices = 1;
-  std::vector<std::size_t> samples;
-};
 std::vector<std::vector<DynamicGroup>> dynamic_layout(const std::vector<TokenCount>& lengths,
                                                       std::int32_t devices,
                                                       TokenCount device_tokens,

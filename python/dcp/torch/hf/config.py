@@ -229,9 +229,9 @@ def token_flops(config: Any) -> float:
     """The FLOPs a transformers decoder runs per token and attention layer outside attention's
     score and value products, forward and backward (3 x 2 FLOPs per weight): the q, k, v and output
     projections, the MLP (gate, up and down where the config has intermediate_size, else two
-    matrices of 4 x hidden) and the output projection's share per layer. dcp's search weighs each
-    plan's busiest rank's tokens by it (dcp.plan's token_flops). Mixture-of-experts layers are
-    counted as one dense MLP of intermediate_size."""
+    matrices of 4 x hidden) and the output projection's share per layer. dcp's search prices every
+    rank's tokens by it beside the rank's attention (dcp.plan's token_flops). Mixture-of-experts
+    layers are counted as one dense MLP of intermediate_size."""
     hidden = int(config.hidden_size)
     heads = int(config.num_attention_heads)
     kv_heads = int(_get(config, "num_key_value_heads", heads))

@@ -352,6 +352,185 @@ BuiltModelPlan build_on_base(const BuiltPlan& base, std::size_t base_kind,
                   balance ? OtherKinds::kBalanceOrFollow : OtherKinds::kFollow, nullptr);
 }
 
+namespace {
+
+// What a search simulated a plan of one kind at, if it did.
+std::optional<PassSeconds> known_times(const BuiltPlan& plan) {
+  const OwnCandidate* kept = plan_search::kept_own(plan);
+  if (kept == nullptr) return std::nullopt;
+  return seconds_of(*kept);
+}
+
+// build_model_plan's search for kinds of dcp's plans: the candidates it considered so far and the
+// fastest of them, which it keeps.
+class ModelSearch {
+ public:
+  ModelSearch(const std::vector<KindWorkload>& kinds, const PlanOptions& options)
+      : kinds_(kinds),
+        options_(options),
+        anchor_(densest_kind(kinds)),
+        own_(options),
+        own_name_(to_string(options.strategy)) {
+    own_.strategy = Strategy::kDcpPure;
+  }
+
+  // 1. The densest kind planned alone, with dcp's own search (the static strategies come in 4, for
+  // every kind); every other kind on its token placement. 2. Its runners-up too.
+  void on_densest_kind() {
+    std::vector<plan_search::SimulatedPlan> runners_up;
+    const BuiltPlan base = plan_search::build_own(kinds_[anchor_].workload, own_, &runners_up);
+    // The followed placement too, so that dcp is never slower than the densest kind's plan run
+    // for every layer. Elsewhere it is not tried: of the micro-benchmark's hybrid-attention
+    // batches, it was never the kept step's where the q-block placement differed from it.
+    consider_on(base, known_times(base), anchor_, OtherKinds::kBalanceOrFollow,
+                own_name_ + " (on " + kinds_[anchor_].name + "'s placement)");
+    // 2. The densest kind's fastest partition at each other block size its search tried, every
+    // other kind on it: its own fastest plan may place tokens where the other kinds' work costs
+    // more than it gains (a ring layout of one long sequence, good for its full layers, spreads
+    // each window over several devices; one contiguous block per device keeps it on one or two).
+    // The others on their q blocks only: held to their compute caps, they were never the faster
+    // here on the micro-benchmark's hybrid-attention batches (they are in 3, on another kind's
+    // partition).
+    for (const plan_search::SimulatedPlan& runner_up : runners_up) {
+      consider_on(runner_up.plan, seconds_of(runner_up.simulated), anchor_, OtherKinds::kOnQBlocks,
+                  own_name_ + " (on " + kinds_[anchor_].name + "'s placement, block " +
+                      std::to_string(runner_up.plan.workload.blocks().block_size()) + ")");
+    }
+  }
+
+  // 3. Every other kind planned alone, the rest on its token placement: what a placement per kind
+  // gives that kind's layers, without moving tokens. At the block size nearest to what its
+  // queries read (reads_block_size; a narrow window balances on finer blocks than a full mask,
+  // and the others' placements at the sizes of the sweep are 1 and 2), of those the densest kind's
+  // search tried (searched_block_sizes): the densest kind's layers run on these blocks too, and
+  // where its search drops the sizes below kDenseMinBlockSize (a few long sequences, the longest
+  // dense: plan_search.h), it has the most work units to schedule and compile at them and its
+  // plan was never the fastest there. Its partition at the default and the tighter balance, not
+  // its whole search: on the micro-benchmark's hybrid-attention batches, its search kept nothing
+  // faster here and cost 0.1 to 0.2 x a one-mask plan more.
+  void on_other_kinds() {
+    const std::vector<TokenCount> anchor_sizes =
+        own_.search.block_sizes.empty()
+            ? std::vector<TokenCount>{}
+            : plan_search::searched_block_sizes(kinds_[anchor_].workload, own_);
+    for (std::size_t k = 0; k < kinds_.size(); ++k) {
+      if (k == anchor_) continue;
+      PlanOptions alone = own_;
+      if (!anchor_sizes.empty()) {
+        alone.search.block_sizes = {reads_block_size(kinds_[k].workload, anchor_sizes)};
+        alone.search.structured_layouts = false;
+      }
+      std::optional<BuiltPlan> placed;
+      try {
+        placed.emplace(build_plan(kinds_[k].workload, alone));
+      } catch (const InvalidInput&) {
+        // Too many blocks at that size (the tile limits): its search at the other sizes the
+        // densest kind's search tried finds one that fits.
+        alone.search.block_sizes = anchor_sizes;
+        placed.emplace(build_plan(kinds_[k].workload, alone));
+      }
+      if (!cut_uniformly(placed->workload)) continue;
+      consider_on(*placed, known_times(*placed), k, OtherKinds::kBalance,
+                  own_name_ + " (on " + kinds_[k].name + "'s placement, block " +
+                      std::to_string(placed->workload.blocks().block_size()) + ")");
+    }
+  }
+
+  // 4. Every static strategy for every kind.
+  void static_strategies() {
+    for (const Strategy strategy : kStaticStrategies) {
+      PlanOptions static_options = options_;
+      static_options.strategy = strategy;
+      const std::string name(to_string(strategy));
+      PlanCandidate screened;
+      screened.strategy = name;
+      screened.simulated = false;
+      std::optional<BuiltModelPlan> built;
+      try {
+        // Screened as a plan of one mask is (plan_search.h): a bound of each kind's estimate from
+        // the strategy's structure, weighted by the kind's layers.
+        double bound =
+            total_layers(kinds_) * mean_token_seconds(kinds_.front().workload, static_options);
+        for (const KindWorkload& kind : kinds_) {
+          bound += kind.layers * static_plan_lower_bound(kind.workload, static_options);
+        }
+        if (bound >= options_.search.screen_factor * best_seconds_) {
+          screened.bounded = true;
+          screened.estimate_seconds = bound;
+          candidates_.push_back(std::move(screened));
+          continue;
+        }
+        built.emplace(build_one_model_plan(kinds_, static_options));
+      } catch (const InvalidInput& e) {
+        screened.feasible = false;
+        screened.reason = e.what();
+        candidates_.push_back(std::move(screened));
+        continue;
+      }
+      PlanCandidate static_candidate = simulated(*built, name, static_options);
+      if (static_candidate.seconds() < best_seconds_) {
+        for (KindPlan& kind : built->plan.kinds) kind.plan.header.strategy = "dcp/" + name;
+      }
+      consider(std::move(*built), std::move(static_candidate));
+    }
+  }
+
+  // The fastest plan considered, with every candidate.
+  BuiltModelPlan kept(Clock::time_point start) && {
+    best_->candidates = std::move(candidates_);
+    best_->timings.total_ms = ms_since(start);
+    return std::move(*best_);
+  }
+
+ private:
+  void consider(BuiltModelPlan built, PlanCandidate candidate) {
+    candidates_.push_back(candidate);
+    if (!best_ || candidate.seconds() < best_seconds_) {
+      best_seconds_ = candidate.seconds();
+      best_ = std::move(built);
+      best_->kept = candidate.strategy;
+    }
+  }
+
+  // The other kinds on `placed` (a plan of kinds_[k]), considered under `name`.
+  void consider_on(const BuiltPlan& placed, std::optional<PassSeconds> placed_times, std::size_t k,
+                   OtherKinds tries, const std::string& name) {
+    std::vector<PassSeconds> times;
+    // Screened as a static strategy is: where the step estimated from the schedules is
+    // screen_factor times the fastest simulated step so far, nothing is compiled.
+    StepScreen screen;
+    if (best_) screen.above = options_.search.screen_factor * best_seconds_;
+    std::optional<BuiltModelPlan> built =
+        on_base(placed, k, kinds_, options_, tries, &times, placed_times, &screen);
+    if (!built) {
+      PlanCandidate screened;
+      screened.strategy = name;
+      screened.simulated = false;
+      screened.bounded = screen.bounded;
+      screened.estimate_seconds = screen.estimate;
+      candidates_.push_back(std::move(screened));
+      return;
+    }
+    BuiltModelPlan& on_kind = *built;
+    add_timings(on_kind.timings, placed.timings);
+    for (KindPlan& kind : on_kind.plan.kinds) kind.plan.header.strategy = own_name_;
+    for (BuiltPlan& kind : on_kind.kinds) kind.plan.header.strategy = own_name_;
+    PlanCandidate candidate = with_times(on_kind, name, times, options_);
+    consider(std::move(on_kind), std::move(candidate));
+  }
+
+  const std::vector<KindWorkload>& kinds_;
+  const PlanOptions& options_;
+  const std::size_t anchor_;
+  PlanOptions own_;  // dcp's own plans (dcp-pure)
+  const std::string own_name_;
+  std::optional<BuiltModelPlan> best_;
+  std::vector<PlanCandidate> candidates_;
+  double best_seconds_ = 0;
+};
+
+}  // namespace
+
 BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
                                 const PlanOptions& options) {
   validate(options);
@@ -364,149 +543,11 @@ BuiltModelPlan build_model_plan(const std::vector<KindWorkload>& kinds,
     for (const KindWorkload& kind : kinds) workloads.push_back(kind.workload);
     check_same_blocks(workloads);
   }
-  std::optional<BuiltModelPlan> best;
-  std::vector<PlanCandidate> candidates;
-  double best_seconds = 0;
-  const auto consider = [&](BuiltModelPlan built, PlanCandidate candidate) {
-    candidates.push_back(candidate);
-    if (!best || candidate.seconds() < best_seconds) {
-      best_seconds = candidate.seconds();
-      best = std::move(built);
-      best->kept = candidate.strategy;
-    }
-  };
-  // 1. The densest kind planned alone, with dcp's own search (the static strategies come in 4, for
-  // every kind); every other kind on its token placement.
-  const std::size_t anchor = densest_kind(kinds);
-  PlanOptions own = options;
-  own.strategy = Strategy::kDcpPure;
-  const std::string own_name(to_string(options.strategy));
-  // The other kinds on `placed` (a plan of kinds[k]), considered under `name`.
-  const auto consider_on = [&](const BuiltPlan& placed, std::optional<PassSeconds> placed_times,
-                               std::size_t k, OtherKinds tries, const std::string& name) {
-    std::vector<PassSeconds> times;
-    // Screened as a static strategy is: where the step estimated from the schedules is
-    // screen_factor times the fastest simulated step so far, nothing is compiled.
-    StepScreen screen;
-    if (best) screen.above = options.search.screen_factor * best_seconds;
-    std::optional<BuiltModelPlan> built =
-        on_base(placed, k, kinds, options, tries, &times, placed_times, &screen);
-    if (!built) {
-      PlanCandidate screened;
-      screened.strategy = name;
-      screened.simulated = false;
-      screened.bounded = screen.bounded;
-      screened.estimate_seconds = screen.estimate;
-      candidates.push_back(std::move(screened));
-      return;
-    }
-    BuiltModelPlan& on_kind = *built;
-    add_timings(on_kind.timings, placed.timings);
-    for (KindPlan& kind : on_kind.plan.kinds) kind.plan.header.strategy = own_name;
-    for (BuiltPlan& kind : on_kind.kinds) kind.plan.header.strategy = own_name;
-    PlanCandidate candidate = with_times(on_kind, name, times, options);
-    consider(std::move(on_kind), std::move(candidate));
-  };
-  // What its search simulated a plan of one kind at, if it did.
-  const auto known_times = [](const BuiltPlan& plan) -> std::optional<PassSeconds> {
-    const OwnCandidate* kept = plan_search::kept_own(plan);
-    if (kept == nullptr) return std::nullopt;
-    return seconds_of(*kept);
-  };
-  std::vector<plan_search::SimulatedPlan> runners_up;
-  const BuiltPlan base = plan_search::build_own(kinds[anchor].workload, own, &runners_up);
-  // The followed placement too, so that dcp is never slower than the densest kind's plan run for
-  // every layer. Elsewhere it is not tried: of the micro-benchmark's hybrid-attention batches, it
-  // was never the kept step's where the q-block placement differed from it.
-  consider_on(base, known_times(base), anchor, OtherKinds::kBalanceOrFollow,
-              own_name + " (on " + kinds[anchor].name + "'s placement)");
-  // 2. The densest kind's fastest partition at each other block size its search tried, every other
-  // kind on it: its own fastest plan may place tokens where the other kinds' work costs more than
-  // it gains (a ring layout of one long sequence, good for its full layers, spreads each window
-  // over several devices; one contiguous block per device keeps it on one or two). The others on
-  // their q blocks only: held to their compute caps, they were never the faster here on the
-  // micro-benchmark's hybrid-attention batches (they are in 3, on another kind's partition).
-  for (const plan_search::SimulatedPlan& runner_up : runners_up) {
-    consider_on(runner_up.plan, seconds_of(runner_up.simulated), anchor, OtherKinds::kOnQBlocks,
-                own_name + " (on " + kinds[anchor].name + "'s placement, block " +
-                    std::to_string(runner_up.plan.workload.blocks().block_size()) + ")");
-  }
-  // 3. Every other kind planned alone, the rest on its token placement: what a placement per kind
-  // gives that kind's layers, without moving tokens. At the block size nearest to what its queries
-  // read (reads_block_size; a narrow window balances on finer blocks than a full mask, and the
-  // others' placements at the sizes of the sweep are 1 and 2), of those the densest kind's search
-  // tried (searched_block_sizes): the densest kind's layers run on these blocks too, and where its
-  // search drops the sizes below kDenseMinBlockSize (a few long sequences, the longest dense:
-  // plan_search.h), it has the most work units to schedule and compile at them and its plan was
-  // never the fastest there. Its partition at the default and the tighter balance, not its whole
-  // search: on the micro-benchmark's hybrid-attention batches, its search kept nothing faster here
-  // and cost 0.1 to 0.2 x a one-mask plan more.
-  const std::vector<TokenCount> anchor_sizes =
-      own.search.block_sizes.empty()
-          ? std::vector<TokenCount>{}
-          : plan_search::searched_block_sizes(kinds[anchor].workload, own);
-  for (std::size_t k = 0; k < kinds.size(); ++k) {
-    if (k == anchor) continue;
-    PlanOptions alone = own;
-    if (!anchor_sizes.empty()) {
-      alone.search.block_sizes = {reads_block_size(kinds[k].workload, anchor_sizes)};
-      alone.search.structured_layouts = false;
-    }
-    std::optional<BuiltPlan> placed;
-    try {
-      placed.emplace(build_plan(kinds[k].workload, alone));
-    } catch (const InvalidInput&) {
-      // Too many blocks at that size (the tile limits): its search at the other sizes the densest
-      // kind's search tried finds one that fits.
-      alone.search.block_sizes = anchor_sizes;
-      placed.emplace(build_plan(kinds[k].workload, alone));
-    }
-    if (!cut_uniformly(placed->workload)) continue;
-    consider_on(*placed, known_times(*placed), k, OtherKinds::kBalance,
-                own_name + " (on " + kinds[k].name + "'s placement, block " +
-                    std::to_string(placed->workload.blocks().block_size()) + ")");
-  }
-  // 4. Every static strategy for every kind.
-  if (options.strategy == Strategy::kDcp) {
-    for (const Strategy strategy : kStaticStrategies) {
-      PlanOptions static_options = options;
-      static_options.strategy = strategy;
-      const std::string name(to_string(strategy));
-      PlanCandidate screened;
-      screened.strategy = name;
-      screened.simulated = false;
-      std::optional<BuiltModelPlan> built;
-      try {
-        // Screened as a plan of one mask is (plan_search.h): a bound of each kind's estimate from
-        // the strategy's structure, weighted by the kind's layers.
-        double bound =
-            total_layers(kinds) * mean_token_seconds(kinds.front().workload, static_options);
-        for (const KindWorkload& kind : kinds) {
-          bound += kind.layers * static_plan_lower_bound(kind.workload, static_options);
-        }
-        if (bound >= options.search.screen_factor * best_seconds) {
-          screened.bounded = true;
-          screened.estimate_seconds = bound;
-          candidates.push_back(std::move(screened));
-          continue;
-        }
-        built.emplace(build_one_model_plan(kinds, static_options));
-      } catch (const InvalidInput& e) {
-        screened.feasible = false;
-        screened.reason = e.what();
-        candidates.push_back(std::move(screened));
-        continue;
-      }
-      PlanCandidate static_candidate = simulated(*built, name, static_options);
-      if (static_candidate.seconds() < best_seconds) {
-        for (KindPlan& kind : built->plan.kinds) kind.plan.header.strategy = "dcp/" + name;
-      }
-      consider(std::move(*built), std::move(static_candidate));
-    }
-  }
-  best->candidates = std::move(candidates);
-  best->timings.total_ms = ms_since(start);
-  return std::move(*best);
+  ModelSearch search(kinds, options);
+  search.on_densest_kind();
+  search.on_other_kinds();
+  if (options.strategy == Strategy::kDcp) search.static_strategies();
+  return std::move(search).kept(start);
 }
 
 }  // namespace dcp

@@ -16,13 +16,23 @@
 namespace dcp::cli {
 namespace {
 
-std::string error_of(const GivenOptions& given, OptionSpelling spelling) {
+// What reading `given` with `read` (planner_options_from, batch_options_from) throws.
+template <typename Read>
+std::string error_of(Read read, const GivenOptions& given, OptionSpelling spelling) {
   try {
-    planner_options_from(given, spelling);
+    read(given, spelling);
   } catch (const InvalidInput& e) {
     return e.what();
   }
   return "(accepted)";
+}
+
+std::string error_of(const GivenOptions& given, OptionSpelling spelling) {
+  return error_of(planner_options_from, given, spelling);
+}
+
+std::string batch_error_of(const GivenOptions& given, OptionSpelling spelling) {
+  return error_of(batch_options_from, given, spelling);
 }
 
 TEST(PlannerOptions, AreThePlanFlagsOneForOneWithTheirHelpAndDefault) {
@@ -106,15 +116,6 @@ TEST(PlannerOptions, NameTheOptionInTheSpellingOfWhereItCameFrom) {
             "nodes 1.5: takes a value of type int");
   EXPECT_EQ(error_of({{"eps_computer", 0.1}}, OptionSpelling::kKeyword),
             "unknown planner option eps_computer");
-}
-
-std::string batch_error_of(const GivenOptions& given, OptionSpelling spelling) {
-  try {
-    batch_options_from(given, spelling);
-  } catch (const InvalidInput& e) {
-    return e.what();
-  }
-  return "(accepted)";
 }
 
 // The batch's options: listed by the help of every command that plans a batch, read alike from

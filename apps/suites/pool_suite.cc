@@ -105,17 +105,10 @@ LayoutStep group_step(const PoolOptions& options, const ClusterSpec& cluster,
   const BuiltModelPlan built = plan_request(request);
   if (plan_ms != nullptr) *plan_ms = ms_since(start);
   const sim::ModelSimulation simulated = sim::simulate(built.plan, cluster);
-  const sim::PassSimulation& forward = simulated.kinds.front().passes.forward;
-  const sim::PassSimulation& backward = simulated.kinds.front().passes.backward;
-  const std::vector<TokenCount> tokens =
-      device_tokens(built.kinds.front().workload, built.kinds.front().placement);
-  const double seconds_per_token = request.plan.token_flops / cluster.forward_flops;
   LayoutStep step;
-  for (std::size_t d = 0; d < tokens.size(); ++d) {
-    step.devices.push_back({forward.devices[d].end, backward.devices[d].end,
-                            seconds_per_token * static_cast<double>(tokens[d])});
-    step.max_device_tokens = std::max(step.max_device_tokens, tokens[d]);
-  }
+  step.devices = device_layers(built.kinds.front(), simulated.kinds.front().passes, request.plan);
+  step.max_device_tokens =
+      busiest_device_tokens(built.kinds.front().workload, built.kinds.front().placement);
   price(options, step);
   step.detail = built.kept;
   return step;

@@ -7,10 +7,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "dcp/model/workload.h"
 
 #include "dcp/planner/plan_builder.h"
+#include "dcp/sim/simulator.h"
+#include "dcp/sim/step_model.h"
 
 namespace dcp {
 
@@ -38,6 +41,14 @@ BuiltPlan select_plan(const Workload& workload, const PlanOptions& options, Buil
 // stages (the whole on a tie). That choice is timed as the backward pass's scheduling. Throws
 // InvalidInput as static_plan does.
 BuiltPlan build_structured(Strategy layout, const Workload& workload, const PlanOptions& options);
+
+// One layer of `built` on each device, as dcp's search prices its step
+// (sim::lockstep_layer_seconds): the device's Programs' ends in `simulation` and the rest of the
+// layer for the tokens it holds (seconds_per_token(options) each). Throws InvalidInput as
+// seconds_per_token does.
+std::vector<sim::DeviceLayer> device_layers(const BuiltPlan& built,
+                                            const sim::PlanSimulation& simulation,
+                                            const PlanOptions& options);
 
 // What an automatic block size means to planning: dcp's own plan at each of these sizes
 // (SearchOptions::block_sizes), the block sizes the DCP paper found best.

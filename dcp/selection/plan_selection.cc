@@ -26,20 +26,26 @@ void sweep_block_sizes_when_automatic(PlanOptions& plan, bool automatic_block_si
   }
 }
 
-namespace plan_search {
-
-double token_seconds_of(const BuiltPlan& built, const sim::PlanSimulation& simulation,
-                        const PlanOptions& options) {
+std::vector<sim::DeviceLayer> device_layers(const BuiltPlan& built,
+                                            const sim::PlanSimulation& simulation,
+                                            const PlanOptions& options) {
   const double per_token = seconds_per_token(options);
-  if (per_token == 0) return 0;
   const std::vector<TokenCount> tokens = device_tokens(built.workload, built.placement);
   std::vector<sim::DeviceLayer> devices(tokens.size());
   for (std::size_t d = 0; d < devices.size(); ++d) {
     devices[d] = {simulation.forward.devices[d].end, simulation.backward.devices[d].end,
                   per_token * static_cast<double>(tokens[d])};
   }
-  return std::max(0.0, sim::lockstep_layer_seconds(devices) - simulation.forward.seconds -
-                           simulation.backward.seconds);
+  return devices;
+}
+
+namespace plan_search {
+
+double token_seconds_of(const BuiltPlan& built, const sim::PlanSimulation& simulation,
+                        const PlanOptions& options) {
+  if (seconds_per_token(options) == 0) return 0;
+  return std::max(0.0, sim::lockstep_layer_seconds(device_layers(built, simulation, options)) -
+                           simulation.seconds());
 }
 
 }  // namespace plan_search

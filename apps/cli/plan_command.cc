@@ -300,7 +300,7 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
   }
   if (!built.own_candidates.empty()) {
     out << "own plans  dcp's partition at each block size, and any layouts it ran its way "
-           "(simulated forward + backward ms):";
+           "(simulated forward + backward ms; planning ms):";
     for (const OwnCandidate& c : built.own_candidates) {
       std::string dtype;
       if (c.partial_dtype != built.own_candidates.front().partial_dtype) {
@@ -313,11 +313,12 @@ int run_plan(std::span<const std::string> argv, std::ostream& out) {
           std::snprintf(text, sizeof(text), " at balance %.2g", 1 + kRetryEpsCompute);
           balance = text;
         }
-        std::snprintf(line, sizeof(line), " %lld%s%s %.3f", static_cast<long long>(c.block_size),
-                      balance.c_str(), dtype.c_str(), c.seconds() * 1e3);
+        std::snprintf(line, sizeof(line), " %lld%s%s %.3f (%.0f)",
+                      static_cast<long long>(c.block_size), balance.c_str(), dtype.c_str(),
+                      c.seconds() * 1e3, c.plan_ms);
       } else {
-        std::snprintf(line, sizeof(line), " %s layout%s %.3f", c.layout.c_str(), dtype.c_str(),
-                      c.seconds() * 1e3);
+        std::snprintf(line, sizeof(line), " %s layout%s %.3f (%.0f)", c.layout.c_str(),
+                      dtype.c_str(), c.seconds() * 1e3, c.plan_ms);
       }
       out << line << (&c != &built.own_candidates.back() ? "," : "");
     }

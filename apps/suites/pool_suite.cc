@@ -260,10 +260,11 @@ MegatronIteration megatron_iteration(const PoolOptions& options, const ClusterSp
                                      std::int32_t devices, TokenCount device_tokens,
                                      std::int32_t iteration_index) {
   const std::int32_t dp = devices / kMegatronCp;
-  std::vector<TokenCount> lengths = sample_lengths(
-      LengthDistributionKind::kMegatronLogNormal,
-      static_cast<std::size_t>(dp * kMegatronSequencesPerRank),
-      options.seed * 1000003ULL + 7919ULL * static_cast<std::uint64_t>(iteration_index + 1));
+  std::vector<TokenCount> lengths =
+      sample_lengths(LengthDistributionKind::kMegatronLogNormal,
+                     static_cast<std::size_t>(dp * kMegatronSequencesPerRank),
+                     options.seed * std::uint64_t{1000003} +
+                         std::uint64_t{7919} * static_cast<std::uint64_t>(iteration_index + 1));
   for (TokenCount& n : lengths) n = padded(n, 2 * kMegatronCp);
   const auto step_of = [&](std::int32_t group, const std::vector<std::size_t>& samples) {
     const ClusterSpec spec = group_cluster(cluster, group, options.devices_per_node);

@@ -184,6 +184,7 @@ struct OwnCandidate {
   double forward_seconds = 0;
   double backward_seconds = 0;
   double token_seconds = 0;  // as PlanCandidate::token_seconds, for a plan of one mask
+  double plan_ms = 0;        // wall-clock time building and simulating it
   double seconds() const { return forward_seconds + backward_seconds + token_seconds; }
 };
 

@@ -2,6 +2,7 @@
 // dcp's own plan in node groups: the batch's sequences dealt whole to the nodes by their work,
 // each node's share planned by dcp's own search on that node alone, the plans joined into one
 // placement of the whole cluster.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <optional>
@@ -36,14 +37,21 @@ Workload sub_workload(const Workload& workload, const std::vector<std::size_t>& 
 
 }  // namespace
 
-std::optional<BuiltPlan> build_node_groups(const Workload& workload, const PlanOptions& options) {
+namespace {
+
+// Tokens a device of the cluster may hold: (1 + eps_memory) x the mean device's.
+double device_bound_of(const Workload& workload, const PlanOptions& options) {
+  const ClusterShape& shape = options.cluster.shape;
+  return (1 + options.placement.eps_memory) * static_cast<double>(workload.batch().total_tokens()) /
+         static_cast<double>(shape.devices());
+}
+
+}  // namespace
+
+std::optional<NodeShares> node_shares(const Workload& workload, const PlanOptions& options) {
   const ClusterShape& shape = options.cluster.shape;
   if (shape.nodes < 2) return std::nullopt;
-  const auto start = Clock::now();
   const SequenceBatch& batch = workload.batch();
-  const double node_mean = static_cast<double>(batch.total_tokens()) / shape.nodes;
-  const double device_bound =
-      (1 + options.placement.eps_memory) * node_mean / shape.devices_per_node;
   // A sequence's work: its attention pairs and the rest of the layer for its tokens.
   const double token_pairs = pairs_per_token_of(workload, options);
   std::vector<double> works;
@@ -52,39 +60,83 @@ std::optional<BuiltPlan> build_node_groups(const Workload& workload, const PlanO
                     token_pairs * static_cast<double>(batch.length(seq)));
   }
   const auto capacity = static_cast<TokenCount>(
-      std::floor(device_bound * static_cast<double>(shape.devices_per_node)));
-  const std::vector<std::vector<std::size_t>> shares =
-      deal_by_work(works, batch.lengths(), shape.nodes, capacity);
+      std::floor(device_bound_of(workload, options) * static_cast<double>(shape.devices_per_node)));
+  NodeShares shares = deal_by_work(works, batch.lengths(), shape.nodes, capacity);
   std::size_t dealt = 0;
   for (const std::vector<std::size_t>& share : shares) dealt += share.size();
   // A sequence too long for a node's share needs the whole cluster's placement.
   if (dealt < static_cast<std::size_t>(batch.size())) return std::nullopt;
+  return shares;
+}
+
+BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options,
+                            const NodeShares& shares) {
+  const ClusterShape& shape = options.cluster.shape;
+  const auto start = Clock::now();
+  const SequenceBatch& batch = workload.batch();
+  const double device_bound = device_bound_of(workload, options);
 
   // Each node's share by dcp's own search on that node: its sequences whole there, each device
   // within the cluster's memory bound (the node's own mean differs from the cluster's), partials
   // in one dtype, on placements only (so that they join into one).
   const DType partial_dtype = partial_dtype_of(options, workload.shape().dtype);
+  std::vector<std::optional<Workload>> share_workloads(shares.size());
+  std::vector<PlanOptions> node_options(shares.size(), options);
   std::vector<std::optional<BuiltPlan>> groups(shares.size());
+  std::vector<double> node_seconds(shares.size(), 0);
+  // The nodes whose share has a sequence longer than a device's bound (where a partition may be
+  // faster than the packings).
+  std::vector<std::size_t> cut_nodes;
+  for (std::size_t node = 0; node < shares.size(); ++node) {
+    if (shares[node].empty()) continue;
+    const Workload& share = share_workloads[node].emplace(sub_workload(workload, shares[node]));
+    PlanOptions& local = node_options[node];
+    local.cluster.shape = ClusterShape{1, shape.devices_per_node};
+    const double share_mean =
+        static_cast<double>(share.batch().total_tokens()) / shape.devices_per_node;
+    local.placement.eps_memory = std::max(0.0, device_bound / share_mean - 1);
+    local.search.structured_layouts = false;
+    local.search.node_groups = false;
+    local.partial_dtype = partial_dtype;
+    local.search.packed_layout = true;
+    local.search.partitions = false;
+    groups[node].emplace(build_own(share, local));
+    node_seconds[node] = kept_own(*groups[node])->seconds();
+    if (static_cast<double>(share.batch().max_length()) > device_bound) cut_nodes.push_back(node);
+  }
+  // Where every sequence of a share fits a device whole, its packings move nothing and were the
+  // fastest of its own plans on 152 of 158 node shares of megatron, ldc and longalign batches
+  // (2 to 32 nodes of 8). Where one must be cut, a partition is faster on a quarter of the shares
+  // (by up to a fifth), but the partitions are most of a search's time and the nodes run in
+  // lockstep: so they run on the slowest such node first, and on the next only while its packed
+  // plan is slower than the slowest node so far (no faster plan of a node under that can shorten
+  // the step).
+  std::stable_sort(cut_nodes.begin(), cut_nodes.end(),
+                   [&](std::size_t a, std::size_t b) { return node_seconds[a] > node_seconds[b]; });
+  double settled = 0;  // the slowest node whose plan is final
+  for (std::size_t node = 0; node < shares.size(); ++node) {
+    if (!shares[node].empty() &&
+        std::find(cut_nodes.begin(), cut_nodes.end(), node) == cut_nodes.end()) {
+      settled = std::max(settled, node_seconds[node]);
+    }
+  }
+  for (const std::size_t node : cut_nodes) {
+    if (!options.search.partitions || node_seconds[node] <= settled) break;
+    PlanOptions partitioned = node_options[node];
+    partitioned.search.partitions = true;
+    partitioned.search.packed_layout = false;
+    BuiltPlan cut = build_own(*share_workloads[node], partitioned);
+    const double seconds = kept_own(cut)->seconds();
+    if (seconds < node_seconds[node]) {
+      node_seconds[node] = seconds;
+      groups[node].emplace(std::move(cut));
+    }
+    settled = std::max(settled, node_seconds[node]);
+  }
   std::vector<TokenCount> block_sizes(static_cast<std::size_t>(batch.size()));
   bool within_bounds = true;
   for (std::size_t node = 0; node < shares.size(); ++node) {
-    if (shares[node].empty()) continue;
-    const Workload share = sub_workload(workload, shares[node]);
-    PlanOptions node_options = options;
-    node_options.cluster.shape = ClusterShape{1, shape.devices_per_node};
-    const double share_mean =
-        static_cast<double>(share.batch().total_tokens()) / shape.devices_per_node;
-    node_options.placement.eps_memory = std::max(0.0, device_bound / share_mean - 1);
-    node_options.search.structured_layouts = false;
-    node_options.partial_dtype = partial_dtype;
-    // Where every sequence of the share fits a device whole, its packings move nothing and were
-    // the fastest of its own plans on 152 of 158 node shares of megatron, ldc and longalign
-    // batches (2 to 32 nodes of 8); the partitions, most of a search's time, run only where a
-    // sequence must be cut.
-    const TokenCount longest = share.batch().max_length();
-    node_options.search.partitions = static_cast<double>(longest) > device_bound;
-    node_options.search.packed_layout = true;
-    groups[node].emplace(build_own(share, node_options));
+    if (!groups[node]) continue;
     const Workload& cut = groups[node]->workload;
     within_bounds = within_bounds && groups[node]->placement_within_bounds;
     for (std::size_t i = 0; i < shares[node].size(); ++i) {

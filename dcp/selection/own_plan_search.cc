@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dcp/core/error.h"
+#include "dcp/core/timing.h"
 
 #include "dcp/planner/model_plan_builder.h"
 #include "dcp/planner/placement/static_placements.h"
@@ -115,11 +116,13 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
   bool fp32_may_gain = false;
   // runners_up: the fastest partition at each block size.
   std::vector<SimulatedPlan> per_size;
-  const auto consider = [&](BuiltPlan built, OwnCandidate candidate) {
+  // `started`: when building the candidate began.
+  const auto consider = [&](BuiltPlan built, OwnCandidate candidate, Clock::time_point started) {
     const sim::PlanSimulation simulation = sim::simulate(built.plan, options.cluster);
     candidate.forward_seconds = simulation.forward.seconds;
     candidate.backward_seconds = simulation.backward.seconds;
     candidate.token_seconds = token_seconds_of(built, simulation, options);
+    candidate.plan_ms = ms_since(started);
     tried.push_back(candidate);
     if (runners_up != nullptr && candidate.layout == "partition") {
       const auto same_size = std::find_if(per_size.begin(), per_size.end(), [&](const auto& entry) {
@@ -149,8 +152,14 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       }
     }
   };
+  const std::optional<NodeShares> shares =
+      options.search.node_groups ? node_shares(workload, options) : std::nullopt;
+  // kNodeGroupsMinNodes (plan_search.h): the whole pool's partitions and best-fit packing run only
+  // where the node groups do not apply or the pool is small.
+  const bool groups_suffice = shares && options.cluster.shape.nodes >= kNodeGroupsMinNodes;
   for (const TokenCount size : sizes) {
-    if (!options.search.partitions) break;
+    if (!options.search.partitions || groups_suffice) break;
+    const auto started = Clock::now();
     std::optional<Workload> cut;
     try {
       cut.emplace(reblocked(workload, size));
@@ -160,7 +169,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       if (size == sizes.back() && !best) throw;
       continue;
     }
-    consider(build_one_plan(*cut, options), {"partition", size, storage, false, 0, 0});
+    consider(build_one_plan(*cut, options), {"partition", size, storage, false}, started);
   }
   if (best && options.search.retry_tighter_balance &&
       options.placement.eps_compute > kRetryEpsCompute) {
@@ -173,14 +182,16 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     tighter.placement.eps_compute = kRetryEpsCompute;
     for (const OwnCandidate& partition : fastest) {
       const TokenCount size = partition.block_size;
+      const auto started = Clock::now();
       BuiltPlan built = build_one_plan(reblocked(workload, size), tighter);
       if (built.placement_within_bounds) {
-        consider(std::move(built), {"partition", size, storage, true, 0, 0});
+        consider(std::move(built), {"partition", size, storage, true}, started);
       }
     }
   }
   if (options.search.packed_layout && !sizes.empty()) {
     const TokenCount size = *std::min_element(sizes.begin(), sizes.end());
+    auto started = Clock::now();
     std::optional<Workload> cut;
     try {
       cut.emplace(reblocked(workload, size));
@@ -189,28 +200,30 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     }
     for (const auto& [rule, name] : {std::pair{PackingRule::kLeastWork, kPackedLayout},
                                      std::pair{PackingRule::kBestFit, kPackedBestFitLayout}}) {
-      if (!cut) break;
+      if (!cut || (groups_suffice && rule == PackingRule::kBestFit)) break;
       PackedPlacement packed =
           packed_placement(*cut, options.cluster.shape, options.placement.eps_memory, rule,
                            pairs_per_token_of(*cut, options));
       consider(build_at_placement(*cut, std::move(packed.placement), packed.within_bounds, options),
-               {std::string(name), size, storage, false});
+               {std::string(name), size, storage, false}, started);
+      started = Clock::now();
     }
   }
-  if (options.search.node_groups) {
-    if (std::optional<BuiltPlan> grouped = build_node_groups(workload, options)) {
-      consider(std::move(*grouped), {std::string(kNodeGroupsLayout), 0, storage, false});
-    }
+  if (shares) {
+    const auto started = Clock::now();
+    consider(build_node_groups(workload, options, *shares),
+             {std::string(kNodeGroupsLayout), 0, storage, false}, started);
   }
   if (structured) {
     for (const Strategy layout : kStructuredLayouts) {
+      const auto started = Clock::now();
       std::optional<BuiltPlan> built;
       try {
         built.emplace(build_structured(layout, workload, options));
       } catch (const InvalidInput&) {
         continue;  // the layout cannot run on the cluster (e.g. hybrid with too few heads)
       }
-      consider(std::move(*built), {std::string(to_string(layout)), 0, storage, false, 0, 0});
+      consider(std::move(*built), {std::string(to_string(layout)), 0, storage, false}, started);
     }
   }
   if (!best) {
@@ -228,15 +241,17 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
   // critical transfers, the retry would be skipped on batches where it wins, docs/scheduling.md.)
   if (!options.partial_dtype && storage != DType::kFp32 && fp32_may_gain &&
       sends_partials(best->plan)) {
+    const auto started = Clock::now();
     OwnCandidate fp32 = tried[kept_index];
     fp32.partial_dtype = DType::kFp32;
     if (fp32.layout == "partition" || fp32.layout == kPackedLayout ||
         fp32.layout == kPackedBestFitLayout || fp32.layout == kNodeGroupsLayout) {
-      consider(build_on_placement(*best, options, DType::kFp32), fp32);
+      consider(build_on_placement(*best, options, DType::kFp32), fp32, started);
     } else {
       PlanOptions fp32_options = options;
       fp32_options.partial_dtype = DType::kFp32;
-      consider(build_structured(parse_strategy(fp32.layout), workload, fp32_options), fp32);
+      consider(build_structured(parse_strategy(fp32.layout), workload, fp32_options), fp32,
+               started);
     }
   }
   best->own_candidates = std::move(tried);

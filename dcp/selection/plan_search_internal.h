@@ -36,10 +36,16 @@ std::vector<TokenCount> searched_block_sizes(const Workload& workload, const Pla
 double token_seconds_of(const BuiltPlan& built, const sim::PlanSimulation& simulation,
                         const PlanOptions& options);
 
-// dcp's own plan in node groups (kNodeGroupsLayout, plan_search.h) with build_own's options, its
-// Programs compiled; nothing on one node, or where some sequence does not fit a node's share of
-// the tokens within placement.eps_memory whole (deal_by_work leaves it out).
-std::optional<BuiltPlan> build_node_groups(const Workload& workload, const PlanOptions& options);
+// The batch's sequences dealt whole to the nodes by their work (deal_by_work), each node's share
+// within placement.eps_memory of the cluster's mean device; nothing on one node, or where some
+// sequence does not fit a node's share (the node groups do not apply).
+using NodeShares = std::vector<std::vector<std::size_t>>;
+std::optional<NodeShares> node_shares(const Workload& workload, const PlanOptions& options);
+
+// dcp's own plan in node groups (kNodeGroupsLayout, plan_search.h) on `shares` (node_shares's)
+// with build_own's options, its Programs compiled.
+BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options,
+                            const NodeShares& shares);
 
 // The own candidate build_own kept, the first fastest of plan.own_candidates (whose simulated
 // times are the plan's), or nullptr where none was simulated (one block size).

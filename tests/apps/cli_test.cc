@@ -280,7 +280,7 @@ TEST(PlanCommand, AnAutomaticBlockSizeTriesTheSweepAndKeepsTheFastest) {
   const Result swept = run(automatic);
   ASSERT_EQ(swept.status, 0) << swept.err;
   EXPECT_NE(swept.out.find("own plans  dcp's partition at each block size, and any layouts it "
-                           "ran its way (simulated forward + backward ms): 1024 "),
+                           "ran its way (simulated forward + backward ms; planning ms): 1024 "),
             std::string::npos)
       << swept.out;
   EXPECT_NE(swept.out.find(", 4096 "), std::string::npos) << swept.out;

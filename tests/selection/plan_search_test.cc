@@ -498,7 +498,9 @@ TEST(PlanSearch, TokenFlopsPriceEachDevicesTokensBesideItsAttention) {
     if (candidate.strategy == best.selection.kept) kept = candidate.seconds();
   }
   for (const PlanCandidate& candidate : best.selection.candidates) {
-    if (candidate.feasible && candidate.simulated) EXPECT_LE(kept, candidate.seconds());
+    if (candidate.feasible && candidate.simulated) {
+      EXPECT_LE(kept, candidate.seconds());
+    }
   }
   for (const OwnCandidate& own : best.own_candidates) EXPECT_GT(own.token_seconds, 0);
   // The kept plan's step, from its Programs' simulated ends and its devices' tokens: per pass,
@@ -536,8 +538,10 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
                    [](const OwnCandidate& c) { return c.layout == kNodeGroupsLayout; });
   ASSERT_NE(grouped, built.own_candidates.end());
   EXPECT_EQ(grouped->block_size, 0);
-  const std::optional<BuiltPlan> joined = plan_search::build_node_groups(workload, options);
-  ASSERT_TRUE(joined.has_value());
+  const std::optional<plan_search::NodeShares> shares = plan_search::node_shares(workload, options);
+  ASSERT_TRUE(shares.has_value());
+  const std::optional<BuiltPlan> joined =
+      plan_search::build_node_groups(workload, options, *shares);
   EXPECT_TRUE(verify(joined->plan).ok);
   const sim::PlanSimulation simulated = sim::simulate(joined->plan, options.cluster);
   EXPECT_DOUBLE_EQ(simulated.forward.seconds, grouped->forward_seconds);
@@ -556,14 +560,14 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
   }
   EXPECT_EQ(joined->plan.forward.size(), 4u);
   // Deterministic: the same plan bytes again.
-  const std::optional<BuiltPlan> again = plan_search::build_node_groups(workload, options);
-  EXPECT_EQ(serialize_plan(again->plan), serialize_plan(joined->plan));
+  const BuiltPlan again = plan_search::build_node_groups(workload, options, *shares);
+  EXPECT_EQ(serialize_plan(again.plan), serialize_plan(joined->plan));
   // One sequence of more than a node's share: no node groups; nor on one node.
   const Workload long_one = small_workload(SequenceBatch({900, 60, 40}), MaskKind::kCausal, 8, 2);
-  EXPECT_FALSE(plan_search::build_node_groups(long_one, options).has_value());
+  EXPECT_FALSE(plan_search::node_shares(long_one, options).has_value());
   PlanOptions one_node = a100_plan_options(Strategy::kDcpPure, {1, 4});
   one_node.search.block_sizes = {64, 128};
-  EXPECT_FALSE(plan_search::build_node_groups(workload, one_node).has_value());
+  EXPECT_FALSE(plan_search::node_shares(workload, one_node).has_value());
   options.search.node_groups = false;
   for (const OwnCandidate& c : build_plan(workload, options).own_candidates)
     EXPECT_NE(c.layout, kNodeGroupsLayout);
@@ -608,6 +612,63 @@ TEST(PlanSearch, TriesSequencesPackedWholeAtTheSmallestBlockSize) {
   options.search.packed_layout = false;
   for (const OwnCandidate& c : build_plan(workload, options).own_candidates)
     EXPECT_EQ(c.layout.find("packed"), std::string::npos);
+}
+
+// The layouts of `built`'s own candidates, in the order tried.
+std::vector<std::string> own_layouts(const BuiltPlan& built) {
+  std::vector<std::string> layouts;
+  for (const OwnCandidate& c : built.own_candidates) layouts.push_back(c.layout);
+  return layouts;
+}
+
+// Four sequences each longer than a device's share of 4 x 2 devices (but within a node's) among
+// short ones.
+Workload four_long_among_short() {
+  return small_workload(
+      SequenceBatch({700, 90, 650, 120, 600, 100, 560, 110, 80, 140, 60, 130, 70, 50}),
+      MaskKind::kCausal, 8, 2);
+}
+
+// On kNodeGroupsMinNodes nodes and more, where every sequence fits a node's share, dcp's own
+// plans of the whole pool are its packing by least work and its node groups; a sequence longer
+// than a node's share, or a pool of fewer nodes, brings back the partitions and best fit.
+TEST(PlanSearch, PlansAPoolOfManyNodesInNodeGroupsBesideOnePacking) {
+  const Workload workload = four_long_among_short();
+  PlanOptions options = a100_plan_options(Strategy::kDcpPure, {kNodeGroupsMinNodes, 2});
+  options.search.block_sizes = {64, 128};
+  EXPECT_EQ(own_layouts(build_plan(workload, options)),
+            (std::vector<std::string>{std::string(kPackedLayout), std::string(kNodeGroupsLayout)}));
+  options.cluster.shape = {kNodeGroupsMinNodes / 2, 4};
+  const std::vector<std::string> two_nodes = own_layouts(build_plan(workload, options));
+  EXPECT_EQ(std::count(two_nodes.begin(), two_nodes.end(), "partition"), 4) << two_nodes.size();
+  EXPECT_EQ(two_nodes.back(), kNodeGroupsLayout);
+  options.cluster.shape = {kNodeGroupsMinNodes, 2};
+  const Workload one_long =
+      small_workload(SequenceBatch({2400, 90, 650, 120, 600, 100}), MaskKind::kCausal, 8, 2);
+  const std::vector<std::string> too_long = own_layouts(build_plan(one_long, options));
+  EXPECT_EQ(std::count(too_long.begin(), too_long.end(), kNodeGroupsLayout), 0);
+  EXPECT_EQ(std::count(too_long.begin(), too_long.end(), kPackedBestFitLayout), 1);
+  EXPECT_GE(std::count(too_long.begin(), too_long.end(), "partition"), 2);
+}
+
+// In node groups, a node whose share has a sequence longer than a device's bound is also
+// partitioned where its packed plan is the slowest node's, and its faster plan kept; without
+// partitions (SearchOptions::partitions) every node keeps its packing.
+TEST(PlanSearch, NodeGroupsPartitionTheSlowestNodesWhereASequenceMustBeCut) {
+  const Workload workload = four_long_among_short();
+  PlanOptions options = a100_plan_options(Strategy::kDcpPure, {kNodeGroupsMinNodes, 2});
+  options.search.block_sizes = {64, 128};
+  const auto node_groups_seconds = [&] {
+    for (const OwnCandidate& c : build_plan(workload, options).own_candidates) {
+      if (c.layout == kNodeGroupsLayout) return c.seconds();
+    }
+    ADD_FAILURE() << "no node groups";
+    return 0.0;
+  };
+  const double partitioned = node_groups_seconds();
+  options.search.partitions = false;
+  const double packed = node_groups_seconds();
+  EXPECT_LT(partitioned, packed);
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ double device_bound_of(const Workload& workload, const PlanOptions& options) {
 
 }  // namespace
 
-std::optional<NodeShares> node_shares(const Workload& workload, const PlanOptions& options) {
+std::optional<NodeDeal> node_shares(const Workload& workload, const PlanOptions& options) {
   const ClusterShape& shape = options.cluster.shape;
   if (shape.nodes < 2) return std::nullopt;
   const SequenceBatch& batch = workload.batch();
@@ -61,12 +61,21 @@ std::optional<NodeShares> node_shares(const Workload& workload, const PlanOption
   }
   const auto capacity = static_cast<TokenCount>(
       std::floor(device_bound_of(workload, options) * static_cast<double>(shape.devices_per_node)));
-  NodeShares shares = deal_by_work(works, batch.lengths(), shape.nodes, capacity);
+  NodeDeal deal{deal_by_work(works, batch.lengths(), shape.nodes, capacity)};
   std::size_t dealt = 0;
-  for (const std::vector<std::size_t>& share : shares) dealt += share.size();
+  double total = 0;
+  double most = 0;
+  for (const std::vector<std::size_t>& share : deal.shares) {
+    dealt += share.size();
+    double work = 0;
+    for (const std::size_t seq : share) work += works[seq];
+    total += work;
+    most = std::max(most, work);
+  }
   // A sequence too long for a node's share needs the whole cluster's placement.
   if (dealt < static_cast<std::size_t>(batch.size())) return std::nullopt;
-  return shares;
+  if (total > 0) deal.imbalance = most * shape.nodes / total;
+  return deal;
 }
 
 BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options,

@@ -152,11 +152,12 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       }
     }
   };
-  const std::optional<NodeShares> shares =
+  const std::optional<NodeDeal> deal =
       options.search.node_groups ? node_shares(workload, options) : std::nullopt;
   // kNodeGroupsMinNodes (plan_search.h): the whole pool's partitions and best-fit packing run only
-  // where the node groups do not apply or the pool is small.
-  const bool groups_suffice = shares && options.cluster.shape.nodes >= kNodeGroupsMinNodes;
+  // where the node groups do not apply, the pool is small or the deal is unbalanced.
+  const bool groups_suffice = deal && options.cluster.shape.nodes >= kNodeGroupsMinNodes &&
+                              deal->imbalance <= kNodeGroupsMaxImbalance;
   for (const TokenCount size : sizes) {
     if (!options.search.partitions || groups_suffice) break;
     const auto started = Clock::now();
@@ -209,9 +210,9 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       started = Clock::now();
     }
   }
-  if (shares) {
+  if (deal) {
     const auto started = Clock::now();
-    consider(build_node_groups(workload, options, *shares),
+    consider(build_node_groups(workload, options, deal->shares),
              {std::string(kNodeGroupsLayout), 0, storage, false}, started);
   }
   if (structured) {

@@ -84,13 +84,18 @@ inline constexpr std::string_view kPackedBestFitLayout = "packed best fit";
 // placement of the whole cluster keeps one layout and block size for all; no sequence crosses a
 // node.
 inline constexpr std::string_view kNodeGroupsLayout = "node groups";
-// On this many nodes and more, where the node groups apply (every sequence fits a node's share),
-// dcp's own plans of the whole cluster are its packing by least work and its node groups: its
-// partitions and best-fit packing of the whole cluster, most of the search's time there, are not
-// tried. Over megatron, ldc and longalign batches of 2048 tokens per device (a100-p4de, 32/8
-// heads, length scales x0.5 to x2) the step kept without them was at most 3.5 % slower on 4 nodes
-// (1 batch of 34 over 1 %) and never on 8, but up to 6.8 % on 2 nodes (docs/planning_time.md).
+// On this many nodes and more, where the node groups apply (every sequence fits a node's share)
+// and their deal gives no node more than kNodeGroupsMaxImbalance x the mean node's work, dcp's own
+// plans of the whole cluster are its packing by least work and its node groups: its partitions
+// and best-fit packing of the whole cluster, most of the search's time there, are not tried. With
+// the work dealt evenly and no byte crossing a node, a partition of the whole cluster has little
+// left to gain: over megatron, ldc and longalign batches of 2048 tokens per device (a100-p4de,
+// 32/8 heads, length scales x0.5 to x2) the step kept without them was at most 3.5 % slower on 4
+// nodes (1 batch of 34 over 1 %) and never on 8, but up to 6.8 % on 2 nodes. Where a sequence
+// holds more work than a node's fair share (ldc at 8192 tokens per device, 32 nodes: the deal's
+// busiest node 1.4 x the mean), a partition that spreads it over nodes was a third faster.
 inline constexpr std::int32_t kNodeGroupsMinNodes = 4;
+inline constexpr double kNodeGroupsMaxImbalance = 1.05;
 // A few long sequences: at most kStructuredMaxSequences with one holding half the batch's tokens,
 // or at most kStructuredDenseMaxSequences whose longest leaves at least kDenseSequenceDensity of
 // its pairs (causal, full). A ring layout cuts every sequence into two chunks per device, so with

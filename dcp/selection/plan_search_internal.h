@@ -36,11 +36,16 @@ std::vector<TokenCount> searched_block_sizes(const Workload& workload, const Pla
 double token_seconds_of(const BuiltPlan& built, const sim::PlanSimulation& simulation,
                         const PlanOptions& options);
 
-// The batch's sequences dealt whole to the nodes by their work (deal_by_work), each node's share
-// within placement.eps_memory of the cluster's mean device; nothing on one node, or where some
-// sequence does not fit a node's share (the node groups do not apply).
+// The batch's sequences dealt whole to the nodes by their work (deal_by_work: attention pairs and
+// the rest of the layer per token), each node's share within placement.eps_memory of the
+// cluster's mean device; nothing on one node, or where some sequence does not fit a node's share
+// (the node groups do not apply). imbalance: the most work a node was dealt over the mean node's.
 using NodeShares = std::vector<std::vector<std::size_t>>;
-std::optional<NodeShares> node_shares(const Workload& workload, const PlanOptions& options);
+struct NodeDeal {
+  NodeShares shares;
+  double imbalance = 1;
+};
+std::optional<NodeDeal> node_shares(const Workload& workload, const PlanOptions& options);
 
 // dcp's own plan in node groups (kNodeGroupsLayout, plan_search.h) on `shares` (node_shares's)
 // with build_own's options, its Programs compiled.

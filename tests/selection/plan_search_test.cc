@@ -538,10 +538,10 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
                    [](const OwnCandidate& c) { return c.layout == kNodeGroupsLayout; });
   ASSERT_NE(grouped, built.own_candidates.end());
   EXPECT_EQ(grouped->block_size, 0);
-  const std::optional<plan_search::NodeShares> shares = plan_search::node_shares(workload, options);
-  ASSERT_TRUE(shares.has_value());
+  const std::optional<plan_search::NodeDeal> deal = plan_search::node_shares(workload, options);
+  ASSERT_TRUE(deal.has_value());
   const std::optional<BuiltPlan> joined =
-      plan_search::build_node_groups(workload, options, *shares);
+      plan_search::build_node_groups(workload, options, deal->shares);
   EXPECT_TRUE(verify(joined->plan).ok);
   const sim::PlanSimulation simulated = sim::simulate(joined->plan, options.cluster);
   EXPECT_DOUBLE_EQ(simulated.forward.seconds, grouped->forward_seconds);
@@ -560,7 +560,7 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
   }
   EXPECT_EQ(joined->plan.forward.size(), 4u);
   // Deterministic: the same plan bytes again.
-  const BuiltPlan again = plan_search::build_node_groups(workload, options, *shares);
+  const BuiltPlan again = plan_search::build_node_groups(workload, options, deal->shares);
   EXPECT_EQ(serialize_plan(again.plan), serialize_plan(joined->plan));
   // One sequence of more than a node's share: no node groups; nor on one node.
   const Workload long_one = small_workload(SequenceBatch({900, 60, 40}), MaskKind::kCausal, 8, 2);
@@ -629,15 +629,31 @@ Workload four_long_among_short() {
       MaskKind::kCausal, 8, 2);
 }
 
-// On kNodeGroupsMinNodes nodes and more, where every sequence fits a node's share, dcp's own
-// plans of the whole pool are its packing by least work and its node groups; a sequence longer
-// than a node's share, or a pool of fewer nodes, brings back the partitions and best fit.
+// On kNodeGroupsMinNodes nodes and more, where every sequence fits a node's share and the deal
+// gives each node about the same work, dcp's own plans of the whole pool are its packing by least
+// work and its node groups; an unbalanced deal, a sequence longer than a node's share, or a pool
+// of fewer nodes brings back the partitions and best fit.
 TEST(PlanSearch, PlansAPoolOfManyNodesInNodeGroupsBesideOnePacking) {
-  const Workload workload = four_long_among_short();
+  const Workload workload =
+      small_workload(SequenceBatch({600, 100, 600, 100, 600, 100, 600, 100, 100, 100, 100, 100}),
+                     MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {kNodeGroupsMinNodes, 2});
   options.search.block_sizes = {64, 128};
+  const std::optional<plan_search::NodeDeal> deal = plan_search::node_shares(workload, options);
+  ASSERT_TRUE(deal.has_value());
+  EXPECT_DOUBLE_EQ(deal->imbalance, 1.0);
   EXPECT_EQ(own_layouts(build_plan(workload, options)),
             (std::vector<std::string>{std::string(kPackedLayout), std::string(kNodeGroupsLayout)}));
+  // One sequence with most of the work: every node fits it, but the node that holds it is the
+  // step.
+  const Workload heavy = small_workload(
+      SequenceBatch({1000, 300, 300, 300, 300, 300, 300, 300, 300}), MaskKind::kCausal, 8, 2);
+  const std::optional<plan_search::NodeDeal> heavy_deal = plan_search::node_shares(heavy, options);
+  ASSERT_TRUE(heavy_deal.has_value());
+  EXPECT_GT(heavy_deal->imbalance, kNodeGroupsMaxImbalance);
+  const std::vector<std::string> unbalanced = own_layouts(build_plan(heavy, options));
+  EXPECT_GE(std::count(unbalanced.begin(), unbalanced.end(), "partition"), 2);
+  EXPECT_EQ(unbalanced.back(), kNodeGroupsLayout);
   options.cluster.shape = {kNodeGroupsMinNodes / 2, 4};
   const std::vector<std::string> two_nodes = own_layouts(build_plan(workload, options));
   EXPECT_EQ(std::count(two_nodes.begin(), two_nodes.end(), "partition"), 4) << two_nodes.size();

@@ -64,6 +64,11 @@ PlanHeader strategy_header(const Workload& workload, const PlanOptions& options)
 void compile_passes(BuiltPlan& built, const PassSchedule& forward, const PassSchedule& backward,
                     const KeptKv* kept) {
   const auto compile_start = Clock::now();
+  // The plan promises partials reduced in a node only where both passes route them so.
+  const bool reduced = forward.partial_routing == PartialRouting::kReduceInNode &&
+                       backward.partial_routing == PartialRouting::kReduceInNode;
+  built.plan.header.partial_routing =
+      reduced ? PartialRouting::kReduceInNode : PartialRouting::kDirect;
   built.plan.forward =
       compile_pass(built.workload, built.placement, built.plan.header, forward, kept);
   built.plan.backward =

@@ -10,7 +10,8 @@ namespace dcp::plan_building {
 // The header options.strategy's plan of `workload` has (its values' sizes for the estimates).
 PlanHeader strategy_header(const Workload& workload, const PlanOptions& options);
 
-// Both passes' Programs from their schedules, on built's workload, placement and header (timed).
+// Both passes' Programs from their schedules, on built's workload, placement and header (timed);
+// the header's partial_routing is the schedules' (kReduceInNode where both route so).
 void compile_passes(BuiltPlan& built, const PassSchedule& forward, const PassSchedule& backward,
                     const KeptKv* kept);
 

@@ -119,6 +119,7 @@ void write_json(JsonWriter& json, const PlanHeader& header) {
   json.field("kv_heads_per_block", header.kv_heads_per_block);
   json.field("dtype", to_string(header.dtype));
   json.field("partial_dtype", to_string(header.partial_dtype));
+  json.field("partial_routing", to_string(header.partial_routing));
   json.field("softmax_scale", header.softmax_scale);
   json.field("total_tokens", header.total_tokens).field("sequences", header.sequences);
   json.field("token_blocks", header.token_blocks).field("work_units", header.work_units);

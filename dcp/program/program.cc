@@ -128,8 +128,8 @@ std::string_view opcode_name(const Instruction& instruction) {
   return std::visit(Name{}, instruction);
 }
 
-bool reduces_partials_in_node(const PlanHeader& header) {
-  return header.strategy == "dcp" || header.strategy == "dcp-pure";
+std::string_view to_string(PartialRouting routing) {
+  return routing == PartialRouting::kReduceInNode ? "reduce_in_node" : "direct";
 }
 
 namespace {

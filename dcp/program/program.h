@@ -263,6 +263,17 @@ struct Program {
 };
 
 // What every Program of a plan shares.
+// How a plan's partial outputs (o, dq, dk, dv) reach the device that owns their block, as its
+// planner scheduled them:
+//   kReduceInNode: partials made on several devices of one node are merged there and cross to the
+//     owner's node once (dcp's own plans; the verifier's partial-recrossing rule holds the plan to
+//     it).
+//   kDirect: every contributing device sends its partial to the owner, across nodes or not (what
+//     the all-to-all of Ulysses and TransformerEngine does; the static strategies).
+enum class PartialRouting : std::uint8_t { kReduceInNode, kDirect };
+inline constexpr std::size_t kPartialRoutingCount = 2;
+std::string_view to_string(PartialRouting routing);
+
 struct PlanHeader {
   std::string strategy;  // "dcp", "ring", ...
   std::uint64_t seed = 0;
@@ -276,6 +287,7 @@ struct PlanHeader {
   // The dtype partial o, dq, dk and dv travel in between devices: fp32, or the storage dtype
   // (slots hold them in fp32 either way; value_bytes and slot_bytes).
   DType partial_dtype = DType::kFp32;
+  PartialRouting partial_routing = PartialRouting::kDirect;
   double softmax_scale = 0;  // the effective scale
   std::int64_t total_tokens = 0;
   std::int32_t sequences = 0;
@@ -286,10 +298,6 @@ struct PlanHeader {
   std::int32_t head_blocks() const { return q_heads / head_block_size; }
   std::int32_t kv_head_blocks() const { return kv_heads / kv_heads_per_block; }
 };
-
-// Whether the plan's strategy reduces partial outputs inside a node before they cross nodes
-// (dcp's own plans: "dcp" and "dcp-pure"). Static strategies move what their systems move.
-bool reduces_partials_in_node(const PlanHeader& header);
 
 // Bytes of one value of `kind` with `tokens` tokens as it travels between devices and as the
 // plan prices it: inputs in the storage dtype, partials (o, dq, dk, dv) in the partial dtype,

@@ -47,6 +47,25 @@ TEST(PlanSearch, SameInputsAndSeedGiveTheSameBytes) {
   }
 }
 
+// The header says how a plan routes its partials, whoever made it: dcp's own plans (its
+// partitions and the structured layouts it runs its way) reduce them in a node, every static
+// strategy sends them directly; the verifier holds each plan to its header.
+TEST(PlanSearch, EveryPlanSaysHowItRoutesPartials) {
+  const Workload workload = small_workload(random_batch(3), MaskKind::kCausal, 8, 2);
+  PlanOptions own = a100_plan_options(Strategy::kDcpPure, {2, 4});
+  own.search.block_sizes = {64, 128};
+  for (const BuiltPlan& built :
+       {build_plan(workload, own), build_structured(Strategy::kHybrid, workload, own)}) {
+    EXPECT_EQ(built.plan.header.partial_routing, PartialRouting::kReduceInNode);
+    EXPECT_TRUE(verify(built.plan).ok);
+  }
+  for (const Strategy strategy : kStaticStrategies) {
+    const BuiltPlan built = build_plan(workload, a100_plan_options(strategy, {2, 4}));
+    EXPECT_EQ(built.plan.header.partial_routing, PartialRouting::kDirect) << to_string(strategy);
+    EXPECT_TRUE(verify(built.plan).ok) << to_string(strategy);
+  }
+}
+
 // Where a few sequences are long (at most 8 with one holding half the tokens, or at most 4 under a
 // dense mask), dcp also runs its Programs on the hybrid and loongtrain layouts: they verify, move
 // no kv in the backward pass, and the fastest of all is kept.

@@ -34,6 +34,7 @@ OutputValues output_values(const Workload& workload, Pass pass, const WorkUnit& 
 
 void add_partial_transfers(const Workload& workload, const Placement& placement,
                            PassSchedule& schedule, PartialRouting routing, bool kv_gradients) {
+  schedule.partial_routing = routing;
   // The last stage of every (value, contributing device) away from the value's owner.
   struct Contribution {
     ValueKey value;

@@ -45,6 +45,9 @@ struct PassSchedule {
   std::int32_t stages = 1;
   std::vector<std::int32_t> unit_stage;  // per work unit
   std::vector<Transfer> transfers;       // sorted by (launch, src, dst, value)
+  // How its partial outputs travel (add_partial_transfers's routing; kDirect where a strategy
+  // moves them itself): what the compiled plan's header says (PlanHeader::partial_routing).
+  PartialRouting partial_routing = PartialRouting::kDirect;
 };
 
 // The input values a pass reads: kQ (forward) or kQGrad (backward) of the q block, and kKV.
@@ -68,18 +71,14 @@ struct OutputValues {
 };
 OutputValues output_values(const Workload& workload, Pass pass, const WorkUnit& unit);
 
-// How partial outputs reach their owner.
-//   kReduceInNode: dcp's. Partials of one value made on devices of the owner's node go to the
-//     owner; those made on several devices of another node are merged on one of them (the one
-//     that can send the merge first) and cross to the owner once, as the placement priced them
-//     (block_hypergraph.h). The merge may need one more launch after the last stage.
-//   kDirect: every contributing device sends its partial to the owner (what the all-to-all of
-//     Ulysses and TransformerEngine does).
-enum class PartialRouting : std::uint8_t { kReduceInNode, kDirect };
-
 // Appends the transfers of partial outputs for the stages already in `schedule.unit_stage`, then
-// sorts all transfers. With kv_gradients false, kDKV partials are left to the caller (a ring passes
-// them along the ring).
+// sorts all transfers, and records `routing` in the schedule. kReduceInNode (program.h): partials
+// of one value made on devices of the owner's node go to the owner; those made on several devices
+// of another node are merged on one of them (the one that can send the merge first) and cross to
+// the owner once, as the placement priced them (block_hypergraph.h); the merge may need one more
+// launch after the last stage. kDirect: every contributing device sends its partial to the owner.
+// With kv_gradients false, kDKV partials are left to the caller (a ring passes them along the
+// ring).
 void add_partial_transfers(const Workload& workload, const Placement& placement,
                            PassSchedule& schedule, PartialRouting routing,
                            bool kv_gradients = true);

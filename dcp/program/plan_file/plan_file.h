@@ -18,7 +18,7 @@
 
 namespace dcp {
 
-inline constexpr std::uint32_t kPlanFormatVersion = 3;
+inline constexpr std::uint32_t kPlanFormatVersion = 4;
 
 // The file's bytes. Does not check the Plan, so tests can build files with faults on purpose;
 // throws InvalidInput only if a list is too long for the format's 32-bit counts.

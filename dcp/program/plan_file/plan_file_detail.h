@@ -21,8 +21,8 @@ inline constexpr std::size_t kMagicBytes = sizeof(kMagic);
 // the fixed part of the header.
 inline constexpr std::size_t kHeaderBytesAt = 12;
 inline constexpr std::size_t kPreambleBytes = 20;
-inline constexpr std::size_t kStrategyLengthAt = 90;
-inline constexpr std::size_t kFixedHeaderBytes = 94;
+inline constexpr std::size_t kStrategyLengthAt = 91;
+inline constexpr std::size_t kFixedHeaderBytes = 95;
 inline constexpr std::size_t kSectionEntryBytes = 29;
 inline constexpr std::size_t kChecksumBytes = 8;
 inline constexpr std::uint64_t kMaxDevices = 65536;  // validate(ClusterShape)

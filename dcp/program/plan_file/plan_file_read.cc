@@ -342,6 +342,7 @@ PlanFileSummary read_header(std::string_view bytes, std::uint64_t file_bytes,
   h.kv_heads_per_block = r.i32("kv_heads_per_block");
   h.dtype = r.enumeration<DType>("dtype", kDTypeCount);
   h.partial_dtype = r.enumeration<DType>("partial_dtype", kDTypeCount);
+  h.partial_routing = r.enumeration<PartialRouting>("partial_routing", kPartialRoutingCount);
   h.softmax_scale = r.f64("softmax_scale");
   h.total_tokens = r.i64("total_tokens");
   h.sequences = r.i32("sequences");

@@ -180,6 +180,7 @@ std::string assemble(const PlanHeader& header, std::vector<PlanSection> sections
   w.i32(header.kv_heads_per_block);
   w.u8(code(header.dtype));
   w.u8(code(header.partial_dtype));
+  w.u8(code(header.partial_routing));
   w.f64(header.softmax_scale);
   w.i64(header.total_tokens);
   w.i32(header.sequences);

@@ -334,7 +334,7 @@ class Simulation {
                   " the receiver's block table"));
       return false;
     }
-    if (is_output(value.kind) && reduces_partials_in_node(header_)) {
+    if (is_output(value.kind) && header_.partial_routing == PartialRouting::kReduceInNode) {
       const std::int32_t node = header_.cluster.node_of(from);
       if (node != header_.cluster.node_of(to) &&
           !crossed_.insert(std::tuple(value.kind, value.block, value.head_block, node)).second) {

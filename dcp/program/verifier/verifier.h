@@ -79,7 +79,7 @@
 //   block-table          a received value of a block missing from the receiver's block table, or
 //                        described differently there
 //   output-incomplete    a store whose contributions or pairs differ from its expected output
-//   partial-recrossing   in a plan of dcp's own (reduces_partials_in_node), a partial output
+//   partial-recrossing   in a plan whose header routes partials kReduceInNode, a partial output
 //                        (out, dq or dkv of one block and head block) leaving one node a second
 //                        time: partials made on several devices of a node are reduced there and
 //                        cross once. Static strategies move what their systems move (Ulysses

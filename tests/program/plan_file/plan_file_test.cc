@@ -371,7 +371,7 @@ TEST(PlanFile, OtherFormatVersionIsRejectedByTheVersionCheck) {
   std::string bytes = serialize_plan(sample_plan());
   put_u32(bytes, 8, 7);
   EXPECT_EQ(parse_error(reseal_plan_bytes(bytes)),
-            "plan.bin: plan format version 7, this dcp reads version 3");
+            "plan.bin: plan format version 7, this dcp reads version 4");
 }
 
 // Version 1 plans sent every device's partial straight to the owner, and version 2 Programs have
@@ -383,8 +383,22 @@ TEST(PlanFile, OlderVersionsAreRefusedNamingBothVersions) {
     put_u32(bytes, 8, version);
     EXPECT_EQ(
         parse_error(reseal_plan_bytes(bytes)),
-        "plan.bin: plan format version " + std::to_string(version) + ", this dcp reads version 3");
+        "plan.bin: plan format version " + std::to_string(version) + ", this dcp reads version 4");
   }
+}
+
+// The header's partial routing is a field of the file: written, read back, and a value out of
+// range refused by name.
+TEST(PlanFile, PartialRoutingTravelsInTheHeader) {
+  Plan plan = sample_plan();
+  for (const PartialRouting routing : {PartialRouting::kReduceInNode, PartialRouting::kDirect}) {
+    plan.header.partial_routing = routing;
+    EXPECT_EQ(parse_plan(serialize_plan(plan), "plan.bin").header.partial_routing, routing);
+  }
+  std::string bytes = serialize_plan(plan);
+  bytes[58] = 2;  // after dtype (56) and partial_dtype (57)
+  EXPECT_NE(parse_error(reseal_plan_bytes(bytes)).find("partial_routing"), std::string::npos)
+      << parse_error(reseal_plan_bytes(bytes));
 }
 
 TEST(PlanFile, HugeCountsAreRejectedBeforeAllocating) {
@@ -398,12 +412,12 @@ TEST(PlanFile, HugeCountsAreRejectedBeforeAllocating) {
 
   // The section count, after the 3-byte strategy name "dcp".
   std::string sections = bytes;
-  put_u32(sections, 94 + 3, 0xFFFFFFFFu);
+  put_u32(sections, 95 + 3, 0xFFFFFFFFu);
   EXPECT_NE(parse_error(reseal_plan_bytes(sections)).find("section count 4294967295"),
             std::string::npos);
 
   std::string strategy = bytes;
-  put_u32(strategy, 90, 0x7FFFFFFFu);
+  put_u32(strategy, 91, 0x7FFFFFFFu);
   EXPECT_NE(parse_error(reseal_plan_bytes(strategy)).find("strategy length"), std::string::npos);
 
   std::string header = bytes;

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Plans a fixed set of small batches and writes one line per case: its name and the sha256 of its
-# plan file. Run it with the binary before and after a refactor and diff the two files: a line
-# that differs names a plan whose bytes changed. Every strategy, the mask kinds, an automatic and
-# a fixed block size, 2 x 4 and 4 x 8 devices, a model of two attention kinds. Exit status 1 if a
-# case failed (its line then reads "failed").
+# Plans a fixed set of small batches and writes one line per case: its name, the sha256 of its
+# plan file and the sha256 of its Programs alone (every kind's forward and backward Programs from
+# the JSON export, without the header). Run it with the binary before and after a refactor and
+# diff the two files: a line that differs names a plan whose bytes changed; where only the file's
+# hash differs, the Programs are the same and the header changed (a new plan format). Every
+# strategy, the mask kinds, an automatic and a fixed block size, 2 x 4 and 4 x 8 devices, a model
+# of two attention kinds. Exit status 1 if a case failed (its line then reads "failed").
 #
 #   bash scripts/plan_bytes.sh [--dcp PATH_TO_BINARY] OUT.txt
 set -uo pipefail
@@ -61,6 +63,14 @@ cases=(
   "hybrid-kinds|$small --block-size 1024 --strategy hybrid $kinds"
 )
 
+# The sha256 of the Programs in a JSON export: a plan's, or each attention kind's.
+programs_of='
+import hashlib, json, sys
+export = json.load(open(sys.argv[1]))
+plans = [kind["plan"] for kind in export["kinds"]] if "kinds" in export else [export["plan"]]
+programs = [[plan["forward"], plan["backward"]] for plan in plans]
+print(hashlib.sha256(json.dumps(programs, sort_keys=True).encode()).hexdigest())'
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
@@ -68,13 +78,14 @@ status=0
 for c in "${cases[@]}"; do
   name=${c%%|*}
   # shellcheck disable=SC2086  # the flags are meant to split into words
-  if "$dcp" plan ${c#*|} --out "$tmp/plan" >"$tmp/log" 2>&1; then
-    echo "$name $(sha256sum <"$tmp/plan" | cut -d' ' -f1)" >>"$out"
+  if "$dcp" plan ${c#*|} --out "$tmp/plan" --json "$tmp/plan.json" >"$tmp/log" 2>&1; then
+    programs=$(python3 -c "$programs_of" "$tmp/plan.json")
+    echo "$name $(sha256sum <"$tmp/plan" | cut -d' ' -f1) $programs" >>"$out"
   else
     echo "$name failed" >>"$out"
     echo "$name failed: $(tail -n 3 "$tmp/log")" >&2
     status=1
   fi
-  rm -f "$tmp/plan"
+  rm -f "$tmp/plan" "$tmp/plan.json"
 done
 exit $status

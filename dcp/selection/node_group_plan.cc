@@ -35,10 +35,6 @@ Workload sub_workload(const Workload& workload, const std::vector<std::size_t>& 
                   workload.blocks().block_size(), workload.heads().head_block_size());
 }
 
-}  // namespace
-
-namespace {
-
 // Tokens a device of the cluster may hold: (1 + eps_memory) x the mean device's.
 double device_bound_of(const Workload& workload, const PlanOptions& options) {
   const ClusterShape& shape = options.cluster.shape;
@@ -94,8 +90,9 @@ BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options
   std::vector<std::optional<BuiltPlan>> groups(shares.size());
   std::vector<double> node_seconds(shares.size(), 0);
   // The nodes whose share has a sequence longer than a device's bound (where a partition may be
-  // faster than the packings).
+  // faster than the packings), and the slowest of the others, whose plans are final.
   std::vector<std::size_t> cut_nodes;
+  double settled = 0;
   for (std::size_t node = 0; node < shares.size(); ++node) {
     if (shares[node].empty()) continue;
     const Workload& share = share_workloads[node].emplace(sub_workload(workload, shares[node]));
@@ -111,7 +108,11 @@ BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options
     local.search.partitions = false;
     groups[node].emplace(build_own(share, local));
     node_seconds[node] = kept_own(*groups[node])->seconds();
-    if (static_cast<double>(share.batch().max_length()) > device_bound) cut_nodes.push_back(node);
+    if (static_cast<double>(share.batch().max_length()) > device_bound) {
+      cut_nodes.push_back(node);
+    } else {
+      settled = std::max(settled, node_seconds[node]);
+    }
   }
   // Where every sequence of a share fits a device whole, its packings move nothing and were the
   // fastest of its own plans on 152 of 158 node shares of megatron, ldc and longalign batches
@@ -122,15 +123,9 @@ BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options
   // the step).
   std::stable_sort(cut_nodes.begin(), cut_nodes.end(),
                    [&](std::size_t a, std::size_t b) { return node_seconds[a] > node_seconds[b]; });
-  double settled = 0;  // the slowest node whose plan is final
-  for (std::size_t node = 0; node < shares.size(); ++node) {
-    if (!shares[node].empty() &&
-        std::find(cut_nodes.begin(), cut_nodes.end(), node) == cut_nodes.end()) {
-      settled = std::max(settled, node_seconds[node]);
-    }
-  }
+  if (!options.search.partitions) cut_nodes.clear();
   for (const std::size_t node : cut_nodes) {
-    if (!options.search.partitions || node_seconds[node] <= settled) break;
+    if (node_seconds[node] <= settled) break;
     PlanOptions partitioned = node_options[node];
     partitioned.search.partitions = true;
     partitioned.search.packed_layout = false;

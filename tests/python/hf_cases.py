@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import dcp.torch as dcpt
 from dist_cases import shape_of
+from worlds import compile_in_turn
 
 HF_TRAIN = dict(steps=10, tokens_per_batch=384, max_len=256, block_size=32, seed=0, lr=3e-3)
 
@@ -99,6 +100,9 @@ def train_hf_dense(family: str, batches: list[list[int]], dataset=None) -> dict:
 
 
 COMPILE = dict(batches=10, tokens_per_batch=256, block_size=16, seed=0, lr=1e-3)
+# Two batches of one sequence each, one block at block size 32: on 2 ranks dcp's own plan places
+# each whole, so one rank holds no tokens.
+EMPTY_COMPILED = [20, 24]
 
 
 def _compile_counters() -> dict:
@@ -109,15 +113,19 @@ def _compile_counters() -> dict:
 
 
 def compiled_against_eager(rank: int, size: int) -> dict:
-    """dcp's example GPT and a transformers Llama, each trained COMPILE["batches"] AdamW steps on
-    dcp twice from the same weights over batches of different sizes: eagerly, and compiled with
-    torch.compile(fullgraph=True, dynamic=True) on inductor. Returns both runs' local losses and
-    the compiled run's graph and graph-break counts."""
+    """dcp's example GPT and a transformers Llama, each trained AdamW steps on dcp twice from the
+    same weights: eagerly, and compiled with torch.compile(fullgraph=True, dynamic=True) on
+    inductor, the ranks compiling in turn (compile_in_turn). Both train on COMPILE["batches"]
+    batches of different sizes; the Llama, called as model(**model_inputs(...)) with its own loss,
+    then on EMPTY_COMPILED's batches, which leave one rank without tokens. Returns per model both
+    runs' local and global losses, the compiled run's graph and graph-break counts after the first
+    COMPILE["batches"] batches and after all, and this rank's token counts."""
     import torch._dynamo
 
     import dcp.torch.hf as dcphf
     import gpt_model
     import hf_models
+    import scale_cases
     from train_gpt import sum_over_group
     dcphf.register()
     nodes, _ = shape_of(size)
@@ -143,31 +151,41 @@ def compiled_against_eager(rank: int, size: int) -> dict:
             if step == COMPILE["batches"]:
                 break
             batches.append(item)
+        if name == "llama":
+            batches += list(scale_cases.make_loader(
+                hf_models.tiny_config(name), "pool", scale_cases.SlicedText(EMPTY_COMPILED),
+                shuffle=False, tokens_per_batch=max(EMPTY_COMPILED), block_size=32,
+                strategy="dcp-pure"))
         executor = dcpt.DCPExecutor(threads=1)
         attn = lambda q, k, v: dcpt.attention(executor, q, k, v)  # noqa: E731
 
-        def run(model) -> list[float]:
+        def run(model, counters: list | None = None) -> dict:
             optimizer = torch.optim.AdamW(model.parameters(), lr=COMPILE["lr"])
-            losses = []
-            for lb, plan in batches:
+            local, total = [], []
+            for step, (lb, plan) in enumerate(batches):
+                if counters is not None and step == COMPILE["batches"]:
+                    counters.append(_compile_counters())
                 executor.prepare(plan)
                 if name == "gpt":
                     logits = model(lb.input_ids, lb.position_ids, attn)
+                    loss = gpt_model.loss_fn(logits, lb.labels, lb.loss_tokens)
                 else:
-                    logits = model(input_ids=lb.input_ids[None], position_ids=lb.position_ids[None],
-                                   dcp_executor=executor, use_cache=False).logits[0]
-                loss = gpt_model.loss_fn(logits, lb.labels, lb.loss_tokens)
+                    loss = model(**dcphf.model_inputs(lb, executor)).loss
                 optimizer.zero_grad()
                 loss.backward()
-                sum_over_group(model, loss)
+                total.append(sum_over_group(model, loss))
                 optimizer.step()
-                losses.append(loss.item())
-            return losses
+                local.append(loss.item())
+            if counters is not None:
+                counters.append(_compile_counters())
+            return dict(local=local, total=total)
 
         eager = run(build())
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
-        compiled = run(torch.compile(build(), fullgraph=True, dynamic=True))
-        out[name] = {"eager": eager, "compiled": compiled, **_compile_counters(),
-                     "tokens": sorted({lb.input_ids.numel() for lb, _ in batches})}
+        compile_in_turn()
+        counters: list = []
+        compiled = run(torch.compile(build(), fullgraph=True, dynamic=True), counters)
+        out[name] = {"eager": eager, "compiled": compiled, "counters": counters,
+                     "tokens": [lb.input_ids.numel() for lb, _ in batches]}
     return out

@@ -215,45 +215,6 @@ def shard_over_dp_only(rank: int, size: int) -> str:
     return "sum_gradients took FSDP2 over the dp dim"
 
 
-def compiled_empty_rank(rank: int, size: int) -> dict:
-    """Two one-block batches (20 and 24 tokens) on a tiny Llama, eager and compiled (fullgraph,
-    dynamic), from the same weights, gradients summed by hand: the global losses of both, this
-    rank's token counts and the compiled run's graph breaks."""
-    import torch._dynamo
-
-    import dcp.torch.hf as dcphf
-    import hf_models
-    from train_gpt import sum_over_group
-    dcphf.register()
-    model_config = hf_models.tiny_config("llama")
-    # One block per batch, placed whole by dcp's own plan: on 2 ranks, one holds no tokens.
-    loader = make_loader(model_config, "pool", SlicedText([20, 24]), shuffle=False,
-                         tokens_per_batch=24, block_size=32, strategy="dcp-pure")
-    batches = list(loader)
-    executor = dcpt.DCPExecutor(threads=1)
-
-    def run(model) -> list[float]:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=HF_TRAIN["lr"])
-        losses = []
-        for lb, plan in batches:
-            executor.prepare(plan)
-            loss = model(**dcphf.model_inputs(lb, executor)).loss
-            optimizer.zero_grad()
-            loss.backward()
-            losses.append(sum_over_group(model, loss))
-            optimizer.step()
-        return losses
-
-    eager = run(hf_models.build_model("llama", "dcp", seed=HF_TRAIN["seed"]))
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    compiled = run(torch.compile(hf_models.build_model("llama", "dcp", seed=HF_TRAIN["seed"]),
-                                 fullgraph=True, dynamic=True))
-    breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
-    return dict(eager=eager, compiled=compiled, breaks=breaks,
-                local_tokens=[lb.input_ids.numel() for lb, _ in batches])
-
-
 # Zigzag rings pass kv through every rank, so the survivors have transfers with the rank that dies
 # (dcp's own plan may pack sequences whole, with nothing to exchange).
 DYING_PLANS = dict(strategy="zigzag")

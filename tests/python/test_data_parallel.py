@@ -70,16 +70,6 @@ def test_a_rank_without_tokens_trains_under_fsdp2() -> None:
         _like_dense(runs[0], family, scale_cases.SlicedText(scale_cases.EMPTY_RANK["lengths"]))
 
 
-@pytest.mark.seconds(20)
-def test_a_rank_without_tokens_runs_compiled() -> None:
-    ranks = run_world(2, scale_cases.compiled_empty_rank, timeout=600, group_timeout=300)
-    assert any(n == 0 for r in ranks for n in r["local_tokens"]), "no rank was left without tokens"
-    for r in ranks:
-        assert r["breaks"] == 0
-        for a, b in zip(r["compiled"], r["eager"]):
-            assert abs(a - b) <= 1e-5 * abs(b), (r["compiled"], r["eager"])
-
-
 @pytest.mark.seconds(10)
 def test_a_mesh_gives_every_replica_its_own_share_of_each_global_batch() -> None:
     ranks = run_world(4, scale_cases.epoch_shares, LOADER_LENGTHS, 128, timeout=300)

@@ -53,7 +53,25 @@ def _as_tensors(value):
 _PRELOAD = ["torch", "torch.distributed", "dcp.torch"]
 
 
+_turns: str | None = None  # this rank's world's lock file for compile_in_turn
+
+
+def compile_in_turn() -> None:
+    """Makes this rank's torch.compile compilations take turns with its world's other ranks (one
+    rank compiles at a time; the compiled graphs run together). Ranks compile the same graphs:
+    taking turns, the first writes inductor's caches (FX graphs, C++ kernels) and the others load
+    from them, so a world compiles each graph once rather than once per rank on shared cores.
+    torch._dynamo.reset() forgets it: call it after."""
+    from torch._dynamo.callback import callback_handler
+    assert _turns is not None, "compile_in_turn runs in a rank of run_world"
+    lock = open(_turns, "w")  # noqa: SIM115 - held for the rank's life
+    callback_handler.register_start_callback(lambda _: fcntl.flock(lock, fcntl.LOCK_EX))
+    callback_handler.register_end_callback(lambda _: fcntl.flock(lock, fcntl.LOCK_UN))
+
+
 def _worker(fn, rank, size, init_file, results, timeout_s, args, environment, cwd):
+    global _turns
+    _turns = init_file + ".compile"
     # The fork server's environment and directory are those of the first run in this process;
     # each rank takes the caller's at this run, as a spawned process would.
     os.environ.clear()

@@ -271,13 +271,12 @@ def train_config(kinds: bool = False):
 
 def train_dcp(rank: int, size: int, kinds: bool = False) -> dict:
     """TRAIN["steps"] AdamW steps of the example GPT with attention through dcp, data parallel
-    over the group (the loader's local tokens, gradients all-reduced, the loss normalised by the
-    global loss-token count). With `kinds`, KIND_TRAIN's: every layer attends as its kind, every
+    over the group (the loader's local tokens, the gradients and the loss all-reduced in one
+    buffer, the loss normalised by the global loss-token count). With `kinds`, KIND_TRAIN's: every layer attends as its kind, every
     batch planned with every kind's mask and layer count. Returns the global loss of every
     step."""
-    import torch.distributed as dist
-
     import gpt_model
+    from train_gpt import sum_over_group
     setup = KIND_TRAIN if kinds else TRAIN
     config = train_config(kinds)
     nodes, per_node = shape_of(size)
@@ -311,12 +310,8 @@ def train_dcp(rank: int, size: int, kinds: bool = False) -> dict:
         loss = gpt_model.loss_fn(logits, local.labels, local.loss_tokens)
         optimizer.zero_grad()
         loss.backward()
-        for p in model.parameters():
-            dist.all_reduce(p.grad, group=None)
+        losses.append(sum_over_group(model, loss))
         optimizer.step()
-        total = loss.detach().clone()
-        dist.all_reduce(total)
-        losses.append(total.item())
         batches.append(local.batch_indices)
     return {"losses": losses, "batches": batches, "loader_wait": loader.wait_seconds}
 

@@ -272,9 +272,9 @@ def train_config(kinds: bool = False):
 def train_dcp(rank: int, size: int, kinds: bool = False) -> dict:
     """TRAIN["steps"] AdamW steps of the example GPT with attention through dcp, data parallel
     over the group (the loader's local tokens, the gradients and the loss all-reduced in one
-    buffer, the loss normalised by the global loss-token count). With `kinds`, KIND_TRAIN's: every layer attends as its kind, every
-    batch planned with every kind's mask and layer count. Returns the global loss of every
-    step."""
+    buffer, the loss normalised by the global loss-token count). With `kinds`, KIND_TRAIN's:
+    every layer attends as its kind, every batch planned with every kind's mask and layer count.
+    Returns the global loss of every step."""
     import gpt_model
     from train_gpt import sum_over_group
     setup = KIND_TRAIN if kinds else TRAIN

@@ -89,10 +89,8 @@ def attention_cases(rank: int, size: int, cases: list[dict]) -> list[dict]:
 
 
 def triton_and_cpu_cases(rank: int, size: int, cases: list[dict]) -> list[tuple[dict, dict]]:
-    """Each case with the Triton kernels under Triton's interpreter and with the cpu kernels (a
-    case with "kinds": kinds_attention_case's)."""
-    import os
-    os.environ["TRITON_INTERPRET"] = "1"  # before dcp.torch imports triton
+    """Each case with the Triton kernels under Triton's interpreter (run_world's
+    triton_interpreter) and with the cpu kernels (a case with "kinds": kinds_attention_case's)."""
     out = []
     for case in cases:
         run = kinds_attention_case if "kinds" in case else attention_case
@@ -105,8 +103,6 @@ def flash_route_cases(rank: int, size: int, cases: list[dict]) -> list[tuple[dic
     """Each case on the Triton device under Triton's interpreter with the flash route (its kernel
     the fp64 emulation of FlashAttention's varlen contract, NaN in rows without a key), and on
     the cpu kernels."""
-    import os
-    os.environ["TRITON_INTERPRET"] = "1"  # before dcp.torch imports triton
     from dcp.torch.kernels.varlen_kernels import EmulatedVarlenKernel
     out = []
     for case in cases:
@@ -349,8 +345,6 @@ def train_dense(batches: list[list[int]], kinds: bool = False,
 
 def triton_head_dim_refusal(rank: int, size: int) -> str:
     """The message a Triton executor gives, at prepare, for a head dim its kernels cannot run."""
-    import os
-    os.environ["TRITON_INTERPRET"] = "1"
     plan = dcp.plan([40], "causal", heads=2, kv_heads=1, head_dim=512, dtype="bf16",
                     block_size=16, nodes=1, devices_per_node=size)
     executor = dcpt.DCPExecutor(kernels="triton")

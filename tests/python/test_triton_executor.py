@@ -41,7 +41,8 @@ TOLERANCE = {"fp32": 1e-5, "bf16": 1e-2}  # of max |cpu|; bf16: one rounding of 
 @functools.lru_cache(maxsize=None)
 def _results():
     return run_world_once("triton-executor", 2, dist_cases.triton_and_cpu_cases,
-                          CASES + [KINDS_CASE], timeout=600, group_timeout=300)
+                          CASES + [KINDS_CASE], timeout=600, group_timeout=300,
+                          triton_interpreter=True)
 
 
 def _expect_close(triton: dict, cpu: dict, dtype: str, where) -> None:
@@ -118,5 +119,6 @@ def test_cuda_executor_matches_cpu_kernels() -> None:
 
 
 def test_triton_executor_refuses_head_dims_its_kernels_cannot_run() -> None:
-    [message] = run_world(1, dist_cases.triton_head_dim_refusal, timeout=120)
+    [message] = run_world(1, dist_cases.triton_head_dim_refusal, timeout=120,
+                           triton_interpreter=True)
     assert "head dim 512 is outside the Triton kernels' 1..256" in message, message

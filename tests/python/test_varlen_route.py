@@ -707,7 +707,7 @@ SIZES = {1: EXECUTOR_CASES[:1], 2: EXECUTOR_CASES}  # each interpreted case cost
 @functools.lru_cache(maxsize=None)
 def _executor_results(size: int):
     return run_world(size, dist_cases.flash_route_cases, SIZES[size], timeout=600,
-                     group_timeout=300)
+                     group_timeout=300, triton_interpreter=True)
 
 
 @pytest.mark.parametrize("size", [1, 2])

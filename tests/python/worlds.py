@@ -48,9 +48,14 @@ def _as_tensors(value):
     return value
 
 
-# Imported once by the fork server; not triton, which some ranks import only after setting
-# TRITON_INTERPRET.
-_PRELOAD = ["torch", "torch.distributed", "dcp.torch"]
+# Imported once by the fork server (a module that is not installed is left out): torch, dcp and
+# the transformers models the tests build, which cost a rank about 4 s of CPU to import. They
+# import triton (through torch._dynamo), whose own library functions are then compiled kernels:
+# ranks that run Triton's interpreter start fresh instead (run_world's triton_interpreter).
+_PRELOAD = ["torch", "torch.distributed", "dcp.torch", "transformers",
+            "transformers.models.auto.modeling_auto", "dcp.torch.hf"] + [
+    f"transformers.models.{family}.modeling_{family}"
+    for family in ("llama", "gemma3", "qwen2", "mistral")]
 
 
 _turns: str | None = None  # this rank's world's lock file for compile_in_turn
@@ -97,16 +102,24 @@ def _worker(fn, rank, size, init_file, results, timeout_s, args, environment, cw
 
 
 def run_world(size: int, fn, *args, timeout: float = 240, group_timeout: float = 60,
-              allow_failures: bool = False):
+              allow_failures: bool = False, triton_interpreter: bool = False):
     """[fn(rank, size, *args) for each rank], tensors returned as CPU tensors. Raises AssertionError
     naming the failed ranks, unless allow_failures, where a failed rank's entry is ('error',
-    traceback) and a process that did not report is ('missing', exit code)."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)
+    traceback) and a process that did not report is ('missing', exit code). With
+    triton_interpreter, the ranks run Triton's interpreter: each starts in a new interpreter
+    (spawned, not forked from the fork server) with TRITON_INTERPRET=1, which triton reads as it
+    defines a kernel, its own library's included."""
+    if triton_interpreter:
+        ctx = mp.get_context("spawn")
+    else:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(_PRELOAD)
     results = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")
         caller = (dict(os.environ), os.getcwd())
+        if triton_interpreter:
+            caller[0]["TRITON_INTERPRET"] = "1"
         procs = [ctx.Process(target=_worker, args=(fn, r, size, init_file, results, group_timeout,
                                                    args, *caller), daemon=True)
                  for r in range(size)]

@@ -50,7 +50,8 @@ def _table_rows(stdout: str) -> list[list[str]]:
 def test_single_tile_bench_under_the_interpreter(tmp_path) -> None:
     records = tmp_path / "tile.json"
     result = _run([sys.executable, ATTENTION_BENCH, "--device", "cpu", "--sizes", "32",
-                   "--head-dim", "16", "--repeats", "1", "--masks", "causal,lambda",
+                   "--head-dim", "16", "--heads", "2", "--kv-heads", "1", "--repeats", "1",
+                   "--masks", "causal,lambda",
                    # a window shorter than the tile: rows with two key intervals
                    "--sink", "4", "--window", "12", "--json", str(records)],
                   timeout=300, TRITON_INTERPRET="1")

@@ -85,7 +85,8 @@ struct PoolRecord {
   LayoutStep dcp_groups;    // (c) fixed CP 8, each group planned by dcp
   LayoutStep pool;          // (d) dcp over the whole pool
   double pool_plan_ms = 0;  // planning (d) on one thread
-  // The fastest of (a)-(c) that fits.
+  // The fastest of (a)-(c) that fits (null if none does), and its time (infinite then).
+  const LayoutStep* best_baseline() const;
   double best_baseline_ms() const;
 };
 

@@ -83,5 +83,44 @@ TEST(PoolSuite, ASmallRunComparesEveryLayoutOnEveryBatch) {
   EXPECT_NE(pool_records_json(records).find("\"dcp_pool\""), std::string::npos);
 }
 
+// The every-batch target counts the micro-batches the pool trails, and those where the faster
+// layout's busiest device holds more tokens than dcp's bound ((1 + eps) x the pool's mean).
+TEST(PoolSuite, TheReportCountsTheBatchesThePoolTrailsAndWhereMemoryDecidesThem) {
+  PoolOptions options;
+  options.dcp_eps_memory = 0.02;
+  const auto layout = [](double ms, TokenCount busiest) {
+    LayoutStep step;
+    step.ms = ms;
+    step.max_device_tokens = busiest;
+    return step;
+  };
+  const auto record = [&](std::int32_t batch, double pool_ms, TokenCount faster_busiest) {
+    PoolRecord r;
+    r.cluster = "a100-p4de";
+    r.devices = 16;
+    r.dataset = "megatron";
+    r.batch = batch;
+    r.tokens = 16 * 2000;  // a mean device of 2000 tokens: dcp's bound 2040
+    r.device_tokens = 2048;
+    r.fixed4 = layout(120, 2000);
+    r.fixed8 = layout(110, 2000);
+    r.dynamic = layout(130, 2048);
+    r.dcp_groups = layout(100, faster_busiest);
+    r.pool = layout(pool_ms, 2030);
+    return r;
+  };
+  std::vector<PoolRecord> records = {record(0, 95, 2100), record(1, 101, 2100),
+                                     record(2, 102, 2030)};
+  EXPECT_EQ(records[1].best_baseline(), &records[1].dcp_groups);
+  EXPECT_NE(pool_markdown(options, records, "dcp bench --suite pool")
+                .find("every micro-batch: **missed** (behind on 2 of 3; on 1 of them the faster "
+                      "layout's busiest device holds more tokens than dcp's memory bound, 1.02 x"),
+            std::string::npos);
+  records.resize(1);
+  EXPECT_NE(
+      pool_markdown(options, records, "dcp bench --suite pool").find("every micro-batch: met\n"),
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace dcp::suites

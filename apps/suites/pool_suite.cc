@@ -621,6 +621,7 @@ std::string pool_markdown(const PoolOptions& options, const std::vector<PoolReco
     std::vector<double> best_ratio, dynamic_ratio, megatron_ratio, plan;
     std::pair<double, double> iteration_ms{0, 0};  // Megatron's baseline and dynamic, summed
     for (const PoolRecord* r : rs) {
+      const LayoutStep* fastest = r->best_baseline();
       const double best = r->best_baseline_ms();
       best_ratio.push_back(r->pool.fits ? best / r->pool.ms : 0);
       if (!r->pool.fits || r->pool.ms > best * (1 + 1e-9)) {
@@ -628,8 +629,7 @@ std::string pool_markdown(const PoolOptions& options, const std::vector<PoolReco
         ++behind;
         const double bound = (1 + options.dcp_eps_memory) * static_cast<double>(r->tokens) /
                              static_cast<double>(r->devices);
-        const LayoutStep* faster = r->best_baseline();
-        if (faster != nullptr && static_cast<double>(faster->max_device_tokens) > bound) {
+        if (fastest != nullptr && static_cast<double>(fastest->max_device_tokens) > bound) {
           ++behind_above_bound;
         }
       }

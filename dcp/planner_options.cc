@@ -67,6 +67,10 @@ std::span<const PlannerOption> planner_options() {
        "dcp: device compute <= (1 + E) x mean; with an automatic block size the two fastest "
        "partitions are also placed at 0.2 where E is larger, and kept if faster"},
       {"eps_memory", kNumber, "E", "0.2", "dcp: device memory <= (1 + E) x mean"},
+      {"max_device_tokens", kInt, "N", "0",
+       "dcp: the most tokens a device may hold, as a data-parallel pool's per-device limit; "
+       "where below (1 + eps_memory) x mean it bounds dcp's own placements, where above it dcp "
+       "also deals the sequences to the nodes up to it; 0 = no limit"},
       {"token_flops", kNumber, "F", "0",
        "dcp: FLOPs of the rest of a layer per token, forward and backward (projections, MLP), run "
        "by the device holding the token at the cluster's forward rate; dcp's search compares "
@@ -259,7 +263,7 @@ PlanOptions planner_options_from(const GivenOptions& given, OptionSpelling spell
   const std::string strategy(to_string(plan.strategy));
   plan.schedule.fetch_launches = static_cast<std::int32_t>(
       options.integer("stages", 0, 64).value_or(plan.schedule.fetch_launches));
-  for (const char* name : {"stages", "eps_compute", "eps_memory", "keep_kv"}) {
+  for (const char* name : {"stages", "eps_compute", "eps_memory", "max_device_tokens", "keep_kv"}) {
     if (options.has(name) && !is_dcp(plan.strategy)) {
       throw InvalidInput(spelled(name) + " applies to " + spelled("strategy") +
                          " dcp or dcp-pure; " + strategy + " has a fixed schedule");
@@ -291,6 +295,8 @@ PlanOptions planner_options_from(const GivenOptions& given, OptionSpelling spell
   }
   plan.placement.eps_compute = options.number("eps_compute").value_or(plan.placement.eps_compute);
   plan.placement.eps_memory = options.number("eps_memory").value_or(plan.placement.eps_memory);
+  plan.placement.max_device_tokens =
+      options.integer("max_device_tokens", 0, kMaxBatchTokens).value_or(0);
   plan.token_flops = options.number("token_flops").value_or(plan.token_flops);
   if (plan.token_flops < 0) {
     throw InvalidInput(spelled("token_flops") + " must be a number >= 0, got " +

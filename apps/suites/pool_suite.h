@@ -60,6 +60,9 @@ struct LayoutStep {
   bool fits = true;
   std::string detail;  // the strategy, or what decided the layout
   TokenCount max_device_tokens = 0;
+  // Some group runs a static strategy's schedule (the fixed layouts' groups, dynamic CP's groups
+  // of more than one device, a group where dcp kept a static candidate).
+  bool runs_static = false;
   std::vector<sim::DeviceLayer> devices;  // one layer of each device that holds tokens
 };
 

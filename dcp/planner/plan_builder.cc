@@ -3,6 +3,7 @@
 // static strategy's layout and Programs.
 #include "dcp/planner/plan_builder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -141,6 +142,18 @@ PlacementOptions placement_options_of(const PlanOptions& options, const Workload
   placement.seed = options.seed;
   placement.pricing.kv_kept_for_backward = options.kept_kv_budget == kKeepAllKv;
   placement.pricing.partial_dtype = partial_dtype_of(options, workload.shape().dtype);
+  if (const TokenCount limit = placement.max_device_tokens; limit > 0) {
+    const TokenCount total = workload.batch().total_tokens();
+    const std::int64_t devices = placement.cluster.devices();
+    if (limit * devices < total) {
+      throw InvalidInput("max_device_tokens " + std::to_string(limit) + ": " +
+                         std::to_string(devices) + " devices hold at most " +
+                         std::to_string(limit * devices) + " tokens, the batch has " +
+                         std::to_string(total));
+    }
+    const double mean = static_cast<double>(total) / static_cast<double>(devices);
+    placement.eps_memory = std::min(placement.eps_memory, static_cast<double>(limit) / mean - 1);
+  }
   return placement;
 }
 

@@ -106,7 +106,9 @@ DType partial_dtype_of(const PlanOptions& options, DType storage);
 
 // The placement options dcp's plans of `workload` are placed with under `options`: its placement
 // options with its cluster, seed, kept kv, partial dtype and token compute (token_flops in the
-// work units' units). Throws InvalidInput for a negative or non-finite token_flops.
+// work units' units), and eps_memory lowered to what placement.max_device_tokens allows where that
+// is tighter. Throws InvalidInput for a negative or non-finite token_flops, or a token limit the
+// batch does not fit on the cluster's devices.
 PlacementOptions placement_options_of(const PlanOptions& options, const Workload& workload);
 
 // The rest of one layer per token on one device: options.token_flops at the cluster's forward

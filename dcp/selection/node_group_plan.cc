@@ -35,16 +35,19 @@ Workload sub_workload(const Workload& workload, const std::vector<std::size_t>& 
                   workload.blocks().block_size(), workload.heads().head_block_size());
 }
 
-// Tokens a device of the cluster may hold: (1 + eps_memory) x the mean device's.
-double device_bound_of(const Workload& workload, const PlanOptions& options) {
+// Tokens a device of the cluster may hold by dcp's memory balance: (1 + eps_memory) x the mean
+// device's, the eps lowered where placement.max_device_tokens is tighter.
+double balance_bound_of(const Workload& workload, const PlanOptions& options) {
   const ClusterShape& shape = options.cluster.shape;
-  return (1 + options.placement.eps_memory) * static_cast<double>(workload.batch().total_tokens()) /
+  return (1 + placement_options_of(options, workload).eps_memory) *
+         static_cast<double>(workload.batch().total_tokens()) /
          static_cast<double>(shape.devices());
 }
 
-}  // namespace
-
-std::optional<NodeDeal> node_shares(const Workload& workload, const PlanOptions& options) {
+// The sequences dealt whole to the nodes by their work, each node holding at most
+// `device_bound` x its devices' tokens; nothing where some sequence is left out.
+std::optional<NodeDeal> deal_to_nodes(const Workload& workload, const PlanOptions& options,
+                                      double device_bound, bool node_balance) {
   const ClusterShape& shape = options.cluster.shape;
   if (shape.nodes < 2) return std::nullopt;
   const SequenceBatch& batch = workload.batch();
@@ -56,8 +59,9 @@ std::optional<NodeDeal> node_shares(const Workload& workload, const PlanOptions&
                     token_pairs * static_cast<double>(batch.length(seq)));
   }
   const auto capacity = static_cast<TokenCount>(
-      std::floor(device_bound_of(workload, options) * static_cast<double>(shape.devices_per_node)));
-  NodeDeal deal{deal_by_work(works, batch.lengths(), shape.nodes, capacity)};
+      std::floor(device_bound * static_cast<double>(shape.devices_per_node)));
+  NodeDeal deal{deal_by_work(works, batch.lengths(), shape.nodes, capacity), 1, device_bound,
+                node_balance};
   std::size_t dealt = 0;
   double total = 0;
   double most = 0;
@@ -74,16 +78,28 @@ std::optional<NodeDeal> node_shares(const Workload& workload, const PlanOptions&
   return deal;
 }
 
+}  // namespace
+
+std::optional<NodeDeal> node_shares(const Workload& workload, const PlanOptions& options) {
+  return deal_to_nodes(workload, options, balance_bound_of(workload, options), false);
+}
+
+std::optional<NodeDeal> node_shares_at_limit(const Workload& workload, const PlanOptions& options) {
+  const auto limit = static_cast<double>(options.placement.max_device_tokens);
+  if (limit <= balance_bound_of(workload, options)) return std::nullopt;
+  return deal_to_nodes(workload, options, limit, true);
+}
+
 BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options,
-                            const NodeShares& shares) {
+                            const NodeDeal& deal) {
   const ClusterShape& shape = options.cluster.shape;
+  const NodeShares& shares = deal.shares;
   const auto start = Clock::now();
   const SequenceBatch& batch = workload.batch();
-  const double device_bound = device_bound_of(workload, options);
 
   // Each node's share by dcp's own search on that node: its sequences whole there, each device
-  // within the cluster's memory bound (the node's own mean differs from the cluster's), partials
-  // in one dtype, on placements only (so that they join into one).
+  // within the deal's memory bound (the node's own mean differs from the cluster's), partials in
+  // one dtype, on placements only (so that they join into one).
   const DType partial_dtype = partial_dtype_of(options, workload.shape().dtype);
   std::vector<std::optional<Workload>> share_workloads(shares.size());
   std::vector<PlanOptions> node_options(shares.size(), options);
@@ -100,7 +116,14 @@ BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options
     local.cluster.shape = ClusterShape{1, shape.devices_per_node};
     const double share_mean =
         static_cast<double>(share.batch().total_tokens()) / shape.devices_per_node;
-    local.placement.eps_memory = std::max(0.0, device_bound / share_mean - 1);
+    // Each device within the deal's bound; with node_balance also within eps_memory of its
+    // node's own mean, as a group planned alone balances it.
+    const double bound =
+        deal.node_balance
+            ? std::min(deal.device_bound, (1 + options.placement.eps_memory) * share_mean)
+            : deal.device_bound;
+    local.placement.eps_memory = std::max(0.0, bound / share_mean - 1);
+    local.placement.max_device_tokens = 0;
     local.search.structured_layouts = false;
     local.search.node_groups = false;
     local.partial_dtype = partial_dtype;
@@ -108,7 +131,7 @@ BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options
     local.search.partitions = false;
     groups[node].emplace(build_own(share, local));
     node_seconds[node] = kept_own(*groups[node])->seconds();
-    if (static_cast<double>(share.batch().max_length()) > device_bound) {
+    if (static_cast<double>(share.batch().max_length()) > bound) {
       cut_nodes.push_back(node);
     } else {
       settled = std::max(settled, node_seconds[node]);

@@ -202,9 +202,9 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     for (const auto& [rule, name] : {std::pair{PackingRule::kLeastWork, kPackedLayout},
                                      std::pair{PackingRule::kBestFit, kPackedBestFitLayout}}) {
       if (!cut || (groups_suffice && rule == PackingRule::kBestFit)) break;
-      PackedPlacement packed =
-          packed_placement(*cut, options.cluster.shape, options.placement.eps_memory, rule,
-                           pairs_per_token_of(*cut, options));
+      PackedPlacement packed = packed_placement(*cut, options.cluster.shape,
+                                                placement_options_of(options, *cut).eps_memory,
+                                                rule, pairs_per_token_of(*cut, options));
       consider(build_at_placement(*cut, std::move(packed.placement), packed.within_bounds, options),
                {std::string(name), size, storage, false}, started);
       started = Clock::now();
@@ -212,8 +212,15 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
   }
   if (deal) {
     const auto started = Clock::now();
-    consider(build_node_groups(workload, options, deal->shares),
+    consider(build_node_groups(workload, options, *deal),
              {std::string(kNodeGroupsLayout), 0, storage, false}, started);
+  }
+  if (options.search.node_groups) {
+    const auto started = Clock::now();
+    if (const std::optional<NodeDeal> at_limit = node_shares_at_limit(workload, options)) {
+      consider(build_node_groups(workload, options, *at_limit),
+               {std::string(kNodeGroupsAtLimitLayout), 0, storage, false}, started);
+    }
   }
   if (structured) {
     for (const Strategy layout : kStructuredLayouts) {
@@ -246,7 +253,8 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     OwnCandidate fp32 = tried[kept_index];
     fp32.partial_dtype = DType::kFp32;
     if (fp32.layout == "partition" || fp32.layout == kPackedLayout ||
-        fp32.layout == kPackedBestFitLayout || fp32.layout == kNodeGroupsLayout) {
+        fp32.layout == kPackedBestFitLayout || fp32.layout == kNodeGroupsLayout ||
+        fp32.layout == kNodeGroupsAtLimitLayout) {
       consider(build_on_placement(*best, options, DType::kFp32), fp32, started);
     } else {
       PlanOptions fp32_options = options;

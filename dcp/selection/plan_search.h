@@ -84,6 +84,10 @@ inline constexpr std::string_view kPackedBestFitLayout = "packed best fit";
 // placement of the whole cluster keeps one layout and block size for all; no sequence crosses a
 // node.
 inline constexpr std::string_view kNodeGroupsLayout = "node groups";
+// OwnCandidate::layout of dcp's plan in node groups dealt up to PlacementOptions::max_device_tokens
+// (node_shares_at_limit): each node filled up to the limit and balanced against its own mean, as
+// data-parallel groups of a node each planned alone are.
+inline constexpr std::string_view kNodeGroupsAtLimitLayout = "node groups at the token limit";
 // On this many nodes and more, where the node groups apply (every sequence fits a node's share)
 // and their deal gives no node more than kNodeGroupsMaxImbalance x the mean node's work, dcp's own
 // plans of the whole cluster are its packing by least work and its node groups: its partitions

@@ -37,20 +37,30 @@ double token_seconds_of(const BuiltPlan& built, const sim::PlanSimulation& simul
                         const PlanOptions& options);
 
 // The batch's sequences dealt whole to the nodes by their work (deal_by_work: attention pairs and
-// the rest of the layer per token), each node's share within placement.eps_memory of the
-// cluster's mean device; nothing on one node, or where some sequence does not fit a node's share
-// (the node groups do not apply). imbalance: the most work a node was dealt over the mean node's.
+// the rest of the layer per token), each node holding at most device_bound x its devices' tokens;
+// nothing on one node, or where some sequence does not fit a node's share (the node groups do not
+// apply). imbalance: the most work a node was dealt over the mean node's. node_balance: each
+// node's devices are also held within placement.eps_memory of that node's own mean.
 using NodeShares = std::vector<std::vector<std::size_t>>;
 struct NodeDeal {
   NodeShares shares;
   double imbalance = 1;
+  double device_bound = 0;
+  bool node_balance = false;
 };
+// The deal at dcp's memory balance: device_bound (1 + eps_memory) x the cluster's mean device
+// (placement_options_of's eps, within placement.max_device_tokens).
 std::optional<NodeDeal> node_shares(const Workload& workload, const PlanOptions& options);
+// The deal up to placement.max_device_tokens where that is above node_shares's bound, with
+// node_balance: the layout of data-parallel groups of a node, each filled up to the limit and
+// balanced against its own mean, as a pool planned group by group holds memory. Nothing where
+// there is no such limit, or as node_shares.
+std::optional<NodeDeal> node_shares_at_limit(const Workload& workload, const PlanOptions& options);
 
-// dcp's own plan in node groups (kNodeGroupsLayout, plan_search.h) on `shares` (node_shares's)
-// with build_own's options, its Programs compiled.
+// dcp's own plan in node groups (kNodeGroupsLayout, plan_search.h) on `deal` with build_own's
+// options, its Programs compiled.
 BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options,
-                            const NodeShares& shares);
+                            const NodeDeal& deal);
 
 // The own candidate build_own kept, the first fastest of plan.own_candidates (whose simulated
 // times are the plan's), or nullptr where none was simulated (one block size).

@@ -108,7 +108,8 @@ def plan(seqlens: Sequence[int], mask: Any = "causal", layers: dict | None = Non
     ring | zigzag | ulysses | hybrid | te | loongtrain), static_dp=1 (static strategies and dcp's
     static candidates: the data parallel degree, or 'auto'), loongtrain_window=0 (loongtrain:
     head groups per inner ring; 0: a node's), stages=0 (dcp: chosen), compute_masked_tiles=False
-    (static strategies), eps_compute=0.3, eps_memory=0.2 (dcp), token_flops=0 (dcp: the FLOPs
+    (static strategies), eps_compute=0.3, eps_memory=0.2 (dcp), max_device_tokens=0 (dcp: the
+    most tokens a rank may hold; 0: no limit), token_flops=0 (dcp: the FLOPs
     of the rest of a layer per token, forward and backward, which the rank holding the token
     runs; dcp's search then compares candidates by their step, each pass of a layer ending when
     its slowest rank has run its attention and that;

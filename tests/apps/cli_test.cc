@@ -339,6 +339,10 @@ TEST(PlanCommand, PlansNamedAttentionKindsOnTheBlocksOfTheFirstKind) {
 }
 
 TEST(PlanCommand, RejectsBadFlagsWithExitStatus2) {
+  // A per-device token limit the batch cannot fit on the cluster's devices.
+  expect_usage_error({"plan", "--seqlens", "300,100", "--nodes", "1", "--devices-per-node", "2",
+                      "--block-size", "64", "--max-device-tokens", "150"},
+                     "max_device_tokens 150: 2 devices hold at most 300 tokens, the batch has 400");
   expect_usage_error({"plan", "--seqlens", "100", "--strategy", "star"}, "unknown strategy 'star'");
   expect_usage_error({"plan", "--seqlens", "100", "--cluster", "/no/such/file"}, "--cluster");
   expect_usage_error({"plan", "--seqlens", "100", "--strategy", "ulysses", "--nodes", "4"},

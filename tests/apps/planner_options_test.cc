@@ -112,6 +112,12 @@ TEST(PlannerOptions, NameTheOptionInTheSpellingOfWhereItCameFrom) {
             "token_flops must be a number >= 0, got -1");
   EXPECT_EQ(error_of({{"eps_memory", std::string("x")}}, OptionSpelling::kFlag),
             "--eps-memory: 'x' is not a finite number");
+  EXPECT_EQ(error_of({{"max_device_tokens", std::int64_t{-1}}}, OptionSpelling::kKeyword),
+            "max_device_tokens -1: must be in [0, 2147483648]");
+  EXPECT_EQ(error_of({{"strategy", std::string("ulysses")}, {"max_device_tokens", std::int64_t{8}}},
+                     OptionSpelling::kFlag),
+            "--max-device-tokens applies to --strategy dcp or dcp-pure; ulysses has a fixed "
+            "schedule");
   EXPECT_EQ(error_of({{"nodes", 1.5}}, OptionSpelling::kKeyword),
             "nodes 1.5: takes a value of type int");
   EXPECT_EQ(error_of({{"eps_computer", 0.1}}, OptionSpelling::kKeyword),

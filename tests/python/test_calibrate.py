@@ -109,14 +109,17 @@ def test_python_m_dcp_calibrate_under_torchrun(tmp_path) -> None:
     bad = torchrun(tmp_path, *small, "--devices-per-node", "3")
     assert bad.returncode != 0
     assert "world size 2 is not a multiple of devices_per_node 3" in bad.stderr
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    alone = subprocess.run([sys.executable, "-m", "dcp.calibrate"], capture_output=True,
-                           text=True, timeout=60, cwd=tmp_path, env=env)
-    assert alone.returncode == 2 and "run it under torchrun" in alone.stderr, alone.stderr
+
+
+def test_python_m_dcp_calibrate_outside_torchrun_says_how_to_run_it(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert dcp.calibrate.main([]) == 2
+    assert "run it under torchrun" in capsys.readouterr().err
 
 
 @pytest.mark.seconds(14)
-def test_device_only_times_the_cpu_kernels_and_keeps_the_base_links(tmp_path) -> None:
+def test_device_only_times_the_cpu_kernels_and_keeps_the_base_links(tmp_path, capsys) -> None:
     out = tmp_path / "device.cluster"
     small = ["--repeats", "1", "--timing-seconds", "0.002", "--tile-tokens", "64",
              "--copy-bytes", "1048576"]
@@ -142,10 +145,11 @@ def test_device_only_times_the_cpu_kernels_and_keeps_the_base_links(tmp_path) ->
                         (["--out", str(tmp_path / "missing" / "f")], "cannot write it"),
                         (["--repeats", "0"], "repeats"),
                         (["--heads", "2"], "heads must be 1 on the cpu kernels")):
-        bad = subprocess.run([sys.executable, "-m", "dcp.calibrate", "--device-only", *small,
-                              *args], capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                             env=env)
-        assert bad.returncode == 2 and words in bad.stderr, (args, bad.stderr)
+        # In this process: main() is what `python -m dcp.calibrate` runs.
+        capsys.readouterr()
+        assert dcp.calibrate.main(["--device-only", *small, *args]) == 2, args
+        err = capsys.readouterr().err
+        assert words in err, (args, err)
     assert not (tmp_path / "missing").exists()
     assert dcp.calibrate.calibrate_device("cpu-local", repeats=1, timing_seconds=0.002,
                                           tile_tokens=64, copy_bytes=1 << 20).startswith(

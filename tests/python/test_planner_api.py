@@ -92,6 +92,7 @@ OPTION_SAMPLES = {
     "strategy": ("zigzag", None), "static_dp": ("auto", "ring"),
     "loongtrain_window": (1, "loongtrain"), "stages": (1, "dcp-pure"),
     "compute_masked_tiles": (True, "te"), "eps_compute": (0.2, "dcp"), "eps_memory": (0.5, "dcp"),
+    "max_device_tokens": (4096, "dcp"),
     "token_flops": (1e8, "dcp"), "keep_kv": ("none", "dcp-pure"), "partial_dtype": ("fp32", "ring"),
 }
 

@@ -559,8 +559,7 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
   EXPECT_EQ(grouped->block_size, 0);
   const std::optional<plan_search::NodeDeal> deal = plan_search::node_shares(workload, options);
   ASSERT_TRUE(deal.has_value());
-  const std::optional<BuiltPlan> joined =
-      plan_search::build_node_groups(workload, options, deal->shares);
+  const std::optional<BuiltPlan> joined = plan_search::build_node_groups(workload, options, *deal);
   EXPECT_TRUE(verify(joined->plan).ok);
   const sim::PlanSimulation simulated = sim::simulate(joined->plan, options.cluster);
   EXPECT_DOUBLE_EQ(simulated.forward.seconds, grouped->forward_seconds);
@@ -579,7 +578,7 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
   }
   EXPECT_EQ(joined->plan.forward.size(), 4u);
   // Deterministic: the same plan bytes again.
-  const BuiltPlan again = plan_search::build_node_groups(workload, options, deal->shares);
+  const BuiltPlan again = plan_search::build_node_groups(workload, options, *deal);
   EXPECT_EQ(serialize_plan(again.plan), serialize_plan(joined->plan));
   // One sequence of more than a node's share: no node groups; nor on one node.
   const Workload long_one = small_workload(SequenceBatch({900, 60, 40}), MaskKind::kCausal, 8, 2);
@@ -598,6 +597,76 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
   options.search.node_groups = false;
   options.search.packed_layout = false;
   options.search.structured_layouts = false;
+  EXPECT_THROW(build_plan(workload, options), InvalidInput);
+}
+
+// A per-device token limit (PlacementOptions::max_device_tokens): below dcp's memory balance it
+// bounds every placement of dcp's own search; above it, the search also deals the sequences to
+// the nodes up to it, each node balanced against its own mean (kNodeGroupsAtLimitLayout). A limit
+// the batch cannot fit, or a negative one, is refused.
+TEST(PlanSearch, APerDeviceTokenLimitBoundsThePlacementsAndDealsTheNodesUpToIt) {
+  const Workload workload = small_workload(random_batch(44), MaskKind::kCausal, 8, 2);
+  PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
+  options.search.block_sizes = {64, 128};
+  options.token_flops = 3.5 * 4 * 128 * 8 * 512;
+  options.placement.eps_memory = 0.3;
+  const TokenCount total = workload.batch().total_tokens();
+  const double mean = static_cast<double>(total) / 4;
+  const auto has_layout = [](const BuiltPlan& built, std::string_view layout) {
+    return std::any_of(built.own_candidates.begin(), built.own_candidates.end(),
+                       [&](const OwnCandidate& c) { return c.layout == layout; });
+  };
+  // Without a limit: no deal at it.
+  EXPECT_FALSE(plan_search::node_shares_at_limit(workload, options).has_value());
+  EXPECT_FALSE(has_layout(build_plan(workload, options), kNodeGroupsAtLimitLayout));
+
+  // Below the balance bound: the kept plan's busiest device within the limit, and the balance's
+  // eps lowered to it.
+  options.placement.max_device_tokens = static_cast<TokenCount>(std::ceil(mean * 1.1));
+  EXPECT_NEAR(placement_options_of(options, workload).eps_memory,
+              static_cast<double>(options.placement.max_device_tokens) / mean - 1, 1e-12);
+  const BuiltPlan capped = build_plan(workload, options);
+  EXPECT_LE(busiest_device_tokens(capped.workload, capped.placement),
+            options.placement.max_device_tokens);
+  EXPECT_FALSE(plan_search::node_shares_at_limit(workload, options).has_value());
+
+  // Above it: the deal up to the limit, each node within it and within 1.3 x its own mean.
+  options.placement.max_device_tokens = static_cast<TokenCount>(std::ceil(mean * 1.6));
+  EXPECT_DOUBLE_EQ(placement_options_of(options, workload).eps_memory, 0.3);
+  const std::optional<plan_search::NodeDeal> deal =
+      plan_search::node_shares_at_limit(workload, options);
+  ASSERT_TRUE(deal.has_value());
+  EXPECT_TRUE(deal->node_balance);
+  EXPECT_DOUBLE_EQ(deal->device_bound, static_cast<double>(options.placement.max_device_tokens));
+  const BuiltPlan built = build_plan(workload, options);
+  EXPECT_TRUE(has_layout(built, kNodeGroupsAtLimitLayout));
+  const BuiltPlan joined = plan_search::build_node_groups(workload, options, *deal);
+  EXPECT_TRUE(verify(joined.plan).ok);
+  const std::vector<TokenCount> held = device_tokens(joined.workload, joined.placement);
+  for (std::size_t node = 0; node < deal->shares.size(); ++node) {
+    TokenCount share = 0;
+    for (const std::size_t seq : deal->shares[node]) {
+      share += workload.batch().length(static_cast<SeqIndex>(seq));
+    }
+    EXPECT_LE(share, 2 * options.placement.max_device_tokens) << "node " << node;
+    for (std::size_t d = 2 * node; d < 2 * node + 2; ++d) {
+      EXPECT_LE(held[d], options.placement.max_device_tokens) << "device " << d;
+      EXPECT_LE(static_cast<double>(held[d]), 1.3 * static_cast<double>(share) / 2)
+          << "device " << d;
+    }
+  }
+
+  // A limit the batch does not fit on 4 devices, and a negative one.
+  options.placement.max_device_tokens = total / 4 - 1;
+  try {
+    build_plan(workload, options);
+    ADD_FAILURE() << "a limit under the mean device's tokens was accepted";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("max_device_tokens " + std::to_string(total / 4 - 1)),
+              std::string::npos)
+        << e.what();
+  }
+  options.placement.max_device_tokens = -1;
   EXPECT_THROW(build_plan(workload, options), InvalidInput);
 }
 

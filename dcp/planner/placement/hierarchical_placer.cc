@@ -39,6 +39,10 @@ void validate(const PlacementOptions& options) {
   if (options.node_eps_compute >= 0 || !std::isfinite(options.node_eps_compute)) {
     check(options.node_eps_compute, "node compute epsilon");
   }
+  if (options.max_device_tokens < 0) {
+    throw InvalidInput("max_device_tokens must be >= 0 (0: no limit), got " +
+                       std::to_string(options.max_device_tokens));
+  }
 }
 
 PartCaps part_caps(const Hypergraph& graph, std::int32_t parts, double eps_compute,

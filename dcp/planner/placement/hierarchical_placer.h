@@ -26,6 +26,11 @@ struct PlacementOptions {
   // than its share moves fewer bytes between nodes, and its devices get (1 + eps_compute) x the
   // node's own mean instead of the global one (reported as the compute bound).
   double node_eps_compute = -1;
+  // The most tokens a device may hold, as a data-parallel pool's per-device limit (Megatron's
+  // --max-seqlen-per-dp-cp-rank); 0: none. Below (1 + eps_memory) x mean it is the memory bound
+  // of dcp's own placements (placement_options_of); above it, dcp's search also deals the
+  // sequences to the nodes up to it (SearchOptions::node_groups). At least 0.
+  TokenCount max_device_tokens = 0;
   std::uint64_t seed = 0;
   PartitionerKind partitioner = PartitionerKind::kMultilevel;
   // How the plan ships the step the placement prices (set by build_one_plan from PlanOptions).

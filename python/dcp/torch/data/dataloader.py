@@ -97,7 +97,8 @@ class DCPDataloader:
     unless given and devices_per_node the group's size over nodes: nodes x devices_per_node must be
     the size of the group the plans span. Another keyword is a TypeError naming it. Over a pool of
     many devices, where the rest of each layer costs per token, a tight eps_memory (0.02, say)
-    keeps every device's tokens near the mean (docs/pool_bench.md).
+    keeps every device's tokens near the mean, and max_device_tokens (the most a rank may hold)
+    lets dcp also fill each node up to it (docs/pool_bench.md).
 
     Data parallelism: the plans span `group` (default: every rank), which may be the whole pool
     of devices. With `mesh` (a DeviceMesh with the dims named by mesh_dims, data-parallel then

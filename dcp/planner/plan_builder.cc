@@ -119,6 +119,9 @@ void validate(const PlanOptions& options) {
         "the screen factor must be at least 1 (infinity: every candidate simulated), got " +
         std::to_string(options.search.screen_factor));
   }
+  PlacementOptions placement = options.placement;  // its epsilons and token limit
+  placement.cluster = options.cluster.shape;
+  validate(placement);
   for (const auto& [name, value] :
        {std::pair{"the static data parallel degree", options.statics.data_parallel},
         std::pair{"the loongtrain window", options.statics.loongtrain_window}}) {

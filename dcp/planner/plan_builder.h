@@ -94,8 +94,9 @@ struct PlanOptions {
 };
 
 // Throws InvalidInput naming the option unless the cluster, the schedule options, token_flops
-// (a number >= 0), search.search.screen_factor (>= 1) and the static options' degrees (>= 0) are
-// valid.
+// (a number >= 0), search.search.screen_factor (>= 1), the placement options (validate
+// (PlacementOptions): epsilons >= 0, max_device_tokens >= 0) and the static options' degrees (>= 0)
+// are valid.
 void validate(const PlanOptions& options);
 
 // The dtype `options` sends partials in for a workload stored in `storage`: the one set, else

@@ -631,7 +631,8 @@ std::string pool_markdown(const PoolOptions& options, const std::vector<PoolReco
     std::pair<double, double> iteration_ms{0, 0};  // Megatron's baseline and dynamic, summed
     for (const PoolRecord* r : rs) {
       const LayoutStep* fastest = r->best_baseline();
-      const double best = r->best_baseline_ms();
+      const double best =
+          fastest != nullptr ? fastest->ms : std::numeric_limits<double>::infinity();
       best_ratio.push_back(r->pool.fits ? best / r->pool.ms : 0);
       if (!r->pool.fits || r->pool.ms > best * (1 + 1e-9)) {
         every_batch = false;

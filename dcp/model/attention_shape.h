@@ -33,6 +33,7 @@ struct AttentionShape {
   // q heads per kv head (the GQA group size).
   std::int32_t group_size() const { return q_heads / kv_heads; }
   double effective_scale() const;
+  friend bool operator==(const AttentionShape&, const AttentionShape&) = default;
 };
 
 // Throws InvalidInput naming the field unless heads and head_dim are in [1, kMaxHeads] and

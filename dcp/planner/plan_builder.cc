@@ -74,6 +74,8 @@ void compile_passes(BuiltPlan& built, const PassSchedule& forward, const PassSch
       compile_pass(built.workload, built.placement, built.plan.header, forward, kept);
   built.plan.backward =
       compile_pass(built.workload, built.placement, built.plan.header, backward, kept);
+  built.forward_schedule = forward;
+  built.backward_schedule = backward;
   built.timings.compile_ms = ms_since(compile_start);
 }
 

@@ -212,6 +212,10 @@ struct BuiltPlan {
   // tie), kept unless a static strategy is faster.
   std::vector<OwnCandidate> own_candidates;
   std::int32_t data_parallel = 1;  // static strategies: the data parallel degree used
+  // The schedules its Programs were compiled from: what a plan joined from plans of disjoint
+  // device groups keeps of each (join_group_plans, dcp/planner/joined_plan.h).
+  PassSchedule forward_schedule{};
+  PassSchedule backward_schedule{};
 };
 
 // options.strategy's plan of the workload as it is: dcp's placement (dcp, dcp-pure) at the
@@ -259,6 +263,7 @@ BuiltPlan build_on_placement(const BuiltPlan& placed, const PlanOptions& options
 // (build_structured, dcp/selection/plan_search.h). Throws InvalidInput as static_plan does.
 struct BackwardVariant {
   std::vector<Program> programs;
+  PassSchedule schedule;
   ScheduleSummary summary;
   double compile_ms = 0;
 };

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The planner's pieces that its plan builders share (plan_builder.cc, static_candidates.cc,
-// structured_plan.cc); not for other layers.
+// structured_plan.cc, joined_plan.cc); not for other layers.
 #pragma once
 
 #include "dcp/planner/plan_builder.h"

@@ -200,7 +200,7 @@ StructuredVariants build_structured_variants(Strategy layout_strategy, const Wor
     const auto compile_start = Clock::now();
     whole_stages = BackwardVariant{
         compile_pass(built.workload, built.placement, built.plan.header, whole->first, &built.kept),
-        whole->second, 0};
+        std::move(whole->first), whole->second, 0};
     whole_stages->compile_ms = ms_since(compile_start);
   }
   built.timings.total_ms = ms_since(start);

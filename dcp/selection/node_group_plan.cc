@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // dcp's own plan in node groups: the batch's sequences dealt whole to the nodes by their work,
 // each node's share planned by dcp's own search on that node alone, the plans joined into one
-// placement of the whole cluster.
+// plan of the whole cluster with each node's schedules as its search made them.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -17,6 +17,7 @@
 
 #include "dcp/data/batch_packing.h"
 
+#include "dcp/planner/joined_plan.h"
 #include "dcp/planner/plan_builder.h"
 #include "dcp/selection/plan_search.h"
 #include "dcp/selection/plan_search_internal.h"
@@ -95,7 +96,6 @@ BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options
   const ClusterShape& shape = options.cluster.shape;
   const NodeShares& shares = deal.shares;
   const auto start = Clock::now();
-  const SequenceBatch& batch = workload.batch();
 
   // Each node's share by dcp's own search on that node: its sequences whole there, each device
   // within the deal's memory bound (the node's own mean differs from the cluster's), partials in
@@ -160,60 +160,15 @@ BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options
     }
     settled = std::max(settled, node_seconds[node]);
   }
-  std::vector<TokenCount> block_sizes(static_cast<std::size_t>(batch.size()));
-  bool within_bounds = true;
+  // Each node's plan as its search made it, its schedules' stages and launches its own.
+  std::vector<GroupPlan> joined;
   for (std::size_t node = 0; node < shares.size(); ++node) {
     if (!groups[node]) continue;
-    const Workload& cut = groups[node]->workload;
-    within_bounds = within_bounds && groups[node]->placement_within_bounds;
-    for (std::size_t i = 0; i < shares[node].size(); ++i) {
-      const auto local = static_cast<SeqIndex>(i);
-      block_sizes[shares[node][i]] = cut.blocks().block(cut.blocks().block_id(local, 0)).tokens;
-    }
-  }
-
-  std::vector<SequenceMask> masks;
-  for (SeqIndex seq = 0; seq < batch.size(); ++seq) masks.push_back(workload.mask(seq));
-  Workload joined(workload.shape(), batch, std::move(masks), block_sizes,
-                  workload.heads().head_block_size());
-  Placement placement;
-  placement.cluster = shape;
-  placement.token_block_device.assign(static_cast<std::size_t>(joined.blocks().block_count()), 0);
-  placement.work_unit_device.assign(static_cast<std::size_t>(joined.work_unit_count()), 0);
-  const HeadBlockIndex head_blocks = joined.heads().count();
-  for (std::size_t node = 0; node < shares.size(); ++node) {
-    if (!groups[node]) continue;
-    const Workload& cut = groups[node]->workload;
-    const Placement& local_placement = groups[node]->placement;
-    const auto first_device = static_cast<DeviceId>(node) * shape.devices_per_node;
-    for (std::size_t i = 0; i < shares[node].size(); ++i) {
-      const auto local = static_cast<SeqIndex>(i);
-      const auto seq = static_cast<SeqIndex>(shares[node][i]);
-      const LocalBlockIndex blocks = joined.blocks().blocks_in(seq);
-      const auto tiles = static_cast<TileId>(joined.tiles_of(seq).size());
-      if (blocks != cut.blocks().blocks_in(local) ||
-          tiles != static_cast<TileId>(cut.tiles_of(local).size())) {
-        throw Error("node groups: sequence " + std::to_string(seq) +
-                    " is cut differently in its node's plan");
-      }
-      for (LocalBlockIndex b = 0; b < blocks; ++b) {
-        placement.token_block_device[static_cast<std::size_t>(joined.blocks().block_id(seq, b))] =
-            first_device +
-            local_placement
-                .token_block_device[static_cast<std::size_t>(cut.blocks().block_id(local, b))];
-      }
-      for (HeadBlockIndex head_block = 0; head_block < head_blocks; ++head_block) {
-        for (TileId t = 0; t < tiles; ++t) {
-          const WorkUnitId to = joined.work_unit_id(head_block, joined.first_tile(seq) + t);
-          const WorkUnitId from = cut.work_unit_id(head_block, cut.first_tile(local) + t);
-          placement.work_unit_device[static_cast<std::size_t>(to)] =
-              first_device + local_placement.work_unit_device[static_cast<std::size_t>(from)];
-        }
-      }
-    }
+    joined.push_back(
+        {&*groups[node], static_cast<DeviceId>(node) * shape.devices_per_node, shares[node]});
   }
   const double groups_ms = ms_since(start);
-  BuiltPlan built = build_at_placement(joined, std::move(placement), within_bounds, options);
+  BuiltPlan built = join_group_plans(workload, joined, options);
   built.timings.partition_ms += groups_ms;
   built.timings.total_ms += groups_ms;
   return built;

@@ -79,10 +79,10 @@ inline constexpr std::string_view kPackedBestFitLayout = "packed best fit";
 // OwnCandidate::layout of dcp's plan in node groups (SearchOptions::node_groups): every node's
 // share of the sequences, dealt whole by their work (deal_by_work), planned by dcp's own search on
 // that node (its partitions and packings at every block size, not its structured layouts); the
-// plans joined, each sequence at its node's block size. Where a batch mixes short sequences with
-// long ones that fit a node, each node then keeps the layout that suits its share, where one
-// placement of the whole cluster keeps one layout and block size for all; no sequence crosses a
-// node.
+// plans joined (join_group_plans), each sequence at its node's block size, each node's schedules
+// as its search made them. Where a batch mixes short sequences with long ones that fit a node,
+// each node then keeps the layout, stages and launches that suit its share, where one placement
+// and schedule of the whole cluster keeps one of each for all; no sequence crosses a node.
 inline constexpr std::string_view kNodeGroupsLayout = "node groups";
 // OwnCandidate::layout of dcp's plan in node groups dealt up to PlacementOptions::max_device_tokens
 // (node_shares_at_limit): each node filled up to the limit and balanced against its own mean, as

@@ -22,6 +22,7 @@ BuiltPlan build_structured(Strategy layout, const Workload& workload, const Plan
     if (sim::simulate(built.plan.header, whole.programs, options.cluster).seconds <=
         sim::simulate(built.plan.header, built.plan.backward, options.cluster).seconds) {
       built.plan.backward = std::move(whole.programs);
+      built.backward_schedule = std::move(whole.schedule);
       built.backward = whole.summary;
     }
     const double choice_ms = ms_since(choice_start);

@@ -18,6 +18,7 @@
 #include "dcp/selection/plan_search.h"
 
 #include "tests/runtime/run_fixtures.h"
+#include "tests/testing/plan_fixtures.h"
 
 namespace dcp {
 namespace {
@@ -285,6 +286,20 @@ TEST(InNodeReduction, ReducedPartialsMatchDenseFp64AttentionForwardAndBackward) 
           1e-4, name);
     }
     EXPECT_TRUE(found) << name << ": no planner seed in [0, 16) reduces partials in both passes";
+  }
+}
+
+// Plans of two groups of devices, each planned alone at its own block size and stage count,
+// joined into one plan of 2 x 2 local ranks (join_group_plans): it computes the same attention.
+TEST(JoinedGroupPlans, MatchDenseFp64AttentionForwardAndBackward) {
+  std::uint64_t seed = 91;
+  for (const MaskKind kind : all_mask_kinds()) {
+    const Workload workload = runtime_workload(seed, kind);
+    const testing::TwoGroups two = testing::two_group_plans(workload, 2);
+    const BuiltPlan joined =
+        join_group_plans(workload, two.groups, runtime_plan_options(Strategy::kDcpPure, {2, 2}));
+    expect_within(run_built(workload, joined, seed).errors, 1e-4, std::string(to_string(kind)));
+    ++seed;
   }
 }
 

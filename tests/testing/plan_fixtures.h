@@ -14,6 +14,7 @@
 #include "dcp/model/sequence_batch.h"
 #include "dcp/model/workload.h"
 
+#include "dcp/planner/joined_plan.h"
 #include "dcp/planner/plan_builder.h"
 
 namespace dcp::testing {
@@ -57,6 +58,39 @@ inline PlanOptions a100_plan_options(Strategy strategy, ClusterShape shape) {
   options.cluster.shape = shape;
   options.seed = 7;
   return options;
+}
+
+// The workload's sequences dealt alternately to two groups of `devices` devices, each group's
+// share planned alone by dcp-pure on a node of its own at its own block size (64 and 32 tokens;
+// the second with 3 fetch launches, so that the groups' stage counts differ), ready for
+// join_group_plans over a cluster of two such nodes. `plans` owns what `groups` points at: move the
+// struct, never copy it.
+struct TwoGroups {
+  std::vector<BuiltPlan> plans;
+  std::vector<GroupPlan> groups;
+};
+inline TwoGroups two_group_plans(const Workload& workload, std::int32_t devices) {
+  TwoGroups out;
+  out.plans.reserve(2);
+  for (std::size_t g = 0; g < 2; ++g) {
+    std::vector<std::size_t> sequences;
+    std::vector<TokenCount> lengths;
+    std::vector<SequenceMask> masks;
+    for (SeqIndex seq = static_cast<SeqIndex>(g); seq < workload.batch().size(); seq += 2) {
+      sequences.push_back(static_cast<std::size_t>(seq));
+      lengths.push_back(workload.batch().length(seq));
+      masks.push_back(workload.mask(seq));
+    }
+    const Workload share(workload.shape(), SequenceBatch(std::move(lengths)), std::move(masks),
+                         g == 0 ? 64 : 32, workload.heads().head_block_size());
+    PlanOptions options = a100_plan_options(Strategy::kDcpPure, {1, devices});
+    options.seed = 11 + g;
+    if (g == 1) options.schedule.fetch_launches = 3;
+    out.plans.push_back(build_one_plan(share, options));
+    out.groups.push_back(
+        {&out.plans.back(), static_cast<DeviceId>(g) * devices, std::move(sequences)});
+  }
+  return out;
 }
 
 }  // namespace dcp::testing

@@ -43,7 +43,8 @@ struct SearchOptions {
   bool structured_layouts = true;
   // dcp also runs its Programs on sequences packed whole (packed_placement at
   // placement.eps_memory by each of its rules, OwnCandidate layouts "packed" and "packed best
-  // fit") at the smallest block size it searches.
+  // fit") at the smallest block size it searches, the sequences it keeps whole on a device at the
+  // largest (whole_sequences_reblocked).
   bool packed_layout = true;
   // Over more than one node, dcp also runs its Programs on a placement in node groups
   // (OwnCandidate layout kNodeGroupsLayout): the sequences dealt whole to the nodes by their work,

@@ -192,6 +192,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
   }
   if (options.search.packed_layout && !sizes.empty()) {
     const TokenCount size = *std::min_element(sizes.begin(), sizes.end());
+    const TokenCount largest = *std::max_element(sizes.begin(), sizes.end());
     auto started = Clock::now();
     std::optional<Workload> cut;
     try {
@@ -205,7 +206,11 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       PackedPlacement packed = packed_placement(*cut, options.cluster.shape,
                                                 placement_options_of(options, *cut).eps_memory,
                                                 rule, pairs_per_token_of(*cut, options));
-      consider(build_at_placement(*cut, std::move(packed.placement), packed.within_bounds, options),
+      // The sequences it keeps whole at the largest block size searched (kept at the smallest,
+      // only those it cuts need them).
+      ReblockedPlacement whole = whole_sequences_reblocked(*cut, packed.placement, largest);
+      consider(build_at_placement(whole.workload, std::move(whole.placement), packed.within_bounds,
+                                  options),
                {std::string(name), size, storage, false}, started);
       started = Clock::now();
     }

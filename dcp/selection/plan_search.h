@@ -73,7 +73,8 @@ inline constexpr double kRetryEpsCompute = 0.2;
 inline constexpr std::size_t kRetryPartitions = 2;
 inline constexpr Strategy kStructuredLayouts[] = {Strategy::kHybrid, Strategy::kLoongTrain};
 // OwnCandidate::layout of dcp's plans on packed_placement (SearchOptions::packed_layout), by its
-// two rules: whole sequences where they add the least attention work, and best fit.
+// two rules: whole sequences where they add the least attention work, and best fit; packed at the
+// smallest block size searched, the sequences kept whole then at the largest.
 inline constexpr std::string_view kPackedLayout = "packed";
 inline constexpr std::string_view kPackedBestFitLayout = "packed best fit";
 // OwnCandidate::layout of dcp's plan in node groups (SearchOptions::node_groups): every node's

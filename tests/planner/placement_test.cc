@@ -167,6 +167,43 @@ TEST(PackedPlacement, KeepsSequencesWholeWhereTheyFitAndCutOnlyTheLongOnes) {
   EXPECT_FALSE(packed_placement(long_one, cluster, 0.05).within_bounds);
 }
 
+// After packing, a sequence whose blocks all lie on one device is cut again at the given size on
+// that device; a sequence spread over devices keeps its blocks and their devices; every work unit
+// runs with its q block.
+TEST(WholeSequencesReblocked, RecutsOnlyTheSequencesWholeOnOneDevice) {
+  const SequenceBatch batch({1000, 300, 260, 200, 120, 100, 80, 40});
+  const Workload workload(AttentionShape{}, batch, build_batch_mask(MaskSpec{}, batch), 100, 1);
+  const ClusterShape cluster{2, 2};
+  const PackedPlacement packed = packed_placement(workload, cluster, 0.05);
+  const ReblockedPlacement whole = whole_sequences_reblocked(workload, packed.placement, 400);
+  validate(whole.placement, whole.workload);
+  const BlockLayout& before = workload.blocks();
+  const BlockLayout& after = whole.workload.blocks();
+  // The 1000-token sequence is spread: its ten blocks of 100 where they were.
+  ASSERT_EQ(after.blocks_in(0), 10);
+  for (LocalBlockIndex b = 0; b < 10; ++b) {
+    EXPECT_EQ(whole.placement.token_block_device[static_cast<std::size_t>(after.block_id(0, b))],
+              packed.placement.token_block_device[static_cast<std::size_t>(before.block_id(0, b))]);
+  }
+  // The others are whole: one block of up to 400 tokens, on the device that held them.
+  for (SeqIndex seq = 1; seq < batch.size(); ++seq) {
+    EXPECT_EQ(after.blocks_in(seq), 1) << seq;
+    EXPECT_EQ(after.block_size(seq), 400);
+    EXPECT_EQ(
+        whole.placement.token_block_device[static_cast<std::size_t>(after.block_id(seq, 0))],
+        packed.placement.token_block_device[static_cast<std::size_t>(before.block_id(seq, 0))]);
+  }
+  for (WorkUnitId w = 0; w < whole.workload.work_unit_count(); ++w) {
+    const WorkUnit unit = whole.workload.work_unit(w);
+    EXPECT_EQ(
+        whole.placement.work_unit_device[static_cast<std::size_t>(w)],
+        whole.placement
+            .token_block_device[static_cast<std::size_t>(after.block_id(unit.seq, unit.q_block))]);
+  }
+  EXPECT_EQ(whole.workload.batch().total_tokens(), batch.total_tokens());
+  EXPECT_THROW(whole_sequences_reblocked(workload, packed.placement, 0), InvalidInput);
+}
+
 TEST(ZigzagPlacement, PutsChunksRAndTwoPMinusOneMinusROnDeviceR) {
   const SequenceBatch batch({8 * 64});
   const Workload workload(AttentionShape{}, batch, build_batch_mask(MaskSpec{}, batch), 64, 1);

@@ -670,11 +670,15 @@ TEST(PlanSearch, APerDeviceTokenLimitBoundsThePlacementsAndDealsTheNodesUpToIt) 
   EXPECT_THROW(build_plan(workload, options), InvalidInput);
 }
 
-// dcp's own search also runs its Programs on the sequences packed whole at the smallest block size
-// it searches, by each of packed_placement's rules: the very plans built on those placements alone,
-// kept where one is the fastest.
-TEST(PlanSearch, TriesSequencesPackedWholeAtTheSmallestBlockSize) {
-  const Workload workload = small_workload(random_batch(43), MaskKind::kCausal, 8, 2);
+// dcp's own search also runs its Programs on the sequences packed at the smallest block size it
+// searches, by each of packed_placement's rules, with the sequences it keeps whole on a device cut
+// again at the largest (whole_sequences_reblocked): the very plans built on those placements
+// alone, kept where one is the fastest. Whole sequences in larger blocks run fewer tiles, so the
+// plan at the smallest blocks alone is slower.
+TEST(PlanSearch, TriesSequencesPackedWholeAtTheLargestBlockSizeCutAtTheSmallest) {
+  std::vector<TokenCount> lengths = {900, 700};                 // cut over devices
+  for (int i = 0; i < 12; ++i) lengths.push_back(100 + 2 * i);  // whole, 2 blocks of 64 or 1 of 128
+  const Workload workload = small_workload(SequenceBatch(lengths), MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
   options.search.block_sizes = {128, 64};
   const BuiltPlan built = build_plan(workload, options);
@@ -686,12 +690,18 @@ TEST(PlanSearch, TriesSequencesPackedWholeAtTheSmallestBlockSize) {
     ASSERT_NE(packed, built.own_candidates.end()) << name;
     EXPECT_EQ(packed->block_size, 64);
     const Workload cut = reblocked(workload, 64);
-    PackedPlacement placement =
+    const PackedPlacement placement =
         packed_placement(cut, options.cluster.shape, options.placement.eps_memory, rule);
-    const BuiltPlan alone =
-        build_at_placement(cut, std::move(placement.placement), placement.within_bounds, options);
+    ReblockedPlacement whole = whole_sequences_reblocked(cut, placement.placement, 128);
+    EXPECT_LT(whole.workload.blocks().block_count(), cut.blocks().block_count()) << name;
+    const BuiltPlan alone = build_at_placement(whole.workload, std::move(whole.placement),
+                                               placement.within_bounds, options);
     EXPECT_TRUE(verify(alone.plan).ok);
     EXPECT_DOUBLE_EQ(sim::simulate(alone.plan, options.cluster).seconds(), packed->seconds())
+        << name;
+    const BuiltPlan small_blocks =
+        build_at_placement(cut, placement.placement, placement.within_bounds, options);
+    EXPECT_GT(sim::simulate(small_blocks.plan, options.cluster).seconds(), packed->seconds())
         << name;
   }
   double fastest = built.own_candidates.front().seconds();

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <vector>
+
+#include "dcp/core/error.h"
 
 namespace dcp {
 
@@ -135,6 +138,47 @@ PackedPlacement packed_placement(const Workload& workload, const ClusterShape& c
   }
   place_work_with_q(workload, placement);
   return result;
+}
+
+ReblockedPlacement whole_sequences_reblocked(const Workload& workload, const Placement& placement,
+                                             TokenCount block_size) {
+  if (block_size < 1) {
+    throw InvalidInput("block size must be at least 1, got " + std::to_string(block_size));
+  }
+  const BlockLayout& blocks = workload.blocks();
+  const SequenceBatch& batch = workload.batch();
+  std::vector<TokenCount> sizes;
+  std::vector<SequenceMask> masks;
+  std::vector<std::optional<DeviceId>> home(static_cast<std::size_t>(batch.size()));
+  for (SeqIndex seq = 0; seq < batch.size(); ++seq) {
+    const DeviceId first =
+        placement.token_block_device[static_cast<std::size_t>(blocks.block_id(seq, 0))];
+    bool whole = true;
+    for (LocalBlockIndex b = 1; b < blocks.blocks_in(seq) && whole; ++b) {
+      whole =
+          placement.token_block_device[static_cast<std::size_t>(blocks.block_id(seq, b))] == first;
+    }
+    if (whole) home[static_cast<std::size_t>(seq)] = first;
+    sizes.push_back(whole ? block_size : blocks.block_size(seq));
+    masks.push_back(workload.mask(seq));
+  }
+  ReblockedPlacement out{Workload(workload.shape(), batch, std::move(masks), sizes,
+                                  workload.heads().head_block_size(), workload.tile_selection()),
+                         Placement{}};
+  const BlockLayout& cut = out.workload.blocks();
+  out.placement.cluster = placement.cluster;
+  out.placement.token_block_device.resize(static_cast<std::size_t>(cut.block_count()));
+  for (SeqIndex seq = 0; seq < batch.size(); ++seq) {
+    for (LocalBlockIndex b = 0; b < cut.blocks_in(seq); ++b) {
+      // A cut sequence keeps its blocks, and so their devices.
+      const std::optional<DeviceId>& device = home[static_cast<std::size_t>(seq)];
+      out.placement.token_block_device[static_cast<std::size_t>(cut.block_id(seq, b))] =
+          device ? *device
+                 : placement.token_block_device[static_cast<std::size_t>(blocks.block_id(seq, b))];
+    }
+  }
+  place_work_with_q(out.workload, out.placement);
+  return out;
 }
 
 Placement greedy_placement(const Workload& workload, const ClusterShape& cluster,

@@ -69,4 +69,15 @@ PackedPlacement packed_placement(const Workload& workload, const ClusterShape& c
                                  double eps_memory, PackingRule rule = PackingRule::kLeastWork,
                                  double token_pairs = 0);
 
+// `placement` of `workload` with every sequence whose token blocks all lie on one device cut again
+// into blocks of `block_size` tokens on that device, the others as they are; work units with
+// their q block. A sequence kept whole on a device moves nothing, and fewer, larger tiles run it
+// with less per-tile overhead. Throws InvalidInput for a block size below 1.
+struct ReblockedPlacement {
+  Workload workload;
+  Placement placement;
+};
+ReblockedPlacement whole_sequences_reblocked(const Workload& workload, const Placement& placement,
+                                             TokenCount block_size);
+
 }  // namespace dcp

@@ -141,6 +141,21 @@ BuiltPlan join_group_plans(const Workload& workload, const std::vector<GroupPlan
                          std::to_string(group.first_device + devices - 1) +
                          " are not all in the cluster's " + std::to_string(shape.devices()));
     }
+    // Its nodes must be the cluster's (or lie inside one of them): the kv it keeps and the
+    // partials it reduces are per node.
+    const ClusterShape& own_shape = group.plan->placement.cluster;
+    const bool inside_one_node =
+        own_shape.nodes == 1 &&
+        shape.node_of(group.first_device) == shape.node_of(group.first_device + devices - 1);
+    const bool on_whole_nodes = own_shape.devices_per_node == shape.devices_per_node &&
+                                group.first_device % shape.devices_per_node == 0;
+    if (!inside_one_node && !on_whole_nodes) {
+      throw InvalidInput(name + "'s " + std::to_string(own_shape.nodes) + " x " +
+                         std::to_string(own_shape.devices_per_node) + " devices from device " +
+                         std::to_string(group.first_device) + " are not whole nodes of the " +
+                         std::to_string(shape.nodes) + " x " +
+                         std::to_string(shape.devices_per_node) + " cluster");
+    }
     for (std::int32_t d = 0; d < devices; ++d) {
       const auto device = static_cast<std::size_t>(group.first_device + d);
       if (device_used[device]) {

@@ -27,8 +27,8 @@ struct GroupPlan {
 // the stages, compute balance and launches its own search chose, which one schedule of the whole
 // cluster cannot. No group sends to another. Devices in no group run empty Programs. Throws
 // InvalidInput where the groups do not cover every sequence exactly once, a group's devices fall
-// outside the cluster or overlap another's, or a group's plan is a static strategy's or of other
-// lengths, shape or head blocks than its sequences.
+// outside the cluster, overlap another's or are neither inside one node nor whole nodes of the
+// cluster, or a group's plan is of other lengths, shape, head blocks or partial dtype.
 BuiltPlan join_group_plans(const Workload& workload, const std::vector<GroupPlan>& groups,
                            const PlanOptions& options);
 

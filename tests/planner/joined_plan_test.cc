@@ -97,13 +97,27 @@ TEST(JoinGroupPlans, RefusesGroupsThatDoNotCoverTheBatchOnceOnTheCluster) {
   };
   EXPECT_NE(joined_with({two.groups[0]}).find("sequence 1 is in no group"), std::string::npos);
 
+  // Overlapping inside the one node of a 1 x 4 cluster.
   std::vector<GroupPlan> overlapping = two.groups;
   overlapping[1].first_device = 1;
-  EXPECT_NE(joined_with(overlapping).find("device 1 is in another group"), std::string::npos);
+  const PlanOptions one_node = a100_plan_options(Strategy::kDcpPure, {1, 4});
+  EXPECT_NE(error_of([&] {
+              join_group_plans(workload, overlapping, one_node);
+            }).find("device 1 is in another group"),
+            std::string::npos);
 
   std::vector<GroupPlan> outside = two.groups;
   outside[1].first_device = 3;
   EXPECT_NE(joined_with(outside).find("devices 3..4 are not all in the cluster's 4"),
+            std::string::npos);
+
+  // Both groups inside the one node of a 1 x 4 cluster: joined; over nodes of one device each,
+  // a group of two devices spans two of them.
+  EXPECT_EQ(error_of([&] { join_group_plans(workload, two.groups, one_node); }), "");
+  const PlanOptions four_nodes = a100_plan_options(Strategy::kDcpPure, {4, 1});
+  EXPECT_NE(error_of([&] {
+              join_group_plans(workload, two.groups, four_nodes);
+            }).find("group 0's 1 x 2 devices from device 0 are not whole nodes of the 4 x 1"),
             std::string::npos);
 
   std::vector<GroupPlan> twice = two.groups;

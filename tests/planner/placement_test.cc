@@ -21,6 +21,17 @@
 namespace dcp {
 namespace {
 
+// Every work unit runs on the device of its q block.
+void expect_work_with_q(const Workload& workload, const Placement& placement) {
+  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
+    const WorkUnit unit = workload.work_unit(w);
+    EXPECT_EQ(placement.work_unit_device[static_cast<std::size_t>(w)],
+              placement.token_block_device[static_cast<std::size_t>(
+                  workload.blocks().block_id(unit.seq, unit.q_block))])
+        << "work unit " << w;
+  }
+}
+
 Workload random_workload(Rng& rng) {
   std::vector<TokenCount> lengths;
   for (auto s = rng.uniform_int(1, 6); s > 0; --s) lengths.push_back(rng.uniform_int(1, 3000));
@@ -154,13 +165,7 @@ TEST(PackedPlacement, KeepsSequencesWholeWhereTheyFitAndCutOnlyTheLongOnes) {
     EXPECT_EQ(devices_of[static_cast<std::size_t>(seq)].size(), 1u) << seq;
   for (const TokenCount tokens : held) EXPECT_LE(tokens, 551);
   EXPECT_TRUE(packed.within_bounds);
-  for (WorkUnitId w = 0; w < workload.work_unit_count(); ++w) {
-    const WorkUnit unit = workload.work_unit(w);
-    EXPECT_EQ(
-        packed.placement.work_unit_device[static_cast<std::size_t>(w)],
-        packed.placement
-            .token_block_device[static_cast<std::size_t>(blocks.block_id(unit.seq, unit.q_block))]);
-  }
+  expect_work_with_q(workload, packed.placement);
   // No room within the bound for the blocks: over it, reported.
   const SequenceBatch one({1000});
   const Workload long_one(AttentionShape{}, one, build_batch_mask(MaskSpec{}, one), 1000, 1);
@@ -193,13 +198,7 @@ TEST(WholeSequencesReblocked, RecutsOnlyTheSequencesWholeOnOneDevice) {
         whole.placement.token_block_device[static_cast<std::size_t>(after.block_id(seq, 0))],
         packed.placement.token_block_device[static_cast<std::size_t>(before.block_id(seq, 0))]);
   }
-  for (WorkUnitId w = 0; w < whole.workload.work_unit_count(); ++w) {
-    const WorkUnit unit = whole.workload.work_unit(w);
-    EXPECT_EQ(
-        whole.placement.work_unit_device[static_cast<std::size_t>(w)],
-        whole.placement
-            .token_block_device[static_cast<std::size_t>(after.block_id(unit.seq, unit.q_block))]);
-  }
+  expect_work_with_q(whole.workload, whole.placement);
   EXPECT_EQ(whole.workload.batch().total_tokens(), batch.total_tokens());
   EXPECT_THROW(whole_sequences_reblocked(workload, packed.placement, 0), InvalidInput);
 }
@@ -236,13 +235,7 @@ TEST(ZigzagBaseline, CutsEverySequenceIntoTwoPChunksWhateverTheBlockSize) {
             (std::vector<DeviceId>{0, 1, 2, 3, 3, 2, 1, 0, 0, 1, 2, 3, 3, 0, 1, 2}));
   EXPECT_EQ(zigzag.workload.unmasked_pairs(), workload.unmasked_pairs());
   EXPECT_NO_THROW(validate(zigzag.placement, zigzag.workload));
-  for (WorkUnitId w = 0; w < zigzag.workload.work_unit_count(); ++w) {
-    const WorkUnit unit = zigzag.workload.work_unit(w);
-    EXPECT_EQ(
-        zigzag.placement.work_unit_device[static_cast<std::size_t>(w)],
-        zigzag.placement
-            .token_block_device[static_cast<std::size_t>(blocks.block_id(unit.seq, unit.q_block))]);
-  }
+  expect_work_with_q(zigzag.workload, zigzag.placement);
   // Every device holds tokens of the 1000-token sequence, so its kv chunks cross nodes: chunk 0
   // (device 0, node 0) is read by every later chunk, on both nodes.
   const PlacementMetrics metrics = evaluate(zigzag.workload, zigzag.placement);

@@ -4,7 +4,6 @@
 #include "dcp/planner/joined_plan.h"
 
 #include <algorithm>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,21 +15,13 @@
 #include "dcp/program/verifier/verifier.h"
 #include "dcp/sim/simulator.h"
 
+#include "tests/testing/error_text.h"
 #include "tests/testing/plan_fixtures.h"
 
 namespace dcp {
 namespace {
 
 using testing::a100_plan_options;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InvalidInput& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(JoinGroupPlans, KeepsEachGroupsPlacementAndSchedulesOnItsDevices) {
   for (const MaskKind kind : {MaskKind::kCausal, MaskKind::kLambda}) {
@@ -93,7 +84,7 @@ TEST(JoinGroupPlans, RefusesGroupsThatDoNotCoverTheBatchOnceOnTheCluster) {
   const testing::TwoGroups two = testing::two_group_plans(workload, 2);
   const PlanOptions options = a100_plan_options(Strategy::kDcpPure, {2, 2});
   const auto joined_with = [&](std::vector<GroupPlan> groups) {
-    return error_of([&] { join_group_plans(workload, groups, options); });
+    return testing::invalid_input_text([&] { join_group_plans(workload, groups, options); });
   };
   EXPECT_NE(joined_with({two.groups[0]}).find("sequence 1 is in no group"), std::string::npos);
 
@@ -101,7 +92,7 @@ TEST(JoinGroupPlans, RefusesGroupsThatDoNotCoverTheBatchOnceOnTheCluster) {
   std::vector<GroupPlan> overlapping = two.groups;
   overlapping[1].first_device = 1;
   const PlanOptions one_node = a100_plan_options(Strategy::kDcpPure, {1, 4});
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::invalid_input_text([&] {
               join_group_plans(workload, overlapping, one_node);
             }).find("device 1 is in another group"),
             std::string::npos);
@@ -113,9 +104,10 @@ TEST(JoinGroupPlans, RefusesGroupsThatDoNotCoverTheBatchOnceOnTheCluster) {
 
   // Both groups inside the one node of a 1 x 4 cluster: joined; over nodes of one device each,
   // a group of two devices spans two of them.
-  EXPECT_EQ(error_of([&] { join_group_plans(workload, two.groups, one_node); }), "");
+  EXPECT_EQ(testing::invalid_input_text([&] { join_group_plans(workload, two.groups, one_node); }),
+            "");
   const PlanOptions four_nodes = a100_plan_options(Strategy::kDcpPure, {4, 1});
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::invalid_input_text([&] {
               join_group_plans(workload, two.groups, four_nodes);
             }).find("group 0's 1 x 2 devices from device 0 are not whole nodes of the 4 x 1"),
             std::string::npos);
@@ -136,7 +128,7 @@ TEST(JoinGroupPlans, RefusesGroupsThatDoNotCoverTheBatchOnceOnTheCluster) {
   // Partials in another dtype than the joined plan's.
   PlanOptions fp32 = options;
   fp32.partial_dtype = DType::kFp32;
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::invalid_input_text([&] {
               join_group_plans(workload, two.groups, fp32);
             }).find("partials travel in bf16, the plan's in fp32"),
             std::string::npos);

@@ -22,6 +22,7 @@
 #include "dcp/selection/plan_search_internal.h"
 #include "dcp/sim/model_simulation.h"
 
+#include "tests/testing/error_text.h"
 #include "tests/testing/plan_fixtures.h"
 
 namespace dcp {
@@ -352,36 +353,36 @@ TEST(ModelPlanFile, RoundTripsAndReadsPlainPlanFilesAsOneKind) {
   EXPECT_EQ(parse_model_plan(plain, "one.plan"), single);
 }
 
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const InvalidInput& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(ModelPlanFile, NamesEveryFault) {
   const ModelPlan plan = two_kind_plan();
   const std::string bytes = serialize_model_plan(plan);
   // A damaged table, a damaged kind and a truncated file.
   std::string damaged = bytes;
   damaged[30] = static_cast<char>(damaged[30] ^ 1);
-  EXPECT_NE(error_of([&] { parse_model_plan(damaged, "m.plan"); }).find("checksum"),
-            std::string::npos);
+  EXPECT_NE(
+      testing::invalid_input_text([&] { parse_model_plan(damaged, "m.plan"); }).find("checksum"),
+      std::string::npos);
   damaged = bytes;
   damaged[bytes.size() - 3] = static_cast<char>(damaged[bytes.size() - 3] ^ 1);
-  EXPECT_NE(error_of([&] { parse_model_plan(damaged, "m.plan"); }).find("kind 'local'"),
+  EXPECT_NE(testing::invalid_input_text([&] {
+              parse_model_plan(damaged, "m.plan");
+            }).find("kind 'local'"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { parse_model_plan(bytes.substr(0, bytes.size() - 5), "m.plan"); }), "");
+  EXPECT_NE(testing::invalid_input_text(
+                [&] { parse_model_plan(bytes.substr(0, bytes.size() - 5), "m.plan"); }),
+            "");
   // Kinds named twice, zero layers, an unknown kind asked for.
   ModelPlan twice = plan;
   twice.kinds[1].name = "global";
-  EXPECT_NE(error_of([&] { check_model_plan(twice, "m"); }).find("given twice"), std::string::npos);
+  EXPECT_NE(testing::invalid_input_text([&] { check_model_plan(twice, "m"); }).find("given twice"),
+            std::string::npos);
   ModelPlan zero = plan;
   zero.kinds[0].layers = 0;
-  EXPECT_NE(error_of([&] { check_model_plan(zero, "m"); }).find("0 layers"), std::string::npos);
-  EXPECT_NE(error_of([&] { plan.kind("sliding"); }).find("no attention kind 'sliding'"),
+  EXPECT_NE(testing::invalid_input_text([&] { check_model_plan(zero, "m"); }).find("0 layers"),
+            std::string::npos);
+  EXPECT_NE(testing::invalid_input_text([&] {
+              plan.kind("sliding");
+            }).find("no attention kind 'sliding'"),
             std::string::npos);
 }
 
@@ -408,23 +409,23 @@ TEST(AttentionKinds, ValidateNamesTheOffendingValue) {
   const auto masks = build_batch_mask(parse_mask_spec("causal"), batch);
   const auto other = build_batch_mask(parse_mask_spec("causal"), SequenceBatch({100, 60}));
   EXPECT_NO_THROW(validate_kinds({{"global", 1, masks}, {"local", 3, masks}}, batch));
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::invalid_input_text([&] {
               validate_kinds({{"a", 1, masks}, {"a", 1, masks}}, batch);
             }).find("'a' given twice"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::invalid_input_text([&] {
               validate_kinds({{"a", 0, masks}}, batch);
             }).find("0 layers"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::invalid_input_text([&] {
               validate_kinds({{"a", 1, other}}, batch);
             }).find("60 tokens"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::invalid_input_text([&] {
               validate_kinds({{"bad name", 1, masks}}, batch);
             }).find("bad name"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { validate_kinds({}, batch); }), "");
+  EXPECT_NE(testing::invalid_input_text([&] { validate_kinds({}, batch); }), "");
 }
 
 // Where the densest kind's own search keeps its plan in node groups (its sequences at each node's

@@ -51,8 +51,8 @@ std::pair<PassSchedule, PassSchedule> schedule_passes(BuiltPlan& built, const Pl
 
 // The same, and both passes' Programs (timed).
 void schedule_and_compile(BuiltPlan& built, const PlanOptions& options, DType partial_dtype) {
-  const auto [forward, backward] = schedule_passes(built, options, partial_dtype);
-  compile_passes(built, forward, backward, &built.kept);
+  auto [forward, backward] = schedule_passes(built, options, partial_dtype);
+  compile_passes(built, std::move(forward), std::move(backward), &built.kept);
 }
 
 }  // namespace
@@ -62,7 +62,7 @@ PlanHeader strategy_header(const Workload& workload, const PlanOptions& options)
                      options.seed, partial_dtype_of(options, workload.shape().dtype));
 }
 
-void compile_passes(BuiltPlan& built, const PassSchedule& forward, const PassSchedule& backward,
+void compile_passes(BuiltPlan& built, PassSchedule forward, PassSchedule backward,
                     const KeptKv* kept) {
   const auto compile_start = Clock::now();
   // The plan promises partials reduced in a node only where both passes route them so.
@@ -74,8 +74,8 @@ void compile_passes(BuiltPlan& built, const PassSchedule& forward, const PassSch
       compile_pass(built.workload, built.placement, built.plan.header, forward, kept);
   built.plan.backward =
       compile_pass(built.workload, built.placement, built.plan.header, backward, kept);
-  built.forward_schedule = forward;
-  built.backward_schedule = backward;
+  built.forward_schedule = std::move(forward);
+  built.backward_schedule = std::move(backward);
   built.timings.compile_ms = ms_since(compile_start);
 }
 
@@ -204,7 +204,8 @@ ScheduledPlan schedule_at_placement(const Workload& workload, Placement placemen
 
 BuiltPlan compile_scheduled(ScheduledPlan scheduled) {
   BuiltPlan& built = scheduled.built;
-  plan_building::compile_passes(built, scheduled.forward, scheduled.backward, &built.kept);
+  plan_building::compile_passes(built, std::move(scheduled.forward), std::move(scheduled.backward),
+                                &built.kept);
   built.timings.total_ms += built.timings.compile_ms;
   return std::move(built);
 }

@@ -11,8 +11,9 @@ namespace dcp::plan_building {
 PlanHeader strategy_header(const Workload& workload, const PlanOptions& options);
 
 // Both passes' Programs from their schedules, on built's workload, placement and header (timed);
-// the header's partial_routing is the schedules' (kReduceInNode where both route so).
-void compile_passes(BuiltPlan& built, const PassSchedule& forward, const PassSchedule& backward,
+// the header's partial_routing is the schedules' (kReduceInNode where both route so). The
+// schedules are then kept in built (BuiltPlan::forward_schedule, backward_schedule).
+void compile_passes(BuiltPlan& built, PassSchedule forward, PassSchedule backward,
                     const KeptKv* kept);
 
 }  // namespace dcp::plan_building

@@ -58,9 +58,9 @@ BuiltPlan build_static(StaticPlan layout, const PlanOptions& options,
   built.data_parallel = layout.data_parallel;
   built.timings.partition_ms = ms_since(layout_start);
   built.plan.header = strategy_header(built.workload, options);
-  compile_passes(built, layout.forward, layout.backward, nullptr);
   built.forward = {layout.forward.stages, 0, false, estimates.forward};
   built.backward = {layout.backward.stages, 0, false, estimates.backward};
+  compile_passes(built, std::move(layout.forward), std::move(layout.backward), nullptr);
   built.timings.total_ms = ms_since(layout_start);
   return built;
 }

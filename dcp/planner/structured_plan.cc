@@ -194,7 +194,7 @@ StructuredVariants build_structured_variants(Strategy layout_strategy, const Wor
     }
   }
   built.timings.partition_ms = ms_since(start);
-  compile_passes(built, layout.forward, backward, &built.kept);
+  compile_passes(built, std::move(layout.forward), std::move(backward), &built.kept);
   std::optional<BackwardVariant> whole_stages;
   if (whole) {
     const auto compile_start = Clock::now();

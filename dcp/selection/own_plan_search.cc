@@ -208,9 +208,12 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
                                                 rule, pairs_per_token_of(*cut, options));
       // The sequences it keeps whole at the largest block size searched (kept at the smallest,
       // only those it cuts need them).
-      ReblockedPlacement whole = whole_sequences_reblocked(*cut, packed.placement, largest);
-      consider(build_at_placement(whole.workload, std::move(whole.placement), packed.within_bounds,
-                                  options),
+      std::optional<ReblockedPlacement> whole;
+      if (largest > size) whole.emplace(whole_sequences_reblocked(*cut, packed.placement, largest));
+      consider(whole ? build_at_placement(whole->workload, std::move(whole->placement),
+                                          packed.within_bounds, options)
+                     : build_at_placement(*cut, std::move(packed.placement), packed.within_bounds,
+                                          options),
                {std::string(name), size, storage, false}, started);
       started = Clock::now();
     }

@@ -183,11 +183,44 @@ LayoutStep fixed_groups(const PoolOptions& options, const ClusterSpec& cluster,
     }
     return held;
   };
-  std::vector<std::vector<std::size_t>> shares =
-      deal_by_work(works, lengths, devices / group, capacity);
+  // A sample longer than a group's tokens at the bound, but within the memory limit, runs in a
+  // group of its own (it would never fit in a later micro-batch either); the rest are dealt to the
+  // other groups.
+  const auto limit = static_cast<TokenCount>(group) *
+                     static_cast<TokenCount>(
+                         std::floor((1 + kDefaultEpsMemory) * static_cast<double>(device_tokens)));
+  std::vector<std::vector<std::size_t>> alone;
+  std::vector<std::size_t> rest;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const bool oversize = lengths[i] > capacity && lengths[i] <= limit;
+    if (oversize && static_cast<std::int32_t>(alone.size()) < devices / group) {
+      alone.push_back({i});
+    } else {
+      rest.push_back(i);
+    }
+  }
+  const auto deal_rest = [&](const std::vector<double>& weights) {
+    std::vector<double> rest_weights;
+    std::vector<TokenCount> rest_lengths;
+    for (const std::size_t i : rest) {
+      rest_weights.push_back(weights[i]);
+      rest_lengths.push_back(lengths[i]);
+    }
+    std::vector<std::vector<std::size_t>> dealt = alone;
+    const auto others = devices / group - static_cast<std::int32_t>(alone.size());
+    if (others > 0 && !rest.empty()) {
+      for (std::vector<std::size_t> share :
+           deal_by_work(rest_weights, rest_lengths, others, capacity)) {
+        for (std::size_t& i : share) i = rest[i];
+        dealt.push_back(std::move(share));
+      }
+    }
+    return dealt;
+  };
+  std::vector<std::vector<std::size_t>> shares = deal_rest(works);
   const TokenCount total = total_tokens(lengths);
   if (held_by(shares) < total) {
-    auto by_tokens = deal_by_work(tokens, lengths, devices / group, capacity);
+    auto by_tokens = deal_rest(tokens);
     if (held_by(by_tokens) > held_by(shares)) shares = std::move(by_tokens);
   }
   const TokenCount held = held_by(shares);
@@ -583,7 +616,8 @@ std::string pool_markdown(const PoolOptions& options, const std::vector<PoolReco
       "- **CP4, CP8** (a): fixed groups of 4 or 8 devices, the samples dealt to them largest "
       "work first (the sample's FLOPs: dense per token, attention per causal pair) to the least "
       "loaded group with room (by tokens where that holds more; what no group holds carries over "
-      "to the next micro-batch, as for (b)), each group run by the fastest "
+      "to the next micro-batch, as for (b); a sample longer than a group holds at the bound but "
+      "within the 1.2 x limit runs in a group of its own), each group run by the fastest "
       "static strategy (ring, zigzag, ulysses, hybrid, te, loongtrain) under the simulator.\n"
       "- **dynamic** (b): Megatron-style dynamic CP: each sample in a group of the smallest power "
       "of two devices that holds it at the bound, groups of one size sharing samples, opened "
@@ -592,8 +626,9 @@ std::string pool_markdown(const PoolOptions& options, const std::vector<PoolReco
       "so its time is the first round's per token held, times the micro-batch's tokens.\n"
       "- **dcp in CP8** (c): the groups of (a) at 8 devices, each planned by dcp.\n"
       "- **dcp pool** (d): dcp planning the whole micro-batch over every device (nodes, then "
-      "devices), its static candidates in data-parallel groups of a node, each device holding at "
-      "most (1 + eps) x the bound (`max_device_tokens`), the most a device of (c) can hold.\n\n"
+      "devices), its static candidates in data-parallel groups of a node, its node groups each "
+      "running dcp's plan or a static strategy, each device holding at most (1 + eps) x the bound "
+      "(`max_device_tokens`), the most a device of (c) can hold.\n\n"
       "dcp's plans, (c) and (d), place tokens at a memory balance of " +
       format_fixed(options.dcp_eps_memory, 2) +
       " (device tokens at most (1 + eps) x the mean, against the default 0.2): the rest of a "

@@ -49,7 +49,7 @@ struct SearchOptions {
   // Over more than one node, dcp also runs its Programs on a placement in node groups
   // (OwnCandidate layout kNodeGroupsLayout): the sequences dealt whole to the nodes by their work,
   // each node's share placed by dcp's own search on that node alone, at the block size it finds
-  // fastest there.
+  // fastest there (under kDcp a node may run a static strategy where that is faster).
   bool node_groups = true;
   // dcp's own plans include its hypergraph partitions at each block size (and their retries);
   // false: only its other layouts (packings, node groups, structured layouts). A node group's
@@ -167,7 +167,12 @@ struct PlanCandidate {
   // (sim::lockstep_layer_seconds); a model plan of several kinds, and an estimate: the rest on the
   // busiest device (token_seconds_of), over every layer.
   double token_seconds = 0;
+  // Of token_seconds, what the forward pass gets (the backward the rest): plans of disjoint device
+  // groups joined end each pass with their slowest group's (join_group_plans).
+  double token_forward_seconds = 0;
   double seconds() const { return forward_seconds + backward_seconds + token_seconds; }
+  double forward_step() const { return forward_seconds + token_forward_seconds; }
+  double backward_step() const { return backward_seconds + token_seconds - token_forward_seconds; }
 };
 
 // One plan of dcp's own, simulated by dcp's search (dcp/selection/plan_search.h): its hypergraph
@@ -187,9 +192,12 @@ struct OwnCandidate {
   bool tighter_balance = false;
   double forward_seconds = 0;
   double backward_seconds = 0;
-  double token_seconds = 0;  // as PlanCandidate::token_seconds, for a plan of one mask
-  double plan_ms = 0;        // wall-clock time building and simulating it
+  double token_seconds = 0;          // as PlanCandidate::token_seconds, for a plan of one mask
+  double token_forward_seconds = 0;  // as PlanCandidate::token_forward_seconds
+  double plan_ms = 0;                // wall-clock time building and simulating it
   double seconds() const { return forward_seconds + backward_seconds + token_seconds; }
+  double forward_step() const { return forward_seconds + token_forward_seconds; }
+  double backward_step() const { return backward_seconds + token_seconds - token_forward_seconds; }
 };
 
 struct PlanSelection {

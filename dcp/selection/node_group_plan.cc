@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // dcp's own plan in node groups: the batch's sequences dealt whole to the nodes by their work,
-// each node's share planned by dcp's own search on that node alone, the plans joined into one
-// plan of the whole cluster with each node's schedules as its search made them.
+// each node's share planned by dcp's own search on that node alone (under kDcp, or by a static
+// strategy where that is faster there), the plans joined into one plan of the whole cluster with
+// each node's schedules as its search made them.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -21,6 +22,7 @@
 #include "dcp/planner/plan_builder.h"
 #include "dcp/selection/plan_search.h"
 #include "dcp/selection/plan_search_internal.h"
+#include "dcp/sim/step_model.h"
 
 namespace dcp::plan_search {
 namespace {
@@ -79,6 +81,40 @@ std::optional<NodeDeal> deal_to_nodes(const Workload& workload, const PlanOption
   return deal;
 }
 
+// The candidate a selection kept.
+const PlanCandidate& kept_candidate(const PlanSelection& selection) {
+  for (const PlanCandidate& candidate : selection.candidates) {
+    if (candidate.strategy == selection.kept) return candidate;
+  }
+  throw Error("plan selection kept " + selection.kept + ", which is none of its candidates");
+}
+
+// Per pass, the most of the nodes' other than `skipped` (no node: pass the node count).
+sim::LockstepPasses slowest_passes(const std::vector<sim::LockstepPasses>& passes,
+                                   std::size_t skipped) {
+  sim::LockstepPasses slowest;
+  for (std::size_t node = 0; node < passes.size(); ++node) {
+    if (node == skipped) continue;
+    slowest.forward = std::max(slowest.forward, passes[node].forward);
+    slowest.backward = std::max(slowest.backward, passes[node].backward);
+  }
+  return slowest;
+}
+
+// The nodes' plans joined, node n's on its devices from n x devices per node, with its
+// schedules' stages and launches its own.
+BuiltPlan join_nodes(const Workload& workload, const PlanOptions& options,
+                     const std::vector<std::optional<BuiltPlan>>& plans, const NodeShares& shares) {
+  std::vector<GroupPlan> joined;
+  for (std::size_t node = 0; node < plans.size(); ++node) {
+    if (!plans[node]) continue;
+    joined.push_back({&*plans[node],
+                      static_cast<DeviceId>(node) * options.cluster.shape.devices_per_node,
+                      shares[node]});
+  }
+  return join_group_plans(workload, joined, options);
+}
+
 }  // namespace
 
 std::optional<NodeDeal> node_shares(const Workload& workload, const PlanOptions& options) {
@@ -91,8 +127,8 @@ std::optional<NodeDeal> node_shares_at_limit(const Workload& workload, const Pla
   return deal_to_nodes(workload, options, limit, true);
 }
 
-BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options,
-                            const NodeDeal& deal) {
+NodeGroups build_node_groups(const Workload& workload, const PlanOptions& options,
+                             const NodeDeal& deal) {
   const ClusterShape& shape = options.cluster.shape;
   const NodeShares& shares = deal.shares;
   const auto start = Clock::now();
@@ -101,9 +137,11 @@ BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options
   // within the deal's memory bound (the node's own mean differs from the cluster's), partials in
   // one dtype, on placements only (so that they join into one).
   const DType partial_dtype = partial_dtype_of(options, workload.shape().dtype);
-  std::vector<std::optional<Workload>> share_workloads(shares.size());
-  std::vector<PlanOptions> node_options(shares.size(), options);
-  std::vector<std::optional<BuiltPlan>> groups(shares.size());
+  NodeGroups groups;
+  groups.shares = shares;
+  groups.workloads.resize(shares.size());
+  groups.options.assign(shares.size(), options);
+  groups.plans.resize(shares.size());
   std::vector<double> node_seconds(shares.size(), 0);
   // The nodes whose share has a sequence longer than a device's bound (where a partition may be
   // faster than the packings), and the slowest of the others, whose plans are final.
@@ -111,8 +149,8 @@ BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options
   double settled = 0;
   for (std::size_t node = 0; node < shares.size(); ++node) {
     if (shares[node].empty()) continue;
-    const Workload& share = share_workloads[node].emplace(sub_workload(workload, shares[node]));
-    PlanOptions& local = node_options[node];
+    const Workload& share = groups.workloads[node].emplace(sub_workload(workload, shares[node]));
+    PlanOptions& local = groups.options[node];
     local.cluster.shape = ClusterShape{1, shape.devices_per_node};
     const double share_mean =
         static_cast<double>(share.batch().total_tokens()) / shape.devices_per_node;
@@ -129,8 +167,11 @@ BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options
     local.partial_dtype = partial_dtype;
     local.search.packed_layout = true;
     local.search.partitions = false;
-    groups[node].emplace(build_own(share, local));
-    node_seconds[node] = kept_own(*groups[node])->seconds();
+    // A static strategy on the node: one group of its devices, at the share's own head blocks.
+    local.statics.data_parallel = 1;
+    local.statics.device_head_blocks = false;
+    groups.plans[node].emplace(build_own(share, local));
+    node_seconds[node] = kept_own(*groups.plans[node])->seconds();
     if (static_cast<double>(share.batch().max_length()) > bound) {
       cut_nodes.push_back(node);
     } else {
@@ -149,28 +190,99 @@ BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options
   if (!options.search.partitions) cut_nodes.clear();
   for (const std::size_t node : cut_nodes) {
     if (node_seconds[node] <= settled) break;
-    PlanOptions partitioned = node_options[node];
+    PlanOptions partitioned = groups.options[node];
     partitioned.search.partitions = true;
     partitioned.search.packed_layout = false;
-    BuiltPlan cut = build_own(*share_workloads[node], partitioned);
+    BuiltPlan cut = build_own(*groups.workloads[node], partitioned);
     const double seconds = kept_own(cut)->seconds();
     if (seconds < node_seconds[node]) {
       node_seconds[node] = seconds;
-      groups[node].emplace(std::move(cut));
+      groups.plans[node].emplace(std::move(cut));
     }
     settled = std::max(settled, node_seconds[node]);
   }
-  // Each node's plan as its search made it, its schedules' stages and launches its own.
-  std::vector<GroupPlan> joined;
-  for (std::size_t node = 0; node < shares.size(); ++node) {
-    if (!groups[node]) continue;
-    joined.push_back(
-        {&*groups[node], static_cast<DeviceId>(node) * shape.devices_per_node, shares[node]});
+  // dcp's selection also runs the static strategies on a node's share: a node whose share is one
+  // long sequence and a few short ones may run Ulysses faster than any plan of dcp's own. The
+  // joined plan ends each pass with its slowest node's (the rest of the layer included), so only
+  // a node that ends a pass is tried, the slowest first, and keeps a static plan only where that
+  // is faster on the node and leaves the joined step no longer.
+  if (options.strategy == Strategy::kDcp) {
+    std::vector<sim::LockstepPasses> passes(shares.size());
+    for (std::size_t node = 0; node < shares.size(); ++node) {
+      if (!groups.plans[node]) continue;
+      const OwnCandidate& own = *kept_own(*groups.plans[node]);
+      passes[node] = {own.forward_step(), own.backward_step()};
+    }
+    std::vector<bool> tried(shares.size(), false);
+    while (true) {
+      const sim::LockstepPasses slowest = slowest_passes(passes, shares.size());
+      std::optional<std::size_t> next;
+      for (std::size_t node = 0; node < shares.size(); ++node) {
+        const bool ends_a_pass =
+            passes[node].forward >= slowest.forward || passes[node].backward >= slowest.backward;
+        if (groups.plans[node] && !tried[node] && ends_a_pass &&
+            (!next || node_seconds[node] > node_seconds[*next])) {
+          next = node;
+        }
+      }
+      if (!next) break;
+      const std::size_t node = *next;
+      tried[node] = true;
+      // Selected at the static strategies' own head blocks (a quarter of the work units where a
+      // device computes 4 heads, the same simulated time), the kept one built again at the share's.
+      PlanOptions selecting = groups.options[node];
+      selecting.statics.device_head_blocks = true;
+      BuiltPlan selected =
+          select_plan(*groups.workloads[node], selecting, BuiltPlan(*groups.plans[node]));
+      if (selected.selection.kept == to_string(Strategy::kDcp)) continue;
+      const PlanCandidate& kept = kept_candidate(selected.selection);
+      const sim::LockstepPasses others = slowest_passes(passes, node);
+      const auto joined = [&](double forward, double backward) {
+        return std::max(others.forward, forward) + std::max(others.backward, backward);
+      };
+      // Not longer, and the node faster: nodes of like shares each shorten the step only once
+      // all of them run the faster plan.
+      if (joined(kept.forward_step(), kept.backward_step()) <=
+              joined(passes[node].forward, passes[node].backward) &&
+          kept.seconds() < node_seconds[node]) {
+        passes[node] = {kept.forward_step(), kept.backward_step()};
+        node_seconds[node] = kept.seconds();
+        PlanOptions chosen = groups.options[node];
+        chosen.strategy = parse_strategy(selected.selection.kept);
+        groups.plans[node].emplace(build_one_plan(*groups.workloads[node], chosen));
+        groups.plans[node]->selection = std::move(selected.selection);
+      }
+    }
   }
-  const double groups_ms = ms_since(start);
-  BuiltPlan built = join_group_plans(workload, joined, options);
-  built.timings.partition_ms += groups_ms;
-  built.timings.total_ms += groups_ms;
+  const double nodes_ms = ms_since(start);
+  groups.joined.emplace(join_nodes(workload, options, groups.plans, shares));
+  groups.joined->timings.partition_ms += nodes_ms;
+  groups.joined->timings.total_ms += nodes_ms;
+  return groups;
+}
+
+BuiltPlan node_groups_in(const Workload& workload, const PlanOptions& options,
+                         const NodeGroups& groups, DType partial_dtype) {
+  const auto start = Clock::now();
+  std::vector<std::optional<BuiltPlan>> plans(groups.plans.size());
+  for (std::size_t node = 0; node < plans.size(); ++node) {
+    if (!groups.plans[node]) continue;
+    const BuiltPlan& plan = *groups.plans[node];
+    PlanOptions local = groups.options[node];
+    local.partial_dtype = partial_dtype;
+    if (plan.selection.kept == to_string(Strategy::kDcp)) {
+      plans[node].emplace(build_on_placement(plan, local, partial_dtype));
+    } else {
+      local.strategy = parse_strategy(plan.selection.kept);
+      plans[node].emplace(build_one_plan(*groups.workloads[node], local));
+    }
+  }
+  PlanOptions joined_options = options;
+  joined_options.partial_dtype = partial_dtype;
+  const double nodes_ms = ms_since(start);
+  BuiltPlan built = join_nodes(workload, joined_options, plans, groups.shares);
+  built.timings.partition_ms += nodes_ms;
+  built.timings.total_ms += nodes_ms;
   return built;
 }
 

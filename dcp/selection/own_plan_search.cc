@@ -121,7 +121,9 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     const sim::PlanSimulation simulation = sim::simulate(built.plan, options.cluster);
     candidate.forward_seconds = simulation.forward.seconds;
     candidate.backward_seconds = simulation.backward.seconds;
-    candidate.token_seconds = token_seconds_of(built, simulation, options);
+    const sim::LockstepPasses token = token_seconds_of(built, simulation, options);
+    candidate.token_seconds = token.forward + token.backward;
+    candidate.token_forward_seconds = token.forward;
     candidate.plan_ms = ms_since(started);
     tried.push_back(candidate);
     if (runners_up != nullptr && candidate.layout == "partition") {
@@ -137,7 +139,10 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     if (!best || candidate.seconds() < tried[kept_index].seconds()) {
       best = std::move(built);
       kept_index = tried.size() - 1;
-      fp32_may_gain = false;
+      // The conversions fp32 would save, both passes' busiest devices', and whether in some pass
+      // they take longer than what fp32 would lengthen.
+      double converting = 0;
+      bool outlasts_transfers = false;
       for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
         const sim::PassSimulation& simulated =
             pass == Pass::kForward ? simulation.forward : simulation.backward;
@@ -145,11 +150,13 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
         for (const sim::DeviceTimeline& device : simulated.devices) {
           convert = std::max(convert, device.convert_seconds);
         }
-        fp32_may_gain |=
-            convert >= kFp32PartialsMinGain * candidate.seconds() &&
+        converting += convert;
+        outlasts_transfers |=
             convert > simulated.critical_transfer_seconds *
                           partial_share(pass_traffic(best->plan.header, best->plan.programs(pass)));
       }
+      fp32_may_gain =
+          outlasts_transfers && converting >= kFp32PartialsMinGain * candidate.seconds();
     }
   };
   const std::optional<NodeDeal> deal =
@@ -218,16 +225,23 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       started = Clock::now();
     }
   }
+  // The node groups' own plans where the kept plan joins them (its fp32 retry plans them again).
+  std::optional<NodeGroups> kept_groups;
+  const auto consider_groups = [&](NodeGroups groups, std::string_view layout,
+                                   Clock::time_point started) {
+    consider(std::move(*groups.joined), {std::string(layout), 0, storage, false}, started);
+    groups.joined.reset();
+    if (kept_index + 1 == tried.size()) kept_groups.emplace(std::move(groups));
+  };
   if (deal) {
     const auto started = Clock::now();
-    consider(build_node_groups(workload, options, *deal),
-             {std::string(kNodeGroupsLayout), 0, storage, false}, started);
+    consider_groups(build_node_groups(workload, options, *deal), kNodeGroupsLayout, started);
   }
   if (options.search.node_groups) {
     const auto started = Clock::now();
     if (const std::optional<NodeDeal> at_limit = node_shares_at_limit(workload, options)) {
-      consider(build_node_groups(workload, options, *at_limit),
-               {std::string(kNodeGroupsAtLimitLayout), 0, storage, false}, started);
+      consider_groups(build_node_groups(workload, options, *at_limit), kNodeGroupsAtLimitLayout,
+                      started);
     }
   }
   if (structured) {
@@ -251,18 +265,21 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
   // Narrow partials halve their bytes but cost a conversion kernel on each side of every launch
   // that moves them; where a pass is compute-bound that costs more than the bytes save. So the
   // fastest plan is also tried with partials in fp32 (its placement kept), unless the dtype was
-  // asked for, or in no pass its busiest device's conversions take both kFp32PartialsMinGain of
-  // its time and longer than the part of the pass's critical-path transfers that fp32 lengthens:
-  // those transfers times the pass's share of partial bytes (partial_share). (Against the whole
-  // critical transfers, the retry would be skipped on batches where it wins, docs/scheduling.md.)
+  // asked for, or its busiest devices' conversions over both passes take less than
+  // kFp32PartialsMinGain of its time, or in no pass longer than the part of the pass's
+  // critical-path transfers that fp32 lengthens: those transfers times the pass's share of partial
+  // bytes (partial_share). (Against the whole critical transfers, the retry would be skipped on
+  // batches where it wins, docs/scheduling.md.)
   if (!options.partial_dtype && storage != DType::kFp32 && fp32_may_gain &&
       sends_partials(best->plan)) {
     const auto started = Clock::now();
     OwnCandidate fp32 = tried[kept_index];
     fp32.partial_dtype = DType::kFp32;
-    if (fp32.layout == "partition" || fp32.layout == kPackedLayout ||
-        fp32.layout == kPackedBestFitLayout || fp32.layout == kNodeGroupsLayout ||
-        fp32.layout == kNodeGroupsAtLimitLayout) {
+    if (fp32.layout == kNodeGroupsLayout || fp32.layout == kNodeGroupsAtLimitLayout) {
+      // Each node's plan in fp32, keeping its own schedules (or its static strategy's).
+      consider(node_groups_in(workload, options, *kept_groups, DType::kFp32), fp32, started);
+    } else if (fp32.layout == "partition" || fp32.layout == kPackedLayout ||
+               fp32.layout == kPackedBestFitLayout) {
       consider(build_on_placement(*best, options, DType::kFp32), fp32, started);
     } else {
       PlanOptions fp32_options = options;

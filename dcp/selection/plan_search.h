@@ -57,10 +57,10 @@ inline constexpr TokenCount kBlockSizeSweep[] = {1024, 2048, 4096};
 // the fastest under the simulator (unless `plan` names its block sizes already). The one home of
 // this rule, for plan_request, the command line and the benchmark suites alike.
 void sweep_block_sizes_when_automatic(PlanOptions& plan, bool automatic_block_size);
-// dcp's fastest plan is also tried with partials in fp32 (PlanOptions::partial_dtype unset) where,
-// in a pass, its busiest device's conversions of partials take at least this share of its
-// simulated time, and longer than the transfers on that pass's critical path times the pass's
-// share of partial bytes (what fp32 would lengthen).
+// dcp's fastest plan is also tried with partials in fp32 (PlanOptions::partial_dtype unset) where
+// its busiest devices' conversions of partials, over both passes, take at least this share of its
+// simulated time, and in some pass longer than the transfers on that pass's critical path times the
+// pass's share of partial bytes (what fp32 would lengthen).
 inline constexpr double kFp32PartialsMinGain = 0.01;
 // dcp's kRetryPartitions fastest partitions are placed again at this compute balance (device
 // compute <= 1.2 x the mean) where PlacementOptions::eps_compute allows more, and kept if faster

@@ -8,6 +8,7 @@
 
 #include "dcp/selection/plan_search.h"
 #include "dcp/sim/simulator.h"
+#include "dcp/sim/step_model.h"
 
 namespace dcp::plan_search {
 
@@ -30,11 +31,11 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
 // size below 1.
 std::vector<TokenCount> searched_block_sizes(const Workload& workload, const PlanOptions& options);
 
-// What the rest of the layer adds to `built`'s simulated passes: sim::lockstep_layer_seconds
-// over its devices (their Programs' ends, the rest for the tokens each holds) less the passes'
-// times (0 without PlanOptions::token_flops). Throws InvalidInput as placement_options_of does.
-double token_seconds_of(const BuiltPlan& built, const sim::PlanSimulation& simulation,
-                        const PlanOptions& options);
+// What the rest of the layer adds to each of `built`'s simulated passes: sim::lockstep_passes
+// over its devices (their Programs' ends, the rest for the tokens each holds) less the pass's
+// time (0 without PlanOptions::token_flops). Throws InvalidInput as placement_options_of does.
+sim::LockstepPasses token_seconds_of(const BuiltPlan& built, const sim::PlanSimulation& simulation,
+                                     const PlanOptions& options);
 
 // The batch's sequences dealt whole to the nodes by their work (deal_by_work: attention pairs and
 // the rest of the layer per token), each node holding at most device_bound x its devices' tokens;
@@ -58,9 +59,23 @@ std::optional<NodeDeal> node_shares(const Workload& workload, const PlanOptions&
 std::optional<NodeDeal> node_shares_at_limit(const Workload& workload, const PlanOptions& options);
 
 // dcp's own plan in node groups (kNodeGroupsLayout, plan_search.h) on `deal` with build_own's
-// options, its Programs compiled.
-BuiltPlan build_node_groups(const Workload& workload, const PlanOptions& options,
-                            const NodeDeal& deal);
+// options: each node's plan, and the plan of the whole cluster they join into. Under kDcp a node
+// may run a static strategy, its layout at the node's own head blocks.
+struct NodeGroups {
+  NodeShares shares;  // the deal's
+  // Per node (nothing where the deal gave it no sequence): its share, the options it was planned
+  // with and its plan.
+  std::vector<std::optional<Workload>> workloads;
+  std::vector<PlanOptions> options;
+  std::vector<std::optional<BuiltPlan>> plans;
+  std::optional<BuiltPlan> joined;  // its Programs compiled
+};
+NodeGroups build_node_groups(const Workload& workload, const PlanOptions& options,
+                             const NodeDeal& deal);
+// The same nodes' plans with partials in `partial_dtype`, joined: dcp's own built again on its
+// placement, a static strategy's layout again.
+BuiltPlan node_groups_in(const Workload& workload, const PlanOptions& options,
+                         const NodeGroups& groups, DType partial_dtype);
 
 // The own candidate build_own kept, the first fastest of plan.own_candidates (whose simulated
 // times are the plan's), or nullptr where none was simulated (one block size).

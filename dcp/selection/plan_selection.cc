@@ -41,11 +41,13 @@ std::vector<sim::DeviceLayer> device_layers(const BuiltPlan& built,
 
 namespace plan_search {
 
-double token_seconds_of(const BuiltPlan& built, const sim::PlanSimulation& simulation,
-                        const PlanOptions& options) {
-  if (seconds_per_token(options) == 0) return 0;
-  return std::max(0.0, sim::lockstep_layer_seconds(device_layers(built, simulation, options)) -
-                           simulation.seconds());
+sim::LockstepPasses token_seconds_of(const BuiltPlan& built, const sim::PlanSimulation& simulation,
+                                     const PlanOptions& options) {
+  if (seconds_per_token(options) == 0) return {};
+  const sim::LockstepPasses passes =
+      sim::lockstep_passes(device_layers(built, simulation, options));
+  return {std::max(0.0, passes.forward - simulation.forward.seconds),
+          std::max(0.0, passes.backward - simulation.backward.seconds)};
 }
 
 }  // namespace plan_search
@@ -57,7 +59,9 @@ PlanCandidate simulated(const BuiltPlan& built, std::string strategy, const Plan
   const sim::PlanSimulation simulation = sim::simulate(built.plan, options.cluster);
   PlanCandidate candidate{std::move(strategy),        true, "", true, 0, simulation.forward.seconds,
                           simulation.backward.seconds};
-  candidate.token_seconds = plan_search::token_seconds_of(built, simulation, options);
+  const sim::LockstepPasses token = plan_search::token_seconds_of(built, simulation, options);
+  candidate.token_seconds = token.forward + token.backward;
+  candidate.token_forward_seconds = token.forward;
   candidate.estimate_seconds = candidate.seconds();
   return candidate;
 }
@@ -71,6 +75,7 @@ BuiltPlan select_static(const Workload& workload, const PlanOptions& options, Bu
   if (const OwnCandidate* kept = plan_search::kept_own(best)) {
     PlanCandidate own{"dcp", true, "", true, 0, kept->forward_seconds, kept->backward_seconds};
     own.token_seconds = kept->token_seconds;
+    own.token_forward_seconds = kept->token_forward_seconds;
     selection.candidates.push_back(own);
   } else {  // one block size: not simulated yet
     selection.candidates.push_back(simulated(best, "dcp", options));

@@ -159,9 +159,13 @@ StepRates fit_step_rates(const TransformerConfig& model, const ClusterSpec& gpus
 }
 
 double lockstep_layer_seconds(std::span<const DeviceLayer> devices) {
+  const LockstepPasses passes = lockstep_passes(devices);
+  return passes.forward + passes.backward;
+}
+
+LockstepPasses lockstep_passes(std::span<const DeviceLayer> devices) {
   if (devices.empty()) throw InvalidInput("a layer's step needs a device");
-  double forward = 0;
-  double backward = 0;
+  LockstepPasses passes;
   for (std::size_t d = 0; d < devices.size(); ++d) {
     const DeviceLayer& device = devices[d];
     for (const double seconds : {device.forward, device.backward, device.rest}) {
@@ -170,10 +174,10 @@ double lockstep_layer_seconds(std::span<const DeviceLayer> devices) {
                            std::to_string(seconds) + " s");
       }
     }
-    forward = std::max(forward, device.forward + device.rest / 3);
-    backward = std::max(backward, device.backward + 2 * device.rest / 3);
+    passes.forward = std::max(passes.forward, device.forward + device.rest / 3);
+    passes.backward = std::max(passes.backward, device.backward + 2 * device.rest / 3);
   }
-  return forward + backward;
+  return passes;
 }
 
 }  // namespace dcp::sim

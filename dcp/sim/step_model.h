@@ -92,6 +92,14 @@ struct DeviceLayer {
 // is twice its forward). At least the passes' own times; at most those plus the largest rest.
 // Throws InvalidInput for no devices or a negative or non-finite time.
 double lockstep_layer_seconds(std::span<const DeviceLayer> devices);
+// The same layer's two passes apart: what each takes with its share of the rest (their sum is
+// lockstep_layer_seconds). Devices that run apart from each other, in groups, go from layer to
+// layer as one when each pass ends with the slowest group's: per pass, the most of the groups'.
+struct LockstepPasses {
+  double forward = 0;
+  double backward = 0;
+};
+LockstepPasses lockstep_passes(std::span<const DeviceLayer> devices);
 
 // A measured step and what the model knows of it, for fitting StepRates.
 struct MeasuredStep {

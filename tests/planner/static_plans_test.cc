@@ -21,6 +21,7 @@
 #include "dcp/planner/schedule/schedule.h"
 #include "dcp/program/program_stats.h"
 #include "dcp/program/verifier/verifier.h"
+#include "dcp/sim/simulator.h"
 
 namespace dcp {
 namespace {
@@ -150,6 +151,33 @@ TEST(StaticPlans, GroupTheHeadsADeviceComputesIntoOneHeadBlock) {
   // 6 q / 2 kv heads on pairs: each device's 3 q heads read one kv head.
   const Workload six = make({500, 90}, MaskKind::kCausal, 6, 2);
   EXPECT_EQ(static_plan(Strategy::kTe, six, {1, 4}).workload.heads().head_block_size(), 3);
+}
+
+// At the workload's own head blocks (StaticOptions::device_head_blocks false, so that the plan
+// joins plans of dcp's): the same tiles in more work units, and the same simulated passes.
+TEST(StaticPlans, AtTheWorkloadsHeadBlocksSimulateAsAtTheDevicesOwn) {
+  const Workload workload = make({3000, 700, 40});
+  for (const Strategy strategy : {Strategy::kUlysses, Strategy::kZigzag, Strategy::kTe}) {
+    PlanOptions options;
+    options.strategy = strategy;
+    options.cluster = cluster_preset("a100-p4de");
+    options.cluster.shape = {1, 4};
+    const BuiltPlan grouped = build_one_plan(workload, options);
+    options.statics.device_head_blocks = false;
+    const BuiltPlan fine = build_one_plan(workload, options);
+    const std::string name(to_string(strategy));
+    EXPECT_GT(grouped.workload.heads().head_block_size(), 1) << name;
+    EXPECT_EQ(fine.workload.heads().head_block_size(), 1) << name;
+    EXPECT_EQ(fine.plan.header.head_block_size, 1) << name;
+    EXPECT_EQ(fine.workload.unmasked_pairs(), workload.unmasked_pairs()) << name;
+    EXPECT_TRUE(verify(fine.plan).ok) << name;
+    const sim::PlanSimulation coarse = sim::simulate(grouped.plan, options.cluster);
+    const sim::PlanSimulation split = sim::simulate(fine.plan, options.cluster);
+    EXPECT_NEAR(split.forward.seconds, coarse.forward.seconds, 1e-9 * coarse.forward.seconds)
+        << name;
+    EXPECT_NEAR(split.backward.seconds, coarse.backward.seconds, 1e-9 * coarse.backward.seconds)
+        << name;
+  }
 }
 
 TEST(TePlan, IsHybridWhenItsHeadGroupsAreNodes) {

@@ -303,6 +303,41 @@ TEST(JoinedGroupPlans, MatchDenseFp64AttentionForwardAndBackward) {
   }
 }
 
+// A group that runs a static strategy's layout at the workload's own head blocks joins a group of
+// dcp's own: Ulysses on one node (each device a quarter of the heads), dcp-pure on the other.
+TEST(JoinedGroupPlans, WithAStaticGroupMatchDenseFp64AttentionForwardAndBackward) {
+  std::uint64_t seed = 131;
+  for (const MaskKind kind : all_mask_kinds()) {
+    const Workload workload = runtime_workload(seed, kind);
+    std::vector<BuiltPlan> plans;
+    std::vector<GroupPlan> groups;
+    plans.reserve(2);
+    for (const Strategy strategy : {Strategy::kUlysses, Strategy::kDcpPure}) {
+      const auto g = static_cast<SeqIndex>(plans.size());
+      std::vector<std::size_t> sequences;
+      std::vector<TokenCount> lengths;
+      std::vector<SequenceMask> masks;
+      for (SeqIndex seq = g; seq < workload.batch().size(); seq += 2) {
+        sequences.push_back(static_cast<std::size_t>(seq));
+        lengths.push_back(workload.batch().length(seq));
+        masks.push_back(workload.mask(seq));
+      }
+      const Workload share(workload.shape(), SequenceBatch(std::move(lengths)), std::move(masks),
+                           64, 1);
+      PlanOptions options = runtime_plan_options(strategy, {1, 4});
+      options.statics.device_head_blocks = false;
+      plans.push_back(build_one_plan(share, options));
+      groups.push_back({&plans.back(), static_cast<DeviceId>(4 * g), std::move(sequences)});
+    }
+    ASSERT_EQ(plans.front().workload.heads().head_block_size(), 1);
+    const BuiltPlan joined =
+        join_group_plans(workload, groups, runtime_plan_options(Strategy::kDcpPure, {2, 4}));
+    ASSERT_TRUE(verify(joined.plan).ok) << to_string(kind);
+    expect_within(run_built(workload, joined, seed).errors, 1e-4, std::string(to_string(kind)));
+    ++seed;
+  }
+}
+
 // A pass of a plan with each device's own outputs of one stage last (own_outputs_last).
 struct OwnOutputsLastCase {
   BuiltPlan built;

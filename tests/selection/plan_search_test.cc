@@ -559,7 +559,9 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
   EXPECT_EQ(grouped->block_size, 0);
   const std::optional<plan_search::NodeDeal> deal = plan_search::node_shares(workload, options);
   ASSERT_TRUE(deal.has_value());
-  const std::optional<BuiltPlan> joined = plan_search::build_node_groups(workload, options, *deal);
+  const plan_search::NodeGroups groups = plan_search::build_node_groups(workload, options, *deal);
+  const std::optional<BuiltPlan>& joined = groups.joined;
+  ASSERT_TRUE(joined.has_value());
   EXPECT_TRUE(verify(joined->plan).ok);
   const sim::PlanSimulation simulated = sim::simulate(joined->plan, options.cluster);
   EXPECT_DOUBLE_EQ(simulated.forward.seconds, grouped->forward_seconds);
@@ -578,8 +580,8 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
   }
   EXPECT_EQ(joined->plan.forward.size(), 4u);
   // Deterministic: the same plan bytes again.
-  const BuiltPlan again = plan_search::build_node_groups(workload, options, *deal);
-  EXPECT_EQ(serialize_plan(again.plan), serialize_plan(joined->plan));
+  const plan_search::NodeGroups again = plan_search::build_node_groups(workload, options, *deal);
+  EXPECT_EQ(serialize_plan(again.joined->plan), serialize_plan(joined->plan));
   // One sequence of more than a node's share: no node groups; nor on one node.
   const Workload long_one = small_workload(SequenceBatch({900, 60, 40}), MaskKind::kCausal, 8, 2);
   EXPECT_FALSE(plan_search::node_shares(long_one, options).has_value());
@@ -598,6 +600,51 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
   options.search.packed_layout = false;
   options.search.structured_layouts = false;
   EXPECT_THROW(build_plan(workload, options), InvalidInput);
+}
+
+// Under kDcp a node of the node groups may run a static strategy where that is faster there and
+// leaves the step no longer: two nodes of a long and a short sequence each, where the rest of the
+// layer prices every token and dcp's 256-token blocks cannot split the tokens as evenly as Ulysses
+// does, each run Ulysses at the share's own head blocks. The joined plan verifies and is faster
+// than dcp-pure's node groups; its fp32 partials keep each node's layout. dcp-pure's nodes run
+// dcp's own plans.
+TEST(PlanSearch, NodeGroupsRunAStaticStrategyOnANodeWhereThatIsFaster) {
+  const Workload workload =
+      small_workload(SequenceBatch({1100, 300, 1100, 300}), MaskKind::kCausal, 8, 2);
+  PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 4});
+  options.search.block_sizes = {256};
+  options.token_flops = 350 * 4 * 128 * 8 * 512;
+  const std::optional<plan_search::NodeDeal> deal = plan_search::node_shares(workload, options);
+  ASSERT_TRUE(deal.has_value());
+  const plan_search::NodeGroups groups = plan_search::build_node_groups(workload, options, *deal);
+  const auto step = [&](const BuiltPlan& built) {
+    const sim::PlanSimulation simulated = sim::simulate(built.plan, options.cluster);
+    const sim::LockstepPasses rest = plan_search::token_seconds_of(built, simulated, options);
+    return simulated.seconds() + rest.forward + rest.backward;
+  };
+  ASSERT_EQ(groups.plans.size(), 2u);
+  for (const std::optional<BuiltPlan>& node : groups.plans) {
+    ASSERT_TRUE(node.has_value());
+    EXPECT_EQ(node->selection.kept, "ulysses");
+    EXPECT_EQ(node->workload.heads().head_block_size(), 1);
+  }
+  const BuiltPlan& joined = *groups.joined;
+  EXPECT_TRUE(verify(joined.plan).ok);
+  PlanOptions pure = options;
+  pure.strategy = Strategy::kDcpPure;
+  const plan_search::NodeGroups own = plan_search::build_node_groups(workload, pure, *deal);
+  for (const std::optional<BuiltPlan>& node : own.plans) EXPECT_EQ(node->selection.kept, "dcp");
+  EXPECT_LT(step(joined), step(*own.joined));
+
+  const BuiltPlan fp32 = plan_search::node_groups_in(workload, options, groups, DType::kFp32);
+  EXPECT_EQ(fp32.plan.header.partial_dtype, DType::kFp32);
+  EXPECT_EQ(joined.plan.header.partial_dtype, DType::kBf16);
+  EXPECT_TRUE(verify(fp32.plan).ok);
+  EXPECT_EQ(fp32.placement.token_block_device, joined.placement.token_block_device);
+  EXPECT_EQ(fp32.placement.work_unit_device, joined.placement.work_unit_device);
+  // Deterministic: the same plan bytes again.
+  EXPECT_EQ(serialize_plan(plan_search::build_node_groups(workload, options, *deal).joined->plan),
+            serialize_plan(joined.plan));
 }
 
 // A per-device token limit (PlacementOptions::max_device_tokens): below dcp's memory balance it
@@ -640,7 +687,7 @@ TEST(PlanSearch, APerDeviceTokenLimitBoundsThePlacementsAndDealsTheNodesUpToIt) 
   EXPECT_DOUBLE_EQ(deal->device_bound, static_cast<double>(options.placement.max_device_tokens));
   const BuiltPlan built = build_plan(workload, options);
   EXPECT_TRUE(has_layout(built, kNodeGroupsAtLimitLayout));
-  const BuiltPlan joined = plan_search::build_node_groups(workload, options, *deal);
+  const BuiltPlan joined = *plan_search::build_node_groups(workload, options, *deal).joined;
   EXPECT_TRUE(verify(joined.plan).ok);
   const std::vector<TokenCount> held = device_tokens(joined.workload, joined.placement);
   for (std::size_t node = 0; node < deal->shares.size(); ++node) {

@@ -122,11 +122,17 @@ TEST(StepModel, LockstepLayerEndsEachPassWithItsSlowestDevice) {
   const std::vector<DeviceLayer> heavy = {{4.0, 8.0, 3.0}, {1.0, 2.0, 30.0}};
   // Forward: max(5, 11) = 11; backward: max(10, 22) = 22.
   EXPECT_DOUBLE_EQ(lockstep_layer_seconds(heavy), 33.0);
+  // Its passes apart: the sum is the layer's.
+  EXPECT_DOUBLE_EQ(lockstep_passes(heavy).forward, 11.0);
+  EXPECT_DOUBLE_EQ(lockstep_passes(heavy).backward, 22.0);
+  EXPECT_DOUBLE_EQ(lockstep_passes(devices).forward, 5.0);
+  EXPECT_DOUBLE_EQ(lockstep_passes(devices).backward, 10.0);
   EXPECT_GE(lockstep_layer_seconds(heavy), 4.0 + 8.0);
   EXPECT_LE(lockstep_layer_seconds(heavy), 4.0 + 8.0 + 30.0);
   EXPECT_THROW(lockstep_layer_seconds({}), InvalidInput);
   const std::vector<DeviceLayer> negative = {{1.0, -1.0, 0.0}};
   EXPECT_THROW(lockstep_layer_seconds(negative), InvalidInput);
+  EXPECT_THROW(lockstep_passes(negative), InvalidInput);
 }
 
 }  // namespace

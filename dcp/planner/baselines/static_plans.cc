@@ -189,13 +189,15 @@ StaticPlan static_plan(Strategy strategy, const Workload& workload, const Cluste
   // Ring and Ulysses cut each sequence into C chunks, the others into 2C: zigzag over the ring,
   // each ring chunk split over the a devices of a head group.
   const bool zigzag = strategy != Strategy::kRing && strategy != Strategy::kUlysses;
-  StaticPlan plan{recut_sequences(workload, zigzag ? 2 * group_size : group_size, selection,
-                                  device_head_block_size(workload, layout)),
-                  Placement{},
-                  {},
-                  {},
-                  data_parallel,
-                  layout};
+  StaticPlan plan{
+      recut_sequences(workload, zigzag ? 2 * group_size : group_size, selection,
+                      options.device_head_blocks ? device_head_block_size(workload, layout)
+                                                 : workload.heads().head_block_size()),
+      Placement{},
+      {},
+      {},
+      data_parallel,
+      layout};
   Placement& placement = plan.placement;
   placement.cluster = cluster;
   const std::vector<std::int32_t> group_of = sequence_groups(workload.batch(), data_parallel);

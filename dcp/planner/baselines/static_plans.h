@@ -69,6 +69,10 @@ struct StaticOptions {
   // loongtrain: the inner ring's head groups (capped at R; must then divide R). 0: the head
   // groups per node.
   std::int32_t loongtrain_window = 0;
+  // One head block of the q heads each device of a head group computes, where they form a valid
+  // one (the systems run one kernel over them: fewer work units, the same tiles); false: the
+  // workload's own head blocks, so that the plan joins plans of dcp's (join_group_plans).
+  bool device_head_blocks = true;
 };
 StaticPlan static_plan(Strategy strategy, const Workload& workload, const ClusterShape& cluster,
                        const StaticOptions& options = {});

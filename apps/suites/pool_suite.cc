@@ -80,7 +80,6 @@ void price(const PoolOptions& options, LayoutStep& layout) {
 void add_group(LayoutStep& layout, const LayoutStep& group) {
   layout.devices.insert(layout.devices.end(), group.devices.begin(), group.devices.end());
   layout.max_device_tokens = std::max(layout.max_device_tokens, group.max_device_tokens);
-  layout.runs_static = layout.runs_static || group.runs_static;
 }
 
 // One group's plan of `lengths` with `strategy` on `cluster`: its devices and its step alone.
@@ -114,7 +113,6 @@ LayoutStep group_step(const PoolOptions& options, const ClusterSpec& cluster,
   price(options, step);
   step.detail = built.kept;
   // dcp's own plans are kept as "dcp" (or "dcp (block N)"), a static candidate by its name.
-  step.runs_static = !is_dcp(strategy) || !built.kept.starts_with("dcp");
   return step;
 }
 
@@ -154,6 +152,7 @@ TokenCount total_tokens(const std::vector<TokenCount>& lengths) {
 // micro-batch (as Megatron's scheduler does): it costs its time per token held.
 void carry_over(LayoutStep& layout, TokenCount held, TokenCount total) {
   layout.ms *= static_cast<double>(total) / static_cast<double>(held);
+  layout.carried = 1 - static_cast<double>(held) / static_cast<double>(total);
   if (held < total) {
     layout.detail += "; " +
                      format_percent(1 - static_cast<double>(held) / static_cast<double>(total)) +
@@ -161,69 +160,21 @@ void carry_over(LayoutStep& layout, TokenCount held, TokenCount total) {
   }
 }
 
-// Fixed groups of `group` devices, the samples dealt by work; each group's step from `plan`,
-// the layout's the slowest group's.
+// Fixed groups of `group` devices, the samples dealt by fixed_group_shares; each group's step
+// from `plan`, the layout's the slowest group's; what no group holds carries over to the next
+// micro-batch, as (b)'s does: the time per token held.
 template <typename PlanGroup>
 LayoutStep fixed_groups(const PoolOptions& options, const ClusterSpec& cluster,
                         const std::vector<TokenCount>& lengths, std::int32_t devices,
                         std::int32_t group, TokenCount device_tokens, PlanGroup plan) {
   LayoutStep layout;
-  const TokenCount capacity = static_cast<TokenCount>(group) * device_tokens;
-  std::vector<double> works, tokens;
-  for (const TokenCount n : lengths) {
-    works.push_back(sample_flops(options.model, n));
-    tokens.push_back(static_cast<double>(n));
+  const std::vector<std::vector<std::size_t>> shares =
+      fixed_group_shares(options.model, lengths, devices, group, device_tokens);
+  TokenCount held = 0;
+  for (const auto& share : shares) {
+    for (const std::size_t i : share) held += lengths[i];
   }
-  // By work; where that leaves samples out, by tokens if it holds more. What no group holds
-  // carries over to the next micro-batch, as (b)'s does: the time per token held.
-  const auto held_by = [&](const std::vector<std::vector<std::size_t>>& shares) {
-    TokenCount held = 0;
-    for (const auto& share : shares) {
-      for (const std::size_t i : share) held += lengths[i];
-    }
-    return held;
-  };
-  // A sample longer than a group's tokens at the bound, but within the memory limit, runs in a
-  // group of its own (it would never fit in a later micro-batch either); the rest are dealt to the
-  // other groups.
-  const auto limit = static_cast<TokenCount>(group) *
-                     static_cast<TokenCount>(
-                         std::floor((1 + kDefaultEpsMemory) * static_cast<double>(device_tokens)));
-  std::vector<std::vector<std::size_t>> alone;
-  std::vector<std::size_t> rest;
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    const bool oversize = lengths[i] > capacity && lengths[i] <= limit;
-    if (oversize && static_cast<std::int32_t>(alone.size()) < devices / group) {
-      alone.push_back({i});
-    } else {
-      rest.push_back(i);
-    }
-  }
-  const auto deal_rest = [&](const std::vector<double>& weights) {
-    std::vector<double> rest_weights;
-    std::vector<TokenCount> rest_lengths;
-    for (const std::size_t i : rest) {
-      rest_weights.push_back(weights[i]);
-      rest_lengths.push_back(lengths[i]);
-    }
-    std::vector<std::vector<std::size_t>> dealt = alone;
-    const auto others = devices / group - static_cast<std::int32_t>(alone.size());
-    if (others > 0 && !rest.empty()) {
-      for (std::vector<std::size_t> share :
-           deal_by_work(rest_weights, rest_lengths, others, capacity)) {
-        for (std::size_t& i : share) i = rest[i];
-        dealt.push_back(std::move(share));
-      }
-    }
-    return dealt;
-  };
-  std::vector<std::vector<std::size_t>> shares = deal_rest(works);
   const TokenCount total = total_tokens(lengths);
-  if (held_by(shares) < total) {
-    auto by_tokens = deal_rest(tokens);
-    if (held_by(by_tokens) > held_by(shares)) shares = std::move(by_tokens);
-  }
-  const TokenCount held = held_by(shares);
   if (held == 0) {
     layout.fits = false;
     layout.detail = "no sample fits a group";
@@ -345,6 +296,71 @@ std::string ms_or_na(const LayoutStep& step) {
 }
 
 }  // namespace
+
+std::vector<std::vector<std::size_t>> fixed_group_shares(const sim::TransformerConfig& model,
+                                                         const std::vector<TokenCount>& lengths,
+                                                         std::int32_t devices, std::int32_t group,
+                                                         TokenCount device_tokens) {
+  if (group < 1 || devices < group || devices % group != 0 || device_tokens < 1) {
+    throw InvalidInput("fixed groups of " + std::to_string(group) + " over " +
+                       std::to_string(devices) + " devices at " + std::to_string(device_tokens) +
+                       " tokens per device");
+  }
+  const std::int32_t groups = devices / group;
+  const TokenCount capacity = static_cast<TokenCount>(group) * device_tokens;
+  const TokenCount limit = static_cast<TokenCount>(group) *
+                           static_cast<TokenCount>(std::floor((1 + kDefaultEpsMemory) *
+                                                              static_cast<double>(device_tokens)));
+  std::vector<double> works, tokens;
+  for (const TokenCount n : lengths) {
+    works.push_back(sample_flops(model, n));
+    tokens.push_back(static_cast<double>(n));
+  }
+  // A sample longer than a group holds at the bound, but within the memory limit, runs in a group
+  // of its own (no later micro-batch would hold it either); the rest are dealt to the others.
+  std::vector<std::vector<std::size_t>> alone;
+  std::vector<std::size_t> rest;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const bool oversize = lengths[i] > capacity && lengths[i] <= limit;
+    if (oversize && static_cast<std::int32_t>(alone.size()) < groups) {
+      alone.push_back({i});
+    } else {
+      rest.push_back(i);
+    }
+  }
+  const auto deal_rest = [&](const std::vector<double>& weights) {
+    std::vector<double> rest_weights;
+    std::vector<TokenCount> rest_lengths;
+    for (const std::size_t i : rest) {
+      rest_weights.push_back(weights[i]);
+      rest_lengths.push_back(lengths[i]);
+    }
+    std::vector<std::vector<std::size_t>> dealt = alone;
+    const std::int32_t others = groups - static_cast<std::int32_t>(alone.size());
+    if (others > 0 && !rest.empty()) {
+      for (std::vector<std::size_t> share :
+           deal_by_work(rest_weights, rest_lengths, others, capacity)) {
+        for (std::size_t& i : share) i = rest[i];
+        dealt.push_back(std::move(share));
+      }
+    }
+    return dealt;
+  };
+  const auto held_by = [&](const std::vector<std::vector<std::size_t>>& shares) {
+    TokenCount held = 0;
+    for (const auto& share : shares) {
+      for (const std::size_t i : share) held += lengths[i];
+    }
+    return held;
+  };
+  // By work; where that leaves samples out, by tokens if it holds more.
+  std::vector<std::vector<std::size_t>> shares = deal_rest(works);
+  if (held_by(shares) < total_tokens(lengths)) {
+    std::vector<std::vector<std::size_t>> by_tokens = deal_rest(tokens);
+    if (held_by(by_tokens) > held_by(shares)) shares = std::move(by_tokens);
+  }
+  return shares;
+}
 
 std::vector<PoolWorkload> default_pool_workloads() {
   return {{LengthDistributionKind::kMegatronLogNormal, 2048},
@@ -654,10 +670,11 @@ std::string pool_markdown(const PoolOptions& options, const std::vector<PoolReco
     return v.size() == rs.size() ? format_fixed(median_of(v), 1) : std::string("n/a");
   };
   bool every_batch = true;
-  // Micro-batches where the pool is slower than a fixed layout, and those of them where that
-  // layout runs a static strategy's schedule in some group.
+  // Micro-batches where the pool is slower than a fixed layout, those of them where that layout
+  // carries tokens over, and the pool's least ratio to it.
   std::int32_t behind = 0;
-  std::int32_t behind_static = 0;
+  std::int32_t behind_carrying = 0;
+  double least = std::numeric_limits<double>::infinity();
   std::map<std::string, std::vector<double>> over_dynamic;  // per dataset
   std::string sanity;
   for (const auto& key : order) {
@@ -672,7 +689,8 @@ std::string pool_markdown(const PoolOptions& options, const std::vector<PoolReco
       if (!r->pool.fits || r->pool.ms > best * (1 + 1e-9)) {
         every_batch = false;
         ++behind;
-        if (fastest != nullptr && fastest->runs_static) ++behind_static;
+        if (fastest != nullptr && fastest->carried > 0) ++behind_carrying;
+        if (r->pool.fits) least = std::min(least, best / r->pool.ms);
       }
       if (r->dynamic.fits && r->pool.fits) dynamic_ratio.push_back(r->dynamic.ms / r->pool.ms);
       if (r->dynamic.fits && r->fixed4.fits) megatron_ratio.push_back(r->fixed4.ms / r->dynamic.ms);
@@ -719,10 +737,9 @@ std::string pool_markdown(const PoolOptions& options, const std::vector<PoolReco
         (every_batch
              ? std::string("met")
              : "**missed** (behind on " + std::to_string(behind) + " of " +
-                   std::to_string(records.size()) + "; on " + std::to_string(behind_static) +
-                   " of them the faster layout runs a static strategy's schedule in a group; "
-                   "the pool runs dcp's own plan or one static strategy in every node, not each "
-                   "node's own choice)") +
+                   std::to_string(records.size()) + ", at least " + format_fixed(least, 3) +
+                   " of the best; on " + std::to_string(behind_carrying) +
+                   " of them the faster layout carries tokens over to the next micro-batch)") +
         "\n";
   for (const auto& [dataset, ratios] : over_dynamic) {
     if (ratios.empty()) continue;

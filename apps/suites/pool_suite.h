@@ -60,9 +60,8 @@ struct LayoutStep {
   bool fits = true;
   std::string detail;  // the strategy, or what decided the layout
   TokenCount max_device_tokens = 0;
-  // Some group runs a static strategy's schedule (the fixed layouts' groups, dynamic CP's groups
-  // of more than one device, a group where dcp kept a static candidate).
-  bool runs_static = false;
+  // The share of the micro-batch's tokens it carries over to the next micro-batch (carry_over).
+  double carried = 0;
   std::vector<sim::DeviceLayer> devices;  // one layer of each device that holds tokens
 };
 
@@ -107,6 +106,17 @@ std::int32_t dynamic_group_size(TokenCount length, TokenCount device_tokens);
 // A sample's training FLOPs under `model`: the dense work of its tokens (forward and backward)
 // and its causal pairs' attention, every layer.
 double sample_flops(const sim::TransformerConfig& model, TokenCount length);
+
+// The samples dealt to the devices / group fixed groups of (a) and (c), largest work first
+// (sample_flops) to the least loaded group with room at the bound (group x device_tokens), or by
+// tokens where that holds more; a sample longer than the bound but within the memory limit
+// (1.2 x the bound) runs in a group of its own. What no group holds is left out (it carries over
+// to the next micro-batch). Throws InvalidInput unless group divides devices and device_tokens is
+// positive.
+std::vector<std::vector<std::size_t>> fixed_group_shares(const sim::TransformerConfig& model,
+                                                         const std::vector<TokenCount>& lengths,
+                                                         std::int32_t devices, std::int32_t group,
+                                                         TokenCount device_tokens);
 
 // A Megatron-style dynamic CP layout of a micro-batch over `devices` devices: each sample in a
 // group of dynamic_group_size devices, groups of one size sharing samples up to their capacity,

@@ -201,11 +201,12 @@ NodeGroups build_node_groups(const Workload& workload, const PlanOptions& option
     }
     settled = std::max(settled, node_seconds[node]);
   }
-  // dcp's selection also runs the static strategies on a node's share: a node whose share is one
-  // long sequence and a few short ones may run Ulysses faster than any plan of dcp's own. The
-  // joined plan ends each pass with its slowest node's (the rest of the layer included), so only
-  // a node that ends a pass is tried, the slowest first, and keeps a static plan only where that
-  // is faster on the node and leaves the joined step no longer.
+  // dcp's selection also runs the static strategies on a node's share where a few sequences are
+  // long (few_long_sequences, as for the structured layouts): a node whose share is one long
+  // sequence and a few short ones may run Ulysses faster than any plan of dcp's own. The joined
+  // plan ends each pass with its slowest node's (the rest of the layer included), so only a node
+  // that ends a pass is tried, the slowest first, and keeps a static plan only where that is
+  // faster on the node and leaves the joined step no longer.
   if (options.strategy == Strategy::kDcp) {
     std::vector<sim::LockstepPasses> passes(shares.size());
     for (std::size_t node = 0; node < shares.size(); ++node) {
@@ -221,6 +222,7 @@ NodeGroups build_node_groups(const Workload& workload, const PlanOptions& option
         const bool ends_a_pass =
             passes[node].forward >= slowest.forward || passes[node].backward >= slowest.backward;
         if (groups.plans[node] && !tried[node] && ends_a_pass &&
+            few_long_sequences(*groups.workloads[node]) &&
             (!next || node_seconds[node] > node_seconds[*next])) {
           next = node;
         }

@@ -197,15 +197,26 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
       }
     }
   }
+  // The packings run at the smallest block size searched, and where the rest of the layer prices
+  // every token also at half of it: the sequences they must cut then split into finer pieces,
+  // which balance the devices' tokens closer (not where the node groups suffice, whose nodes'
+  // searches do that).
+  std::vector<TokenCount> packing_sizes;
   if (options.search.packed_layout && !sizes.empty()) {
-    const TokenCount size = *std::min_element(sizes.begin(), sizes.end());
+    const TokenCount smallest = *std::min_element(sizes.begin(), sizes.end());
+    packing_sizes.push_back(smallest);
+    if (options.token_flops > 0 && smallest > 1 && !groups_suffice) {
+      packing_sizes.push_back(smallest / 2);
+    }
+  }
+  for (const TokenCount size : packing_sizes) {
     const TokenCount largest = *std::max_element(sizes.begin(), sizes.end());
     auto started = Clock::now();
     std::optional<Workload> cut;
     try {
       cut.emplace(reblocked(workload, size));
     } catch (const InvalidInput&) {
-      // Too many blocks at the smallest size; the partitions above found a size that fits.
+      // Too many blocks at this size; the partitions above found a size that fits.
     }
     for (const auto& [rule, name] : {std::pair{PackingRule::kLeastWork, kPackedLayout},
                                      std::pair{PackingRule::kBestFit, kPackedBestFitLayout}}) {

@@ -604,15 +604,15 @@ TEST(PlanSearch, TriesSequencesDealtWholeToNodesEachPlannedAlone) {
 
 // Under kDcp a node of the node groups may run a static strategy where that is faster there and
 // leaves the step no longer: two nodes of a long and a short sequence each, where the rest of the
-// layer prices every token and dcp's 256-token blocks cannot split the tokens as evenly as Ulysses
-// does, each run Ulysses at the share's own head blocks. The joined plan verifies and is faster
-// than dcp-pure's node groups; its fp32 partials keep each node's layout. dcp-pure's nodes run
-// dcp's own plans.
+// layer prices every token and dcp's 512-token blocks (and the packings' 256) cannot split the
+// tokens as evenly as Ulysses does, each run Ulysses at the share's own head blocks. The joined
+// plan verifies and is faster than dcp-pure's node groups; its fp32 partials keep each node's
+// layout. dcp-pure's nodes run dcp's own plans.
 TEST(PlanSearch, NodeGroupsRunAStaticStrategyOnANodeWhereThatIsFaster) {
   const Workload workload =
       small_workload(SequenceBatch({1100, 300, 1100, 300}), MaskKind::kCausal, 8, 2);
   PlanOptions options = a100_plan_options(Strategy::kDcp, {2, 4});
-  options.search.block_sizes = {256};
+  options.search.block_sizes = {512};
   options.token_flops = 350 * 4 * 128 * 8 * 512;
   const std::optional<plan_search::NodeDeal> deal = plan_search::node_shares(workload, options);
   ASSERT_TRUE(deal.has_value());
@@ -721,7 +721,8 @@ TEST(PlanSearch, APerDeviceTokenLimitBoundsThePlacementsAndDealsTheNodesUpToIt) 
 // searches, by each of packed_placement's rules, with the sequences it keeps whole on a device cut
 // again at the largest (whole_sequences_reblocked): the very plans built on those placements
 // alone, kept where one is the fastest. Whole sequences in larger blocks run fewer tiles, so the
-// plan at the smallest blocks alone is slower.
+// plan at the smallest blocks alone is slower. Where the rest of the layer is priced, the packings
+// also run at half the smallest size.
 TEST(PlanSearch, TriesSequencesPackedWholeAtTheLargestBlockSizeCutAtTheSmallest) {
   std::vector<TokenCount> lengths = {900, 700};                 // cut over devices
   for (int i = 0; i < 12; ++i) lengths.push_back(100 + 2 * i);  // whole, 2 blocks of 64 or 1 of 128
@@ -754,6 +755,19 @@ TEST(PlanSearch, TriesSequencesPackedWholeAtTheLargestBlockSizeCutAtTheSmallest)
   double fastest = built.own_candidates.front().seconds();
   for (const OwnCandidate& c : built.own_candidates) fastest = std::min(fastest, c.seconds());
   EXPECT_DOUBLE_EQ(sim::simulate(built.plan, options.cluster).seconds(), fastest);
+  // Where the rest of the layer prices every token, the packings also run at half the smallest
+  // size (32); without it, at the smallest alone.
+  const auto packing_sizes = [](const BuiltPlan& plan) {
+    std::set<TokenCount> sizes;
+    for (const OwnCandidate& c : plan.own_candidates) {
+      if (c.layout.find("packed") != std::string::npos) sizes.insert(c.block_size);
+    }
+    return sizes;
+  };
+  EXPECT_EQ(packing_sizes(built), (std::set<TokenCount>{64}));
+  PlanOptions priced = options;
+  priced.token_flops = 3.5 * 4 * 128 * 8 * 512;
+  EXPECT_EQ(packing_sizes(build_plan(workload, priced)), (std::set<TokenCount>{32, 64}));
   options.search.packed_layout = false;
   for (const OwnCandidate& c : build_plan(workload, options).own_candidates)
     EXPECT_EQ(c.layout.find("packed"), std::string::npos);

@@ -148,15 +148,23 @@ TokenCount total_tokens(const std::vector<TokenCount>& lengths) {
   return total;
 }
 
+// The tokens of the samples `shares` hold.
+TokenCount held_tokens(const std::vector<TokenCount>& lengths,
+                       const std::vector<std::vector<std::size_t>>& shares) {
+  TokenCount held = 0;
+  for (const std::vector<std::size_t>& share : shares) {
+    for (const std::size_t i : share) held += lengths[i];
+  }
+  return held;
+}
+
 // A layout that holds `held` of a micro-batch's `total` tokens carries the rest over to the next
 // micro-batch (as Megatron's scheduler does): it costs its time per token held.
 void carry_over(LayoutStep& layout, TokenCount held, TokenCount total) {
   layout.ms *= static_cast<double>(total) / static_cast<double>(held);
   layout.carried = 1 - static_cast<double>(held) / static_cast<double>(total);
   if (held < total) {
-    layout.detail += "; " +
-                     format_percent(1 - static_cast<double>(held) / static_cast<double>(total)) +
-                     " of the tokens carried over";
+    layout.detail += "; " + format_percent(layout.carried) + " of the tokens carried over";
   }
 }
 
@@ -170,10 +178,7 @@ LayoutStep fixed_groups(const PoolOptions& options, const ClusterSpec& cluster,
   LayoutStep layout;
   const std::vector<std::vector<std::size_t>> shares =
       fixed_group_shares(options.model, lengths, devices, group, device_tokens);
-  TokenCount held = 0;
-  for (const auto& share : shares) {
-    for (const std::size_t i : share) held += lengths[i];
-  }
+  const TokenCount held = held_tokens(lengths, shares);
   const TokenCount total = total_tokens(lengths);
   if (held == 0) {
     layout.fits = false;
@@ -346,18 +351,12 @@ std::vector<std::vector<std::size_t>> fixed_group_shares(const sim::TransformerC
     }
     return dealt;
   };
-  const auto held_by = [&](const std::vector<std::vector<std::size_t>>& shares) {
-    TokenCount held = 0;
-    for (const auto& share : shares) {
-      for (const std::size_t i : share) held += lengths[i];
-    }
-    return held;
-  };
   // By work; where that leaves samples out, by tokens if it holds more.
   std::vector<std::vector<std::size_t>> shares = deal_rest(works);
-  if (held_by(shares) < total_tokens(lengths)) {
+  const TokenCount held = held_tokens(lengths, shares);
+  if (held < total_tokens(lengths)) {
     std::vector<std::vector<std::size_t>> by_tokens = deal_rest(tokens);
-    if (held_by(by_tokens) > held_by(shares)) shares = std::move(by_tokens);
+    if (held_tokens(lengths, by_tokens) > held) shares = std::move(by_tokens);
   }
   return shares;
 }

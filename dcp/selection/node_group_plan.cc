@@ -115,6 +115,63 @@ BuiltPlan join_nodes(const Workload& workload, const PlanOptions& options,
   return join_group_plans(workload, joined, options);
 }
 
+// Under kDcp, dcp's selection also runs the static strategies on a node's share where a few
+// sequences are long (few_long_sequences, as for the structured layouts): a node whose share is one
+// long sequence and a few short ones may run Ulysses faster than any plan of dcp's own. The joined
+// plan ends each pass with its slowest node's (the rest of the layer included), so only a node
+// that ends a pass is tried, the slowest first, and keeps a static plan only where that is faster
+// on the node and leaves the joined step no longer. `node_seconds`: each node's plan's step alone,
+// updated where a node's plan changes.
+void run_static_strategies(NodeGroups& groups, std::vector<double>& node_seconds) {
+  std::vector<sim::LockstepPasses> passes(groups.plans.size());
+  for (std::size_t node = 0; node < groups.plans.size(); ++node) {
+    if (!groups.plans[node]) continue;
+    const OwnCandidate& own = *kept_own(*groups.plans[node]);
+    passes[node] = {own.forward_step(), own.backward_step()};
+  }
+  std::vector<bool> tried(groups.plans.size(), false);
+  while (true) {
+    const sim::LockstepPasses slowest = slowest_passes(passes, groups.plans.size());
+    std::optional<std::size_t> next;
+    for (std::size_t node = 0; node < groups.plans.size(); ++node) {
+      const bool ends_a_pass =
+          passes[node].forward >= slowest.forward || passes[node].backward >= slowest.backward;
+      if (groups.plans[node] && !tried[node] && ends_a_pass &&
+          few_long_sequences(*groups.workloads[node]) &&
+          (!next || node_seconds[node] > node_seconds[*next])) {
+        next = node;
+      }
+    }
+    if (!next) break;
+    const std::size_t node = *next;
+    tried[node] = true;
+    // Selected at the static strategies' own head blocks (a quarter of the work units where a
+    // device computes 4 heads, the same simulated time), the kept one built again at the share's.
+    PlanOptions selecting = groups.options[node];
+    selecting.statics.device_head_blocks = true;
+    BuiltPlan selected =
+        select_plan(*groups.workloads[node], selecting, BuiltPlan(*groups.plans[node]));
+    if (selected.selection.kept == to_string(Strategy::kDcp)) continue;
+    const PlanCandidate& kept = kept_candidate(selected.selection);
+    const sim::LockstepPasses others = slowest_passes(passes, node);
+    const auto joined = [&](double forward, double backward) {
+      return std::max(others.forward, forward) + std::max(others.backward, backward);
+    };
+    // Not longer, and the node faster: nodes of like shares each shorten the step only once
+    // all of them run the faster plan.
+    if (joined(kept.forward_step(), kept.backward_step()) <=
+            joined(passes[node].forward, passes[node].backward) &&
+        kept.seconds() < node_seconds[node]) {
+      passes[node] = {kept.forward_step(), kept.backward_step()};
+      node_seconds[node] = kept.seconds();
+      PlanOptions chosen = groups.options[node];
+      chosen.strategy = parse_strategy(selected.selection.kept);
+      groups.plans[node].emplace(build_one_plan(*groups.workloads[node], chosen));
+      groups.plans[node]->selection = std::move(selected.selection);
+    }
+  }
+}
+
 }  // namespace
 
 std::optional<NodeDeal> node_shares(const Workload& workload, const PlanOptions& options) {
@@ -201,61 +258,7 @@ NodeGroups build_node_groups(const Workload& workload, const PlanOptions& option
     }
     settled = std::max(settled, node_seconds[node]);
   }
-  // dcp's selection also runs the static strategies on a node's share where a few sequences are
-  // long (few_long_sequences, as for the structured layouts): a node whose share is one long
-  // sequence and a few short ones may run Ulysses faster than any plan of dcp's own. The joined
-  // plan ends each pass with its slowest node's (the rest of the layer included), so only a node
-  // that ends a pass is tried, the slowest first, and keeps a static plan only where that is
-  // faster on the node and leaves the joined step no longer.
-  if (options.strategy == Strategy::kDcp) {
-    std::vector<sim::LockstepPasses> passes(shares.size());
-    for (std::size_t node = 0; node < shares.size(); ++node) {
-      if (!groups.plans[node]) continue;
-      const OwnCandidate& own = *kept_own(*groups.plans[node]);
-      passes[node] = {own.forward_step(), own.backward_step()};
-    }
-    std::vector<bool> tried(shares.size(), false);
-    while (true) {
-      const sim::LockstepPasses slowest = slowest_passes(passes, shares.size());
-      std::optional<std::size_t> next;
-      for (std::size_t node = 0; node < shares.size(); ++node) {
-        const bool ends_a_pass =
-            passes[node].forward >= slowest.forward || passes[node].backward >= slowest.backward;
-        if (groups.plans[node] && !tried[node] && ends_a_pass &&
-            few_long_sequences(*groups.workloads[node]) &&
-            (!next || node_seconds[node] > node_seconds[*next])) {
-          next = node;
-        }
-      }
-      if (!next) break;
-      const std::size_t node = *next;
-      tried[node] = true;
-      // Selected at the static strategies' own head blocks (a quarter of the work units where a
-      // device computes 4 heads, the same simulated time), the kept one built again at the share's.
-      PlanOptions selecting = groups.options[node];
-      selecting.statics.device_head_blocks = true;
-      BuiltPlan selected =
-          select_plan(*groups.workloads[node], selecting, BuiltPlan(*groups.plans[node]));
-      if (selected.selection.kept == to_string(Strategy::kDcp)) continue;
-      const PlanCandidate& kept = kept_candidate(selected.selection);
-      const sim::LockstepPasses others = slowest_passes(passes, node);
-      const auto joined = [&](double forward, double backward) {
-        return std::max(others.forward, forward) + std::max(others.backward, backward);
-      };
-      // Not longer, and the node faster: nodes of like shares each shorten the step only once
-      // all of them run the faster plan.
-      if (joined(kept.forward_step(), kept.backward_step()) <=
-              joined(passes[node].forward, passes[node].backward) &&
-          kept.seconds() < node_seconds[node]) {
-        passes[node] = {kept.forward_step(), kept.backward_step()};
-        node_seconds[node] = kept.seconds();
-        PlanOptions chosen = groups.options[node];
-        chosen.strategy = parse_strategy(selected.selection.kept);
-        groups.plans[node].emplace(build_one_plan(*groups.workloads[node], chosen));
-        groups.plans[node]->selection = std::move(selected.selection);
-      }
-    }
-  }
+  if (options.strategy == Strategy::kDcp) run_static_strategies(groups, node_seconds);
   const double nodes_ms = ms_since(start);
   groups.joined.emplace(join_nodes(workload, options, groups.plans, shares));
   groups.joined->timings.partition_ms += nodes_ms;

@@ -202,6 +202,7 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
   // which balance the devices' tokens closer (not where the node groups suffice, whose nodes'
   // searches do that).
   std::vector<TokenCount> packing_sizes;
+  const TokenCount largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
   if (options.search.packed_layout && !sizes.empty()) {
     const TokenCount smallest = *std::min_element(sizes.begin(), sizes.end());
     packing_sizes.push_back(smallest);
@@ -210,7 +211,6 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     }
   }
   for (const TokenCount size : packing_sizes) {
-    const TokenCount largest = *std::max_element(sizes.begin(), sizes.end());
     auto started = Clock::now();
     std::optional<Workload> cut;
     try {

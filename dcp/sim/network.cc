@@ -25,6 +25,9 @@ Network::Network(const CostModel& cost)
       link_bytes_(cost.spec()) {
   const std::size_t resources = 2 * devices_ + 2 * nics_;
   capacity_.resize(resources);
+  resource_classes_.resize(resources);
+  resource_seen_.assign(resources, 0);
+  local_resource_.assign(resources, 0);
   class_index_.assign(resources * resources, -1);
   for (std::size_t r = 0; r < resources; ++r) capacity_[r] = cost_.bandwidth(r >= 2 * devices_);
 }
@@ -56,10 +59,18 @@ bool Network::step(const std::vector<TransferEvent>& transfers, double& now,
       ended.push_back(link.ends.top().second);
       link.remove_message(message_of(transfers[index_of(link.ends.top().second)]));
       link.ends.pop();
+      changed_.push_back(c);
       if (c == ending) ending = classes_.size();  // only its first is forced
     }
   }
-  std::erase_if(active_, [&](std::size_t c) { return classes_[c].ends.empty(); });
+  std::erase_if(active_, [&](std::size_t c) {
+    if (!classes_[c].ends.empty()) return false;
+    for (const std::size_t r : {classes_[c].first, classes_[c].second}) {
+      std::vector<std::size_t>& on = resource_classes_[r];
+      on.erase(std::find(on.begin(), on.end(), c));
+    }
+    return true;
+  });
   while (!pending_.empty() && pending_.top().first <= now) {
     const std::int32_t id = pending_.top().second;
     pending_.pop();
@@ -70,8 +81,13 @@ bool Network::step(const std::vector<TransferEvent>& transfers, double& now,
     }
     const std::size_t c = class_of(transfer);
     LinkClass& link = classes_[c];
-    if (link.ends.empty()) active_.insert(std::lower_bound(active_.begin(), active_.end(), c), c);
+    if (link.ends.empty()) {
+      active_.insert(std::lower_bound(active_.begin(), active_.end(), c), c);
+      resource_classes_[link.first].push_back(c);
+      resource_classes_[link.second].push_back(c);
+    }
     link.add_message(message_of(transfer));
+    changed_.push_back(c);
     link.ends.push(
         {link.served + link_bytes_(transfer.bytes, transfer.inter_node, transfer.message_bytes),
          id});
@@ -109,57 +125,64 @@ std::size_t Network::class_of(const TransferEvent& transfer) {
 }
 
 void Network::allocate() {
-  std::vector<double>& capacity = scratch_capacity_;
-  std::vector<double>& load = scratch_load_;
-  std::vector<OpenClass>& open = scratch_open_;
-  std::vector<std::size_t>& used = scratch_used_;  // resources with load, in index order
-  capacity = capacity_;
-  load.assign(capacity.size(), 0.0);
-  open.clear();
-  for (const std::size_t c : active_) {
-    LinkClass& link = classes_[c];
-    link.rate = 0;
-    const auto n = static_cast<double>(link.ends.size());
-    load[link.first] += n;
-    load[link.second] += n;
-    // Its cap per transfer: its messages' caps shared by their transfers.
-    open.push_back(
-        {c, link.first, link.second, n, link.cap * static_cast<double>(link.messages.size()) / n});
+  // A class's rate depends only on the classes it shares link sides with, directly or through
+  // others: its component. Only the components of classes that changed are solved again, each on
+  // its own, so an event inside one node costs that node's links alone.
+  if (++epoch_ == 0) {  // wrapped: no mark may look current
+    std::fill(resource_seen_.begin(), resource_seen_.end(), 0);
+    std::fill(class_seen_.begin(), class_seen_.end(), 0);
+    epoch_ = 1;
   }
-  used.clear();
-  for (std::size_t r = 0; r < capacity.size(); ++r) {
-    if (load[r] > 0) used.push_back(r);
-  }
-  while (!open.empty()) {
-    std::size_t bottleneck = 0;
-    double share = std::numeric_limits<double>::infinity();
-    for (const std::size_t r : used) {
-      if (load[r] > 0 && capacity[r] / load[r] < share) {
-        share = capacity[r] / load[r];
-        bottleneck = r;
+  class_seen_.resize(classes_.size(), 0);
+  for (const std::size_t changed : changed_) {
+    const LinkClass& start = classes_[changed];
+    if (class_seen_[changed] == epoch_) continue;
+    std::vector<std::size_t>& resources = scratch_resources_;
+    std::vector<std::size_t>& members = scratch_members_;
+    resources.clear();
+    members.clear();
+    for (const std::size_t r : {start.first, start.second}) {
+      if (resource_seen_[r] == epoch_) continue;
+      resource_seen_[r] = epoch_;
+      resources.push_back(r);
+    }
+    for (std::size_t next = 0; next < resources.size(); ++next) {
+      for (const std::size_t c : resource_classes_[resources[next]]) {
+        if (class_seen_[c] == epoch_) continue;
+        class_seen_[c] = epoch_;
+        members.push_back(c);
+        for (const std::size_t r : {classes_[c].first, classes_[c].second}) {
+          if (resource_seen_[r] == epoch_) continue;
+          resource_seen_[r] = epoch_;
+          resources.push_back(r);
+        }
       }
     }
-    // Classes whose cap per transfer is below the fair share are fixed at their caps first
-    // (fixing one only raises the others' fair share, so all of them at once).
-    const bool any_capped =
-        std::any_of(open.begin(), open.end(), [&](const OpenClass& o) { return o.cap < share; });
-    std::erase_if(open, [&](const OpenClass& o) {
-      double rate = share;
-      if (any_capped) {
-        if (!(o.cap < share)) return false;
-        rate = o.cap;
-      } else if (o.first != bottleneck && o.second != bottleneck) {
-        return false;
-      }
-      classes_[o.index].rate = rate;
-      for (const std::size_t r : {o.first, o.second}) {
-        capacity[r] = std::max(0.0, capacity[r] - rate * o.transfers);
-        load[r] -= o.transfers;
-      }
-      return true;
-    });
-    std::erase_if(used, [&](std::size_t r) { return load[r] <= 0; });
+    class_seen_[changed] = epoch_;  // one that ended its last transfer has no component left
+    if (members.empty()) continue;
+    // The solver's ties go to the lower resource, and its rounding follows class order: both
+    // as over the whole network.
+    std::sort(resources.begin(), resources.end());
+    std::sort(members.begin(), members.end());
+    std::vector<double>& capacity = scratch_capacity_;
+    capacity.clear();
+    for (std::size_t i = 0; i < resources.size(); ++i) {
+      local_resource_[resources[i]] = i;
+      capacity.push_back(capacity_[resources[i]]);
+    }
+    std::vector<FairShareClass>& solved = scratch_classes_;
+    solved.clear();
+    for (const std::size_t c : members) {
+      const LinkClass& link = classes_[c];
+      const auto n = static_cast<double>(link.ends.size());
+      // Its cap per transfer: its messages' caps shared by their transfers.
+      solved.push_back({local_resource_[link.first], local_resource_[link.second], n,
+                        link.cap * static_cast<double>(link.messages.size()) / n});
+    }
+    fair_share_.solve(capacity, solved, scratch_rates_);
+    for (std::size_t i = 0; i < members.size(); ++i) classes_[members[i]].rate = scratch_rates_[i];
   }
+  changed_.clear();
 }
 
 double exchange_seconds(const std::vector<std::int64_t>& bytes, const ClusterSpec& cluster) {

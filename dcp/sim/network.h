@@ -14,6 +14,7 @@
 #include "dcp/model/cluster.h"
 
 #include "dcp/sim/cost_model.h"
+#include "dcp/sim/fair_share.h"
 #include "dcp/sim/simulator.h"
 
 namespace dcp::sim {
@@ -73,8 +74,8 @@ class Network {
   // The message a transfer travels in: its sender's launch instruction and its two devices.
   std::int64_t message_of(const TransferEvent& transfer) const;
   std::size_t class_of(const TransferEvent& transfer);
-  // Max-min fair rates by progressive filling over the classes with transfers in flight, each
-  // transfer at most its class's cap.
+  // Max-min fair rates over the classes with transfers in flight, each transfer at most its
+  // class's cap (FairShare), solved per connected component of the classes that changed.
   void allocate();
 
   const CostModel& cost_;
@@ -87,13 +88,16 @@ class Network {
       pending_;  // (ready, transfer)
   std::vector<LinkClass> classes_;
   std::vector<std::size_t> active_;  // the classes with transfers in flight, in index order
-  std::vector<double> scratch_capacity_, scratch_load_;  // allocate()'s, kept between calls
-  struct OpenClass {
-    std::size_t index, first, second;
-    double transfers, cap;
-  };
-  std::vector<OpenClass> scratch_open_;
-  std::vector<std::size_t> scratch_used_;
+  std::vector<std::vector<std::size_t>> resource_classes_;  // per resource, its active classes
+  std::vector<std::size_t> changed_;  // classes whose transfers changed since allocate()
+  // allocate()'s solver and scratch, kept between calls.
+  FairShare fair_share_;
+  std::uint32_t epoch_ = 0;  // marks what one allocate() has visited
+  std::vector<std::uint32_t> resource_seen_, class_seen_;
+  std::vector<std::size_t> local_resource_;
+  std::vector<std::size_t> scratch_resources_, scratch_members_;
+  std::vector<double> scratch_capacity_, scratch_rates_;
+  std::vector<FairShareClass> scratch_classes_;
   MessageLinkBytes link_bytes_;            // a message's transfers join the network together
   std::vector<std::int32_t> class_index_;  // per (resource, resource); -1: none yet
 };

@@ -86,5 +86,32 @@ TEST(APartitionedHypergraph, ReportsTouchedVerticesWhoseGainsChanged) {
   }
 }
 
+TEST(APartitionedHypergraph, WithoutTheConnCacheGivesTheSameGainsAndTouchedVertices) {
+  Rng rng(17);
+  for (int trial = 0; trial < 20; ++trial) {
+    const auto k = static_cast<PartId>(rng.uniform_int(2, 9));
+    const Hypergraph graph = random_hypergraph(rng, static_cast<VertexId>(rng.uniform_int(2, 50)),
+                                               static_cast<NetId>(rng.uniform_int(1, 70)));
+    std::vector<PartId> parts(static_cast<std::size_t>(graph.vertex_count()));
+    for (auto& p : parts) p = static_cast<PartId>(rng.uniform_int(0, k - 1));
+    PartitionedHypergraph cached(graph, k, parts);
+    PartitionedHypergraph uncached(graph, k, parts, 0);
+    for (int move = 0; move < 100; ++move) {
+      for (VertexId v = 0; v < graph.vertex_count(); ++v) {
+        ASSERT_EQ(cached.benefit(v), uncached.benefit(v));
+        for (PartId p = 0; p < k; ++p) ASSERT_EQ(cached.gain(v, p), uncached.gain(v, p));
+      }
+      const auto v = static_cast<VertexId>(rng.uniform_int(0, graph.vertex_count() - 1));
+      auto to = static_cast<PartId>(rng.uniform_int(0, k - 2));
+      if (to >= cached.part(v)) ++to;
+      std::vector<VertexId> touched_cached, touched_uncached;
+      cached.move(v, to, &touched_cached);
+      uncached.move(v, to, &touched_uncached);
+      ASSERT_EQ(touched_cached, touched_uncached);
+      ASSERT_EQ(cached.km1(), uncached.km1());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dcp

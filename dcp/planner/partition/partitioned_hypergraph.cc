@@ -7,7 +7,7 @@
 namespace dcp {
 
 PartitionedHypergraph::PartitionedHypergraph(const Hypergraph& graph, PartId k,
-                                             std::vector<PartId> parts)
+                                             std::vector<PartId> parts, std::size_t max_conn_words)
     : graph_(&graph), k_(k), parts_(std::move(parts)) {
   const auto n = static_cast<std::size_t>(graph.vertex_count());
   const auto m = static_cast<std::size_t>(graph.net_count());
@@ -18,7 +18,8 @@ PartitionedHypergraph::PartitionedHypergraph(const Hypergraph& graph, PartId k,
   connectivity_.assign(m, 0);
   benefit_.assign(n, 0);
   incident_weight_.assign(n, 0);
-  conn_.assign(n * kk, 0);
+  const bool cached = n * kk <= max_conn_words;
+  if (cached) conn_.assign(n * kk, 0);
   for (VertexId v = 0; v < graph.vertex_count(); ++v) {
     assert(part(v) >= 0 && part(v) < k);
     part_weights_[static_cast<std::size_t>(part(v))] += graph.weight(v);
@@ -35,7 +36,7 @@ PartitionedHypergraph::PartitionedHypergraph(const Hypergraph& graph, PartId k,
   for (NetId e = 0; e < graph.net_count(); ++e) {
     const Weight w = graph.net_weight(e);
     net_parts.clear();
-    for (PartId p = 0; p < k; ++p) {
+    for (PartId p = 0; p < k && cached; ++p) {
       if (pin_count(e, p) > 0) net_parts.push_back(p);
     }
     for (const VertexId v : graph.pins(e)) {
@@ -44,6 +45,18 @@ PartitionedHypergraph::PartitionedHypergraph(const Hypergraph& graph, PartId k,
       for (const PartId p : net_parts) conn(v, p) += w;
     }
   }
+}
+
+Weight PartitionedHypergraph::conn_of(VertexId v, PartId p) const {
+  if (!conn_.empty()) {
+    return conn_[static_cast<std::size_t>(v) * static_cast<std::size_t>(k_) +
+                 static_cast<std::size_t>(p)];
+  }
+  Weight conn = 0;
+  for (const NetId e : graph_->nets(v)) {
+    if (pin_count(e, p) > 0) conn += graph_->net_weight(e);
+  }
+  return conn;
 }
 
 bool PartitionedHypergraph::is_boundary(VertexId v) const {
@@ -81,11 +94,11 @@ void PartitionedHypergraph::move(VertexId v, PartId to, std::vector<VertexId>* t
     for (const VertexId u : g.pins(e)) {
       bool changed = false;
       if (left_in_from == 0) {
-        conn(u, from) -= w;
+        if (!conn_.empty()) conn(u, from) -= w;
         changed = true;
       }
       if (now_in_to == 1) {
-        conn(u, to) += w;
+        if (!conn_.empty()) conn(u, to) += w;
         changed = true;
       }
       if (u != v) {

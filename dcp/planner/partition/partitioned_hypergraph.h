@@ -3,6 +3,7 @@
 // up to date incrementally on every move.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -16,11 +17,17 @@ namespace dcp {
 //   penalty(v, b) = sum of w(e) over nets e of v with no pin in b                 (e enters b)
 // The cache stores benefit(v) and conn(v, b) = sum of w(e) over nets of v with a pin in b, so
 // penalty(v, b) = incident_weight(v) - conn(v, b). A move only changes the cache on nets whose pin
-// count in a drops to 0 or 1 or in b rises to 1 or 2; those are the only pins visited.
+// count in a drops to 0 or 1 or in b rises to 1 or 2; those are the only pins visited. conn takes
+// vertices x k words; past kMaxConnWords (a million work units over 256 devices would take
+// gigabytes) it is not kept, and a gain reads the pin counts of the vertex's nets instead: the
+// same values, slower to ask for, which suits a partition that moves few vertices.
 class PartitionedHypergraph {
  public:
-  // Every vertex must have a part in [0, k).
-  PartitionedHypergraph(const Hypergraph& graph, PartId k, std::vector<PartId> parts);
+  static constexpr std::size_t kMaxConnWords = std::size_t{1} << 26;
+
+  // Every vertex must have a part in [0, k). conn is kept where vertices x k <= max_conn_words.
+  PartitionedHypergraph(const Hypergraph& graph, PartId k, std::vector<PartId> parts,
+                        std::size_t max_conn_words = kMaxConnWords);
 
   const Hypergraph& graph() const { return *graph_; }
   PartId k() const { return k_; }
@@ -39,8 +46,7 @@ class PartitionedHypergraph {
   Weight benefit(VertexId v) const { return benefit_[static_cast<std::size_t>(v)]; }
   Weight gain(VertexId v, PartId to) const {
     return benefit_[static_cast<std::size_t>(v)] - incident_weight_[static_cast<std::size_t>(v)] +
-           conn_[static_cast<std::size_t>(v) * static_cast<std::size_t>(k_) +
-                 static_cast<std::size_t>(to)];
+           conn_of(v, to);
   }
   // True if v has a net with a pin in another part (only such vertices can gain).
   bool is_boundary(VertexId v) const;
@@ -58,6 +64,7 @@ class PartitionedHypergraph {
     return pin_counts_[static_cast<std::size_t>(e) * static_cast<std::size_t>(k_) +
                        static_cast<std::size_t>(p)];
   }
+  Weight conn_of(VertexId v, PartId p) const;
   Weight& conn(VertexId v, PartId p) {
     return conn_[static_cast<std::size_t>(v) * static_cast<std::size_t>(k_) +
                  static_cast<std::size_t>(p)];
@@ -71,7 +78,7 @@ class PartitionedHypergraph {
   std::vector<std::int32_t> connectivity_;
   std::vector<Weight> benefit_;
   std::vector<Weight> incident_weight_;
-  std::vector<Weight> conn_;
+  std::vector<Weight> conn_;  // empty where it would take more than kMaxConnWords
   Weight km1_ = 0;
 };
 

@@ -37,9 +37,9 @@ bool Network::step(const std::vector<TransferEvent>& transfers, double& now,
   double next = pending_.empty() ? kNoEvent : pending_.top().first;
   std::size_t ending = classes_.size();
   for (const std::size_t c : active_) {
-    const LinkClass& link = classes_[c];
-    if (link.rate <= 0) continue;
-    const double t = now + std::max(0.0, link.ends.top().first - link.served) / link.rate;
+    const double rate = rate_[c];
+    if (rate <= 0) continue;
+    const double t = now + std::max(0.0, next_end_[c] - served_[c]) / rate;
     if (t < next) {
       next = t;
       ending = c;
@@ -52,16 +52,18 @@ bool Network::step(const std::vector<TransferEvent>& transfers, double& now,
   // class brought to `now` first).
   ended.clear();
   for (const std::size_t c : active_) {
+    const double served = served_[c] += rate_[c] * elapsed;
+    if (c != ending && next_end_[c] - served > 1e-9 * next_end_[c] + 1e-6) continue;
     LinkClass& link = classes_[c];
-    link.served += link.rate * elapsed;
-    while (!link.ends.empty() && (c == ending || link.ends.top().first - link.served <=
-                                                     1e-9 * link.ends.top().first + 1e-6)) {
+    while (!link.ends.empty() &&
+           (c == ending || link.ends.top().first - served <= 1e-9 * link.ends.top().first + 1e-6)) {
       ended.push_back(link.ends.top().second);
       link.remove_message(message_of(transfers[index_of(link.ends.top().second)]));
       link.ends.pop();
       changed_.push_back(c);
       if (c == ending) ending = classes_.size();  // only its first is forced
     }
+    next_end_[c] = link.ends.empty() ? kNoEvent : link.ends.top().first;
   }
   std::erase_if(active_, [&](std::size_t c) {
     if (!classes_[c].ends.empty()) return false;
@@ -89,8 +91,9 @@ bool Network::step(const std::vector<TransferEvent>& transfers, double& now,
     link.add_message(message_of(transfer));
     changed_.push_back(c);
     link.ends.push(
-        {link.served + link_bytes_(transfer.bytes, transfer.inter_node, transfer.message_bytes),
+        {served_[c] + link_bytes_(transfer.bytes, transfer.inter_node, transfer.message_bytes),
          id});
+    next_end_[c] = link.ends.top().first;
   }
   allocate();
   std::sort(ended.begin(), ended.end());
@@ -120,6 +123,9 @@ std::size_t Network::class_of(const TransferEvent& transfer) {
     link.second = b;
     link.cap = cost_.spec().stream_bandwidth(transfer.inter_node);
     classes_.push_back(std::move(link));
+    served_.push_back(0.0);
+    rate_.push_back(0.0);
+    next_end_.push_back(kNoEvent);
   }
   return static_cast<std::size_t>(index);
 }
@@ -180,7 +186,7 @@ void Network::allocate() {
                         link.cap * static_cast<double>(link.messages.size()) / n});
     }
     fair_share_.solve(capacity, solved, scratch_rates_);
-    for (std::size_t i = 0; i < members.size(); ++i) classes_[members[i]].rate = scratch_rates_[i];
+    for (std::size_t i = 0; i < members.size(); ++i) rate_[members[i]] = scratch_rates_[i];
   }
   changed_.clear();
 }

@@ -36,13 +36,11 @@ class Network {
 
  private:
   // Transfers on the same two link sides progress at the same rate, so they form one class; a
-  // class's `served` counts the bytes each of its transfers has moved since the class began, and
-  // a transfer joining at served = s with b bytes ends when served reaches s + b.
+  // class's served level (served_) counts the bytes each of its transfers has moved since the
+  // class began, and a transfer joining at served = s with b bytes ends when served reaches s + b.
   struct LinkClass {
     std::size_t first = 0, second = 0;  // resources
-    double served = 0;
-    double rate = 0;  // bytes/s per transfer
-    double cap = 0;   // the most one message reaches (the stream bandwidth)
+    double cap = 0;                     // the most one message reaches (the stream bandwidth)
     // Transfers in flight per message (a launch's transfers from one device to another): the
     // stream bandwidth caps a message, however many values it carries.
     // (message, transfers): few at a time, so a list.
@@ -87,6 +85,9 @@ class Network {
                       std::greater<>>
       pending_;  // (ready, transfer)
   std::vector<LinkClass> classes_;
+  // Per class, apart from it, as every event runs over them all: the served level, the rate per
+  // transfer (bytes/s), and the served level at which its next transfer ends (infinite: none).
+  std::vector<double> served_, rate_, next_end_;
   std::vector<std::size_t> active_;  // the classes with transfers in flight, in index order
   std::vector<std::vector<std::size_t>> resource_classes_;  // per resource, its active classes
   std::vector<std::size_t> changed_;  // classes whose transfers changed since allocate()

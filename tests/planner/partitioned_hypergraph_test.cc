@@ -26,19 +26,36 @@ Hypergraph random_hypergraph(Rng& rng, VertexId n, NetId m) {
   return std::move(builder).build();
 }
 
+// A random hypergraph of 2..max_vertices vertices and 1..max_nets nets, in 2..max_k parts.
+struct RandomPartition {
+  PartId k;
+  Hypergraph graph;
+  std::vector<PartId> parts;
+};
+RandomPartition random_partition(Rng& rng, PartId max_k, VertexId max_vertices, NetId max_nets) {
+  RandomPartition random;
+  random.k = static_cast<PartId>(rng.uniform_int(2, max_k));
+  random.graph = random_hypergraph(rng, static_cast<VertexId>(rng.uniform_int(2, max_vertices)),
+                                   static_cast<NetId>(rng.uniform_int(1, max_nets)));
+  random.parts.resize(static_cast<std::size_t>(random.graph.vertex_count()));
+  for (auto& p : random.parts) p = static_cast<PartId>(rng.uniform_int(0, random.k - 1));
+  return random;
+}
+
+// A random part of k other than `from`.
+PartId another_part(Rng& rng, PartId k, PartId from) {
+  auto to = static_cast<PartId>(rng.uniform_int(0, k - 2));
+  return to >= from ? to + 1 : to;
+}
+
 TEST(AGainCache, EqualsRecomputationAfterRandomMoves) {
   Rng rng(11);
   for (int trial = 0; trial < 30; ++trial) {
-    const auto k = static_cast<PartId>(rng.uniform_int(2, 6));
-    const Hypergraph graph = random_hypergraph(rng, static_cast<VertexId>(rng.uniform_int(2, 60)),
-                                               static_cast<NetId>(rng.uniform_int(1, 80)));
-    std::vector<PartId> parts(static_cast<std::size_t>(graph.vertex_count()));
-    for (auto& p : parts) p = static_cast<PartId>(rng.uniform_int(0, k - 1));
+    const auto [k, graph, parts] = random_partition(rng, 6, 60, 80);
     PartitionedHypergraph partition(graph, k, parts);
     for (int move = 0; move < 200; ++move) {
       const auto v = static_cast<VertexId>(rng.uniform_int(0, graph.vertex_count() - 1));
-      auto to = static_cast<PartId>(rng.uniform_int(0, k - 2));
-      if (to >= partition.part(v)) ++to;
+      const PartId to = another_part(rng, k, partition.part(v));
       const Weight predicted = partition.gain(v, to);
       const Weight before = partition.km1();
       partition.move(v, to);
@@ -89,11 +106,7 @@ TEST(APartitionedHypergraph, ReportsTouchedVerticesWhoseGainsChanged) {
 TEST(APartitionedHypergraph, WithoutTheConnCacheGivesTheSameGainsAndTouchedVertices) {
   Rng rng(17);
   for (int trial = 0; trial < 20; ++trial) {
-    const auto k = static_cast<PartId>(rng.uniform_int(2, 9));
-    const Hypergraph graph = random_hypergraph(rng, static_cast<VertexId>(rng.uniform_int(2, 50)),
-                                               static_cast<NetId>(rng.uniform_int(1, 70)));
-    std::vector<PartId> parts(static_cast<std::size_t>(graph.vertex_count()));
-    for (auto& p : parts) p = static_cast<PartId>(rng.uniform_int(0, k - 1));
+    const auto [k, graph, parts] = random_partition(rng, 9, 50, 70);
     PartitionedHypergraph cached(graph, k, parts);
     PartitionedHypergraph uncached(graph, k, parts, 0);
     for (int move = 0; move < 100; ++move) {
@@ -102,8 +115,7 @@ TEST(APartitionedHypergraph, WithoutTheConnCacheGivesTheSameGainsAndTouchedVerti
         for (PartId p = 0; p < k; ++p) ASSERT_EQ(cached.gain(v, p), uncached.gain(v, p));
       }
       const auto v = static_cast<VertexId>(rng.uniform_int(0, graph.vertex_count() - 1));
-      auto to = static_cast<PartId>(rng.uniform_int(0, k - 2));
-      if (to >= cached.part(v)) ++to;
+      const PartId to = another_part(rng, k, cached.part(v));
       std::vector<VertexId> touched_cached, touched_uncached;
       cached.move(v, to, &touched_cached);
       uncached.move(v, to, &touched_uncached);

@@ -47,11 +47,7 @@ PartitionedHypergraph::PartitionedHypergraph(const Hypergraph& graph, PartId k,
   }
 }
 
-Weight PartitionedHypergraph::conn_of(VertexId v, PartId p) const {
-  if (!conn_.empty()) {
-    return conn_[static_cast<std::size_t>(v) * static_cast<std::size_t>(k_) +
-                 static_cast<std::size_t>(p)];
-  }
+Weight PartitionedHypergraph::conn_from_pins(VertexId v, PartId p) const {
   Weight conn = 0;
   for (const NetId e : graph_->nets(v)) {
     if (pin_count(e, p) > 0) conn += graph_->net_weight(e);

@@ -64,7 +64,12 @@ class PartitionedHypergraph {
     return pin_counts_[static_cast<std::size_t>(e) * static_cast<std::size_t>(k_) +
                        static_cast<std::size_t>(p)];
   }
-  Weight conn_of(VertexId v, PartId p) const;
+  Weight conn_of(VertexId v, PartId p) const {
+    if (conn_.empty()) return conn_from_pins(v, p);
+    return conn_[static_cast<std::size_t>(v) * static_cast<std::size_t>(k_) +
+                 static_cast<std::size_t>(p)];
+  }
+  Weight conn_from_pins(VertexId v, PartId p) const;
   Weight& conn(VertexId v, PartId p) {
     return conn_[static_cast<std::size_t>(v) * static_cast<std::size_t>(k_) +
                  static_cast<std::size_t>(p)];

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <limits>
 
 namespace dcp::sim {
 
@@ -20,54 +19,10 @@ void FairShare::fix(std::size_t c, double rate, const std::vector<FairShareClass
   }
 }
 
-void FairShare::solve_by_scans(const std::vector<double>& capacity,
-                               const std::vector<FairShareClass>& classes,
-                               std::vector<double>& rates) {
-  const std::size_t resources = capacity.size();
-  const std::size_t count = classes.size();
-  capacity_ = capacity;
-  load_.assign(resources, 0.0);
-  rates.assign(count, 0.0);
-  fixed_.assign(count, 0);
-  for (const FairShareClass& link : classes) {
-    load_[link.first] += link.transfers;
-    load_[link.second] += link.transfers;
-  }
-  std::size_t open = count;
-  while (open > 0) {
-    double share = std::numeric_limits<double>::infinity();
-    std::size_t bottleneck = 0;
-    for (std::size_t r = 0; r < resources; ++r) {
-      if (load_[r] > 0 && capacity_[r] / load_[r] < share) {
-        share = capacity_[r] / load_[r];
-        bottleneck = r;
-      }
-    }
-    bool capped = false;
-    for (std::size_t c = 0; c < count && !capped; ++c) {
-      capped = fixed_[c] == 0 && classes[c].cap < share;
-    }
-    for (std::size_t c = 0; c < count; ++c) {
-      if (fixed_[c] != 0) continue;
-      const FairShareClass& link = classes[c];
-      if (capped ? !(link.cap < share) : link.first != bottleneck && link.second != bottleneck) {
-        continue;
-      }
-      fix(c, capped ? link.cap : share, classes, rates);
-      --open;
-    }
-    touched_.clear();  // the heaps' only
-  }
-}
-
 void FairShare::solve(const std::vector<double>& capacity,
                       const std::vector<FairShareClass>& classes, std::vector<double>& rates) {
   const std::size_t resources = capacity.size();
   const std::size_t count = classes.size();
-  if (count <= kScannedClasses) {
-    solve_by_scans(capacity, classes, rates);
-    return;
-  }
   capacity_ = capacity;
   load_.assign(resources, 0.0);
   rates.assign(count, 0.0);

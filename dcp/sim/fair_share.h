@@ -24,9 +24,6 @@ struct FairShareClass {
 // the classes and resources they fix (heaps), so a network of thousands of devices is cheap.
 class FairShare {
  public:
-  // Up to this many classes, scanning them all per round costs less than keeping the heaps.
-  static constexpr std::size_t kScannedClasses = 16;
-
   // Per-transfer rates of `classes` (one per class, in order) over resources of `capacity`.
   // Every class's resources index `capacity`.
   void solve(const std::vector<double>& capacity, const std::vector<FairShareClass>& classes,
@@ -40,8 +37,6 @@ class FairShare {
       return key != other.key ? key > other.key : index > other.index;
     }
   };
-  void solve_by_scans(const std::vector<double>& capacity,
-                      const std::vector<FairShareClass>& classes, std::vector<double>& rates);
   void fix(std::size_t c, double rate, const std::vector<FairShareClass>& classes,
            std::vector<double>& rates);
 

@@ -140,28 +140,26 @@ void Network::allocate() {
     epoch_ = 1;
   }
   class_seen_.resize(classes_.size(), 0);
-  for (const std::size_t changed : changed_) {
-    const LinkClass& start = classes_[changed];
-    if (class_seen_[changed] == epoch_) continue;
-    std::vector<std::size_t>& resources = scratch_resources_;
-    std::vector<std::size_t>& members = scratch_members_;
-    resources.clear();
-    members.clear();
-    for (const std::size_t r : {start.first, start.second}) {
+  std::vector<std::size_t>& resources = scratch_resources_;
+  std::vector<std::size_t>& members = scratch_members_;
+  const auto reach = [&](const LinkClass& link) {
+    for (const std::size_t r : {link.first, link.second}) {
       if (resource_seen_[r] == epoch_) continue;
       resource_seen_[r] = epoch_;
       resources.push_back(r);
     }
+  };
+  for (const std::size_t changed : changed_) {
+    if (class_seen_[changed] == epoch_) continue;
+    resources.clear();
+    members.clear();
+    reach(classes_[changed]);
     for (std::size_t next = 0; next < resources.size(); ++next) {
       for (const std::size_t c : resource_classes_[resources[next]]) {
         if (class_seen_[c] == epoch_) continue;
         class_seen_[c] = epoch_;
         members.push_back(c);
-        for (const std::size_t r : {classes_[c].first, classes_[c].second}) {
-          if (resource_seen_[r] == epoch_) continue;
-          resource_seen_[r] = epoch_;
-          resources.push_back(r);
-        }
+        reach(classes_[c]);
       }
     }
     class_seen_[changed] = epoch_;  // one that ended its last transfer has no component left

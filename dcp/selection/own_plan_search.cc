@@ -218,12 +218,20 @@ BuiltPlan build_own(const Workload& workload, const PlanOptions& options,
     } catch (const InvalidInput&) {
       // Too many blocks at this size; the partitions above found a size that fits.
     }
+    // The least-work packing's placement: where best fit places every block and unit the same,
+    // its plan would be the same, and is not built again.
+    std::optional<Placement> least_work;
     for (const auto& [rule, name] : {std::pair{PackingRule::kLeastWork, kPackedLayout},
                                      std::pair{PackingRule::kBestFit, kPackedBestFitLayout}}) {
       if (!cut || (groups_suffice && rule == PackingRule::kBestFit)) break;
       PackedPlacement packed = packed_placement(*cut, options.cluster.shape,
                                                 placement_options_of(options, *cut).eps_memory,
                                                 rule, pairs_per_token_of(*cut, options));
+      if (least_work && least_work->token_block_device == packed.placement.token_block_device &&
+          least_work->work_unit_device == packed.placement.work_unit_device) {
+        break;
+      }
+      if (rule == PackingRule::kLeastWork) least_work = packed.placement;
       // The sequences it keeps whole at the largest block size searched (kept at the smallest,
       // only those it cuts need them).
       std::optional<ReblockedPlacement> whole;

@@ -826,6 +826,30 @@ TEST(PlanSearch, PlansAPoolOfManyNodesInNodeGroupsBesideOnePacking) {
   EXPECT_GE(std::count(too_long.begin(), too_long.end(), "partition"), 2);
 }
 
+// Where best fit places every token block and work unit as the packing by least work does, its
+// plan would be the same one: it is not built again. Four equal sequences on four devices, each
+// device holding one of them under either rule.
+TEST(PlanSearch, BuildsOnePackingWhereBothRulesPlaceAlike) {
+  const Workload workload =
+      small_workload(SequenceBatch({200, 200, 200, 200}), MaskKind::kCausal, 8, 2);
+  PlanOptions options = a100_plan_options(Strategy::kDcpPure, {1, 4});
+  options.search.block_sizes = {64};
+  const Workload cut = reblocked(workload, 64);
+  const Placement least_work =
+      packed_placement(cut, options.cluster.shape, options.placement.eps_memory,
+                       PackingRule::kLeastWork)
+          .placement;
+  const Placement best_fit = packed_placement(cut, options.cluster.shape,
+                                              options.placement.eps_memory, PackingRule::kBestFit)
+                                 .placement;
+  ASSERT_EQ(least_work.token_block_device, best_fit.token_block_device);
+  ASSERT_EQ(least_work.work_unit_device, best_fit.work_unit_device);
+  const std::vector<std::string> layouts = own_layouts(build_plan(workload, options));
+  EXPECT_EQ(std::count(layouts.begin(), layouts.end(), kPackedLayout), 1);
+  EXPECT_EQ(std::count(layouts.begin(), layouts.end(), kPackedBestFitLayout), 0);
+  // Where they differ (TriesSequencesPackedWholeAtTheLargestBlockSizeCutAtTheSmallest), both run.
+}
+
 // In node groups, a node whose share has a sequence longer than a device's bound is also
 // partitioned where its packed plan is the slowest node's, and its faster plan kept; without
 // partitions (SearchOptions::partitions) every node keeps its packing.

@@ -36,10 +36,10 @@ void FairShare::solve(const std::vector<double>& capacity,
   }
   for (std::size_t r = 0; r < resources; ++r) start_[r + 1] += start_[r];
   members_.resize(2 * count);
-  round_.assign(start_.begin(), start_.end() - 1);  // each resource's next free slot
+  slot_.assign(start_.begin(), start_.end() - 1);  // each resource's next free member slot
   for (std::size_t c = 0; c < count; ++c) {
-    members_[round_[classes[c].first]++] = c;
-    members_[round_[classes[c].second]++] = c;
+    members_[slot_[classes[c].first]++] = c;
+    members_[slot_[classes[c].second]++] = c;
   }
   const auto later = std::greater<Entry>();
   shares_.clear();

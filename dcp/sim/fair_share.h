@@ -44,8 +44,9 @@ class FairShare {
   std::vector<double> capacity_, load_;
   std::vector<std::uint8_t> fixed_;
   std::vector<std::size_t> start_, members_;  // classes per resource, in class order
+  std::vector<std::size_t> slot_;             // filling members_: each resource's next slot
   std::vector<Entry> shares_, caps_;          // min-heaps, entries checked when they surface
-  std::vector<std::size_t> round_, touched_;
+  std::vector<std::size_t> round_, touched_;  // a round's capped classes; link sides it changed
 };
 
 }  // namespace dcp::sim

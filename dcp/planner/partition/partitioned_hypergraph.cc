@@ -31,13 +31,15 @@ PartitionedHypergraph::PartitionedHypergraph(const Hypergraph& graph, PartId k,
     km1_ += graph.net_weight(e) * (connectivity_[static_cast<std::size_t>(e)] - 1);
   }
   // conn(v, p) for each net's pins over the parts the net connects only (most nets connect one or
-  // two of the k).
+  // two of the k); without the cache, no part.
   std::vector<PartId> net_parts;
   for (NetId e = 0; e < graph.net_count(); ++e) {
     const Weight w = graph.net_weight(e);
     net_parts.clear();
-    for (PartId p = 0; p < k && cached; ++p) {
-      if (pin_count(e, p) > 0) net_parts.push_back(p);
+    if (cached) {
+      for (PartId p = 0; p < k; ++p) {
+        if (pin_count(e, p) > 0) net_parts.push_back(p);
+      }
     }
     for (const VertexId v : graph.pins(e)) {
       incident_weight_[static_cast<std::size_t>(v)] += w;
